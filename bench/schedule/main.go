@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +80,8 @@ type options struct {
 	workdir  string
 	match    string
 	noRef    bool
+	// dsTargets are the K of the dynamic-sampling workloads.
+	dsTargets []int
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -93,6 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	maxInflight := fs.Int("max-inflight", 0, "groups.max_inflight of the trajflow runs (0: trajflow's default)")
 	batchRows := fs.Int("batch-rows", 0, "output.batch_rows of the trajflow runs (0: default)")
 	fileRows := fs.Int("file-rows", 0, "output.file_rows of the trajflow runs (0: default)")
+	targets := fs.String("k", "64,256", "comma-separated groups.target K of the dynamic-sampling workloads")
 	noRef := fs.Bool("no-reference", false, "run trajflow only, not the reference schedules")
 	match := fs.String("match", "", "run only the workloads whose name contains this")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
@@ -108,6 +112,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		o.suites[s] = true
+	}
+	for _, k := range strings.Split(*targets, ",") {
+		K, err := strconv.Atoi(strings.TrimSpace(k))
+		if err != nil || K < 1 {
+			fmt.Fprintf(stderr, "schedule: -k: %q is not a positive integer\n", k)
+			return 2
+		}
+		o.dsTargets = append(o.dsTargets, K)
 	}
 	b := harness.Bench{Seed: *seed, RepeatSeed: 1000, TimeScale: 0.05, Capacity: 256}
 	if *quick {
@@ -171,12 +183,16 @@ func workloads(o options) []harness.Workload {
 		return ws
 	}
 	if o.suites["single"] {
+		// One batch of at most B requests, then four consecutive batches at
+		// 1·B, 4·B and 16·B load: the reference schedule waits for each
+		// batch to finish before it sends the next (the barrier between
+		// training steps); trajflow streams the same requests.
 		for _, k := range []struct {
-			name string
-			reqs int
-		}{{"single B/2", B / 2}, {"single 1·B", B}, {"single 4·B", 4 * B}, {"single 16·B", 16 * B}} {
-			ws = append(ws, harness.Workload{Name: k.name, Tasks: k.reqs / 4, N: 4, Preset: "reasoning", Keep: -1,
-				MaxTokens: 8192, BatchRollouts: B})
+			name           string
+			batch, batches int
+		}{{"single 1×B/2", B / 2, 1}, {"single 4×1·B", B, 4}, {"single 4×4·B", 4 * B, 4}, {"single 4×16·B", 16 * B, 4}} {
+			ws = append(ws, harness.Workload{Name: k.name, Tasks: k.batch * k.batches / 4, N: 4, Preset: "reasoning", Keep: -1,
+				MaxTokens: 8192, BatchRollouts: k.batch})
 		}
 	}
 	if o.suites["multi"] {
@@ -186,11 +202,12 @@ func workloads(o options) []harness.Workload {
 		}
 	}
 	if o.suites["ds"] {
-		for _, keep := range []float64{0.3, 0.5, 0.7} {
-			K := 64
-			tasks := int(float64(3*K)/keep) + 3*K
-			ws = append(ws, harness.Workload{Name: fmt.Sprintf("ds K=%d n=8 keep=%g", K, keep), Tasks: tasks, N: 8, Preset: "reasoning",
-				Keep: keep, Target: K, MaxTokens: 8192, RefGroups: []int{K, 3 * K}})
+		for _, K := range o.dsTargets {
+			for _, keep := range []float64{0.3, 0.5, 0.7} {
+				tasks := int(float64(3*K)/keep) + 3*K
+				ws = append(ws, harness.Workload{Name: fmt.Sprintf("ds K=%d n=8 keep=%g", K, keep), Tasks: tasks, N: 8, Preset: "reasoning",
+					Keep: keep, Target: K, MaxTokens: 8192, RefGroups: []int{K, 3 * K}})
+			}
 		}
 	}
 	return ws
@@ -264,25 +281,11 @@ func runWorkload(ctx context.Context, o options, w harness.Workload, dir string,
 }
 
 func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, oracle []harness.OracleGroup, tasks []*pipeline.Task) ([]Row, error) {
-	b := o.bench
 	var rows []Row
 	row, err := runTrajflow(ctx, srv, cfg, w, ideal, oracle)
 	rows = append(rows, row)
 	if err != nil {
 		return rows, err
-	}
-	if w.Target > 0 && b.MaxInflight == 0 {
-		// The same run with the groups in flight capped at what the
-		// generation slots hold (the proposed default under a target).
-		c2 := *cfg
-		c2.Groups.MaxInflight = max(b.Concurrency/w.N, 1)
-		c2.Output.Dir = cfg.Output.Dir + "-capped"
-		row, err := runTrajflow(ctx, srv, &c2, w, ideal, oracle)
-		row.Schedule = fmt.Sprintf("trajflow, max_inflight %d", c2.Groups.MaxInflight)
-		rows = append(rows, row)
-		if err != nil {
-			return rows, err
-		}
 	}
 	if o.noRef {
 		return rows, nil

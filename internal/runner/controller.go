@@ -107,11 +107,18 @@ func (c *controller) budget() int {
 	if c.target == 0 {
 		return c.maxGroups
 	}
-	need := c.target - c.kept
+	need := float64(c.target - c.kept)
 	rate := (float64(c.kept) + 1) / (float64(c.finished) + 2)
-	b := int(math.Ceil(float64(need) / rate))
+	// need/rate groups hold the need only on average; falling short by
+	// one costs a whole further group's latency, so add a safety margin
+	// of marginZ standard deviations of the kept count.
+	b := int(math.Ceil((need + marginZ*math.Sqrt(need*(1-rate))) / rate))
 	return min(max(b, 1), c.maxGroups)
 }
+
+// marginZ is the budget's safety margin in standard deviations: about a
+// 90% chance that the groups in flight hold the kept groups still needed.
+const marginZ = 1.28
 
 // verdict is what becomes of a finished group.
 type verdict int

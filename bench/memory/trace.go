@@ -58,7 +58,7 @@ func traceChild(ctx context.Context, dir, tag string, every time.Duration, gctra
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			if kb, ok := vmRSS(status); ok {
+			if kb, ok := vmRSS(status); ok && kb > 0 { // 0 while the child execs
 				fmt.Fprintf(w, "%.3f,%.1f\n", time.Since(start).Seconds(), float64(kb)/1024)
 			}
 			select {

@@ -76,8 +76,8 @@ func Stats(ctx context.Context, paths []string, out io.Writer, opts StatsOptions
 }
 
 // statsFiles feeds the rows of files to an aggregator. With contiguous it
-// stops at the first row that breaks Options.Contiguous and returns
-// metrics.ErrNotContiguous.
+// stops after the record batch holding the first row that breaks
+// Options.Contiguous and returns metrics.ErrNotContiguous.
 func statsFiles(ctx context.Context, files []string, opts StatsOptions, contiguous bool) (*metrics.Aggregator, error) {
 	mo := opts.Correctness
 	mo.Contiguous = contiguous
@@ -85,9 +85,6 @@ func statsFiles(ctx context.Context, files []string, opts StatsOptions, contiguo
 	for _, path := range files {
 		if err := statsFile(ctx, path, agg, opts); err != nil {
 			return nil, err
-		}
-		if err := agg.Err(); err != nil {
-			return nil, fmt.Errorf("analyze: %s: %w", path, err)
 		}
 	}
 	return agg, nil
@@ -107,6 +104,9 @@ func statsFile(ctx context.Context, path string, agg *metrics.Aggregator, opts S
 	return f.records(ctx, leaves, func(rec arrow.Record) error {
 		if err := d.add(rec, agg); err != nil {
 			return fmt.Errorf("analyze: %s: %w", path, err)
+		}
+		if err := agg.Err(); err != nil {
+			return fmt.Errorf("analyze: %s: %w", path, err) // no use reading on
 		}
 		return nil
 	})

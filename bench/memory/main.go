@@ -6,6 +6,7 @@
 //	go run ./bench/memory                  # 10k and 1M tasks
 //	go run ./bench/memory -large 200000    # a shorter large run
 //	go run ./bench/memory -quick           # smoke run
+//	go run ./bench/memory -trace DIR       # also RSS over time, GC trace
 package main
 
 import (
@@ -58,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	conc := fs.Int("concurrency", 64, "generate.concurrency and env.concurrency")
 	maxTokens := fs.Int("max-tokens", 32, "max_tokens of every request")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file")
+	traceDir := fs.String("trace", "", "write each child's VmRSS over time (rss-TASKS.csv) and stderr (stderr-TASKS.log) to this directory")
+	traceEvery := fs.Duration("trace-every", 100*time.Millisecond, "VmRSS sampling interval of -trace")
+	gctrace := fs.Bool("gctrace", false, "with -trace: run the child with GODEBUG=gctrace=1")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -92,7 +96,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stderr, "memory: %d tasks ...\n", k)
-		cr, err := harness.RunChild(ctx, cfgPath, fmt.Sprintf("source.limit=%d", k))
+		var cr harness.ChildRun
+		if *traceDir != "" {
+			if err := os.MkdirAll(*traceDir, 0o755); err != nil {
+				fmt.Fprintln(stderr, "memory:", err)
+				return 1
+			}
+			cr, err = traceChild(ctx, *traceDir, fmt.Sprint(k), *traceEvery, *gctrace, cfgPath, fmt.Sprintf("source.limit=%d", k))
+		} else {
+			cr, err = harness.RunChild(ctx, cfgPath, fmt.Sprintf("source.limit=%d", k))
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, "memory:", err)
 			return 1

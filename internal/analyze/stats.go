@@ -3,6 +3,7 @@ package analyze
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -46,11 +47,17 @@ func Stats(ctx context.Context, paths []string, out io.Writer, opts StatsOptions
 	if err != nil {
 		return nil, err
 	}
-	agg := metrics.NewWithOptions(opts.Correctness)
-	for _, path := range files {
-		if err := statsFile(ctx, path, agg, opts); err != nil {
-			return nil, err
-		}
+	// Rows of a task are contiguous in what one run commits (a group is
+	// written whole, and a task's attempts follow each other): the
+	// aggregator then keeps about a bit per task. Files whose tasks
+	// interleave (a run's data/ and filtered/ together, say) are read again
+	// with per-task counts.
+	agg, err := statsFiles(ctx, files, opts, true)
+	if errors.Is(err, metrics.ErrNotContiguous) {
+		agg, err = statsFiles(ctx, files, opts, false)
+	}
+	if err != nil {
+		return nil, err
 	}
 	m := agg.Result()
 	if out != nil {
@@ -68,6 +75,21 @@ func Stats(ctx context.Context, paths []string, out io.Writer, opts StatsOptions
 	return m, nil
 }
 
+// statsFiles feeds the rows of files to an aggregator. With contiguous it
+// stops after the record batch holding the first row that breaks
+// Options.Contiguous and returns metrics.ErrNotContiguous.
+func statsFiles(ctx context.Context, files []string, opts StatsOptions, contiguous bool) (*metrics.Aggregator, error) {
+	mo := opts.Correctness
+	mo.Contiguous = contiguous
+	agg := metrics.NewWithOptions(mo)
+	for _, path := range files {
+		if err := statsFile(ctx, path, agg, opts); err != nil {
+			return nil, err
+		}
+	}
+	return agg, nil
+}
+
 func statsFile(ctx context.Context, path string, agg *metrics.Aggregator, opts StatsOptions) error {
 	f, err := openFile(path, opts.Allocator, opts.BatchRows)
 	if err != nil {
@@ -82,6 +104,9 @@ func statsFile(ctx context.Context, path string, agg *metrics.Aggregator, opts S
 	return f.records(ctx, leaves, func(rec arrow.Record) error {
 		if err := d.add(rec, agg); err != nil {
 			return fmt.Errorf("analyze: %s: %w", path, err)
+		}
+		if err := agg.Err(); err != nil {
+			return fmt.Errorf("analyze: %s: %w", path, err) // no use reading on
 		}
 		return nil
 	})

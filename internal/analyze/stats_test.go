@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -148,4 +149,48 @@ func TestStatsCancelled(t *testing.T) {
 	if _, err := Stats(ctx, []string{dir}, nil, StatsOptions{}); err != context.Canceled {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
+}
+
+// Files whose tasks interleave (a task's attempts in two directories, read
+// one after the other) give the same metrics as an Aggregator without
+// Options.Contiguous fed the same rows: Stats notices and reads again.
+func TestStatsInterleavedTasks(t *testing.T) {
+	dir := t.TempDir()
+	first := groups("run-a", 0, 12)
+	second := groups("run-a", 0, 12)
+	for _, g := range second {
+		g.Key.Attempt = 1
+		for _, r := range g.Rollouts {
+			r.Attempt = 1
+		}
+	}
+	rs := writeRun(t, filepath.Join(dir, "data"), first, 16, pqsink.Options{})
+	rs = append(rs, writeRun(t, filepath.Join(dir, "filtered"), second, 16, pqsink.Options{})...)
+
+	agg := metrics.New()
+	for _, r := range rs {
+		agg.Add(r)
+	}
+	want := agg.Result()
+	contiguous := metrics.NewWithOptions(metrics.Options{Contiguous: true})
+	for _, r := range rs {
+		contiguous.Add(r)
+	}
+	if !errors.Is(contiguous.Err(), metrics.ErrNotContiguous) {
+		t.Fatalf("fixture does not interleave: %v", contiguous.Err())
+	}
+	if want.Tasks != 12 || want.Groups.Count <= 12 {
+		t.Fatalf("fixture: %d tasks, %d groups", want.Tasks, want.Groups.Count)
+	}
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	got, err := Stats(context.Background(), []string{dir, filepath.Join(dir, "filtered")}, nil, StatsOptions{Allocator: alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		gj, _ := json.MarshalIndent(got, "", " ")
+		wj, _ := json.MarshalIndent(want, "", " ")
+		t.Errorf("Stats\n%s\nAggregator\n%s", gj, wj)
+	}
+	alloc.AssertSize(t, 0)
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -34,7 +35,19 @@ type Options struct {
 	Threshold float64
 	// UseReward ignores Metric and judges every row by its reward.
 	UseReward bool
+	// Contiguous promises that the rows of each task (run_id, task_index)
+	// are added one after another, all attempts included. The Aggregator
+	// then folds a task into the totals when its last row has passed and
+	// keeps about one bit per task (the set of finished tasks) instead of
+	// about 40 bytes. A row of a task already finished breaks the promise:
+	// Err reports it from then on, and the Result is not to be used
+	// (aggregate again without Contiguous).
+	Contiguous bool
 }
+
+// ErrNotContiguous is what Err reports when Options.Contiguous was set and
+// the rows of a task were not added one after another.
+var ErrNotContiguous = errors.New("metrics: rows of a task are not contiguous")
 
 func (o Options) metric() string {
 	if o.UseReward {
@@ -194,6 +207,64 @@ const (
 	maxReason            = 63
 )
 
+// attemptState is a group of the open task: its attempt and state.
+type attemptState struct {
+	attempt int32
+	state   groupState
+}
+
+// openTask is the task whose rows are being added (Options.Contiguous).
+type openTask struct {
+	key                   taskKey
+	rows, scored, correct int32
+	groups                []attemptState
+}
+
+// nc is a task's number of scored samples and of correct ones: the at-k
+// metrics depend on nothing else.
+type nc struct{ n, c int }
+
+// totals are the per-task and per-group sums of finished tasks.
+type totals struct {
+	tasks, complete int64
+	counts          map[nc]int64 // tasks with at least one scored row
+	maxN            int
+	groups, kept    int64
+	droppedBy       [maxReason + 1]int64 // by reason index
+}
+
+func (t *totals) addTask(rows, scored, correct int32) {
+	t.tasks++
+	if rows == scored {
+		t.complete++
+	}
+	if scored > 0 {
+		if t.counts == nil {
+			t.counts = map[nc]int64{}
+		}
+		t.counts[nc{int(scored), int(correct)}]++
+		t.maxN = max(t.maxN, int(scored))
+	}
+}
+
+func (t *totals) addGroup(g groupState) {
+	t.groups++
+	if g&groupKept != 0 {
+		t.kept++
+	} else {
+		t.droppedBy[g>>2]++
+	}
+}
+
+func (t *totals) clone() totals {
+	c := *t
+	c.counts = make(map[nc]int64, len(t.counts))
+	for k, v := range t.counts {
+		c.counts[k] = v
+	}
+	return c
+}
+
 // Aggregator accumulates metrics one rollout at a time. It is not safe for
 // concurrent use.
 type Aggregator struct {
@@ -213,10 +284,20 @@ type Aggregator struct {
 	prompt, compl, env   dist
 	turns, tools         dist
 	runs                 map[string]int32
-	tasks                map[taskKey]taskCount
-	groups               map[groupKey]groupState // second and later attempts
 	reasons              []string
 	reasonIndex          map[string]groupState
+
+	// Without Options.Contiguous: every task's counts to the end.
+	tasks  map[taskKey]taskCount
+	groups map[groupKey]groupState // second and later attempts
+
+	// With Options.Contiguous: the open task, the set of finished ones and
+	// their sums.
+	open     openTask
+	haveOpen bool
+	finished taskSet
+	done     totals
+	err      error
 }
 
 // New returns an Aggregator with the default Options.
@@ -224,17 +305,24 @@ func New() *Aggregator { return NewWithOptions(Options{}) }
 
 // NewWithOptions returns an Aggregator that judges correctness by opts.
 func NewWithOptions(opts Options) *Aggregator {
-	return &Aggregator{
+	a := &Aggregator{
 		opts:   opts,
 		metric: opts.metric(),
 		status: map[string]int64{},
 		runs:   map[string]int32{},
-		tasks:  map[taskKey]taskCount{},
-		groups: map[groupKey]groupState{},
 
 		reasonIndex: map[string]groupState{},
 	}
+	if !opts.Contiguous {
+		a.tasks = map[taskKey]taskCount{}
+		a.groups = map[groupKey]groupState{}
+	}
+	return a
 }
+
+// Err returns ErrNotContiguous (wrapped, naming the task) once a row of a
+// finished task arrived under Options.Contiguous; else nil.
+func (a *Aggregator) Err() error { return a.err }
 
 // state encodes a rollout's group state.
 func (a *Aggregator) state(r *pipeline.Rollout) groupState {
@@ -263,7 +351,7 @@ func (a *Aggregator) state(r *pipeline.Rollout) groupState {
 // Add counts one rollout. It keeps no reference to r or to its strings, so
 // r may point into reused or freed memory once Add returns.
 func (a *Aggregator) Add(r *pipeline.Rollout) {
-	if r == nil {
+	if r == nil || a.err != nil {
 		return
 	}
 	a.rows++
@@ -286,17 +374,8 @@ func (a *Aggregator) Add(r *pipeline.Rollout) {
 		taskIndex = r.Task.Index
 	}
 	tk := newTaskKey(run, taskIndex)
-	tc := a.tasks[tk]
-	tc.rows++
-	switch attempt := int32(r.Attempt); {
-	case tc.group == 0:
-		tc.attempt, tc.group = attempt, a.state(r)
-	case tc.attempt != attempt:
-		gk := groupKey{task: tk, attempt: attempt}
-		if _, ok := a.groups[gk]; !ok {
-			a.groups[gk] = a.state(r)
-		}
-	}
+	attempt := int32(r.Attempt)
+	var rowScored, rowCorrect bool
 
 	a.prompt.add(int64(r.PromptTokens))
 	a.compl.add(int64(r.CompletionTokens))
@@ -306,12 +385,12 @@ func (a *Aggregator) Add(r *pipeline.Rollout) {
 	a.breaks += int64(r.TokenContinuityBreaks)
 
 	if r.Status == pipeline.StatusOK || r.Status == pipeline.StatusFiltered {
+		rowScored = true
 		a.scored++
-		tc.scored++
 		a.addReward(r.Reward)
 		if a.isCorrect(r) {
+			rowCorrect = true
 			a.correct++
-			tc.correct++
 		}
 		if r.Terminated && !r.Truncated {
 			a.natural++
@@ -323,7 +402,70 @@ func (a *Aggregator) Add(r *pipeline.Rollout) {
 			a.maxT++
 		}
 	}
+
+	if a.opts.Contiguous {
+		a.addContiguous(tk, taskIndex, r, attempt, rowScored, rowCorrect)
+		return
+	}
+	tc := a.tasks[tk]
+	tc.rows++
+	switch {
+	case tc.group == 0:
+		tc.attempt, tc.group = attempt, a.state(r)
+	case tc.attempt != attempt:
+		gk := groupKey{task: tk, attempt: attempt}
+		if _, ok := a.groups[gk]; !ok {
+			a.groups[gk] = a.state(r)
+		}
+	}
+	if rowScored {
+		tc.scored++
+	}
+	if rowCorrect {
+		tc.correct++
+	}
 	a.tasks[tk] = tc
+}
+
+// addContiguous counts a row into the open task, first finishing the open
+// task when the row starts another one.
+func (a *Aggregator) addContiguous(tk taskKey, taskIndex int64, r *pipeline.Rollout, attempt int32, scored, correct bool) {
+	if !a.haveOpen || a.open.key != tk {
+		if a.haveOpen {
+			a.finish()
+		}
+		if a.finished.has(tk) {
+			a.err = fmt.Errorf("%w: task %d of run %q comes again after other tasks' rows", ErrNotContiguous, taskIndex, r.RunID)
+			return
+		}
+		a.open = openTask{key: tk, groups: a.open.groups[:0]}
+		a.haveOpen = true
+	}
+	t := &a.open
+	t.rows++
+	if !slices.ContainsFunc(t.groups, func(g attemptState) bool { return g.attempt == attempt }) {
+		t.groups = append(t.groups, attemptState{attempt: attempt, state: a.state(r)})
+	}
+	if scored {
+		t.scored++
+	}
+	if correct {
+		t.correct++
+	}
+}
+
+// finish folds the open task into the totals and marks it finished.
+func (a *Aggregator) finish() {
+	foldOpen(&a.done, &a.open)
+	a.finished.add(a.open.key)
+	a.haveOpen = false
+}
+
+func foldOpen(t *totals, o *openTask) {
+	t.addTask(o.rows, o.scored, o.correct)
+	for _, g := range o.groups {
+		t.addGroup(g.state)
+	}
 }
 
 // addReward updates the reward's moments (Welford's algorithm).
@@ -367,7 +509,6 @@ func (a *Aggregator) Result() *Metrics {
 			MetricRows: a.metricRows, RewardRows: a.rewardRows,
 			Correct: a.correct, Accuracy: ratio(a.correct, a.scored),
 		},
-		Tasks: int64(len(a.tasks)),
 		Tokens: Tokens{
 			Prompt: a.prompt.result(), Completion: a.compl.result(), Env: a.env.result(),
 		},
@@ -385,37 +526,35 @@ func (a *Aggregator) Result() *Metrics {
 	if a.rewardN > 0 {
 		m.Reward.Std = math.Sqrt(a.rewardM2 / float64(a.rewardN))
 	}
-	countGroup := func(g groupState) {
-		m.Groups.Count++
-		if g&groupKept != 0 {
-			m.Groups.Kept++
-		} else {
-			m.Groups.Dropped++
-			m.Groups.DroppedBy[a.reasons[g>>2]]++
+	var tot totals
+	if a.opts.Contiguous {
+		tot = a.done.clone()
+		if a.haveOpen {
+			foldOpen(&tot, &a.open)
+		}
+	} else {
+		for _, t := range a.tasks {
+			tot.addTask(t.rows, t.scored, t.correct)
+			tot.addGroup(t.group)
+		}
+		for _, g := range a.groups {
+			tot.addGroup(g)
 		}
 	}
-	for _, t := range a.tasks {
-		countGroup(t.group)
-	}
-	for _, g := range a.groups {
-		countGroup(g)
+	m.Tasks = tot.tasks
+	m.TasksComplete = tot.complete
+	m.TaskCompletion = ratio(m.TasksComplete, m.Tasks)
+	m.Groups.Count, m.Groups.Kept = tot.groups, tot.kept
+	m.Groups.Dropped = tot.groups - tot.kept
+	for i, n := range tot.droppedBy {
+		if n > 0 {
+			m.Groups.DroppedBy[a.reasons[i]] = n
+		}
 	}
 
-	// Tasks by (n, c): the at-k metrics depend on nothing else, and
-	// summing over sorted pairs makes the result independent of map order.
-	type nc struct{ n, c int }
-	counts := map[nc]int64{}
-	maxN := 0
-	for _, t := range a.tasks {
-		if t.rows == t.scored {
-			m.TasksComplete++
-		}
-		if t.scored > 0 {
-			counts[nc{int(t.scored), int(t.correct)}]++
-			maxN = max(maxN, int(t.scored))
-		}
-	}
-	m.TaskCompletion = ratio(m.TasksComplete, m.Tasks)
+	// Tasks by (n, c): summing over sorted pairs makes the result
+	// independent of the order of the rows and of the mode.
+	counts, maxN := tot.counts, tot.maxN
 	pairs := make([]nc, 0, len(counts))
 	for p := range counts {
 		pairs = append(pairs, p)

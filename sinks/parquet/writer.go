@@ -15,7 +15,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
-	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	"github.com/trajflow/trajflow/stages/collate"
 )
@@ -104,15 +103,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// fastZstd is zstd at its fastest level with one block encoder per pooled
-// encoder: the default level spent about a fifth of a run's CPU in the
-// codec, for files a few percent smaller.
-var fastZstd = &zstd.Codec{Level: zstd.SpeedFastest, Concurrency: 1}
-
+// codec returns the named codec. zstd is at its fastest level (the default
+// level spent about a fifth of a run's CPU in the codec, for files a few
+// percent smaller), with an encoder of its own for each call (see
+// zstdCodec; made at its first use): call it once per Writer.
 func codec(name string) (compress.Codec, error) {
 	switch strings.ToLower(name) {
 	case "", "zstd":
-		return fastZstd, nil
+		return newZstdCodec(), nil
 	case "snappy":
 		return &pq.Snappy, nil
 	case "gzip":

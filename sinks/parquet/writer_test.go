@@ -399,3 +399,36 @@ func names(t testing.TB, dir string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Rows larger than the zstd encoder's 1 MiB window (1.5 MiB, 1.1 MiB of it
+// one message text) make pages longer than the window; Arrow's reader
+// reads them back.
+func TestZstdLargePages(t *testing.T) {
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer alloc.AssertSize(t, 0)
+	dir := t.TempDir()
+	w, err := pqsink.New(dir, pqsink.Options{Compression: "zstd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := writeGroups(t, w, alloc, 2, 2, 4, 3<<19)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := readRollouts(t, filepath.Join(dir, "part-00000.parquet"), alloc)
+	if len(got) != len(want) {
+		t.Fatalf("read %d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("row %d differs", i)
+		}
+	}
+	st, err := os.Stat(filepath.Join(dir, "part-00000.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > 4*3<<19 {
+		t.Errorf("file of %d bytes for 4 rows of 1.5 MiB: not compressed", st.Size())
+	}
+}

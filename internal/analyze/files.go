@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,10 +11,8 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
+	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/stages/collate"
 )
 
@@ -113,108 +110,60 @@ func globEscape(p string) string {
 // pqFile is an open Parquet file in the output schema.
 type pqFile struct {
 	path string
-	pf   *file.Reader
-	fr   *pqarrow.FileReader
+	f    *pqread.File
 	// meta is the file's key-value metadata.
 	meta map[string]string
 }
 
 // openFile opens path with Arrow's reader and checks its schema.
 func openFile(path string, alloc memory.Allocator, batchRows int) (*pqFile, error) {
-	if alloc == nil {
-		alloc = memory.DefaultAllocator
-	}
 	if batchRows <= 0 {
 		batchRows = DefaultBatchRows
 	}
-	osf, err := os.Open(path)
+	pf, err := pqread.Open(path, alloc, batchRows)
 	if err != nil {
-		return nil, fmt.Errorf("analyze: %s: %w", path, unwrapPath(err))
+		return nil, fmt.Errorf("analyze: %w", err)
 	}
-	pf, err := file.NewParquetReader(osf, file.WithReadProps(parquet.NewReaderProperties(alloc)))
-	if err != nil {
-		_ = osf.Close()
-		return nil, fmt.Errorf("analyze: %s: not a readable Parquet file: %w", path, err)
-	}
-	f := &pqFile{path: path, pf: pf, meta: map[string]string{}}
-	f.fr, err = pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: int64(batchRows)}, alloc)
+	f := &pqFile{path: path, f: pf, meta: pf.Metadata()}
+	s, err := pf.Schema()
 	if err != nil {
 		f.close()
-		return nil, fmt.Errorf("analyze: %s: %w", path, err)
-	}
-	s, err := f.fr.Schema()
-	if err != nil {
-		f.close()
-		return nil, fmt.Errorf("analyze: %s: %w", path, err)
+		return nil, fmt.Errorf("analyze: %w", err)
 	}
 	if err := collate.CheckSchema(s); err != nil {
 		f.close()
 		return nil, fmt.Errorf("analyze: %s: not in trajflow's output schema: %w", path, err)
 	}
-	for _, kv := range pf.MetaData().KeyValueMetadata() {
-		if kv.Value != nil {
-			f.meta[kv.Key] = *kv.Value
-		}
-	}
 	return f, nil
 }
 
-func (f *pqFile) close() { _ = f.pf.Close() }
+func (f *pqFile) close() { _ = f.f.Close() }
 
 // rows returns the number of rows the footer declares.
-func (f *pqFile) rows() int64 { return f.pf.NumRows() }
+func (f *pqFile) rows() int64 { return f.f.PF.NumRows() }
 
-// leaves returns the leaf column indices of the named top-level columns.
-func (f *pqFile) leaves(names []string) ([]int, error) {
-	var out []int
-	var walk func(sf *pqarrow.SchemaField)
-	walk = func(sf *pqarrow.SchemaField) {
-		if sf.IsLeaf() {
-			out = append(out, sf.ColIndex)
-		}
-		for i := range sf.Children {
-			walk(&sf.Children[i])
-		}
-	}
-	for _, name := range names {
-		found := false
-		for i := range f.fr.Manifest.Fields {
-			sf := &f.fr.Manifest.Fields[i]
-			if sf.Field.Name == name {
-				walk(sf)
-				found = true
-				break
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("analyze: %s: no column %q", f.path, name)
-		}
+// fields returns the indices of the named top-level columns, in file
+// order.
+func (f *pqFile) fields(names []string) ([]int, error) {
+	out, err := f.f.Fields(names...)
+	if err != nil {
+		return nil, fmt.Errorf("analyze: %w", err)
 	}
 	slices.Sort(out)
 	return out, nil
 }
 
-// records calls fn with each record batch of the given leaf columns (nil:
-// every column). The record is released when fn returns.
-func (f *pqFile) records(ctx context.Context, leaves []int, fn func(arrow.Record) error) error {
-	if f.pf.NumRowGroups() == 0 {
-		return nil
+// records calls fn with each record batch of the given top-level columns
+// (nil: every column). The record is released when fn returns. A fault of
+// Arrow's reader is an error naming the file and column.
+func (f *pqFile) records(ctx context.Context, fields []int, fn func(arrow.Record) error) error {
+	var fnErr error
+	err := f.f.Records(ctx, fields, func(rec arrow.Record) error {
+		fnErr = fn(rec)
+		return fnErr
+	})
+	if err == nil || err == fnErr || err == ctx.Err() {
+		return err
 	}
-	rr, err := f.fr.GetRecordReader(ctx, leaves, nil)
-	if err != nil {
-		return fmt.Errorf("analyze: %s: %w", f.path, err)
-	}
-	defer rr.Release()
-	for rr.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(rr.Record()); err != nil {
-			return err
-		}
-	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("analyze: read %s: %w", f.path, err)
-	}
-	return ctx.Err()
+	return fmt.Errorf("analyze: %w", err)
 }

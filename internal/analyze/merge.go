@@ -166,7 +166,7 @@ func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptio
 		if fi >= len(existing) {
 			metas = append(metas, f.meta)
 		}
-		leaves, err := f.leaves(keyColumns)
+		leaves, err := f.fields(keyColumns)
 		if err == nil {
 			err = f.records(ctx, leaves, func(rec arrow.Record) error {
 				runID := rec.Column(0).(*array.String)

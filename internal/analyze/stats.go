@@ -96,7 +96,7 @@ func statsFile(ctx context.Context, path string, agg *metrics.Aggregator, opts S
 		return err
 	}
 	defer f.close()
-	leaves, err := f.leaves(statsColumns)
+	leaves, err := f.fields(statsColumns)
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,14 @@ const (
 	KeySamplingParams    = "trajflow.sampling_params"
 )
 
+// freeText are the leaf columns of unbounded text, by path.
+var freeText = [][]string{
+	{"task"},
+	{"error"},
+	{"messages", "list", "element", "content"},
+	{"messages", "list", "element", "tool_calls", "list", "element", "arguments"},
+}
+
 // Options configure a Writer. Zero values take the defaults.
 type Options struct {
 	// FileRows commits a file once it holds at least this many rows
@@ -175,8 +183,19 @@ func New(dir string, opts Options) (*Writer, error) {
 		pq.Compression(c),
 		pq.DefaultEncodingFor(pq.ByteArray, &pq.Plain),
 		pq.DataPageVersion(1),
+		// No statistics in page headers. parquet-go writes each page's
+		// min and max untruncated, twice (the deprecated and the current
+		// fields): a page holding a 1 MiB message had a 4 MiB header, over
+		// the 4 MiB that Arrow's reader accepts; it then read the column
+		// as empty. Page bounds stay in the column index (truncated).
+		pq.DataPageStatistics(false),
 		pq.MaxRowsPerRowGroup(int64(opts.RowGroupRows)),
 		pq.CreatedBy("trajflow", "", ""),
+	}
+	// Free-text columns get no min/max in the footer either: they are
+	// written untruncated, and bounds of prose prune nothing.
+	for _, path := range freeText {
+		w.wopts = append(w.wopts, pq.SkipPageBounds(path...))
 	}
 	keys := make([]string, 0, len(meta))
 	for k := range meta {

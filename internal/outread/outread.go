@@ -6,9 +6,10 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+
+	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/collate"
 )
@@ -44,27 +45,22 @@ func File(path string) ([]*pipeline.Rollout, error) {
 }
 
 func read(path string, alloc memory.Allocator) ([]*pipeline.Rollout, error) {
-	pf, err := file.OpenParquetFile(path, false)
+	f, err := pqread.Open(path, alloc, 256)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 256}, alloc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	rr, err := fr.GetRecordReader(context.Background(), nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	defer rr.Release()
+	defer f.Close()
 	var out []*pipeline.Rollout
-	for rr.Next() {
-		rs, err := collate.Rollouts(rr.Record())
+	err = f.Records(context.Background(), nil, func(rec arrow.Record) error {
+		rs, err := collate.Rollouts(rec)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
 		out = append(out, rs...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+
+	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/parquet"
 )
@@ -70,7 +69,7 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if err := r.readCommitted(p, dest == DataDir, fp, c); err != nil {
+			if err := r.readCommitted(ctx, p, dest == DataDir, fp, c); err != nil {
 				return nil, err
 			}
 			c.files++
@@ -79,22 +78,17 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	return c, nil
 }
 
-func (r *run) readCommitted(path string, kept bool, fp string, c *committed) error {
-	f, err := os.Open(path)
+func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp string, c *committed) error {
+	f, err := pqread.Open(path, memory.NewGoAllocator(), 64<<10)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	defer f.Close()
-	pf, err := file.NewParquetReader(f)
-	if err != nil {
-		return fmt.Errorf("resume: %s: %w", path, err)
-	}
-	defer pf.Close()
-	meta := pf.MetaData().KeyValueMetadata()
-	if got := meta.FindValue(parquet.KeyConfigFingerprint); got == nil || *got != fp {
+	meta := f.Metadata()
+	if got, ok := meta[parquet.KeyConfigFingerprint]; !ok || got != fp {
 		var diffs []string
-		if stored := meta.FindValue(KeyConfig); stored != nil {
-			diffs, _ = r.cfg.DiffSemantic(*stored)
+		if stored, ok := meta[KeyConfig]; ok {
+			diffs, _ = r.cfg.DiffSemantic(stored)
 		}
 		if !r.opts.AllowConfigChange {
 			msg := "no fingerprint recorded"
@@ -104,34 +98,17 @@ func (r *run) readCommitted(path string, kept bool, fp string, c *committed) err
 			return fmt.Errorf("%w: %s (%s); use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, path, msg)
 		}
 	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.NewGoAllocator())
+	cols, err := f.Fields("task_index", "attempt")
 	if err != nil {
-		return fmt.Errorf("resume: %s: %w", path, err)
+		return fmt.Errorf("resume: %w", err)
 	}
-	schema, err := fr.Schema()
-	if err != nil {
-		return fmt.Errorf("resume: %s: %w", path, err)
-	}
-	var cols []int
-	for _, name := range []string{"task_index", "attempt"} {
-		idx := schema.FieldIndices(name)
-		if len(idx) != 1 {
-			return fmt.Errorf("resume: %s: no %s column", path, name)
-		}
-		cols = append(cols, idx[0])
-	}
-	rr, err := fr.GetRecordReader(context.Background(), cols, nil)
-	if err != nil {
-		return fmt.Errorf("resume: %s: %w", path, err)
-	}
-	defer rr.Release()
 	seen := map[pipeline.GroupKey]bool{}
-	for rr.Next() {
-		rec := rr.Record()
+	errType := fmt.Errorf("resume: %s: task_index or attempt has an unexpected type", path)
+	err = f.Records(ctx, cols, func(rec arrow.Record) error {
 		tasks, ok1 := rec.Column(0).(*array.Int64)
 		attempts, ok2 := rec.Column(1).(*array.Int32)
 		if !ok1 || !ok2 {
-			return fmt.Errorf("resume: %s: task_index or attempt has an unexpected type", path)
+			return errType
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			k := pipeline.GroupKey{TaskIndex: tasks.Value(i), Attempt: int(attempts.Value(i))}
@@ -147,9 +124,10 @@ func (r *run) readCommitted(path string, kept bool, fp string, c *committed) err
 				c.tasks[k.TaskIndex] = taskState{attempt: max(k.Attempt, st.attempt), kept: kept || st.kept}
 			}
 		}
+		return nil
+	})
+	if err != nil && err != errType && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("resume: %w", err)
 	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("resume: %s: %w", path, err)
-	}
-	return nil
+	return err
 }

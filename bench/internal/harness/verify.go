@@ -2,17 +2,16 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+
+	"github.com/trajflow/trajflow/internal/pqread"
 )
 
 // Committed is what the Parquet files of a directory hold, read back with
@@ -54,49 +53,22 @@ func ReadCommitted(ctx context.Context, dir string) (Committed, error) {
 }
 
 func readPart(ctx context.Context, path string, c *Committed, groups map[string]float64, tasks map[int64]bool) error {
-	f, err := os.Open(path)
+	f, err := pqread.Open(path, memory.NewGoAllocator(), 4096)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	pf, err := file.NewParquetReader(f)
+	cols, err := f.Fields("group_id", "group_reward_std", "kept", "task_index")
 	if err != nil {
 		return err
 	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 4096}, memory.NewGoAllocator())
-	if err != nil {
-		return err
-	}
-	// Leaf column indexes: nested columns before these hold several.
-	var cols []int
-	for _, n := range []string{"group_id", "group_reward_std", "kept", "task_index"} {
-		i := pf.MetaData().Schema.ColumnIndexByName(n)
-		if i < 0 {
-			return fmt.Errorf("no %s column", n)
-		}
-		cols = append(cols, i)
-	}
-	rr, err := fr.GetRecordReader(ctx, cols, nil)
-	if err != nil {
-		return err
-	}
-	defer rr.Release()
-	for rr.Next() {
-		rec := rr.Record()
-		col := func(name string) any {
-			idx := rec.Schema().FieldIndices(name)
-			if len(idx) != 1 {
-				return nil
-			}
-			return rec.Column(idx[0])
-		}
-		gid, ok1 := col("group_id").(*array.String)
-		std, ok2 := col("group_reward_std").(*array.Float64)
-		kept, ok3 := col("kept").(*array.Boolean)
-		task, ok4 := col("task_index").(*array.Int64)
+	return f.Records(ctx, cols, func(rec arrow.Record) error {
+		gid, ok1 := rec.Column(0).(*array.String)
+		std, ok2 := rec.Column(1).(*array.Float64)
+		kept, ok3 := rec.Column(2).(*array.Boolean)
+		task, ok4 := rec.Column(3).(*array.Int64)
 		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return fmt.Errorf("unexpected columns %s", rec.Schema())
+			return fmt.Errorf("%s: unexpected columns %s", path, rec.Schema())
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			c.Rows++
@@ -106,9 +78,6 @@ func readPart(ctx context.Context, path string, c *Committed, groups map[string]
 				c.NotKept++
 			}
 		}
-	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+		return nil
+	})
 }

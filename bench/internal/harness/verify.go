@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 

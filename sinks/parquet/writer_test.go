@@ -432,3 +432,77 @@ func TestZstdLargePages(t *testing.T) {
 		t.Errorf("file of %d bytes for 4 rows of 1.5 MiB: not compressed", st.Size())
 	}
 }
+
+// Rows of several MiB (long message text, token ids, logprobs) read back
+// with Arrow's reader, every value equal. Page statistics once copied a
+// row's text into its page header four times: past 1 MiB of text the
+// header passed the 4 MiB Arrow accepts, and Arrow panicked.
+func TestLargeRows(t *testing.T) {
+	for _, tc := range []struct {
+		compression string
+		payload     int
+	}{
+		{"zstd", 3 << 20},
+		{"none", 3 << 20},
+		{"zstd", 8 << 20},
+	} {
+		t.Run(fmt.Sprint(tc.compression, "-", tc.payload>>20, "MiB"), func(t *testing.T) {
+			alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer alloc.AssertSize(t, 0)
+			dir := t.TempDir()
+			w, err := pqsink.New(dir, pqsink.Options{Compression: tc.compression})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := writeGroups(t, w, alloc, 1, 2, 2, tc.payload)
+			if err := w.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "part-00000.parquet")
+			got, _ := readRollouts(t, path, alloc)
+			if len(got) != len(want) {
+				t.Fatalf("read %d rows, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if len(got[i].Messages[2].Content) < tc.payload/4 {
+					t.Errorf("row %d: message of %d bytes, want a long one", i, len(got[i].Messages[2].Content))
+				}
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Errorf("row %d differs", i)
+				}
+			}
+			// The text column alone: Arrow read it as empty, with no error.
+			tbl, _ := readFile(t, path, alloc, []string{"task"})
+			defer tbl.Release()
+			if tbl.NumRows() != int64(len(want)) {
+				t.Errorf("task column alone: %d rows, want %d", tbl.NumRows(), len(want))
+			}
+			// Page headers stay small: the column chunk is its page data.
+			f, err := file.OpenParquetFile(path, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for c := range f.MetaData().Schema.NumColumns() {
+				cc, err := f.MetaData().RowGroup(0).ColumnChunk(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pr, err := f.RowGroup(0).GetColumnPageReader(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var data int64
+				for pr.Next() {
+					data += int64(len(pr.Page().Data()))
+				}
+				if err := pr.Err(); err != nil {
+					t.Fatalf("column %s: %v", f.MetaData().Schema.Column(c).Path(), err)
+				}
+				if hdr := cc.TotalCompressedSize() - data; hdr > 4<<10 {
+					t.Errorf("column %s: %d bytes of page headers", f.MetaData().Schema.Column(c).Path(), hdr)
+				}
+			}
+		})
+	}
+}

@@ -83,7 +83,7 @@ func TestRecordsLargeRows(t *testing.T) {
 	}{
 		{"zstd-3MiB", "zstd", 3 << 20},
 		{"none-3MiB", "none", 3 << 20},
-		{"zstd-8MiB", "zstd", 8 << 20},
+		{"zstd-5MiB", "zstd", 5 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path, want := writeSink(t, 1, tc.payload, tc.compression)

@@ -65,12 +65,18 @@ func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Mes
 			Role: pipeline.RoleUser, Content: Observation(tr.ObsTokens), Turn: action.Turn,
 		}}}, nil
 	}
-	acc := 0.0
 	if tr.Correct {
-		acc = 1
+		return &envs.Step{Reward: 1, Terminated: true, Metrics: accRight}, nil
 	}
-	return &envs.Step{Reward: acc, Terminated: true, Metrics: map[string]float64{"acc": acc}}, nil
+	return &envs.Step{Reward: 0, Terminated: true, Metrics: accWrong}, nil
 }
+
+// The metrics of a last step, shared by every Step the Env returns: the
+// step stage only reads them.
+var (
+	accRight = map[string]float64{"acc": 1}
+	accWrong = map[string]float64{"acc": 0}
+)
 
 // MaxObsTokens bounds a trailer's obs_tokens, so a malformed trailer cannot
 // make an observation of gigabytes.
@@ -83,14 +89,30 @@ func ReadTrailer(raw json.RawMessage) (simulator.Trailer, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return tr, ErrNoTrailer
 	}
-	if err := json.Unmarshal(raw, &tr); err != nil {
-		return tr, fmt.Errorf("sim env: bad sim trailer %.80q: %w", raw, err)
+	tr, ok := parseTrailer(raw)
+	var err error
+	if !ok {
+		// Anything the fast path does not know (spaces, escapes, other
+		// keys, malformed input) takes encoding/json's path.
+		if tr, err = decodeTrailer(raw); err != nil {
+			return tr, err
+		}
 	}
 	if tr.EnvDelayMs < 0 || tr.ObsTokens < 0 || tr.TurnsLeft < 0 {
 		return tr, fmt.Errorf("sim env: bad sim trailer %.80q: negative field", raw)
 	}
 	if tr.ObsTokens > MaxObsTokens {
 		return tr, fmt.Errorf("sim env: bad sim trailer: obs_tokens %d is above %d", tr.ObsTokens, MaxObsTokens)
+	}
+	return tr, nil
+}
+
+// decodeTrailer is ReadTrailer's encoding/json path (its own function, so
+// that the fast path's Trailer stays on the stack).
+func decodeTrailer(raw []byte) (simulator.Trailer, error) {
+	var tr simulator.Trailer
+	if err := json.Unmarshal(raw, &tr); err != nil {
+		return tr, fmt.Errorf("sim env: bad sim trailer %.80q: %w", raw, err)
 	}
 	return tr, nil
 }

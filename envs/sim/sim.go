@@ -65,18 +65,12 @@ func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Mes
 			Role: pipeline.RoleUser, Content: Observation(tr.ObsTokens), Turn: action.Turn,
 		}}}, nil
 	}
+	acc := 0.0
 	if tr.Correct {
-		return &envs.Step{Reward: 1, Terminated: true, Metrics: accRight}, nil
+		acc = 1
 	}
-	return &envs.Step{Reward: 0, Terminated: true, Metrics: accWrong}, nil
+	return &envs.Step{Reward: acc, Terminated: true, Metrics: map[string]float64{"acc": acc}}, nil
 }
-
-// The metrics of a last step, shared by every Step the Env returns: the
-// step stage only reads them.
-var (
-	accRight = map[string]float64{"acc": 1}
-	accWrong = map[string]float64{"acc": 0}
-)
 
 // MaxObsTokens bounds a trailer's obs_tokens, so a malformed trailer cannot
 // make an observation of gigabytes.

@@ -54,8 +54,27 @@ type Collator struct {
 	msgTurn      *array.Int32Builder
 
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
+	promptIDVals, respIDVals             *array.Int32Builder
+	lossMaskVals                         *array.Int8Builder
+	respLPVals                           *array.Float32Builder
 
 	metricKeys []string
+
+	// The scalar columns are staged in Go slices, reused from batch to
+	// batch, and appended to their builders in bulk when a record is cut:
+	// one reservation and one validity-bitmap fill per column and batch
+	// instead of one per value.
+	stage stage
+}
+
+// stage holds the buffered rows' values of the scalar columns, by column.
+type stage struct {
+	str  [numCols][]string
+	i64  [numCols][]int64
+	i32  [numCols][]int32
+	f64  [numCols][]float64
+	bool [numCols][]bool
+	task [][]byte
 }
 
 // New returns a Collator that allocates from alloc and hands out records of
@@ -113,6 +132,10 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	c.respIDs = c.b.Field(ColResponseTokenIDs).(*array.ListBuilder)
 	c.lossMask = c.b.Field(ColLossMask).(*array.ListBuilder)
 	c.respLP = c.b.Field(ColResponseLogprobs).(*array.ListBuilder)
+	c.promptIDVals = c.promptIDs.ValueBuilder().(*array.Int32Builder)
+	c.respIDVals = c.respIDs.ValueBuilder().(*array.Int32Builder)
+	c.lossMaskVals = c.lossMask.ValueBuilder().(*array.Int8Builder)
+	c.respLPVals = c.respLP.ValueBuilder().(*array.Float32Builder)
 	return c
 }
 
@@ -144,6 +167,7 @@ func (c *Collator) Flush() arrow.Record {
 	}
 	rows := c.rows
 	c.rows = 0
+	c.unstage()
 	// Size the next batch's largest buffers like this one's, so that they
 	// are allocated once rather than grown by doubling and copying.
 	content, task := c.msgContent.DataLen(), c.str[ColTask].DataLen()
@@ -161,6 +185,40 @@ func (c *Collator) Flush() arrow.Record {
 	return rec
 }
 
+// unstage appends the staged scalar values to their builders and empties
+// the stage (dropping its references to the rollouts' strings).
+func (c *Collator) unstage() {
+	s := &c.stage
+	for i := range numCols {
+		if v := s.str[i]; len(v) > 0 {
+			c.str[i].AppendValues(v, nil)
+			clear(v)
+			s.str[i] = v[:0]
+		}
+		if v := s.i64[i]; len(v) > 0 {
+			c.i64[i].AppendValues(v, nil)
+			s.i64[i] = v[:0]
+		}
+		if v := s.i32[i]; len(v) > 0 {
+			c.i32[i].AppendValues(v, nil)
+			s.i32[i] = v[:0]
+		}
+		if v := s.f64[i]; len(v) > 0 {
+			c.f64[i].AppendValues(v, nil)
+			s.f64[i] = v[:0]
+		}
+		if v := s.bool[i]; len(v) > 0 {
+			c.bool[i].AppendValues(v, nil)
+			s.bool[i] = v[:0]
+		}
+	}
+	if len(s.task) > 0 {
+		c.str[ColTask].BinaryBuilder.AppendValues(s.task, nil)
+		clear(s.task)
+		s.task = s.task[:0]
+	}
+}
+
 // reserve lists the value builders worth pre-sizing after a flush.
 func (c *Collator) reserve() []array.Builder {
 	return []array.Builder{c.msg, c.msgTokenVals, c.msgLPVals,
@@ -174,6 +232,7 @@ func (c *Collator) Release() {
 		c.b = nil
 	}
 	c.rows = 0
+	c.stage = stage{}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -186,19 +245,20 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		taskIndex = r.Task.Index
 		raw = r.Task.Raw
 	}
-	c.str[ColRunID].Append(r.RunID)
-	c.i64[ColTaskIndex].Append(taskIndex)
-	c.i32[ColAttempt].Append(int32(r.Attempt))
-	c.i32[ColRolloutIndex].Append(int32(r.RolloutIndex))
-	c.str[ColGroupID].Append(r.GroupID)
-	c.str[ColTrajID].Append(r.TrajID)
-	c.i64[ColSeed].Append(r.Seed)
-	c.i32[ColGroupSize].Append(int32(r.GroupSize))
-	c.str[ColEnv].Append(r.Env)
-	c.str[ColModel].Append(r.Model)
-	c.str[ColStatus].Append(string(r.Status))
-	c.str[ColErrorClass].Append(r.ErrorClass)
-	c.f64[ColReward].Append(r.Reward)
+	st := &c.stage
+	st.str[ColRunID] = append(st.str[ColRunID], r.RunID)
+	st.i64[ColTaskIndex] = append(st.i64[ColTaskIndex], taskIndex)
+	st.i32[ColAttempt] = append(st.i32[ColAttempt], int32(r.Attempt))
+	st.i32[ColRolloutIndex] = append(st.i32[ColRolloutIndex], int32(r.RolloutIndex))
+	st.str[ColGroupID] = append(st.str[ColGroupID], r.GroupID)
+	st.str[ColTrajID] = append(st.str[ColTrajID], r.TrajID)
+	st.i64[ColSeed] = append(st.i64[ColSeed], r.Seed)
+	st.i32[ColGroupSize] = append(st.i32[ColGroupSize], int32(r.GroupSize))
+	st.str[ColEnv] = append(st.str[ColEnv], r.Env)
+	st.str[ColModel] = append(st.str[ColModel], r.Model)
+	st.str[ColStatus] = append(st.str[ColStatus], string(r.Status))
+	st.str[ColErrorClass] = append(st.str[ColErrorClass], r.ErrorClass)
+	st.f64[ColReward] = append(st.f64[ColReward], r.Reward)
 
 	c.turnRewards.Append(true)
 	c.turnRewardsVals.AppendValues(r.TurnRewards, nil)
@@ -217,27 +277,27 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		}
 	}
 
-	c.str[ColFinishReason].Append(r.FinishReason)
-	c.bool[ColTerminated].Append(r.Terminated)
-	c.bool[ColTruncated].Append(r.Truncated)
-	c.bool[ColMaxTurnsReached].Append(r.MaxTurnsReached)
-	c.i32[ColNumTurns].Append(int32(r.NumTurns))
-	c.i32[ColTokenContinuityBreaks].Append(int32(r.TokenContinuityBreaks))
-	c.i32[ColToolCalls].Append(int32(r.ToolCalls))
-	c.i32[ColRetries].Append(int32(r.Retries))
-	c.f64[ColGroupRewardMean].Append(r.GroupRewardMean)
-	c.f64[ColGroupRewardStd].Append(r.GroupRewardStd)
-	c.f64[ColAdvantage].Append(r.Advantage)
-	c.bool[ColKept].Append(r.Kept)
-	c.str[ColFilterReason].Append(r.FilterReason)
-	c.i64[ColPromptTokens].Append(int64(r.PromptTokens))
-	c.i64[ColCompletionTokens].Append(int64(r.CompletionTokens))
-	c.i64[ColEnvTokens].Append(int64(r.EnvTokens))
-	c.f64[ColGenMS].Append(ms(r.GenTime))
-	c.f64[ColEnvMS].Append(ms(r.EnvTime))
-	c.f64[ColTotalMS].Append(ms(r.TotalTime))
-	c.str[ColError].Append(r.Error)
-	c.str[ColTask].BinaryBuilder.Append(raw)
+	st.str[ColFinishReason] = append(st.str[ColFinishReason], r.FinishReason)
+	st.bool[ColTerminated] = append(st.bool[ColTerminated], r.Terminated)
+	st.bool[ColTruncated] = append(st.bool[ColTruncated], r.Truncated)
+	st.bool[ColMaxTurnsReached] = append(st.bool[ColMaxTurnsReached], r.MaxTurnsReached)
+	st.i32[ColNumTurns] = append(st.i32[ColNumTurns], int32(r.NumTurns))
+	st.i32[ColTokenContinuityBreaks] = append(st.i32[ColTokenContinuityBreaks], int32(r.TokenContinuityBreaks))
+	st.i32[ColToolCalls] = append(st.i32[ColToolCalls], int32(r.ToolCalls))
+	st.i32[ColRetries] = append(st.i32[ColRetries], int32(r.Retries))
+	st.f64[ColGroupRewardMean] = append(st.f64[ColGroupRewardMean], r.GroupRewardMean)
+	st.f64[ColGroupRewardStd] = append(st.f64[ColGroupRewardStd], r.GroupRewardStd)
+	st.f64[ColAdvantage] = append(st.f64[ColAdvantage], r.Advantage)
+	st.bool[ColKept] = append(st.bool[ColKept], r.Kept)
+	st.str[ColFilterReason] = append(st.str[ColFilterReason], r.FilterReason)
+	st.i64[ColPromptTokens] = append(st.i64[ColPromptTokens], int64(r.PromptTokens))
+	st.i64[ColCompletionTokens] = append(st.i64[ColCompletionTokens], int64(r.CompletionTokens))
+	st.i64[ColEnvTokens] = append(st.i64[ColEnvTokens], int64(r.EnvTokens))
+	st.f64[ColGenMS] = append(st.f64[ColGenMS], ms(r.GenTime))
+	st.f64[ColEnvMS] = append(st.f64[ColEnvMS], ms(r.EnvTime))
+	st.f64[ColTotalMS] = append(st.f64[ColTotalMS], ms(r.TotalTime))
+	st.str[ColError] = append(st.str[ColError], r.Error)
+	st.task = append(st.task, raw)
 
 	c.msgs.Append(true)
 	for i := range r.Messages {
@@ -262,15 +322,12 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		c.msgTurn.Append(int32(m.Turn))
 	}
 
-	appendInt32s(c.promptIDs, r.PromptTokenIDs)
-	appendInt32s(c.respIDs, r.ResponseTokenIDs)
+	c.promptIDs.Append(true)
+	c.promptIDVals.AppendValues(r.PromptTokenIDs, nil)
+	c.respIDs.Append(true)
+	c.respIDVals.AppendValues(r.ResponseTokenIDs, nil)
 	c.lossMask.Append(true)
-	c.lossMask.ValueBuilder().(*array.Int8Builder).AppendValues(r.LossMask, nil)
+	c.lossMaskVals.AppendValues(r.LossMask, nil)
 	c.respLP.Append(true)
-	c.respLP.ValueBuilder().(*array.Float32Builder).AppendValues(r.ResponseLogprobs, nil)
-}
-
-func appendInt32s(lb *array.ListBuilder, v []int32) {
-	lb.Append(true)
-	lb.ValueBuilder().(*array.Int32Builder).AppendValues(v, nil)
+	c.respLPVals.AppendValues(r.ResponseLogprobs, nil)
 }

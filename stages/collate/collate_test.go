@@ -164,6 +164,47 @@ func TestRoundTripValues(t *testing.T) {
 	}
 }
 
+// Rows staged for one record must not leak into the next: every record of
+// a run of small batches decodes to its own rollouts.
+func TestRoundTripAcrossBatches(t *testing.T) {
+	alloc := memory.NewCheckedAllocator(arrowmem.New(0))
+	t.Cleanup(func() { alloc.AssertSize(t, 0) })
+	c := collate.New(alloc, 5)
+	defer c.Release()
+	var want, got []*pipeline.Rollout
+	collect := func(rec arrow.Record) {
+		t.Helper()
+		if rec == nil {
+			return
+		}
+		// The decoded rollouts view the record's buffers: keep it until
+		// they are compared.
+		t.Cleanup(rec.Release)
+		rs, err := collate.Rollouts(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rs...)
+	}
+	for g := range 7 {
+		grp := collatetest.Group(int64(g), 2+g%3, 300)
+		want = append(want, grp.Rollouts...)
+		collect(c.Add(grp))
+	}
+	collect(c.Flush())
+	if len(got) != len(want) {
+		t.Fatalf("got %d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		a, b := reflect.ValueOf(*got[i]), reflect.ValueOf(*want[i])
+		for f := range a.NumField() {
+			if !reflect.DeepEqual(a.Field(f).Interface(), b.Field(f).Interface()) {
+				t.Errorf("row %d field %s: got %v, want %v", i, a.Type().Field(f).Name, a.Field(f).Interface(), b.Field(f).Interface())
+			}
+		}
+	}
+}
+
 func TestCheckSchemaNamesColumn(t *testing.T) {
 	fields := collate.Schema().Fields()
 	fields[collate.ColReward].Type = arrow.PrimitiveTypes.Float32

@@ -67,7 +67,10 @@ type Collator struct {
 	stage stage
 }
 
-// stage holds the buffered rows' values of the scalar columns, by column.
+// stage holds the buffered rows' values of the scalar columns, by column,
+// the list offsets of the list columns, and the fields of the messages and
+// metrics. Offsets into a staged child (messages, metrics) count its staged
+// elements; offsets into a child built directly are its builder's length.
 type stage struct {
 	str  [numCols][]string
 	i64  [numCols][]int64
@@ -75,6 +78,25 @@ type stage struct {
 	f64  [numCols][]float64
 	bool [numCols][]bool
 	task [][]byte
+	// list holds the row-level list columns' start offsets.
+	list [numCols][]int32
+
+	msgRole, msgContent, msgToolCID, msgName []string
+	msgTurn                                  []int32
+	msgTools, msgTokens, msgLogprobs         []int32
+
+	metricName  []string
+	metricValue []float64
+
+	trues []bool
+}
+
+// valid returns n trues (validity for n values).
+func (s *stage) valid(n int) []bool {
+	for len(s.trues) < n {
+		s.trues = append(s.trues, true)
+	}
+	return s.trues[:n]
 }
 
 // New returns a Collator that allocates from alloc and hands out records of
@@ -217,6 +239,38 @@ func (c *Collator) unstage() {
 		clear(s.task)
 		s.task = s.task[:0]
 	}
+	for i, lb := range []*array.ListBuilder{
+		ColTurnRewards: c.turnRewards, ColMetrics: c.metrics, ColMessages: c.msgs,
+		ColPromptTokenIDs: c.promptIDs, ColResponseTokenIDs: c.respIDs, ColLossMask: c.lossMask, ColResponseLogprobs: c.respLP,
+	} {
+		if v := s.list[i]; lb != nil && len(v) > 0 {
+			lb.AppendValues(v, s.valid(len(v)))
+			s.list[i] = v[:0]
+		}
+	}
+	if n := len(s.metricName); n > 0 {
+		c.metricStruct.AppendValues(s.valid(n))
+		c.metricName.AppendValues(s.metricName, nil)
+		c.metricValue.AppendValues(s.metricValue, nil)
+		clear(s.metricName)
+		s.metricName, s.metricValue = s.metricName[:0], s.metricValue[:0]
+	}
+	if n := len(s.msgTurn); n > 0 {
+		c.msg.AppendValues(s.valid(n))
+		for _, f := range []struct {
+			b *array.StringBuilder
+			v *[]string
+		}{{c.msgRole, &s.msgRole}, {c.msgContent, &s.msgContent}, {c.msgToolCID, &s.msgToolCID}, {c.msgName, &s.msgName}} {
+			f.b.AppendValues(*f.v, nil)
+			clear(*f.v)
+			*f.v = (*f.v)[:0]
+		}
+		c.msgTurn.AppendValues(s.msgTurn, nil)
+		c.msgTools.AppendValues(s.msgTools, s.valid(n))
+		c.msgTokens.AppendValues(s.msgTokens, s.valid(n))
+		c.msgLogprobs.AppendValues(s.msgLogprobs, s.valid(n))
+		s.msgTurn, s.msgTools, s.msgTokens, s.msgLogprobs = s.msgTurn[:0], s.msgTools[:0], s.msgTokens[:0], s.msgLogprobs[:0]
+	}
 }
 
 // reserve lists the value builders worth pre-sizing after a flush.
@@ -260,10 +314,10 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.str[ColErrorClass] = append(st.str[ColErrorClass], r.ErrorClass)
 	st.f64[ColReward] = append(st.f64[ColReward], r.Reward)
 
-	c.turnRewards.Append(true)
+	st.list[ColTurnRewards] = append(st.list[ColTurnRewards], int32(c.turnRewardsVals.Len()))
 	c.turnRewardsVals.AppendValues(r.TurnRewards, nil)
 
-	c.metrics.Append(true)
+	st.list[ColMetrics] = append(st.list[ColMetrics], int32(len(st.metricName)))
 	if len(r.Metrics) > 0 {
 		c.metricKeys = c.metricKeys[:0]
 		for k := range r.Metrics {
@@ -271,9 +325,8 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		}
 		slices.Sort(c.metricKeys)
 		for _, k := range c.metricKeys {
-			c.metricStruct.Append(true)
-			c.metricName.Append(k)
-			c.metricValue.Append(r.Metrics[k])
+			st.metricName = append(st.metricName, k)
+			st.metricValue = append(st.metricValue, r.Metrics[k])
 		}
 	}
 
@@ -299,13 +352,12 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.str[ColError] = append(st.str[ColError], r.Error)
 	st.task = append(st.task, raw)
 
-	c.msgs.Append(true)
+	st.list[ColMessages] = append(st.list[ColMessages], int32(len(st.msgTurn)))
 	for i := range r.Messages {
 		m := &r.Messages[i]
-		c.msg.Append(true)
-		c.msgRole.Append(m.Role)
-		c.msgContent.Append(m.Content)
-		c.msgTools.Append(true)
+		st.msgRole = append(st.msgRole, m.Role)
+		st.msgContent = append(st.msgContent, m.Content)
+		st.msgTools = append(st.msgTools, int32(c.tool.Len()))
 		for _, tc := range m.ToolCalls {
 			c.tool.Append(true)
 			c.toolID.Append(tc.ID)
@@ -313,21 +365,21 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 			c.toolName.Append(tc.Name)
 			c.toolArgs.Append(tc.Arguments)
 		}
-		c.msgToolCID.Append(m.ToolCallID)
-		c.msgName.Append(m.Name)
-		c.msgTokens.Append(true)
+		st.msgToolCID = append(st.msgToolCID, m.ToolCallID)
+		st.msgName = append(st.msgName, m.Name)
+		st.msgTokens = append(st.msgTokens, int32(c.msgTokenVals.Len()))
 		c.msgTokenVals.AppendValues(m.TokenIDs, nil)
-		c.msgLogprobs.Append(true)
+		st.msgLogprobs = append(st.msgLogprobs, int32(c.msgLPVals.Len()))
 		c.msgLPVals.AppendValues(m.Logprobs, nil)
-		c.msgTurn.Append(int32(m.Turn))
+		st.msgTurn = append(st.msgTurn, int32(m.Turn))
 	}
 
-	c.promptIDs.Append(true)
+	st.list[ColPromptTokenIDs] = append(st.list[ColPromptTokenIDs], int32(c.promptIDVals.Len()))
 	c.promptIDVals.AppendValues(r.PromptTokenIDs, nil)
-	c.respIDs.Append(true)
+	st.list[ColResponseTokenIDs] = append(st.list[ColResponseTokenIDs], int32(c.respIDVals.Len()))
 	c.respIDVals.AppendValues(r.ResponseTokenIDs, nil)
-	c.lossMask.Append(true)
+	st.list[ColLossMask] = append(st.list[ColLossMask], int32(c.lossMaskVals.Len()))
 	c.lossMaskVals.AppendValues(r.LossMask, nil)
-	c.respLP.Append(true)
+	st.list[ColResponseLogprobs] = append(st.list[ColResponseLogprobs], int32(c.respLPVals.Len()))
 	c.respLPVals.AppendValues(r.ResponseLogprobs, nil)
 }

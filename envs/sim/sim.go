@@ -83,14 +83,30 @@ func ReadTrailer(raw json.RawMessage) (simulator.Trailer, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return tr, ErrNoTrailer
 	}
-	if err := json.Unmarshal(raw, &tr); err != nil {
-		return tr, fmt.Errorf("sim env: bad sim trailer %.80q: %w", raw, err)
+	tr, ok := parseTrailer(raw)
+	var err error
+	if !ok {
+		// Anything the fast path does not know (spaces, escapes, other
+		// keys, malformed input) takes encoding/json's path.
+		if tr, err = decodeTrailer(raw); err != nil {
+			return tr, err
+		}
 	}
 	if tr.EnvDelayMs < 0 || tr.ObsTokens < 0 || tr.TurnsLeft < 0 {
 		return tr, fmt.Errorf("sim env: bad sim trailer %.80q: negative field", raw)
 	}
 	if tr.ObsTokens > MaxObsTokens {
 		return tr, fmt.Errorf("sim env: bad sim trailer: obs_tokens %d is above %d", tr.ObsTokens, MaxObsTokens)
+	}
+	return tr, nil
+}
+
+// decodeTrailer is ReadTrailer's encoding/json path (its own function, so
+// that the fast path's Trailer stays on the stack).
+func decodeTrailer(raw []byte) (simulator.Trailer, error) {
+	var tr simulator.Trailer
+	if err := json.Unmarshal(raw, &tr); err != nil {
+		return tr, fmt.Errorf("sim env: bad sim trailer %.80q: %w", raw, err)
 	}
 	return tr, nil
 }

@@ -120,7 +120,55 @@ func FuzzReadTrailer(f *testing.F) {
 		if err == nil && (tr.TurnsLeft < 0 || tr.ObsTokens < 0 || tr.EnvDelayMs < 0 || tr.ObsTokens > simenv.MaxObsTokens) {
 			t.Fatalf("ReadTrailer(%q) = %+v without error", b, tr)
 		}
+		// The fast path agrees with encoding/json whenever it answers.
+		fast, ok := simenv.ParseTrailer(b)
+		if !ok {
+			return
+		}
+		var want simulator.Trailer
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("ParseTrailer(%q) = %+v, but encoding/json fails: %v", b, fast, err)
+		}
+		if fast != want {
+			t.Fatalf("ParseTrailer(%q) = %+v, encoding/json %+v", b, fast, want)
+		}
 	})
+}
+
+// The compact trailers the simulator writes take the fast path; others
+// still decode (through encoding/json) to the same values.
+func TestReadTrailerForms(t *testing.T) {
+	want := simulator.Trailer{TurnsLeft: 2, EnvDelayMs: 12.5, ObsTokens: 30, Correct: true}
+	compact := trailer(t, want)
+	if got, ok := simenv.ParseTrailer(compact); !ok || got != want {
+		t.Fatalf("ParseTrailer(%s) = %+v, %v; want %+v, true", compact, got, ok, want)
+	}
+	for _, s := range []string{
+		string(compact),
+		`{ "turns_left": 2, "env_delay_ms": 1.25e1, "obs_tokens": 30, "correct": true }`,
+		`{"Turns_Left":2,"env_delay_ms":12.5,"obs_tokens":30,"correct":true,"extra":[1,2]}`,
+		`{"turns_left":9,"turns_left":2,"env_delay_ms":12.5,"obs_tokens":30,"correct":true}`,
+	} {
+		got, err := simenv.ReadTrailer([]byte(s))
+		if err != nil || got != want {
+			t.Errorf("ReadTrailer(%s) = %+v, %v; want %+v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{`{"turns_left":01}`, `{"turns_left":1.0}`, `{"env_delay_ms":.5}`, `{"correct":1}`, `{"obs_tokens":1,}`, `{"turns_left":99999999999999999999}`} {
+		if tr, err := simenv.ReadTrailer([]byte(s)); err == nil {
+			t.Errorf("ReadTrailer(%s) = %+v, want an error", s, tr)
+		}
+	}
+}
+
+func BenchmarkReadTrailer(b *testing.B) {
+	raw := trailer(b, simulator.Trailer{TurnsLeft: 0, EnvDelayMs: 0, ObsTokens: 0, Correct: true})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := simenv.ReadTrailer(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func Example() {

@@ -16,6 +16,7 @@ import (
 	"github.com/trajflow/trajflow/envs"
 	_ "github.com/trajflow/trajflow/envs/builtin" // built-in environments
 	"github.com/trajflow/trajflow/internal/analyze"
+	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/internal/llm"
 	"github.com/trajflow/trajflow/internal/sim"
@@ -66,10 +67,16 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
 	}
+	// Record batches are built on an allocator that recycles the buffers
+	// the sinks release: a batch every few groups would otherwise allocate,
+	// zero and garbage-collect all its buffers anew.
+	var batchAlloc memory.Allocator = arrowmem.New(0)
 	if opts.Alloc == nil {
 		opts.Alloc = memory.NewGoAllocator()
+	} else {
+		batchAlloc = opts.Alloc
 	}
-	r := &run{cfg: cfg, opts: opts, stats: newStats()}
+	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc}
 	defer r.cleanup()
 	if err := r.provision(); err != nil {
 		return nil, err
@@ -112,6 +119,8 @@ type run struct {
 	cfg   *config.Config
 	opts  Options
 	stats *stats
+	// batchAlloc is the collators' allocator.
+	batchAlloc memory.Allocator
 
 	client  llm.Client
 	closers []func()
@@ -368,7 +377,7 @@ func (r *run) execute(ctx context.Context) error {
 	coll := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
 		c := collators[rg.dest]
 		if c == nil {
-			c = collate.New(r.opts.Alloc, cfg.Output.BatchRows)
+			c = collate.New(r.batchAlloc, cfg.Output.BatchRows)
 			collators[rg.dest] = c
 		}
 		if rec := c.Add(rg.group); rec != nil {

@@ -54,8 +54,49 @@ type Collator struct {
 	msgTurn      *array.Int32Builder
 
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
+	promptIDVals, respIDVals             *array.Int32Builder
+	lossMaskVals                         *array.Int8Builder
+	respLPVals                           *array.Float32Builder
 
 	metricKeys []string
+
+	// The scalar columns are staged in Go slices, reused from batch to
+	// batch, and appended to their builders in bulk when a record is cut:
+	// one reservation and one validity-bitmap fill per column and batch
+	// instead of one per value.
+	stage stage
+}
+
+// stage holds the buffered rows' values of the scalar columns, by column,
+// the list offsets of the list columns, and the fields of the messages and
+// metrics. Offsets into a staged child (messages, metrics) count its staged
+// elements; offsets into a child built directly are its builder's length.
+type stage struct {
+	str  [numCols][]string
+	i64  [numCols][]int64
+	i32  [numCols][]int32
+	f64  [numCols][]float64
+	bool [numCols][]bool
+	task [][]byte
+	// list holds the row-level list columns' start offsets.
+	list [numCols][]int32
+
+	msgRole, msgContent, msgToolCID, msgName []string
+	msgTurn                                  []int32
+	msgTools, msgTokens, msgLogprobs         []int32
+
+	metricName  []string
+	metricValue []float64
+
+	trues []bool
+}
+
+// valid returns n trues (validity for n values).
+func (s *stage) valid(n int) []bool {
+	for len(s.trues) < n {
+		s.trues = append(s.trues, true)
+	}
+	return s.trues[:n]
 }
 
 // New returns a Collator that allocates from alloc and hands out records of
@@ -113,6 +154,10 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	c.respIDs = c.b.Field(ColResponseTokenIDs).(*array.ListBuilder)
 	c.lossMask = c.b.Field(ColLossMask).(*array.ListBuilder)
 	c.respLP = c.b.Field(ColResponseLogprobs).(*array.ListBuilder)
+	c.promptIDVals = c.promptIDs.ValueBuilder().(*array.Int32Builder)
+	c.respIDVals = c.respIDs.ValueBuilder().(*array.Int32Builder)
+	c.lossMaskVals = c.lossMask.ValueBuilder().(*array.Int8Builder)
+	c.respLPVals = c.respLP.ValueBuilder().(*array.Float32Builder)
 	return c
 }
 
@@ -144,6 +189,7 @@ func (c *Collator) Flush() arrow.Record {
 	}
 	rows := c.rows
 	c.rows = 0
+	c.unstage()
 	// Size the next batch's largest buffers like this one's, so that they
 	// are allocated once rather than grown by doubling and copying.
 	content, task := c.msgContent.DataLen(), c.str[ColTask].DataLen()
@@ -161,6 +207,72 @@ func (c *Collator) Flush() arrow.Record {
 	return rec
 }
 
+// unstage appends the staged scalar values to their builders and empties
+// the stage (dropping its references to the rollouts' strings).
+func (c *Collator) unstage() {
+	s := &c.stage
+	for i := range numCols {
+		if v := s.str[i]; len(v) > 0 {
+			c.str[i].AppendValues(v, nil)
+			clear(v)
+			s.str[i] = v[:0]
+		}
+		if v := s.i64[i]; len(v) > 0 {
+			c.i64[i].AppendValues(v, nil)
+			s.i64[i] = v[:0]
+		}
+		if v := s.i32[i]; len(v) > 0 {
+			c.i32[i].AppendValues(v, nil)
+			s.i32[i] = v[:0]
+		}
+		if v := s.f64[i]; len(v) > 0 {
+			c.f64[i].AppendValues(v, nil)
+			s.f64[i] = v[:0]
+		}
+		if v := s.bool[i]; len(v) > 0 {
+			c.bool[i].AppendValues(v, nil)
+			s.bool[i] = v[:0]
+		}
+	}
+	if len(s.task) > 0 {
+		c.str[ColTask].BinaryBuilder.AppendValues(s.task, nil)
+		clear(s.task)
+		s.task = s.task[:0]
+	}
+	for i, lb := range []*array.ListBuilder{
+		ColTurnRewards: c.turnRewards, ColMetrics: c.metrics, ColMessages: c.msgs,
+		ColPromptTokenIDs: c.promptIDs, ColResponseTokenIDs: c.respIDs, ColLossMask: c.lossMask, ColResponseLogprobs: c.respLP,
+	} {
+		if v := s.list[i]; lb != nil && len(v) > 0 {
+			lb.AppendValues(v, s.valid(len(v)))
+			s.list[i] = v[:0]
+		}
+	}
+	if n := len(s.metricName); n > 0 {
+		c.metricStruct.AppendValues(s.valid(n))
+		c.metricName.AppendValues(s.metricName, nil)
+		c.metricValue.AppendValues(s.metricValue, nil)
+		clear(s.metricName)
+		s.metricName, s.metricValue = s.metricName[:0], s.metricValue[:0]
+	}
+	if n := len(s.msgTurn); n > 0 {
+		c.msg.AppendValues(s.valid(n))
+		for _, f := range []struct {
+			b *array.StringBuilder
+			v *[]string
+		}{{c.msgRole, &s.msgRole}, {c.msgContent, &s.msgContent}, {c.msgToolCID, &s.msgToolCID}, {c.msgName, &s.msgName}} {
+			f.b.AppendValues(*f.v, nil)
+			clear(*f.v)
+			*f.v = (*f.v)[:0]
+		}
+		c.msgTurn.AppendValues(s.msgTurn, nil)
+		c.msgTools.AppendValues(s.msgTools, s.valid(n))
+		c.msgTokens.AppendValues(s.msgTokens, s.valid(n))
+		c.msgLogprobs.AppendValues(s.msgLogprobs, s.valid(n))
+		s.msgTurn, s.msgTools, s.msgTokens, s.msgLogprobs = s.msgTurn[:0], s.msgTools[:0], s.msgTokens[:0], s.msgLogprobs[:0]
+	}
+}
+
 // reserve lists the value builders worth pre-sizing after a flush.
 func (c *Collator) reserve() []array.Builder {
 	return []array.Builder{c.msg, c.msgTokenVals, c.msgLPVals,
@@ -174,6 +286,7 @@ func (c *Collator) Release() {
 		c.b = nil
 	}
 	c.rows = 0
+	c.stage = stage{}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -186,24 +299,25 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		taskIndex = r.Task.Index
 		raw = r.Task.Raw
 	}
-	c.str[ColRunID].Append(r.RunID)
-	c.i64[ColTaskIndex].Append(taskIndex)
-	c.i32[ColAttempt].Append(int32(r.Attempt))
-	c.i32[ColRolloutIndex].Append(int32(r.RolloutIndex))
-	c.str[ColGroupID].Append(r.GroupID)
-	c.str[ColTrajID].Append(r.TrajID)
-	c.i64[ColSeed].Append(r.Seed)
-	c.i32[ColGroupSize].Append(int32(r.GroupSize))
-	c.str[ColEnv].Append(r.Env)
-	c.str[ColModel].Append(r.Model)
-	c.str[ColStatus].Append(string(r.Status))
-	c.str[ColErrorClass].Append(r.ErrorClass)
-	c.f64[ColReward].Append(r.Reward)
+	st := &c.stage
+	st.str[ColRunID] = append(st.str[ColRunID], r.RunID)
+	st.i64[ColTaskIndex] = append(st.i64[ColTaskIndex], taskIndex)
+	st.i32[ColAttempt] = append(st.i32[ColAttempt], int32(r.Attempt))
+	st.i32[ColRolloutIndex] = append(st.i32[ColRolloutIndex], int32(r.RolloutIndex))
+	st.str[ColGroupID] = append(st.str[ColGroupID], r.GroupID)
+	st.str[ColTrajID] = append(st.str[ColTrajID], r.TrajID)
+	st.i64[ColSeed] = append(st.i64[ColSeed], r.Seed)
+	st.i32[ColGroupSize] = append(st.i32[ColGroupSize], int32(r.GroupSize))
+	st.str[ColEnv] = append(st.str[ColEnv], r.Env)
+	st.str[ColModel] = append(st.str[ColModel], r.Model)
+	st.str[ColStatus] = append(st.str[ColStatus], string(r.Status))
+	st.str[ColErrorClass] = append(st.str[ColErrorClass], r.ErrorClass)
+	st.f64[ColReward] = append(st.f64[ColReward], r.Reward)
 
-	c.turnRewards.Append(true)
+	st.list[ColTurnRewards] = append(st.list[ColTurnRewards], int32(c.turnRewardsVals.Len()))
 	c.turnRewardsVals.AppendValues(r.TurnRewards, nil)
 
-	c.metrics.Append(true)
+	st.list[ColMetrics] = append(st.list[ColMetrics], int32(len(st.metricName)))
 	if len(r.Metrics) > 0 {
 		c.metricKeys = c.metricKeys[:0]
 		for k := range r.Metrics {
@@ -211,41 +325,39 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		}
 		slices.Sort(c.metricKeys)
 		for _, k := range c.metricKeys {
-			c.metricStruct.Append(true)
-			c.metricName.Append(k)
-			c.metricValue.Append(r.Metrics[k])
+			st.metricName = append(st.metricName, k)
+			st.metricValue = append(st.metricValue, r.Metrics[k])
 		}
 	}
 
-	c.str[ColFinishReason].Append(r.FinishReason)
-	c.bool[ColTerminated].Append(r.Terminated)
-	c.bool[ColTruncated].Append(r.Truncated)
-	c.bool[ColMaxTurnsReached].Append(r.MaxTurnsReached)
-	c.i32[ColNumTurns].Append(int32(r.NumTurns))
-	c.i32[ColTokenContinuityBreaks].Append(int32(r.TokenContinuityBreaks))
-	c.i32[ColToolCalls].Append(int32(r.ToolCalls))
-	c.i32[ColRetries].Append(int32(r.Retries))
-	c.f64[ColGroupRewardMean].Append(r.GroupRewardMean)
-	c.f64[ColGroupRewardStd].Append(r.GroupRewardStd)
-	c.f64[ColAdvantage].Append(r.Advantage)
-	c.bool[ColKept].Append(r.Kept)
-	c.str[ColFilterReason].Append(r.FilterReason)
-	c.i64[ColPromptTokens].Append(int64(r.PromptTokens))
-	c.i64[ColCompletionTokens].Append(int64(r.CompletionTokens))
-	c.i64[ColEnvTokens].Append(int64(r.EnvTokens))
-	c.f64[ColGenMS].Append(ms(r.GenTime))
-	c.f64[ColEnvMS].Append(ms(r.EnvTime))
-	c.f64[ColTotalMS].Append(ms(r.TotalTime))
-	c.str[ColError].Append(r.Error)
-	c.str[ColTask].BinaryBuilder.Append(raw)
+	st.str[ColFinishReason] = append(st.str[ColFinishReason], r.FinishReason)
+	st.bool[ColTerminated] = append(st.bool[ColTerminated], r.Terminated)
+	st.bool[ColTruncated] = append(st.bool[ColTruncated], r.Truncated)
+	st.bool[ColMaxTurnsReached] = append(st.bool[ColMaxTurnsReached], r.MaxTurnsReached)
+	st.i32[ColNumTurns] = append(st.i32[ColNumTurns], int32(r.NumTurns))
+	st.i32[ColTokenContinuityBreaks] = append(st.i32[ColTokenContinuityBreaks], int32(r.TokenContinuityBreaks))
+	st.i32[ColToolCalls] = append(st.i32[ColToolCalls], int32(r.ToolCalls))
+	st.i32[ColRetries] = append(st.i32[ColRetries], int32(r.Retries))
+	st.f64[ColGroupRewardMean] = append(st.f64[ColGroupRewardMean], r.GroupRewardMean)
+	st.f64[ColGroupRewardStd] = append(st.f64[ColGroupRewardStd], r.GroupRewardStd)
+	st.f64[ColAdvantage] = append(st.f64[ColAdvantage], r.Advantage)
+	st.bool[ColKept] = append(st.bool[ColKept], r.Kept)
+	st.str[ColFilterReason] = append(st.str[ColFilterReason], r.FilterReason)
+	st.i64[ColPromptTokens] = append(st.i64[ColPromptTokens], int64(r.PromptTokens))
+	st.i64[ColCompletionTokens] = append(st.i64[ColCompletionTokens], int64(r.CompletionTokens))
+	st.i64[ColEnvTokens] = append(st.i64[ColEnvTokens], int64(r.EnvTokens))
+	st.f64[ColGenMS] = append(st.f64[ColGenMS], ms(r.GenTime))
+	st.f64[ColEnvMS] = append(st.f64[ColEnvMS], ms(r.EnvTime))
+	st.f64[ColTotalMS] = append(st.f64[ColTotalMS], ms(r.TotalTime))
+	st.str[ColError] = append(st.str[ColError], r.Error)
+	st.task = append(st.task, raw)
 
-	c.msgs.Append(true)
+	st.list[ColMessages] = append(st.list[ColMessages], int32(len(st.msgTurn)))
 	for i := range r.Messages {
 		m := &r.Messages[i]
-		c.msg.Append(true)
-		c.msgRole.Append(m.Role)
-		c.msgContent.Append(m.Content)
-		c.msgTools.Append(true)
+		st.msgRole = append(st.msgRole, m.Role)
+		st.msgContent = append(st.msgContent, m.Content)
+		st.msgTools = append(st.msgTools, int32(c.tool.Len()))
 		for _, tc := range m.ToolCalls {
 			c.tool.Append(true)
 			c.toolID.Append(tc.ID)
@@ -253,24 +365,21 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 			c.toolName.Append(tc.Name)
 			c.toolArgs.Append(tc.Arguments)
 		}
-		c.msgToolCID.Append(m.ToolCallID)
-		c.msgName.Append(m.Name)
-		c.msgTokens.Append(true)
+		st.msgToolCID = append(st.msgToolCID, m.ToolCallID)
+		st.msgName = append(st.msgName, m.Name)
+		st.msgTokens = append(st.msgTokens, int32(c.msgTokenVals.Len()))
 		c.msgTokenVals.AppendValues(m.TokenIDs, nil)
-		c.msgLogprobs.Append(true)
+		st.msgLogprobs = append(st.msgLogprobs, int32(c.msgLPVals.Len()))
 		c.msgLPVals.AppendValues(m.Logprobs, nil)
-		c.msgTurn.Append(int32(m.Turn))
+		st.msgTurn = append(st.msgTurn, int32(m.Turn))
 	}
 
-	appendInt32s(c.promptIDs, r.PromptTokenIDs)
-	appendInt32s(c.respIDs, r.ResponseTokenIDs)
-	c.lossMask.Append(true)
-	c.lossMask.ValueBuilder().(*array.Int8Builder).AppendValues(r.LossMask, nil)
-	c.respLP.Append(true)
-	c.respLP.ValueBuilder().(*array.Float32Builder).AppendValues(r.ResponseLogprobs, nil)
-}
-
-func appendInt32s(lb *array.ListBuilder, v []int32) {
-	lb.Append(true)
-	lb.ValueBuilder().(*array.Int32Builder).AppendValues(v, nil)
+	st.list[ColPromptTokenIDs] = append(st.list[ColPromptTokenIDs], int32(c.promptIDVals.Len()))
+	c.promptIDVals.AppendValues(r.PromptTokenIDs, nil)
+	st.list[ColResponseTokenIDs] = append(st.list[ColResponseTokenIDs], int32(c.respIDVals.Len()))
+	c.respIDVals.AppendValues(r.ResponseTokenIDs, nil)
+	st.list[ColLossMask] = append(st.list[ColLossMask], int32(c.lossMaskVals.Len()))
+	c.lossMaskVals.AppendValues(r.LossMask, nil)
+	st.list[ColResponseLogprobs] = append(st.list[ColResponseLogprobs], int32(c.respLPVals.Len()))
+	c.respLPVals.AppendValues(r.ResponseLogprobs, nil)
 }

@@ -112,15 +112,40 @@ func (g *Generator) trackTokens(r *pipeline.Rollout, resp *llm.Response) {
 		}
 	}
 	ids := resp.Message.TokenIDs
+	if len(ids) == 0 {
+		return
+	}
+	lp := resp.Message.Logprobs
+	if len(lp) != len(ids) {
+		lp = nil
+	}
+	if len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0 && len(r.ResponseLogprobs) == 0 {
+		// The first generated tokens: share the response's arrays (capped,
+		// so that a later turn's append copies rather than writes into
+		// them) instead of copying them.
+		r.ResponseTokenIDs = ids[:len(ids):len(ids)]
+		r.LossMask = ones(len(ids))
+		if lp != nil {
+			r.ResponseLogprobs = lp[:len(lp):len(lp)]
+		} else {
+			r.ResponseLogprobs = make([]float32, len(ids))
+		}
+		return
+	}
 	r.ResponseTokenIDs = append(r.ResponseTokenIDs, ids...)
-	mask := make([]int8, len(ids))
+	r.LossMask = append(r.LossMask, ones(len(ids))...)
+	if lp != nil {
+		r.ResponseLogprobs = append(r.ResponseLogprobs, lp...)
+	} else {
+		r.ResponseLogprobs = append(r.ResponseLogprobs, make([]float32, len(ids))...)
+	}
+}
+
+// ones returns n ones.
+func ones(n int) []int8 {
+	mask := make([]int8, n)
 	for i := range mask {
 		mask[i] = 1
 	}
-	r.LossMask = append(r.LossMask, mask...)
-	lp := resp.Message.Logprobs
-	if len(lp) != len(ids) {
-		lp = make([]float32, len(ids))
-	}
-	r.ResponseLogprobs = append(r.ResponseLogprobs, lp...)
+	return mask
 }

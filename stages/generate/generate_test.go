@@ -127,3 +127,53 @@ func TestFailures(t *testing.T) {
 		t.Fatalf("a cancelled turn returns the context's error, got %v", err)
 	}
 }
+
+// The first turn's token view shares the response's arrays; later turns
+// must copy rather than write into them, and missing logprobs read as 0.
+func TestTokenViewLeavesResponsesAlone(t *testing.T) {
+	r1 := resp([]int32{1, 2}, append(make([]int32, 0, 16), 10, 11)) // room to append in place
+	r1.Message.Logprobs = nil
+	r2 := resp([]int32{1, 2, 10, 11, 7}, []int32{20})
+	g := generate.New(&scripted{resps: []*llm.Response{r1, r2}}, "m", nil)
+	r := rollout()
+	if err := g.Turn(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.LossMask, []int8{1, 1}) || !slices.Equal(r.ResponseLogprobs, []float32{0, 0}) {
+		t.Fatalf("after one turn: mask %v logprobs %v", r.LossMask, r.ResponseLogprobs)
+	}
+	r.Messages = append(r.Messages, pipeline.Message{Role: "user", Content: "obs", Turn: 1})
+	if err := g.Turn(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.ResponseTokenIDs, []int32{10, 11, 7, 20}) || !slices.Equal(r.LossMask, []int8{1, 1, 0, 1}) ||
+		!slices.Equal(r.ResponseLogprobs, []float32{0, 0, 0, -0.5}) {
+		t.Fatalf("after two turns: ids %v mask %v logprobs %v", r.ResponseTokenIDs, r.LossMask, r.ResponseLogprobs)
+	}
+	if got := r1.Message.TokenIDs[:cap(r1.Message.TokenIDs)][2]; got != 0 {
+		t.Fatalf("the first response's array was written past its length: %d", got)
+	}
+	if !slices.Equal(r.Messages[1].TokenIDs, []int32{10, 11}) {
+		t.Fatalf("first assistant message ids %v", r.Messages[1].TokenIDs)
+	}
+}
+
+// BenchmarkTurn is one single-turn generation against an instant client:
+// the generate stage's own cost around Complete.
+func BenchmarkTurn(b *testing.B) {
+	gen := make([]int32, 60)
+	res := resp([]int32{1, 2, 3}, gen)
+	c := instant{res}
+	g := generate.New(c, "m", map[string]any{"temperature": 1.0, "return_token_ids": true})
+	b.ReportAllocs()
+	for b.Loop() {
+		r := rollout()
+		if err := g.Turn(context.Background(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type instant struct{ resp *llm.Response }
+
+func (c instant) Complete(context.Context, *llm.Request) (*llm.Response, error) { return c.resp, nil }

@@ -126,9 +126,13 @@ func (l *Loop) run(ctx context.Context) error {
 		}
 	}()
 
-	// quit tells the workers that the input ended and every trajectory left.
-	quit := make(chan struct{})
 	eg, ctx := errgroup.WithContext(ctx)
+	// stop tells the workers that the input ended and every trajectory
+	// left (quit), or that the graph is stopping: one channel, so that an
+	// idle worker waits on three channels rather than four.
+	stopCtx, quit := context.WithCancel(ctx)
+	defer quit()
+	stop := stopCtx.Done()
 	finish := func(r *pipeline.Rollout) error {
 		if r.Status == pipeline.StatusError && r.Retries < l.opts.SampleRetries && work.Err() == nil {
 			// Try the sample again; it keeps its slot.
@@ -206,14 +210,14 @@ func (l *Loop) run(ctx context.Context) error {
 				return err
 			}
 		}
-		close(quit)
+		quit()
 		return nil
 	})
 	// Environment workers: steps of trajectories inside go before resets.
 	for range l.opts.EnvWorkers {
 		eg.Go(func() error {
 			for {
-				r, step, ok := next(ctx, quit, q.stepQ, q.resetQ)
+				r, step, ok := next(stop, q.stepQ, q.resetQ)
 				if !ok {
 					return ctx.Err()
 				}
@@ -247,7 +251,7 @@ func (l *Loop) run(ctx context.Context) error {
 	for range l.opts.GenWorkers {
 		eg.Go(func() error {
 			for {
-				r, _, ok := next(ctx, quit, q.genCont, q.genNew)
+				r, _, ok := next(stop, q.genCont, q.genNew)
 				if !ok {
 					return ctx.Err()
 				}
@@ -275,12 +279,18 @@ func (l *Loop) run(ctx context.Context) error {
 	return nil
 }
 
-// next receives from hi if it has an item, else from whichever of hi and lo
-// has one first. ok is false when quit is closed or ctx is done.
-func next(ctx context.Context, quit <-chan struct{}, hi, lo <-chan *pipeline.Rollout) (r *pipeline.Rollout, fromHi, ok bool) {
+// next receives from hi if it has an item, else from lo if it has one,
+// else from whichever of hi and lo has one first. ok is false when stop is
+// closed.
+func next(stop <-chan struct{}, hi, lo <-chan *pipeline.Rollout) (r *pipeline.Rollout, fromHi, ok bool) {
 	select {
 	case r = <-hi:
 		return r, true, true
+	default:
+	}
+	select {
+	case r = <-lo:
+		return r, false, true
 	default:
 	}
 	select {
@@ -288,9 +298,7 @@ func next(ctx context.Context, quit <-chan struct{}, hi, lo <-chan *pipeline.Rol
 		return r, true, true
 	case r = <-lo:
 		return r, false, true
-	case <-quit:
-		return nil, false, false
-	case <-ctx.Done():
+	case <-stop:
 		return nil, false, false
 	}
 }

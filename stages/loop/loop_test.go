@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,4 +290,66 @@ func TestFailedSampleRetriedOnItsOwn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// instantEnv ends every trajectory at its first step.
+type instantEnv struct{}
+
+func (instantEnv) Reset(context.Context, *pipeline.Rollout) (*envs.Reset, error) { return nil, nil }
+
+func (instantEnv) Step(context.Context, *pipeline.Rollout, pipeline.Message) (*envs.Step, error) {
+	return &envs.Step{Reward: 1, Terminated: true}, nil
+}
+
+// instantModel answers at once with a fixed response.
+type instantModel struct{ resp *llm.Response }
+
+func (m instantModel) Complete(context.Context, *llm.Request) (*llm.Response, error) {
+	return m.resp, nil
+}
+
+// BenchmarkLoop is the loop's own cost per single-turn rollout (admission,
+// reset, generation, step, hand-over between the workers) with a model
+// and an environment that answer at once, at the overhead benchmark's 64
+// generation and 64 environment workers.
+func BenchmarkLoop(b *testing.B) {
+	model := instantModel{&llm.Response{
+		Message: pipeline.Message{Role: pipeline.RoleAssistant, Content: "1"}, FinishReason: "stop", CompletionTokens: 1,
+	}}
+	task := &pipeline.Task{Messages: []pipeline.Message{{Role: "user", Content: "hi"}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	g := pipeline.NewGraph()
+	src := pipeline.NewSource(g, "src", 16, func(ctx context.Context, emit func(*pipeline.Rollout) error) error {
+		for range b.N {
+			if err := emit(&pipeline.Rollout{Task: task, GroupSize: 1, GroupID: "t", Messages: task.Messages}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	l := loop.New(g, "loop", generate.New(model, "m", nil), envstep.New(instantEnv{}, "test", envstep.Limits{MaxTurns: 1}),
+		loop.Options{GenWorkers: 64, EnvWorkers: 64, Buffer: 64})
+	n := 0
+	src.Via(l).To(pipeline.NewSink(g, "out", 16, func(_ context.Context, r *pipeline.Rollout) error {
+		n++
+		return nil
+	}, nil))
+	if err := g.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if n != b.N {
+		b.Fatalf("%d rollouts out, want %d", n, b.N)
+	}
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -93,7 +93,8 @@ func cloneMessages(msgs []pipeline.Message) []pipeline.Message {
 	if msgs == nil {
 		return nil
 	}
-	out := make([]pipeline.Message, len(msgs))
+	// Room for the first reply, which every rollout that generates appends.
+	out := make([]pipeline.Message, len(msgs), len(msgs)+1)
 	for i, m := range msgs {
 		if m.ToolCalls != nil {
 			m.ToolCalls = append([]pipeline.ToolCall(nil), m.ToolCalls...)

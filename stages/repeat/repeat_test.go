@@ -114,3 +114,16 @@ func TestNDefaultsToOne(t *testing.T) {
 		t.Fatalf("rollouts %+v", rs)
 	}
 }
+
+// BenchmarkExpandAndReply is a group's expansion plus each rollout's first
+// reply appended to its messages (as the generate stage does).
+func BenchmarkExpandAndReply(b *testing.B) {
+	task := &pipeline.Task{Index: 17, Messages: []pipeline.Message{{Role: "user", Content: "u"}}}
+	e := New(config.Repeat{N: 4, Seed: 10, SeedMode: "offset"}, "run1", "math", "qwen")
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range e.Expand(task, 0) {
+			r.Messages = append(r.Messages, pipeline.Message{Role: "assistant"})
+		}
+	}
+}

@@ -1,0 +1,4 @@
+package sim
+
+// ParseTrailer is parseTrailer, for the differential fuzz test.
+var ParseTrailer = parseTrailer

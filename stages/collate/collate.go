@@ -207,32 +207,27 @@ func (c *Collator) Flush() arrow.Record {
 	return rec
 }
 
+// unstageCol appends the staged values v to b (only when there are any:
+// b is nil for columns of another type) and returns v emptied, without
+// references to what it held.
+func unstageCol[T any, B interface{ AppendValues([]T, []bool) }](b B, v []T) []T {
+	if len(v) > 0 {
+		b.AppendValues(v, nil)
+		clear(v)
+	}
+	return v[:0]
+}
+
 // unstage appends the staged scalar values to their builders and empties
 // the stage (dropping its references to the rollouts' strings).
 func (c *Collator) unstage() {
 	s := &c.stage
 	for i := range numCols {
-		if v := s.str[i]; len(v) > 0 {
-			c.str[i].AppendValues(v, nil)
-			clear(v)
-			s.str[i] = v[:0]
-		}
-		if v := s.i64[i]; len(v) > 0 {
-			c.i64[i].AppendValues(v, nil)
-			s.i64[i] = v[:0]
-		}
-		if v := s.i32[i]; len(v) > 0 {
-			c.i32[i].AppendValues(v, nil)
-			s.i32[i] = v[:0]
-		}
-		if v := s.f64[i]; len(v) > 0 {
-			c.f64[i].AppendValues(v, nil)
-			s.f64[i] = v[:0]
-		}
-		if v := s.bool[i]; len(v) > 0 {
-			c.bool[i].AppendValues(v, nil)
-			s.bool[i] = v[:0]
-		}
+		s.str[i] = unstageCol(c.str[i], s.str[i])
+		s.i64[i] = unstageCol(c.i64[i], s.i64[i])
+		s.i32[i] = unstageCol(c.i32[i], s.i32[i])
+		s.f64[i] = unstageCol(c.f64[i], s.f64[i])
+		s.bool[i] = unstageCol(c.bool[i], s.bool[i])
 	}
 	if len(s.task) > 0 {
 		c.str[ColTask].BinaryBuilder.AppendValues(s.task, nil)

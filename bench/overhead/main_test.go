@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
@@ -17,16 +14,5 @@ func TestMain(m *testing.M) {
 
 // TestQuick runs the command's smoke mode end to end.
 func TestQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the benchmark's -quick mode")
-	}
-	var out, errs bytes.Buffer
-	if code := run(context.Background(), []string{"-quick"}, &out, &errs); code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
-	}
-	for _, want := range []string{"| trajflow pipeline (trajflow run, Parquet out) | 800 |", "| bare loop, trajflow's llm client | 800 |", "| bare loop, raw net/http"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
+	harness.RunQuick(t, run, []string{"-quick"}, "| trajflow pipeline (trajflow run, Parquet out) | 800 |", "| bare loop, trajflow's llm client | 800 |", "| bare loop, raw net/http")
 }

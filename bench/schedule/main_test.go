@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
@@ -17,16 +14,5 @@ func TestMain(m *testing.M) {
 
 // TestQuick runs the command's smoke mode end to end.
 func TestQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the benchmark's -quick mode")
-	}
-	var out, errs bytes.Buffer
-	if code := run(context.Background(), []string{"-quick"}, &out, &errs); code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
-	}
-	for _, want := range []string{"| single 4·B | trajflow |", "| multi 1-4 turns, env 0.1s | barrier, 32/batch |", "| ds K=8 n=4 keep=0.5 | barrier, G=24 |", "committed 8 groups, 0 with zero std"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
+	harness.RunQuick(t, run, []string{"-quick"}, "| single 4·B | trajflow |", "| multi 1-4 turns, env 0.1s | barrier, 32/batch |", "| ds K=8 n=4 keep=0.5 | barrier, G=24 |", "committed 8 groups, 0 with zero std")
 }

@@ -139,9 +139,6 @@ func openFile(path string, alloc memory.Allocator, batchRows int) (*pqFile, erro
 
 func (f *pqFile) close() { _ = f.f.Close() }
 
-// rows returns the number of rows the footer declares.
-func (f *pqFile) rows() int64 { return f.f.PF.NumRows() }
-
 // fields returns the indices of the named top-level columns, in file
 // order.
 func (f *pqFile) fields(names []string) ([]int, error) {

@@ -80,11 +80,10 @@ type message struct {
 // converter turns records into rows. Its slices are reused between
 // records; reset drops every reference into the last record's buffers.
 type converter struct {
-	rows     []row
-	msgs     []message
-	tools    []toolCall
-	metrics  []metric
-	lastRows int
+	rows    []row
+	msgs    []message
+	tools   []toolCall
+	metrics []metric
 }
 
 // listSlice returns row i of a list array as a subslice of vals, the

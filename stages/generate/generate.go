@@ -115,30 +115,23 @@ func (g *Generator) trackTokens(r *pipeline.Rollout, resp *llm.Response) {
 	if len(ids) == 0 {
 		return
 	}
+	n := len(ids)
 	lp := resp.Message.Logprobs
-	if len(lp) != len(ids) {
-		lp = nil
+	if len(lp) != n {
+		lp = make([]float32, n) // no logprobs: zeros
 	}
 	if len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0 && len(r.ResponseLogprobs) == 0 {
 		// The first generated tokens: share the response's arrays (capped,
 		// so that a later turn's append copies rather than writes into
 		// them) instead of copying them.
-		r.ResponseTokenIDs = ids[:len(ids):len(ids)]
-		r.LossMask = ones(len(ids))
-		if lp != nil {
-			r.ResponseLogprobs = lp[:len(lp):len(lp)]
-		} else {
-			r.ResponseLogprobs = make([]float32, len(ids))
-		}
+		r.ResponseTokenIDs = ids[:n:n]
+		r.LossMask = ones(n)
+		r.ResponseLogprobs = lp[:n:n]
 		return
 	}
 	r.ResponseTokenIDs = append(r.ResponseTokenIDs, ids...)
-	r.LossMask = append(r.LossMask, ones(len(ids))...)
-	if lp != nil {
-		r.ResponseLogprobs = append(r.ResponseLogprobs, lp...)
-	} else {
-		r.ResponseLogprobs = append(r.ResponseLogprobs, make([]float32, len(ids))...)
-	}
+	r.LossMask = append(r.LossMask, ones(n)...)
+	r.ResponseLogprobs = append(r.ResponseLogprobs, lp...)
 }
 
 // ones returns n ones.

@@ -125,7 +125,7 @@ func RunChild(ctx context.Context, config string, sets ...string) (ChildRun, err
 // Main is a bench command's main: it serves as the trajflow child when
 // started as one (see MaybeChild), else runs run with a context cancelled
 // on interrupt, and exits with its code.
-func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
+func Main(run RunFunc) {
 	MaybeChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

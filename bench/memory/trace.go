@@ -59,7 +59,7 @@ func traceChild(ctx context.Context, dir, tag string, every time.Duration, gctra
 		defer t.Stop()
 		for {
 			if kb, ok := vmRSS(status); ok && kb > 0 { // 0 while the child execs
-				fmt.Fprintf(w, "%.3f,%.1f\n", time.Since(start).Seconds(), float64(kb)/1024)
+				fmt.Fprintf(w, "%.3f,%.3f\n", time.Since(start).Seconds(), float64(kb)/1024) // kB precision: a child still exec-ing holds a few kB
 			}
 			select {
 			case <-done:

@@ -2,6 +2,7 @@ package analyze
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/schema"
 	"path/filepath"
 	"testing"
 
@@ -10,8 +11,7 @@ import (
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // benchSetup writes a run of 500 tasks × 8 rollouts with ~8 KB of payload
@@ -21,7 +21,7 @@ func benchSetup(b *testing.B) string {
 	dir := b.TempDir()
 	var gs []*pipeline.Group
 	for t := range int64(500) {
-		gs = append(gs, collatetest.Group(t, 8, 8<<10))
+		gs = append(gs, pipelinetest.Group(t, 8, 8<<10))
 	}
 	writeRun(b, filepath.Join(dir, "data"), gs, 256, pqsink.Options{FileRows: 1024})
 	return dir
@@ -56,7 +56,7 @@ func BenchmarkStatsAllColumns(b *testing.B) {
 				b.Fatal(err)
 			}
 			err = f.records(context.Background(), nil, func(rec arrow.Record) error {
-				rs, err := collate.Rollouts(rec)
+				rs, err := schema.Rollouts(rec)
 				for _, r := range rs {
 					agg.Add(r)
 				}

@@ -11,7 +11,7 @@ import (
 	"github.com/trajflow/trajflow/internal/analyze"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // writeExampleRun writes tasks [from, to) (groups of 4) into dir/data.
@@ -24,7 +24,7 @@ func writeExampleRun(dir string, from, to int64) error {
 	c := collate.New(memory.DefaultAllocator, 4)
 	defer c.Release()
 	for task := from; task < to; task++ {
-		if rec := c.Add(collatetest.Group(task, 4, 64)); rec != nil {
+		if rec := c.Add(pipelinetest.Group(task, 4, 64)); rec != nil {
 			err := w.Write(ctx, rec)
 			rec.Release()
 			if err != nil {

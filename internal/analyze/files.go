@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // DefaultBatchRows is the number of rows per record batch read when an
@@ -130,7 +130,7 @@ func openFile(path string, alloc memory.Allocator, batchRows int) (*pqFile, erro
 		f.close()
 		return nil, fmt.Errorf("analyze: %w", err)
 	}
-	if err := collate.CheckSchema(s); err != nil {
+	if err := schema.Check(s); err != nil {
 		f.close()
 		return nil, fmt.Errorf("analyze: %s: not in trajflow's output schema: %w", path, err)
 	}

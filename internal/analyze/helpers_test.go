@@ -2,6 +2,7 @@ package analyze
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/schema"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -16,10 +17,10 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
-// groups returns collatetest groups for tasks [from, to): n = 8 for tasks
+// groups returns pipelinetest groups for tasks [from, to): n = 8 for tasks
 // divisible by 3, else 4. Every rollout gets run id runID.
 func groups(runID string, from, to int64) []*pipeline.Group {
 	var out []*pipeline.Group
@@ -28,7 +29,7 @@ func groups(runID string, from, to int64) []*pipeline.Group {
 		if t%3 == 0 {
 			n = 8
 		}
-		g := collatetest.Group(t, n, 200)
+		g := pipelinetest.Group(t, n, 200)
 		g.Key.Attempt = g.Rollouts[0].Attempt
 		for _, r := range g.Rollouts {
 			r.RunID = runID
@@ -108,7 +109,7 @@ func readRollouts(t testing.TB, alloc memory.Allocator, files ...string) ([]*pip
 		}
 		tr := array.NewTableReader(tbl, 1<<20)
 		for tr.Next() {
-			rs, err := collate.Rollouts(tr.Record())
+			rs, err := schema.Rollouts(tr.Record())
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // MergeOptions configure Merge. Zero values take the defaults.
@@ -64,7 +64,7 @@ type MergeResult struct {
 // task_index and attempt), once it holds at least opts.FileRows rows.
 //
 // Before writing anything Merge checks every input: its schema
-// (collate.CheckSchema), that all carry the same trajflow.schema_version,
+// (schema.Check), that all carry the same trajflow.schema_version,
 // and, unless opts.AllowDuplicates, that no (task_index, attempt,
 // rollout_index) key repeats within a run_id. It refuses an outDir/data
 // that already holds part files unless opts.Force, and an input inside
@@ -321,9 +321,9 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 			if n == 0 {
 				return nil
 			}
-			runID := rec.Column(collate.ColRunID).(*array.String)
-			task := rec.Column(collate.ColTaskIndex).(*array.Int64).Int64Values()
-			attempt := rec.Column(collate.ColAttempt).(*array.Int32).Int32Values()
+			runID := rec.Column(schema.ColRunID).(*array.String)
+			task := rec.Column(schema.ColTaskIndex).(*array.Int64).Int64Values()
+			attempt := rec.Column(schema.ColAttempt).(*array.Int32).Int32Values()
 			groupStart := func(i int) bool {
 				if i == 0 {
 					return !prev.valid || prev.run != runID.Value(0) || prev.task != task[0] || prev.attempt != attempt[0]

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"io"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // StatsOptions configure Stats.
@@ -122,7 +122,7 @@ type statsDecoder struct {
 }
 
 func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error) {
-	// The column types were checked by collate.CheckSchema; a failed
+	// The column types were checked by schema.Check; a failed
 	// assertion here is a reader surprise, reported rather than fatal.
 	defer func() {
 		if p := recover(); p != nil {
@@ -143,8 +143,8 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 	reward := col("reward").(*array.Float64)
 	mlist := col("metrics").(*array.List)
 	mst := mlist.ListValues().(*array.Struct)
-	mname := mst.Field(collate.MetricName).(*array.String)
-	mval := mst.Field(collate.MetricValue).(*array.Float64)
+	mname := mst.Field(schema.MetricName).(*array.String)
+	mval := mst.Field(schema.MetricValue).(*array.Float64)
 	terminated := col("terminated").(*array.Boolean)
 	truncated := col("truncated").(*array.Boolean)
 	maxTurns := col("max_turns_reached").(*array.Boolean)

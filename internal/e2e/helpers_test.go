@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -23,7 +24,6 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // binary is the path of the trajflow binary TestMain built.
@@ -237,7 +237,7 @@ func readFile(t *testing.T, path string, alloc memory.Allocator) ([]*pipeline.Ro
 		t.Fatalf("%s: %v", path, err)
 	}
 	defer tbl.Release()
-	if err := collate.CheckSchema(tbl.Schema()); err != nil {
+	if err := schema.Check(tbl.Schema()); err != nil {
 		t.Fatalf("%s: schema read back: %v", path, err)
 	}
 	if tbl.NumRows() == 0 {
@@ -247,7 +247,7 @@ func readFile(t *testing.T, path string, alloc memory.Allocator) ([]*pipeline.Ro
 	defer tr.Release()
 	var out []*pipeline.Rollout
 	for tr.Next() {
-		rs, err := collate.Rollouts(tr.Record())
+		rs, err := schema.Rollouts(tr.Record())
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}

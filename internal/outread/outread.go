@@ -3,6 +3,7 @@ package outread
 import (
 	"context"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"path/filepath"
 	"sort"
 
@@ -11,7 +12,6 @@ import (
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // Dir reads every committed part file (part-*.parquet) of dir, in order.
@@ -52,7 +52,7 @@ func read(path string, alloc memory.Allocator) ([]*pipeline.Rollout, error) {
 	defer f.Close()
 	var out []*pipeline.Rollout
 	err = f.Records(context.Background(), nil, func(rec arrow.Record) error {
-		rs, err := collate.Rollouts(rec)
+		rs, err := schema.Rollouts(rec)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}

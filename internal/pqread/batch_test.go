@@ -9,7 +9,7 @@ import (
 
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // Batches of large rows hold about BatchBytes, not the batch rows asked.
@@ -21,7 +21,7 @@ func TestBatchForLargeRows(t *testing.T) {
 	}
 	c := collate.New(memory.NewGoAllocator(), 2)
 	defer c.Release()
-	rec := c.Add(collatetest.Group(0, 2, 1<<20))
+	rec := c.Add(pipelinetest.Group(0, 2, 1<<20))
 	if rec == nil {
 		t.Fatal("no record")
 	}

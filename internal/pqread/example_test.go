@@ -13,7 +13,7 @@ import (
 	"github.com/trajflow/trajflow/internal/pqread"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func ExampleFile_Records() {
@@ -21,7 +21,7 @@ func ExampleFile_Records() {
 	defer os.RemoveAll(dir)
 	w, _ := pqsink.New(dir, pqsink.Options{})
 	c := collate.New(memory.NewGoAllocator(), 4)
-	rec := c.Add(collatetest.Group(7, 4, 256))
+	rec := c.Add(pipelinetest.Group(7, 4, 256))
 	_ = w.Write(context.Background(), rec)
 	rec.Release()
 	c.Release()

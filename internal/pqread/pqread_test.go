@@ -3,6 +3,7 @@ package pqread_test
 import (
 	"context"
 	"errors"
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +18,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // writeSink writes groups of 2 rollouts, each of about payload bytes,
@@ -42,7 +43,7 @@ func writeSink(t *testing.T, groups, payload int, compression string) (string, [
 		}
 	}
 	for g := range groups {
-		grp := collatetest.Group(int64(g), 2, payload)
+		grp := pipelinetest.Group(int64(g), 2, payload)
 		want = append(want, grp.Rollouts...)
 		write(c.Add(grp))
 	}
@@ -64,7 +65,7 @@ func readAll(t *testing.T, path string, alloc memory.Allocator, batchRows int) (
 	records := 0
 	err = f.Records(context.Background(), nil, func(rec arrow.Record) error {
 		records++
-		rs, err := collate.Rollouts(rec)
+		rs, err := schema.Rollouts(rec)
 		got = append(got, rs...)
 		return err
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/arrowipc"
 	"github.com/trajflow/trajflow/sinks/jsonl"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // provisionInterop opens the optional interop outputs: NeMo Gym JSONL and
@@ -29,7 +29,7 @@ func (r *run) provisionInterop() error {
 		r.closers = append(r.closers, f.abort)
 	}
 	if cfg.Output.ArrowStream != "" {
-		w, err := arrowipc.Create(cfg.Output.ArrowStream, collate.Schema(), r.opts.Alloc)
+		w, err := arrowipc.Create(cfg.Output.ArrowStream, schema.Schema(), r.opts.Alloc)
 		if err != nil {
 			return fmt.Errorf("output.arrow_stream: %w", err)
 		}

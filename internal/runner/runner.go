@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"io"
 	"os"
 	"path/filepath"
@@ -222,7 +223,7 @@ func (r *run) parquetOptions() parquet.Options {
 		RowGroupRows: cfg.Output.RowGroupRows,
 		Compression:  cfg.Output.Compression,
 		Metadata: map[string]string{
-			"trajflow.schema_version":    collate.SchemaVersion,
+			"trajflow.schema_version":    schema.Version,
 			"trajflow.version":           Version,
 			"trajflow.run_id":            cfg.Run.ID,
 			"trajflow.model":             cfg.Generate.Model,

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -25,7 +26,6 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 const (
@@ -139,7 +139,7 @@ func readArrow(t *testing.T, dir string) []*pipeline.Rollout {
 			tr := array.NewTableReader(tbl, 1<<20)
 			defer tr.Release()
 			for tr.Next() {
-				rs, err := collate.Rollouts(tr.Record())
+				rs, err := schema.Rollouts(tr.Record())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -322,10 +322,10 @@ func TestDuckDBReadsOutput(t *testing.T) {
 	t.Run("key-value metadata", func(t *testing.T) {
 		var files, versions int64
 		query(fmt.Sprintf(`SELECT count(DISTINCT file_name), count(*) FILTER (WHERE decode(key) = '%s' AND decode(value) = '%s')
-		    FROM parquet_kv_metadata('%s')`, pqsink.KeySchemaVersion, collate.SchemaVersion, filepath.Join(data, "part-*.parquet")),
+		    FROM parquet_kv_metadata('%s')`, pqsink.KeySchemaVersion, schema.Version, filepath.Join(data, "part-*.parquet")),
 			&files, &versions)
 		if files < 2 || versions != files {
-			t.Errorf("%d files, %d with %s = %s", files, versions, pqsink.KeySchemaVersion, collate.SchemaVersion)
+			t.Errorf("%d files, %d with %s = %s", files, versions, pqsink.KeySchemaVersion, schema.Version)
 		}
 	})
 }

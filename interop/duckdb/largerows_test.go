@@ -14,7 +14,7 @@ import (
 
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // Rows of several MiB written by the sink read in DuckDB with every long
@@ -29,7 +29,7 @@ func TestDuckDBReadsLargeRows(t *testing.T) {
 			}
 			c := collate.New(memory.NewGoAllocator(), 2)
 			defer c.Release()
-			grp := collatetest.Group(3, 2, 6<<20)
+			grp := pipelinetest.Group(3, 2, 6<<20)
 			write := func(rec arrow.Record) {
 				if rec == nil {
 					return

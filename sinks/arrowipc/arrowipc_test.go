@@ -3,6 +3,7 @@ package arrowipc_test
 import (
 	"bytes"
 	"context"
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 	"github.com/trajflow/trajflow/sinks/arrowipc"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func records(alloc memory.Allocator, groups int) []arrow.Record {
@@ -22,7 +23,7 @@ func records(alloc memory.Allocator, groups int) []arrow.Record {
 	defer c.Release()
 	var out []arrow.Record
 	for g := range groups {
-		if rec := c.Add(collatetest.Group(int64(g), 3, 300)); rec != nil {
+		if rec := c.Add(pipelinetest.Group(int64(g), 3, 300)); rec != nil {
 			out = append(out, rec)
 		}
 	}
@@ -42,7 +43,7 @@ func TestStreamRoundTrip(t *testing.T) {
 		}
 	}()
 	var buf bytes.Buffer
-	w := arrowipc.New(&buf, collate.Schema(), alloc)
+	w := arrowipc.New(&buf, schema.Schema(), alloc)
 	for _, r := range recs {
 		if err := w.Write(context.Background(), r); err != nil {
 			t.Fatal(err)
@@ -79,7 +80,7 @@ func TestFileCommitAndAbort(t *testing.T) {
 	}()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rows.arrows")
-	w, err := arrowipc.Create(path, collate.Schema(), alloc)
+	w, err := arrowipc.Create(path, schema.Schema(), alloc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestFileCommitAndAbort(t *testing.T) {
 	}
 
 	aborted := filepath.Join(dir, "aborted.arrows")
-	w, err = arrowipc.Create(aborted, collate.Schema(), alloc)
+	w, err = arrowipc.Create(aborted, schema.Schema(), alloc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestWrongSchema(t *testing.T) {
 	b.Field(0).(*array.Int64Builder).Append(1)
 	rec := b.NewRecord()
 	defer rec.Release()
-	w := arrowipc.New(&bytes.Buffer{}, collate.Schema(), alloc)
+	w := arrowipc.New(&bytes.Buffer{}, schema.Schema(), alloc)
 	if err := w.Write(context.Background(), rec); err == nil {
 		t.Error("Write accepted a record of another schema")
 	}

@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"io"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // Line is one JSON line.
@@ -130,7 +130,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rs, err := collate.Rollouts(rec)
+	rs, err := schema.Rollouts(rec)
 	if err != nil {
 		return fmt.Errorf("jsonl: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/jsonl"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func TestRecordsAndGroupsGiveSameLines(t *testing.T) {
@@ -26,7 +26,7 @@ func TestRecordsAndGroupsGiveSameLines(t *testing.T) {
 	c := collate.New(alloc, 4)
 	defer c.Release()
 	for task := range int64(3) {
-		g := collatetest.Group(task, 3, 200)
+		g := pipelinetest.Group(task, 3, 200)
 		if err := wg.WriteGroup(ctx, g); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 const (
@@ -27,7 +27,7 @@ func benchRecords(b *testing.B, n int) []arrow.Record {
 	defer c.Release()
 	var recs []arrow.Record
 	for task := int64(0); len(recs) < n; task++ {
-		if rec := c.Add(collatetest.Group(task, benchGroupSize, benchPayload)); rec != nil {
+		if rec := c.Add(pipelinetest.Group(task, benchGroupSize, benchPayload)); rec != nil {
 			recs = append(recs, rec)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func ExampleWriter() {
@@ -30,7 +30,7 @@ func ExampleWriter() {
 	c := collate.New(memory.DefaultAllocator, 4)
 	defer c.Release()
 	for task := range int64(5) {
-		if rec := c.Add(collatetest.Group(task, 4, 256)); rec != nil {
+		if rec := c.Add(pipelinetest.Group(task, 4, 256)); rec != nil {
 			err = w.Write(ctx, rec)
 			rec.Release()
 			if err != nil {

@@ -3,11 +3,10 @@ package parquet
 import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-
-	"github.com/trajflow/trajflow/stages/collate"
+	"github.com/trajflow/trajflow/schema"
 )
 
-// row mirrors collate.Schema field by field. The list tags give the
+// row mirrors schema.Schema field by field. The list tags give the
 // three-level LIST layout that Arrow's Parquet reader maps back to the
 // same Arrow list types.
 type row struct {
@@ -96,7 +95,7 @@ func listSlice[T any](l *array.List, vals []T, i int) []T {
 	return vals[s:e:e]
 }
 
-// convert fills c.rows from rec, whose schema collate.CheckSchema accepted.
+// convert fills c.rows from rec, whose schema schema.Check accepted.
 // Strings are arrow's zero-copy views of the value buffers.
 func (c *converter) convert(rec arrow.Record) []row {
 	n := int(rec.NumRows())
@@ -108,36 +107,36 @@ func (c *converter) convert(rec arrow.Record) []row {
 	bl := func(i int) *array.Boolean { return col[i].(*array.Boolean) }
 	lst := func(i int) *array.List { return col[i].(*array.List) }
 
-	turnRewards := lst(collate.ColTurnRewards)
+	turnRewards := lst(schema.ColTurnRewards)
 	turnRewardVals := turnRewards.ListValues().(*array.Float64).Float64Values()
-	metrics := lst(collate.ColMetrics)
+	metrics := lst(schema.ColMetrics)
 	metricSt := metrics.ListValues().(*array.Struct)
-	metricName := metricSt.Field(collate.MetricName).(*array.String)
-	metricVal := metricSt.Field(collate.MetricValue).(*array.Float64).Float64Values()
-	msgs := lst(collate.ColMessages)
+	metricName := metricSt.Field(schema.MetricName).(*array.String)
+	metricVal := metricSt.Field(schema.MetricValue).(*array.Float64).Float64Values()
+	msgs := lst(schema.ColMessages)
 	msgSt := msgs.ListValues().(*array.Struct)
-	mRole := msgSt.Field(collate.MsgRole).(*array.String)
-	mContent := msgSt.Field(collate.MsgContent).(*array.String)
-	mTools := msgSt.Field(collate.MsgToolCalls).(*array.List)
+	mRole := msgSt.Field(schema.MsgRole).(*array.String)
+	mContent := msgSt.Field(schema.MsgContent).(*array.String)
+	mTools := msgSt.Field(schema.MsgToolCalls).(*array.List)
 	toolSt := mTools.ListValues().(*array.Struct)
-	tID := toolSt.Field(collate.ToolID).(*array.String)
-	tType := toolSt.Field(collate.ToolType).(*array.String)
-	tName := toolSt.Field(collate.ToolName).(*array.String)
-	tArgs := toolSt.Field(collate.ToolArguments).(*array.String)
-	mToolCallID := msgSt.Field(collate.MsgToolCallID).(*array.String)
-	mName := msgSt.Field(collate.MsgName).(*array.String)
-	mTokens := msgSt.Field(collate.MsgTokenIDs).(*array.List)
+	tID := toolSt.Field(schema.ToolID).(*array.String)
+	tType := toolSt.Field(schema.ToolType).(*array.String)
+	tName := toolSt.Field(schema.ToolName).(*array.String)
+	tArgs := toolSt.Field(schema.ToolArguments).(*array.String)
+	mToolCallID := msgSt.Field(schema.MsgToolCallID).(*array.String)
+	mName := msgSt.Field(schema.MsgName).(*array.String)
+	mTokens := msgSt.Field(schema.MsgTokenIDs).(*array.List)
 	mTokenVals := mTokens.ListValues().(*array.Int32).Int32Values()
-	mLogprobs := msgSt.Field(collate.MsgLogprobs).(*array.List)
+	mLogprobs := msgSt.Field(schema.MsgLogprobs).(*array.List)
 	mLogprobVals := mLogprobs.ListValues().(*array.Float32).Float32Values()
-	mTurn := msgSt.Field(collate.MsgTurn).(*array.Int32).Int32Values()
-	promptIDs := lst(collate.ColPromptTokenIDs)
+	mTurn := msgSt.Field(schema.MsgTurn).(*array.Int32).Int32Values()
+	promptIDs := lst(schema.ColPromptTokenIDs)
 	promptIDVals := promptIDs.ListValues().(*array.Int32).Int32Values()
-	respIDs := lst(collate.ColResponseTokenIDs)
+	respIDs := lst(schema.ColResponseTokenIDs)
 	respIDVals := respIDs.ListValues().(*array.Int32).Int32Values()
-	lossMask := lst(collate.ColLossMask)
+	lossMask := lst(schema.ColLossMask)
 	lossMaskVals := lossMask.ListValues().(*array.Int8).Int8Values()
-	respLP := lst(collate.ColResponseLogprobs)
+	respLP := lst(schema.ColResponseLogprobs)
 	respLPVals := respLP.ListValues().(*array.Float32).Float32Values()
 
 	// Whole-record element arenas, subsliced per row.
@@ -163,35 +162,35 @@ func (c *converter) convert(rec arrow.Record) []row {
 		}
 	}
 
-	taskIndex, seed := i64(collate.ColTaskIndex), i64(collate.ColSeed)
-	pt, ct, et := i64(collate.ColPromptTokens), i64(collate.ColCompletionTokens), i64(collate.ColEnvTokens)
-	attempt, rolloutIndex, groupSize := i32(collate.ColAttempt), i32(collate.ColRolloutIndex), i32(collate.ColGroupSize)
-	numTurns, breaks, tools, retries := i32(collate.ColNumTurns), i32(collate.ColTokenContinuityBreaks), i32(collate.ColToolCalls), i32(collate.ColRetries)
-	reward, mean, std, adv := f64(collate.ColReward), f64(collate.ColGroupRewardMean), f64(collate.ColGroupRewardStd), f64(collate.ColAdvantage)
-	genMS, envMS, totalMS := f64(collate.ColGenMS), f64(collate.ColEnvMS), f64(collate.ColTotalMS)
+	taskIndex, seed := i64(schema.ColTaskIndex), i64(schema.ColSeed)
+	pt, ct, et := i64(schema.ColPromptTokens), i64(schema.ColCompletionTokens), i64(schema.ColEnvTokens)
+	attempt, rolloutIndex, groupSize := i32(schema.ColAttempt), i32(schema.ColRolloutIndex), i32(schema.ColGroupSize)
+	numTurns, breaks, tools, retries := i32(schema.ColNumTurns), i32(schema.ColTokenContinuityBreaks), i32(schema.ColToolCalls), i32(schema.ColRetries)
+	reward, mean, std, adv := f64(schema.ColReward), f64(schema.ColGroupRewardMean), f64(schema.ColGroupRewardStd), f64(schema.ColAdvantage)
+	genMS, envMS, totalMS := f64(schema.ColGenMS), f64(schema.ColEnvMS), f64(schema.ColTotalMS)
 
 	c.rows = grow(c.rows, n)
 	for i := range c.rows {
 		c.rows[i] = row{
-			RunID:                 str(collate.ColRunID).Value(i),
+			RunID:                 str(schema.ColRunID).Value(i),
 			TaskIndex:             taskIndex[i],
 			Attempt:               attempt[i],
 			RolloutIndex:          rolloutIndex[i],
-			GroupID:               str(collate.ColGroupID).Value(i),
-			TrajID:                str(collate.ColTrajID).Value(i),
+			GroupID:               str(schema.ColGroupID).Value(i),
+			TrajID:                str(schema.ColTrajID).Value(i),
 			Seed:                  seed[i],
 			GroupSize:             groupSize[i],
-			Env:                   str(collate.ColEnv).Value(i),
-			Model:                 str(collate.ColModel).Value(i),
-			Status:                str(collate.ColStatus).Value(i),
-			ErrorClass:            str(collate.ColErrorClass).Value(i),
+			Env:                   str(schema.ColEnv).Value(i),
+			Model:                 str(schema.ColModel).Value(i),
+			Status:                str(schema.ColStatus).Value(i),
+			ErrorClass:            str(schema.ColErrorClass).Value(i),
 			Reward:                reward[i],
 			TurnRewards:           listSlice(turnRewards, turnRewardVals, i),
 			Metrics:               listSlice(metrics, c.metrics, i),
-			FinishReason:          str(collate.ColFinishReason).Value(i),
-			Terminated:            bl(collate.ColTerminated).Value(i),
-			Truncated:             bl(collate.ColTruncated).Value(i),
-			MaxTurnsReached:       bl(collate.ColMaxTurnsReached).Value(i),
+			FinishReason:          str(schema.ColFinishReason).Value(i),
+			Terminated:            bl(schema.ColTerminated).Value(i),
+			Truncated:             bl(schema.ColTruncated).Value(i),
+			MaxTurnsReached:       bl(schema.ColMaxTurnsReached).Value(i),
 			NumTurns:              numTurns[i],
 			TokenContinuityBreaks: breaks[i],
 			ToolCalls:             tools[i],
@@ -199,16 +198,16 @@ func (c *converter) convert(rec arrow.Record) []row {
 			GroupRewardMean:       mean[i],
 			GroupRewardStd:        std[i],
 			Advantage:             adv[i],
-			Kept:                  bl(collate.ColKept).Value(i),
-			FilterReason:          str(collate.ColFilterReason).Value(i),
+			Kept:                  bl(schema.ColKept).Value(i),
+			FilterReason:          str(schema.ColFilterReason).Value(i),
 			PromptTokens:          pt[i],
 			CompletionTokens:      ct[i],
 			EnvTokens:             et[i],
 			GenMS:                 genMS[i],
 			EnvMS:                 envMS[i],
 			TotalMS:               totalMS[i],
-			Error:                 str(collate.ColError).Value(i),
-			Task:                  str(collate.ColTask).Value(i),
+			Error:                 str(schema.ColError).Value(i),
+			Task:                  str(schema.ColTask).Value(i),
 			Messages:              listSlice(msgs, c.msgs, i),
 			PromptTokenIDs:        listSlice(promptIDs, promptIDVals, i),
 			ResponseTokenIDs:      listSlice(respIDs, respIDVals, i),

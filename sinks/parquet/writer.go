@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,8 +16,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
-
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // Defaults of Options.
@@ -62,7 +61,7 @@ type Options struct {
 	Prefix string
 	// Metadata is key-value metadata written into every file (schema
 	// version, config fingerprint, run id...). trajflow.schema_version is
-	// set to collate.SchemaVersion unless given.
+	// set to schema.Version unless given.
 	Metadata map[string]string
 	// OnCommit, when set, is called after each file is committed with the
 	// file's path and row count.
@@ -175,7 +174,7 @@ func New(dir string, opts Options) (*Writer, error) {
 	if err := RemoveStale(dir, opts.Prefix); err != nil {
 		return nil, err
 	}
-	meta := map[string]string{KeySchemaVersion: collate.SchemaVersion}
+	meta := map[string]string{KeySchemaVersion: schema.Version}
 	for k, v := range opts.Metadata {
 		meta[k] = v
 	}
@@ -272,7 +271,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	if rec == nil || rec.NumRows() == 0 {
 		return nil
 	}
-	if err := collate.CheckSchema(rec.Schema()); err != nil {
+	if err := schema.Check(rec.Schema()); err != nil {
 		return fmt.Errorf("parquet: %s: %w", w.dir, err)
 	}
 	if w.pw == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,7 +23,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // writeGroups collates groups of groupSize rollouts for tasks 0..groups-1
@@ -44,7 +45,7 @@ func writeGroups(t testing.TB, w *pqsink.Writer, alloc memory.Allocator, groups,
 		}
 	}
 	for g := range groups {
-		grp := collatetest.Group(int64(g), groupSize, payload)
+		grp := pipelinetest.Group(int64(g), groupSize, payload)
 		all = append(all, grp.Rollouts...)
 		write(c.Add(grp))
 	}
@@ -102,14 +103,14 @@ func readRollouts(t testing.TB, path string, alloc memory.Allocator) ([]*pipelin
 	t.Helper()
 	tbl, meta := readFile(t, path, alloc, nil)
 	defer tbl.Release()
-	if err := collate.CheckSchema(tbl.Schema()); err != nil {
+	if err := schema.Check(tbl.Schema()); err != nil {
 		t.Fatalf("%s: schema read back: %v", path, err)
 	}
 	tr := array.NewTableReader(tbl, 1<<20)
 	defer tr.Release()
 	var out []*pipeline.Rollout
 	for tr.Next() {
-		rs, err := collate.Rollouts(tr.Record())
+		rs, err := schema.Rollouts(tr.Record())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +171,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("tool call or metric lost: %+v", got[1])
 			}
 			for k, v := range map[string]string{
-				pqsink.KeySchemaVersion:     collate.SchemaVersion,
+				pqsink.KeySchemaVersion:     schema.Version,
 				pqsink.KeyRunID:             "run-test",
 				pqsink.KeyConfigFingerprint: "abc",
 			} {
@@ -293,7 +294,7 @@ func TestAbortKeepsCommitted(t *testing.T) {
 	}
 	c := collate.New(alloc, 1)
 	defer c.Release()
-	rec := c.Add(collatetest.Group(9, 2, 10))
+	rec := c.Add(pipelinetest.Group(9, 2, 10))
 	defer rec.Release()
 	if err := w.Write(context.Background(), rec); err == nil {
 		t.Error("Write after Abort succeeded")
@@ -377,7 +378,7 @@ func TestCancelledContext(t *testing.T) {
 	defer w.Abort()
 	c := collate.New(alloc, 1)
 	defer c.Release()
-	rec := c.Add(collatetest.Group(0, 2, 10))
+	rec := c.Add(pipelinetest.Group(0, 2, 10))
 	defer rec.Release()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -1,6 +1,7 @@
 package collate
 
 import (
+	"github.com/trajflow/trajflow/schema"
 	"slices"
 	"time"
 
@@ -21,11 +22,11 @@ type Collator struct {
 	rows      int
 	b         *array.RecordBuilder
 
-	str  [numCols]*array.StringBuilder
-	i64  [numCols]*array.Int64Builder
-	i32  [numCols]*array.Int32Builder
-	f64  [numCols]*array.Float64Builder
-	bool [numCols]*array.BooleanBuilder
+	str  [schema.NumColumns]*array.StringBuilder
+	i64  [schema.NumColumns]*array.Int64Builder
+	i32  [schema.NumColumns]*array.Int32Builder
+	f64  [schema.NumColumns]*array.Float64Builder
+	bool [schema.NumColumns]*array.BooleanBuilder
 
 	turnRewards     *array.ListBuilder
 	turnRewardsVals *array.Float64Builder
@@ -72,14 +73,14 @@ type Collator struct {
 // metrics. Offsets into a staged child (messages, metrics) count its staged
 // elements; offsets into a child built directly are its builder's length.
 type stage struct {
-	str  [numCols][]string
-	i64  [numCols][]int64
-	i32  [numCols][]int32
-	f64  [numCols][]float64
-	bool [numCols][]bool
+	str  [schema.NumColumns][]string
+	i64  [schema.NumColumns][]int64
+	i32  [schema.NumColumns][]int32
+	f64  [schema.NumColumns][]float64
+	bool [schema.NumColumns][]bool
 	task [][]byte
 	// list holds the row-level list columns' start offsets.
-	list [numCols][]int32
+	list [schema.NumColumns][]int32
 
 	msgRole, msgContent, msgToolCID, msgName []string
 	msgTurn                                  []int32
@@ -108,8 +109,8 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	if batchRows <= 0 {
 		batchRows = DefaultBatchRows
 	}
-	c := &Collator{batchRows: batchRows, b: array.NewRecordBuilder(alloc, schema)}
-	for i, f := range schema.Fields() {
+	c := &Collator{batchRows: batchRows, b: array.NewRecordBuilder(alloc, schema.Schema())}
+	for i, f := range schema.Schema().Fields() {
 		fb := c.b.Field(i)
 		switch f.Type.ID() {
 		case arrow.STRING:
@@ -124,36 +125,36 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 			c.bool[i] = fb.(*array.BooleanBuilder)
 		}
 	}
-	c.turnRewards = c.b.Field(ColTurnRewards).(*array.ListBuilder)
+	c.turnRewards = c.b.Field(schema.ColTurnRewards).(*array.ListBuilder)
 	c.turnRewardsVals = c.turnRewards.ValueBuilder().(*array.Float64Builder)
 
-	c.metrics = c.b.Field(ColMetrics).(*array.ListBuilder)
+	c.metrics = c.b.Field(schema.ColMetrics).(*array.ListBuilder)
 	c.metricStruct = c.metrics.ValueBuilder().(*array.StructBuilder)
-	c.metricName = c.metricStruct.FieldBuilder(MetricName).(*array.StringBuilder)
-	c.metricValue = c.metricStruct.FieldBuilder(MetricValue).(*array.Float64Builder)
+	c.metricName = c.metricStruct.FieldBuilder(schema.MetricName).(*array.StringBuilder)
+	c.metricValue = c.metricStruct.FieldBuilder(schema.MetricValue).(*array.Float64Builder)
 
-	c.msgs = c.b.Field(ColMessages).(*array.ListBuilder)
+	c.msgs = c.b.Field(schema.ColMessages).(*array.ListBuilder)
 	c.msg = c.msgs.ValueBuilder().(*array.StructBuilder)
-	c.msgRole = c.msg.FieldBuilder(MsgRole).(*array.StringBuilder)
-	c.msgContent = c.msg.FieldBuilder(MsgContent).(*array.StringBuilder)
-	c.msgTools = c.msg.FieldBuilder(MsgToolCalls).(*array.ListBuilder)
+	c.msgRole = c.msg.FieldBuilder(schema.MsgRole).(*array.StringBuilder)
+	c.msgContent = c.msg.FieldBuilder(schema.MsgContent).(*array.StringBuilder)
+	c.msgTools = c.msg.FieldBuilder(schema.MsgToolCalls).(*array.ListBuilder)
 	c.tool = c.msgTools.ValueBuilder().(*array.StructBuilder)
-	c.toolID = c.tool.FieldBuilder(ToolID).(*array.StringBuilder)
-	c.toolType = c.tool.FieldBuilder(ToolType).(*array.StringBuilder)
-	c.toolName = c.tool.FieldBuilder(ToolName).(*array.StringBuilder)
-	c.toolArgs = c.tool.FieldBuilder(ToolArguments).(*array.StringBuilder)
-	c.msgToolCID = c.msg.FieldBuilder(MsgToolCallID).(*array.StringBuilder)
-	c.msgName = c.msg.FieldBuilder(MsgName).(*array.StringBuilder)
-	c.msgTokens = c.msg.FieldBuilder(MsgTokenIDs).(*array.ListBuilder)
+	c.toolID = c.tool.FieldBuilder(schema.ToolID).(*array.StringBuilder)
+	c.toolType = c.tool.FieldBuilder(schema.ToolType).(*array.StringBuilder)
+	c.toolName = c.tool.FieldBuilder(schema.ToolName).(*array.StringBuilder)
+	c.toolArgs = c.tool.FieldBuilder(schema.ToolArguments).(*array.StringBuilder)
+	c.msgToolCID = c.msg.FieldBuilder(schema.MsgToolCallID).(*array.StringBuilder)
+	c.msgName = c.msg.FieldBuilder(schema.MsgName).(*array.StringBuilder)
+	c.msgTokens = c.msg.FieldBuilder(schema.MsgTokenIDs).(*array.ListBuilder)
 	c.msgTokenVals = c.msgTokens.ValueBuilder().(*array.Int32Builder)
-	c.msgLogprobs = c.msg.FieldBuilder(MsgLogprobs).(*array.ListBuilder)
+	c.msgLogprobs = c.msg.FieldBuilder(schema.MsgLogprobs).(*array.ListBuilder)
 	c.msgLPVals = c.msgLogprobs.ValueBuilder().(*array.Float32Builder)
-	c.msgTurn = c.msg.FieldBuilder(MsgTurn).(*array.Int32Builder)
+	c.msgTurn = c.msg.FieldBuilder(schema.MsgTurn).(*array.Int32Builder)
 
-	c.promptIDs = c.b.Field(ColPromptTokenIDs).(*array.ListBuilder)
-	c.respIDs = c.b.Field(ColResponseTokenIDs).(*array.ListBuilder)
-	c.lossMask = c.b.Field(ColLossMask).(*array.ListBuilder)
-	c.respLP = c.b.Field(ColResponseLogprobs).(*array.ListBuilder)
+	c.promptIDs = c.b.Field(schema.ColPromptTokenIDs).(*array.ListBuilder)
+	c.respIDs = c.b.Field(schema.ColResponseTokenIDs).(*array.ListBuilder)
+	c.lossMask = c.b.Field(schema.ColLossMask).(*array.ListBuilder)
+	c.respLP = c.b.Field(schema.ColResponseLogprobs).(*array.ListBuilder)
 	c.promptIDVals = c.promptIDs.ValueBuilder().(*array.Int32Builder)
 	c.respIDVals = c.respIDs.ValueBuilder().(*array.Int32Builder)
 	c.lossMaskVals = c.lossMask.ValueBuilder().(*array.Int8Builder)
@@ -192,7 +193,7 @@ func (c *Collator) Flush() arrow.Record {
 	c.unstage()
 	// Size the next batch's largest buffers like this one's, so that they
 	// are allocated once rather than grown by doubling and copying.
-	content, task := c.msgContent.DataLen(), c.str[ColTask].DataLen()
+	content, task := c.msgContent.DataLen(), c.str[schema.ColTask].DataLen()
 	vals := make([]int, len(c.reserve()))
 	for i, b := range c.reserve() {
 		vals[i] = b.Len()
@@ -200,7 +201,7 @@ func (c *Collator) Flush() arrow.Record {
 	rec := c.b.NewRecord()
 	c.b.Reserve(rows)
 	c.msgContent.ReserveData(content)
-	c.str[ColTask].ReserveData(task)
+	c.str[schema.ColTask].ReserveData(task)
 	for i, b := range c.reserve() {
 		b.Reserve(vals[i])
 	}
@@ -222,7 +223,7 @@ func unstageCol[T any, B interface{ AppendValues([]T, []bool) }](b B, v []T) []T
 // the stage (dropping its references to the rollouts' strings).
 func (c *Collator) unstage() {
 	s := &c.stage
-	for i := range numCols {
+	for i := range schema.NumColumns {
 		s.str[i] = unstageCol(c.str[i], s.str[i])
 		s.i64[i] = unstageCol(c.i64[i], s.i64[i])
 		s.i32[i] = unstageCol(c.i32[i], s.i32[i])
@@ -230,13 +231,13 @@ func (c *Collator) unstage() {
 		s.bool[i] = unstageCol(c.bool[i], s.bool[i])
 	}
 	if len(s.task) > 0 {
-		c.str[ColTask].BinaryBuilder.AppendValues(s.task, nil)
+		c.str[schema.ColTask].BinaryBuilder.AppendValues(s.task, nil)
 		clear(s.task)
 		s.task = s.task[:0]
 	}
 	for i, lb := range []*array.ListBuilder{
-		ColTurnRewards: c.turnRewards, ColMetrics: c.metrics, ColMessages: c.msgs,
-		ColPromptTokenIDs: c.promptIDs, ColResponseTokenIDs: c.respIDs, ColLossMask: c.lossMask, ColResponseLogprobs: c.respLP,
+		schema.ColTurnRewards: c.turnRewards, schema.ColMetrics: c.metrics, schema.ColMessages: c.msgs,
+		schema.ColPromptTokenIDs: c.promptIDs, schema.ColResponseTokenIDs: c.respIDs, schema.ColLossMask: c.lossMask, schema.ColResponseLogprobs: c.respLP,
 	} {
 		if v := s.list[i]; lb != nil && len(v) > 0 {
 			lb.AppendValues(v, s.valid(len(v)))
@@ -295,24 +296,24 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		raw = r.Task.Raw
 	}
 	st := &c.stage
-	st.str[ColRunID] = append(st.str[ColRunID], r.RunID)
-	st.i64[ColTaskIndex] = append(st.i64[ColTaskIndex], taskIndex)
-	st.i32[ColAttempt] = append(st.i32[ColAttempt], int32(r.Attempt))
-	st.i32[ColRolloutIndex] = append(st.i32[ColRolloutIndex], int32(r.RolloutIndex))
-	st.str[ColGroupID] = append(st.str[ColGroupID], r.GroupID)
-	st.str[ColTrajID] = append(st.str[ColTrajID], r.TrajID)
-	st.i64[ColSeed] = append(st.i64[ColSeed], r.Seed)
-	st.i32[ColGroupSize] = append(st.i32[ColGroupSize], int32(r.GroupSize))
-	st.str[ColEnv] = append(st.str[ColEnv], r.Env)
-	st.str[ColModel] = append(st.str[ColModel], r.Model)
-	st.str[ColStatus] = append(st.str[ColStatus], string(r.Status))
-	st.str[ColErrorClass] = append(st.str[ColErrorClass], r.ErrorClass)
-	st.f64[ColReward] = append(st.f64[ColReward], r.Reward)
+	st.str[schema.ColRunID] = append(st.str[schema.ColRunID], r.RunID)
+	st.i64[schema.ColTaskIndex] = append(st.i64[schema.ColTaskIndex], taskIndex)
+	st.i32[schema.ColAttempt] = append(st.i32[schema.ColAttempt], int32(r.Attempt))
+	st.i32[schema.ColRolloutIndex] = append(st.i32[schema.ColRolloutIndex], int32(r.RolloutIndex))
+	st.str[schema.ColGroupID] = append(st.str[schema.ColGroupID], r.GroupID)
+	st.str[schema.ColTrajID] = append(st.str[schema.ColTrajID], r.TrajID)
+	st.i64[schema.ColSeed] = append(st.i64[schema.ColSeed], r.Seed)
+	st.i32[schema.ColGroupSize] = append(st.i32[schema.ColGroupSize], int32(r.GroupSize))
+	st.str[schema.ColEnv] = append(st.str[schema.ColEnv], r.Env)
+	st.str[schema.ColModel] = append(st.str[schema.ColModel], r.Model)
+	st.str[schema.ColStatus] = append(st.str[schema.ColStatus], string(r.Status))
+	st.str[schema.ColErrorClass] = append(st.str[schema.ColErrorClass], r.ErrorClass)
+	st.f64[schema.ColReward] = append(st.f64[schema.ColReward], r.Reward)
 
-	st.list[ColTurnRewards] = append(st.list[ColTurnRewards], int32(c.turnRewardsVals.Len()))
+	st.list[schema.ColTurnRewards] = append(st.list[schema.ColTurnRewards], int32(c.turnRewardsVals.Len()))
 	c.turnRewardsVals.AppendValues(r.TurnRewards, nil)
 
-	st.list[ColMetrics] = append(st.list[ColMetrics], int32(len(st.metricName)))
+	st.list[schema.ColMetrics] = append(st.list[schema.ColMetrics], int32(len(st.metricName)))
 	if len(r.Metrics) > 0 {
 		c.metricKeys = c.metricKeys[:0]
 		for k := range r.Metrics {
@@ -325,29 +326,29 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		}
 	}
 
-	st.str[ColFinishReason] = append(st.str[ColFinishReason], r.FinishReason)
-	st.bool[ColTerminated] = append(st.bool[ColTerminated], r.Terminated)
-	st.bool[ColTruncated] = append(st.bool[ColTruncated], r.Truncated)
-	st.bool[ColMaxTurnsReached] = append(st.bool[ColMaxTurnsReached], r.MaxTurnsReached)
-	st.i32[ColNumTurns] = append(st.i32[ColNumTurns], int32(r.NumTurns))
-	st.i32[ColTokenContinuityBreaks] = append(st.i32[ColTokenContinuityBreaks], int32(r.TokenContinuityBreaks))
-	st.i32[ColToolCalls] = append(st.i32[ColToolCalls], int32(r.ToolCalls))
-	st.i32[ColRetries] = append(st.i32[ColRetries], int32(r.Retries))
-	st.f64[ColGroupRewardMean] = append(st.f64[ColGroupRewardMean], r.GroupRewardMean)
-	st.f64[ColGroupRewardStd] = append(st.f64[ColGroupRewardStd], r.GroupRewardStd)
-	st.f64[ColAdvantage] = append(st.f64[ColAdvantage], r.Advantage)
-	st.bool[ColKept] = append(st.bool[ColKept], r.Kept)
-	st.str[ColFilterReason] = append(st.str[ColFilterReason], r.FilterReason)
-	st.i64[ColPromptTokens] = append(st.i64[ColPromptTokens], int64(r.PromptTokens))
-	st.i64[ColCompletionTokens] = append(st.i64[ColCompletionTokens], int64(r.CompletionTokens))
-	st.i64[ColEnvTokens] = append(st.i64[ColEnvTokens], int64(r.EnvTokens))
-	st.f64[ColGenMS] = append(st.f64[ColGenMS], ms(r.GenTime))
-	st.f64[ColEnvMS] = append(st.f64[ColEnvMS], ms(r.EnvTime))
-	st.f64[ColTotalMS] = append(st.f64[ColTotalMS], ms(r.TotalTime))
-	st.str[ColError] = append(st.str[ColError], r.Error)
+	st.str[schema.ColFinishReason] = append(st.str[schema.ColFinishReason], r.FinishReason)
+	st.bool[schema.ColTerminated] = append(st.bool[schema.ColTerminated], r.Terminated)
+	st.bool[schema.ColTruncated] = append(st.bool[schema.ColTruncated], r.Truncated)
+	st.bool[schema.ColMaxTurnsReached] = append(st.bool[schema.ColMaxTurnsReached], r.MaxTurnsReached)
+	st.i32[schema.ColNumTurns] = append(st.i32[schema.ColNumTurns], int32(r.NumTurns))
+	st.i32[schema.ColTokenContinuityBreaks] = append(st.i32[schema.ColTokenContinuityBreaks], int32(r.TokenContinuityBreaks))
+	st.i32[schema.ColToolCalls] = append(st.i32[schema.ColToolCalls], int32(r.ToolCalls))
+	st.i32[schema.ColRetries] = append(st.i32[schema.ColRetries], int32(r.Retries))
+	st.f64[schema.ColGroupRewardMean] = append(st.f64[schema.ColGroupRewardMean], r.GroupRewardMean)
+	st.f64[schema.ColGroupRewardStd] = append(st.f64[schema.ColGroupRewardStd], r.GroupRewardStd)
+	st.f64[schema.ColAdvantage] = append(st.f64[schema.ColAdvantage], r.Advantage)
+	st.bool[schema.ColKept] = append(st.bool[schema.ColKept], r.Kept)
+	st.str[schema.ColFilterReason] = append(st.str[schema.ColFilterReason], r.FilterReason)
+	st.i64[schema.ColPromptTokens] = append(st.i64[schema.ColPromptTokens], int64(r.PromptTokens))
+	st.i64[schema.ColCompletionTokens] = append(st.i64[schema.ColCompletionTokens], int64(r.CompletionTokens))
+	st.i64[schema.ColEnvTokens] = append(st.i64[schema.ColEnvTokens], int64(r.EnvTokens))
+	st.f64[schema.ColGenMS] = append(st.f64[schema.ColGenMS], ms(r.GenTime))
+	st.f64[schema.ColEnvMS] = append(st.f64[schema.ColEnvMS], ms(r.EnvTime))
+	st.f64[schema.ColTotalMS] = append(st.f64[schema.ColTotalMS], ms(r.TotalTime))
+	st.str[schema.ColError] = append(st.str[schema.ColError], r.Error)
 	st.task = append(st.task, raw)
 
-	st.list[ColMessages] = append(st.list[ColMessages], int32(len(st.msgTurn)))
+	st.list[schema.ColMessages] = append(st.list[schema.ColMessages], int32(len(st.msgTurn)))
 	for i := range r.Messages {
 		m := &r.Messages[i]
 		st.msgRole = append(st.msgRole, m.Role)
@@ -369,12 +370,12 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		st.msgTurn = append(st.msgTurn, int32(m.Turn))
 	}
 
-	st.list[ColPromptTokenIDs] = append(st.list[ColPromptTokenIDs], int32(c.promptIDVals.Len()))
+	st.list[schema.ColPromptTokenIDs] = append(st.list[schema.ColPromptTokenIDs], int32(c.promptIDVals.Len()))
 	c.promptIDVals.AppendValues(r.PromptTokenIDs, nil)
-	st.list[ColResponseTokenIDs] = append(st.list[ColResponseTokenIDs], int32(c.respIDVals.Len()))
+	st.list[schema.ColResponseTokenIDs] = append(st.list[schema.ColResponseTokenIDs], int32(c.respIDVals.Len()))
 	c.respIDVals.AppendValues(r.ResponseTokenIDs, nil)
-	st.list[ColLossMask] = append(st.list[ColLossMask], int32(c.lossMaskVals.Len()))
+	st.list[schema.ColLossMask] = append(st.list[schema.ColLossMask], int32(c.lossMaskVals.Len()))
 	c.lossMaskVals.AppendValues(r.LossMask, nil)
-	st.list[ColResponseLogprobs] = append(st.list[ColResponseLogprobs], int32(c.respLPVals.Len()))
+	st.list[schema.ColResponseLogprobs] = append(st.list[schema.ColResponseLogprobs], int32(c.respLPVals.Len()))
 	c.respLPVals.AppendValues(r.ResponseLogprobs, nil)
 }

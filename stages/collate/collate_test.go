@@ -2,6 +2,7 @@ package collate_test
 
 import (
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"reflect"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/collate/collatetest"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // The column names the output contract fixes.
@@ -27,7 +28,7 @@ var contractColumns = []string{
 }
 
 func TestSchemaHasContractColumns(t *testing.T) {
-	s := collate.Schema()
+	s := schema.Schema()
 	for _, name := range contractColumns {
 		if idx := s.FieldIndices(name); len(idx) != 1 {
 			t.Errorf("column %q appears %d times, want once", name, len(idx))
@@ -38,7 +39,7 @@ func TestSchemaHasContractColumns(t *testing.T) {
 			t.Errorf("column %q is nullable", f.Name)
 		}
 	}
-	msgFields := collate.Schema().Field(collate.ColMessages).Type.(*arrow.ListType).Elem().(*arrow.StructType).Fields()
+	msgFields := schema.Schema().Field(schema.ColMessages).Type.(*arrow.ListType).Elem().(*arrow.StructType).Fields()
 	var names []string
 	for _, f := range msgFields {
 		names = append(names, f.Name)
@@ -47,16 +48,16 @@ func TestSchemaHasContractColumns(t *testing.T) {
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("messages fields = %v, want %v", names, want)
 	}
-	if err := collate.CheckSchema(s); err != nil {
-		t.Errorf("CheckSchema(Schema()) = %v", err)
+	if err := schema.Check(s); err != nil {
+		t.Errorf("CheckSchema(schema.Schema()) = %v", err)
 	}
 }
 
 func TestLightColumnsComeFirst(t *testing.T) {
-	light := collate.LightColumns()
+	light := schema.LightColumns()
 	for i, name := range light {
-		if collate.Schema().Field(i).Name != name {
-			t.Fatalf("light column %d = %q, schema has %q", i, name, collate.Schema().Field(i).Name)
+		if schema.Schema().Field(i).Name != name {
+			t.Fatalf("light column %d = %q, schema has %q", i, name, schema.Schema().Field(i).Name)
 		}
 	}
 	heavy := map[string]bool{"task": true, "messages": true, "prompt_token_ids": true,
@@ -66,8 +67,8 @@ func TestLightColumnsComeFirst(t *testing.T) {
 			t.Errorf("heavy column %q listed as light", name)
 		}
 	}
-	if len(light)+len(heavy) != collate.Schema().NumFields() {
-		t.Errorf("%d light + %d heavy != %d columns", len(light), len(heavy), collate.Schema().NumFields())
+	if len(light)+len(heavy) != schema.Schema().NumFields() {
+		t.Errorf("%d light + %d heavy != %d columns", len(light), len(heavy), schema.Schema().NumFields())
 	}
 }
 
@@ -98,7 +99,7 @@ func TestBatchesNeverSplitGroups(t *testing.T) {
 				}
 				defer rec.Release()
 				got = append(got, rec.NumRows())
-				rs, err := collate.Rollouts(rec)
+				rs, err := schema.Rollouts(rec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -114,7 +115,7 @@ func TestBatchesNeverSplitGroups(t *testing.T) {
 				}
 			}
 			for g := range tt.groups {
-				collect(c.Add(collatetest.Group(int64(g), tt.groupSize, 200)))
+				collect(c.Add(pipelinetest.Group(int64(g), tt.groupSize, 200)))
 			}
 			collect(c.Flush())
 			if c.Flush() != nil {
@@ -134,7 +135,7 @@ func TestRoundTripValues(t *testing.T) {
 	defer c.Release()
 	var want []*pipeline.Rollout
 	for g := range 3 {
-		grp := collatetest.Group(int64(g), 4, 1024)
+		grp := pipelinetest.Group(int64(g), 4, 1024)
 		want = append(want, grp.Rollouts...)
 		if rec := c.Add(grp); rec != nil {
 			t.Fatal("record before batchRows")
@@ -147,7 +148,7 @@ func TestRoundTripValues(t *testing.T) {
 
 	rec := c.Flush()
 	defer rec.Release()
-	got, err := collate.Rollouts(rec)
+	got, err := schema.Rollouts(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,14 +181,14 @@ func TestRoundTripAcrossBatches(t *testing.T) {
 		// The decoded rollouts view the record's buffers: keep it until
 		// they are compared.
 		t.Cleanup(rec.Release)
-		rs, err := collate.Rollouts(rec)
+		rs, err := schema.Rollouts(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, rs...)
 	}
 	for g := range 7 {
-		grp := collatetest.Group(int64(g), 2+g%3, 300)
+		grp := pipelinetest.Group(int64(g), 2+g%3, 300)
 		want = append(want, grp.Rollouts...)
 		collect(c.Add(grp))
 	}
@@ -206,13 +207,13 @@ func TestRoundTripAcrossBatches(t *testing.T) {
 }
 
 func TestCheckSchemaNamesColumn(t *testing.T) {
-	fields := collate.Schema().Fields()
-	fields[collate.ColReward].Type = arrow.PrimitiveTypes.Float32
-	err := collate.CheckSchema(arrow.NewSchema(fields, nil))
+	fields := schema.Schema().Fields()
+	fields[schema.ColReward].Type = arrow.PrimitiveTypes.Float32
+	err := schema.Check(arrow.NewSchema(fields, nil))
 	if err == nil || err.Error() != `collate: column "reward" has type float32, want float64` {
 		t.Errorf("CheckSchema = %v", err)
 	}
-	if err := collate.CheckSchema(arrow.NewSchema(fields[:3], nil)); err == nil {
+	if err := schema.Check(arrow.NewSchema(fields[:3], nil)); err == nil {
 		t.Error("CheckSchema accepted 3 columns")
 	}
 }
@@ -220,7 +221,7 @@ func TestCheckSchemaNamesColumn(t *testing.T) {
 func BenchmarkCollate(b *testing.B) {
 	groups := make([]*pipeline.Group, 64)
 	for i := range groups {
-		groups[i] = collatetest.Group(int64(i), 8, 8192)
+		groups[i] = pipelinetest.Group(int64(i), 8, 8192)
 	}
 	c := collate.New(memory.NewGoAllocator(), 1024)
 	defer c.Release()
@@ -237,7 +238,7 @@ func ExampleCollator() {
 	c := collate.New(memory.NewGoAllocator(), 4)
 	defer c.Release()
 	for task := range int64(3) {
-		if rec := c.Add(collatetest.Group(task, 3, 100)); rec != nil {
+		if rec := c.Add(pipelinetest.Group(task, 3, 100)); rec != nil {
 			fmt.Println("batch of", rec.NumRows(), "rows")
 			rec.Release()
 		}
@@ -258,7 +259,7 @@ func ExampleCollator() {
 func BenchmarkCollateSmall(b *testing.B) {
 	groups := make([]*pipeline.Group, 64)
 	for i := range groups {
-		groups[i] = collatetest.Group(int64(i), 4, 600)
+		groups[i] = pipelinetest.Group(int64(i), 4, 600)
 	}
 	for _, alloc := range []struct {
 		name string

@@ -1,5 +1,5 @@
 // Package collate turns resolved groups of rollouts into Arrow record
-// batches, one row per rollout, in the schema returned by Schema.
+// batches, one row per rollout, in the output schema of package schema.
 //
 // A batch never splits a group: Add appends every rollout of a group and
 // hands out a record once at least batchRows rows are buffered.

@@ -1,13 +1,13 @@
-package collate
+package schema
 
 import (
 	"github.com/apache/arrow/go/v17/arrow"
 )
 
-// SchemaVersion is the version of the output schema. It changes whenever a
+// Version is the version of the output schema. It changes whenever a
 // column is added, removed, renamed or changes type, and is written into
 // every output file's key-value metadata (trajflow.schema_version).
-const SchemaVersion = "1"
+const Version = "1"
 
 // Column indices of Schema, in order. Keys and light columns come first,
 // heavy columns (task, messages, token ids) last, so that readers that
@@ -54,7 +54,7 @@ const (
 	ColResponseTokenIDs
 	ColLossMask
 	ColResponseLogprobs
-	numCols
+	NumColumns
 )
 
 // Indices of the fields of a messages element.
@@ -116,7 +116,7 @@ var (
 		field("value", arrow.PrimitiveTypes.Float64),
 	)
 
-	schema = arrow.NewSchema([]arrow.Field{
+	arrowSchema = arrow.NewSchema([]arrow.Field{
 		ColRunID:                 field("run_id", arrow.BinaryTypes.String),
 		ColTaskIndex:             field("task_index", arrow.PrimitiveTypes.Int64),
 		ColAttempt:               field("attempt", arrow.PrimitiveTypes.Int32),
@@ -164,14 +164,14 @@ var (
 // Schema returns the output schema: one row per rollout, every field
 // non-nullable (absent values are empty strings, empty lists and zeros).
 // The returned schema is shared; do not modify it.
-func Schema() *arrow.Schema { return schema }
+func Schema() *arrow.Schema { return arrowSchema }
 
 // LightColumns are the columns cheap to read: keys, outcome, group
 // statistics and cost. Everything else (error, task, messages, token ids,
 // logprobs) is heavy.
 func LightColumns() []string {
 	out := make([]string, 0, ColError)
-	for _, f := range schema.Fields()[:ColError] {
+	for _, f := range arrowSchema.Fields()[:ColError] {
 		out = append(out, f.Name)
 	}
 	return out

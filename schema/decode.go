@@ -1,4 +1,4 @@
-package collate
+package schema
 
 import (
 	"encoding/json"
@@ -11,13 +11,13 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 )
 
-// CheckSchema reports whether s is the output schema, naming the first
+// Check reports whether s is the output schema, naming the first
 // column that differs.
-func CheckSchema(s *arrow.Schema) error {
-	if s.NumFields() != schema.NumFields() {
-		return fmt.Errorf("collate: schema has %d columns, want %d (schema version %s)", s.NumFields(), schema.NumFields(), SchemaVersion)
+func Check(s *arrow.Schema) error {
+	if s.NumFields() != arrowSchema.NumFields() {
+		return fmt.Errorf("collate: schema has %d columns, want %d (schema version %s)", s.NumFields(), arrowSchema.NumFields(), Version)
 	}
-	for i, want := range schema.Fields() {
+	for i, want := range arrowSchema.Fields() {
 		got := s.Field(i)
 		if got.Name != want.Name {
 			return fmt.Errorf("collate: column %d is %q, want %q", i, got.Name, want.Name)
@@ -60,7 +60,7 @@ func sameLayout(a, b arrow.DataType) bool {
 // carry only Index and Raw; durations are rounded to the nanosecond.
 // Rollouts of one task share one *pipeline.Task.
 func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
-	if err := CheckSchema(rec.Schema()); err != nil {
+	if err := Check(rec.Schema()); err != nil {
 		return nil, err
 	}
 	col := rec.Columns()

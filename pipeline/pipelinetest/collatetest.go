@@ -1,4 +1,4 @@
-package collatetest
+package pipelinetest
 
 import (
 	"encoding/json"

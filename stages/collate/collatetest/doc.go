@@ -1,3 +1,0 @@
-// Package collatetest builds deterministic groups of rollouts for tests and
-// benchmarks of collate and the sinks.
-package collatetest

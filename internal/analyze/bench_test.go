@@ -10,8 +10,8 @@ import (
 
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
-	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
 // benchSetup writes a run of 500 tasks × 8 rollouts with ~8 KB of payload

@@ -15,9 +15,9 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // groups returns pipelinetest groups for tasks [from, to): n = 8 for tasks

@@ -11,9 +11,9 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func ExampleFile_Records() {

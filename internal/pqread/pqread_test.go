@@ -16,9 +16,9 @@ import (
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 // writeSink writes groups of 2 rollouts, each of about payload bytes,

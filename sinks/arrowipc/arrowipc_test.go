@@ -13,9 +13,9 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	"github.com/trajflow/trajflow/sinks/arrowipc"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func records(alloc memory.Allocator, groups int) []arrow.Record {

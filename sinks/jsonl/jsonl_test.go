@@ -12,9 +12,9 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	"github.com/trajflow/trajflow/sinks/jsonl"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 )
 
 func TestRecordsAndGroupsGiveSameLines(t *testing.T) {

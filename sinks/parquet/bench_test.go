@@ -11,8 +11,8 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	pq "github.com/parquet-go/parquet-go"
 
-	"github.com/trajflow/trajflow/stages/collate"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 const (

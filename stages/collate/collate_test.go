@@ -11,8 +11,8 @@ import (
 
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/stages/collate"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // The column names the output contract fixes.

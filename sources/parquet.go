@@ -149,7 +149,7 @@ func (r *parquetReader) rowJSON(row parquet.Row) (raw []byte, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot convert the row: %w", err)
 	}
-	return marshal(obj)
+	return pipeline.MarshalJSON(obj)
 }
 
 func (r *parquetReader) Close() error {

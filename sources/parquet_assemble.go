@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/pipeline"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -272,7 +273,7 @@ func keyString(v any) string {
 	case nil:
 		return "null"
 	default:
-		b, _ := marshal(x)
+		b, _ := pipeline.MarshalJSON(x)
 		return string(b)
 	}
 }
@@ -293,13 +294,13 @@ func (o orderedObject) MarshalJSON() ([]byte, error) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		k, err := marshal(m.k)
+		k, err := pipeline.MarshalJSON(m.k)
 		if err != nil {
 			return nil, err
 		}
 		buf = append(buf, k...)
 		buf = append(buf, ':')
-		v, err := marshal(m.v)
+		v, err := pipeline.MarshalJSON(m.v)
 		if err != nil {
 			return nil, err
 		}

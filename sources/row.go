@@ -41,7 +41,7 @@ func parseRow(where string, index int64, row []byte) (*pipeline.Task, error) {
 	}
 	fields, ok := v.(map[string]any)
 	if !ok {
-		reason := fmt.Sprintf("row is %s, want a JSON object", kindOf(v))
+		reason := fmt.Sprintf("row is %s, want a JSON object", pipeline.JSONKind(v))
 		if _, isList := v.([]any); isList {
 			reason += " (JSONL holds one object per line, not a JSON array)"
 		}
@@ -106,7 +106,7 @@ func fillTask(task *pipeline.Task) error {
 		return fillNeMoGym(task, rcp)
 	}
 	if v, ok := task.Fields["messages"]; ok && v != nil {
-		msgs, err := DecodeMessages(v, "messages")
+		msgs, err := pipeline.DecodeMessages(v, "messages")
 		if err != nil {
 			return err
 		}
@@ -131,13 +131,13 @@ func fillTask(task *pipeline.Task) error {
 func fillNeMoGym(task *pipeline.Task, rcp any) error {
 	m, ok := rcp.(map[string]any)
 	if !ok {
-		return fmt.Errorf("%s: want an object, got %s", nemoGymKey, kindOf(rcp))
+		return fmt.Errorf("%s: want an object, got %s", nemoGymKey, pipeline.JSONKind(rcp))
 	}
 	input, ok := m["input"]
 	if !ok || input == nil {
 		return fmt.Errorf("%s: missing \"input\" (the messages)", nemoGymKey)
 	}
-	msgs, err := DecodeMessages(input, nemoGymKey+".input")
+	msgs, err := pipeline.DecodeMessages(input, nemoGymKey+".input")
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func fillNeMoGym(task *pipeline.Task, rcp any) error {
 	if ins, ok := m["instructions"]; ok && ins != nil {
 		s, ok := ins.(string)
 		if !ok {
-			return fmt.Errorf("%s.instructions: want a string, got %s", nemoGymKey, kindOf(ins))
+			return fmt.Errorf("%s.instructions: want a string, got %s", nemoGymKey, pipeline.JSONKind(ins))
 		}
 		msgs = append([]pipeline.Message{{Role: pipeline.RoleSystem, Content: s}}, msgs...)
 	}
@@ -162,7 +162,7 @@ func fillNeMoGym(task *pipeline.Task, rcp any) error {
 			}
 			list, ok := v.([]any)
 			if !ok {
-				return fmt.Errorf("%s.tools: want a list, got %s", nemoGymKey, kindOf(v))
+				return fmt.Errorf("%s.tools: want a list, got %s", nemoGymKey, pipeline.JSONKind(v))
 			}
 			tools, err := decodeTools(list, nemoGymKey+".tools")
 			if err != nil {
@@ -199,7 +199,7 @@ func decodeTools(list []any, where string) ([]json.RawMessage, error) {
 	for i, t := range list {
 		m, ok := t.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s[%d]: want a tool object, got %s", where, i, kindOf(t))
+			return nil, fmt.Errorf("%s[%d]: want a tool object, got %s", where, i, pipeline.JSONKind(t))
 		}
 		if _, nested := m["function"]; !nested && m["type"] == "function" {
 			if _, named := m["name"]; named {
@@ -212,7 +212,7 @@ func decodeTools(list []any, where string) ([]json.RawMessage, error) {
 				m = map[string]any{"type": "function", "function": fn}
 			}
 		}
-		b, err := marshal(m)
+		b, err := pipeline.MarshalJSON(m)
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d]: %v", where, i, err)
 		}

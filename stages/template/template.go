@@ -10,7 +10,6 @@ import (
 
 	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/sources"
 )
 
 // Template renders prompt messages. It is immutable after New and safe for
@@ -159,7 +158,7 @@ func (t *Template) Render(task *pipeline.Task) error {
 func (t *Template) ownMessages(task *pipeline.Task) error {
 	if t.messagesField != "messages" {
 		if v, ok := task.Fields[t.messagesField]; ok && v != nil {
-			msgs, err := sources.DecodeMessages(v, t.messagesField)
+			msgs, err := pipeline.DecodeMessages(v, t.messagesField)
 			if err != nil {
 				return fmt.Errorf("%s: prompt.messages_field: %w", task.Source, err)
 			}

@@ -1,21 +1,19 @@
-package sources
+package pipeline
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
-
-	"github.com/trajflow/trajflow/pipeline"
 )
 
 // roles are the message roles a row may use.
 var roles = map[string]bool{
-	pipeline.RoleSystem:    true,
-	"developer":            true,
-	pipeline.RoleUser:      true,
-	pipeline.RoleAssistant: true,
-	pipeline.RoleTool:      true,
+	RoleSystem:    true,
+	"developer":   true,
+	RoleUser:      true,
+	RoleAssistant: true,
+	RoleTool:      true,
 }
 
 // DecodeMessages converts a decoded JSON value holding messages into
@@ -34,17 +32,17 @@ var roles = map[string]bool{
 //     reasoning items are dropped.
 //
 // Every message gets Turn 0 (the prompt). An empty list gives no messages.
-func DecodeMessages(v any, name string) ([]pipeline.Message, error) {
+func DecodeMessages(v any, name string) ([]Message, error) {
 	switch x := v.(type) {
 	case string:
-		return []pipeline.Message{{Role: pipeline.RoleUser, Content: x}}, nil
+		return []Message{{Role: RoleUser, Content: x}}, nil
 	case []any:
-		var out []pipeline.Message
+		var out []Message
 		for i, item := range x {
 			where := fmt.Sprintf("%s[%d]", name, i)
 			m, ok := item.(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("%s: want a message object, got %s", where, kindOf(item))
+				return nil, fmt.Errorf("%s: want a message object, got %s", where, JSONKind(item))
 			}
 			var err error
 			out, err = appendItem(out, m, where)
@@ -54,12 +52,12 @@ func DecodeMessages(v any, name string) ([]pipeline.Message, error) {
 		}
 		return out, nil
 	default:
-		return nil, fmt.Errorf("%s: want a list of messages or a string, got %s", name, kindOf(v))
+		return nil, fmt.Errorf("%s: want a list of messages or a string, got %s", name, JSONKind(v))
 	}
 }
 
 // appendItem appends one chat message or Responses API input item.
-func appendItem(out []pipeline.Message, m map[string]any, where string) ([]pipeline.Message, error) {
+func appendItem(out []Message, m map[string]any, where string) ([]Message, error) {
 	typ, err := optString(m, "type", where)
 	if err != nil {
 		return nil, err
@@ -84,12 +82,12 @@ func appendItem(out []pipeline.Message, m map[string]any, where string) ([]pipel
 		if err != nil {
 			return nil, err
 		}
-		call := pipeline.ToolCall{ID: id, Type: "function", Name: fn, Arguments: args}
-		if n := len(out); n > 0 && out[n-1].Role == pipeline.RoleAssistant {
+		call := ToolCall{ID: id, Type: "function", Name: fn, Arguments: args}
+		if n := len(out); n > 0 && out[n-1].Role == RoleAssistant {
 			out[n-1].ToolCalls = append(out[n-1].ToolCalls, call)
 			return out, nil
 		}
-		return append(out, pipeline.Message{Role: pipeline.RoleAssistant, ToolCalls: []pipeline.ToolCall{call}}), nil
+		return append(out, Message{Role: RoleAssistant, ToolCalls: []ToolCall{call}}), nil
 	case "function_call_output":
 		id, err := optString(m, "call_id", where)
 		if err != nil {
@@ -99,7 +97,7 @@ func appendItem(out []pipeline.Message, m map[string]any, where string) ([]pipel
 		if err != nil {
 			return nil, err
 		}
-		return append(out, pipeline.Message{Role: pipeline.RoleTool, Content: content, ToolCallID: id}), nil
+		return append(out, Message{Role: RoleTool, Content: content, ToolCallID: id}), nil
 	case "reasoning":
 		return out, nil
 	default:
@@ -108,8 +106,8 @@ func appendItem(out []pipeline.Message, m map[string]any, where string) ([]pipel
 }
 
 // decodeMessage reads one OpenAI chat message.
-func decodeMessage(m map[string]any, where string) (pipeline.Message, error) {
-	var msg pipeline.Message
+func decodeMessage(m map[string]any, where string) (Message, error) {
+	var msg Message
 	role, err := reqString(m, "role", where)
 	if err != nil {
 		return msg, err
@@ -130,7 +128,7 @@ func decodeMessage(m map[string]any, where string) (pipeline.Message, error) {
 	if tc, ok := m["tool_calls"]; ok && tc != nil {
 		list, ok := tc.([]any)
 		if !ok {
-			return msg, fmt.Errorf("%s.tool_calls: want a list, got %s", where, kindOf(tc))
+			return msg, fmt.Errorf("%s.tool_calls: want a list, got %s", where, JSONKind(tc))
 		}
 		for i, c := range list {
 			call, err := decodeToolCall(c, fmt.Sprintf("%s.tool_calls[%d]", where, i))
@@ -144,11 +142,11 @@ func decodeMessage(m map[string]any, where string) (pipeline.Message, error) {
 }
 
 // decodeToolCall reads {id, type, function: {name, arguments}}.
-func decodeToolCall(v any, where string) (pipeline.ToolCall, error) {
-	var call pipeline.ToolCall
+func decodeToolCall(v any, where string) (ToolCall, error) {
+	var call ToolCall
 	m, ok := v.(map[string]any)
 	if !ok {
-		return call, fmt.Errorf("%s: want an object, got %s", where, kindOf(v))
+		return call, fmt.Errorf("%s: want an object, got %s", where, JSONKind(v))
 	}
 	var err error
 	if call.ID, err = optString(m, "id", where); err != nil {
@@ -162,7 +160,7 @@ func decodeToolCall(v any, where string) (pipeline.ToolCall, error) {
 	}
 	fv, ok := m["function"].(map[string]any)
 	if !ok {
-		return call, fmt.Errorf("%s.function: want an object with name and arguments, got %s", where, kindOf(m["function"]))
+		return call, fmt.Errorf("%s.function: want an object with name and arguments, got %s", where, JSONKind(m["function"]))
 	}
 	if call.Name, err = reqString(fv, "name", where+".function"); err != nil {
 		return call, err
@@ -184,7 +182,7 @@ func arguments(v any, where string) (string, error) {
 	case map[string]any:
 		return compactJSON(x)
 	default:
-		return "", fmt.Errorf("%s: want a string or an object, got %s", where, kindOf(v))
+		return "", fmt.Errorf("%s: want a string or an object, got %s", where, JSONKind(v))
 	}
 }
 
@@ -209,7 +207,7 @@ func contentText(v any, where string) (string, error) {
 					b.WriteString(s)
 					continue
 				}
-				return "", fmt.Errorf("%s: want a content part object, got %s", pw, kindOf(p))
+				return "", fmt.Errorf("%s: want a content part object, got %s", pw, JSONKind(p))
 			}
 			typ, err := optString(pm, "type", pw)
 			if err != nil {
@@ -231,7 +229,7 @@ func contentText(v any, where string) (string, error) {
 		}
 		return b.String(), nil
 	default:
-		return "", fmt.Errorf("%s: want a string or a list of content parts, got %s", where, kindOf(v))
+		return "", fmt.Errorf("%s: want a string or a list of content parts, got %s", where, JSONKind(v))
 	}
 }
 
@@ -242,7 +240,7 @@ func reqString(m map[string]any, key, where string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%s.%s: want a string, got %s", where, key, kindOf(v))
+		return "", fmt.Errorf("%s.%s: want a string, got %s", where, key, JSONKind(v))
 	}
 	return s, nil
 }
@@ -254,13 +252,14 @@ func optString(m map[string]any, key, where string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%s.%s: want a string, got %s", where, key, kindOf(v))
+		return "", fmt.Errorf("%s.%s: want a string, got %s", where, key, JSONKind(v))
 	}
 	return s, nil
 }
 
-// kindOf names a decoded JSON value's kind for errors.
-func kindOf(v any) string {
+// JSONKind names a decoded JSON value's kind for errors ("a string",
+// "an object", ...).
+func JSONKind(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"
@@ -282,11 +281,13 @@ func kindOf(v any) string {
 // compactJSON marshals v without HTML escaping and without a trailing
 // newline. Object keys come out sorted.
 func compactJSON(v any) (string, error) {
-	b, err := marshal(v)
+	b, err := MarshalJSON(v)
 	return string(b), err
 }
 
-func marshal(v any) ([]byte, error) {
+// MarshalJSON marshals v without HTML escaping and without a trailing
+// newline. Object keys come out sorted.
+func MarshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

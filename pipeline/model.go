@@ -144,9 +144,10 @@ type Rollout struct {
 	// StopStrings are extra stop strings the environment asked for on the
 	// next turn. Not written out.
 	StopStrings []string
-	// Trailer is the last response's simulator trailer (see internal/sim).
-	// Not written out.
-	Trailer json.RawMessage
+	// Extra is machine-readable data the server attached to the last
+	// response beyond the OpenAI fields (the simulator's trailer, for one),
+	// for environments that read it. Not written out.
+	Extra json.RawMessage
 	// Tools are the tool definitions sent with every request: the task's,
 	// or the ones the environment's Reset returned. Not written out.
 	Tools []json.RawMessage

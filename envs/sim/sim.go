@@ -47,7 +47,7 @@ func (e *Env) Reset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, erro
 // Step waits the trailer's delay, then continues with an observation of
 // obs_tokens words while turns are left, or ends with reward 1 (correct) or 0.
 func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
-	tr, err := ReadTrailer(r.Trailer)
+	tr, err := ReadTrailer(r.Extra)
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func TestStep(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &pipeline.Rollout{Task: &pipeline.Task{}, Trailer: tt.trailer}
+			r := &pipeline.Rollout{Task: &pipeline.Task{}, Extra: tt.trailer}
 			if _, err := env.Reset(context.Background(), r); err != nil {
 				t.Fatalf("Reset: %v", err)
 			}
@@ -95,7 +95,7 @@ func TestStepHonoursContext(t *testing.T) {
 	env, _ := envs.New("sim", envs.Options{Section: "env"})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := &pipeline.Rollout{Task: &pipeline.Task{}, Trailer: trailer(t, simulator.Trailer{EnvDelayMs: 3.6e6, TurnsLeft: 1})}
+	r := &pipeline.Rollout{Task: &pipeline.Task{}, Extra: trailer(t, simulator.Trailer{EnvDelayMs: 3.6e6, TurnsLeft: 1})}
 	if _, err := env.Step(ctx, r, pipeline.Message{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -178,7 +178,7 @@ func Example() {
 	}
 	r := &pipeline.Rollout{Task: &pipeline.Task{}}
 	for _, tr := range []string{`{"turns_left":1,"obs_tokens":4}`, `{"turns_left":0,"correct":true}`} {
-		r.Trailer = json.RawMessage(tr) // set by the generate stage from the reply
+		r.Extra = json.RawMessage(tr) // set by the generate stage from the reply
 		step, err := env.Step(context.Background(), r, pipeline.Message{Role: "assistant"})
 		if err != nil {
 			panic(err)

@@ -35,9 +35,9 @@ type Response struct {
 	FinishReason     string
 	PromptTokens     int
 	CompletionTokens int
-	// Trailer is extra machine-readable data the simulator attaches for the
-	// sim environment; nil from real servers.
-	Trailer json.RawMessage
+	// Extra is machine-readable data the server attached beyond the OpenAI
+	// fields (the simulator's trailer); nil from most servers.
+	Extra json.RawMessage
 	// Endpoint names the endpoint that answered.
 	Endpoint string
 }

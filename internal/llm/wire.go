@@ -217,7 +217,7 @@ func decodeResponse(data []byte) (*Response, error) {
 		}
 	}
 	if len(w.SimTrailer) > 0 && !bytes.Equal(w.SimTrailer, []byte("null")) {
-		resp.Trailer = w.SimTrailer
+		resp.Extra = w.SimTrailer
 	}
 	return resp, nil
 }

@@ -135,7 +135,7 @@ func TestDecodeResponse(t *testing.T) {
 			want: Response{
 				Message:        pipeline.Message{Role: "assistant", Content: "ok", TokenIDs: []int32{10, 11}, Logprobs: []float32{-0.5, -1.25}},
 				PromptTokenIDs: []int32{1, 2, 3}, FinishReason: "length", PromptTokens: 3, CompletionTokens: 2,
-				Trailer: json.RawMessage(`{"turns_left":1,"correct":true}`),
+				Extra: json.RawMessage(`{"turns_left":1,"correct":true}`),
 			},
 		},
 		{
@@ -218,8 +218,8 @@ func FuzzDecodeResponse(f *testing.F) {
 		if resp.Message.Role != pipeline.RoleAssistant {
 			t.Fatalf("role %q", resp.Message.Role)
 		}
-		if resp.Trailer != nil && !json.Valid(resp.Trailer) {
-			t.Fatalf("invalid trailer %q", resp.Trailer)
+		if resp.Extra != nil && !json.Valid(resp.Extra) {
+			t.Fatalf("invalid trailer %q", resp.Extra)
 		}
 	})
 }

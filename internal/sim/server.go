@@ -249,7 +249,7 @@ func (s *Server) Complete(ctx context.Context, req *llm.Request) (*llm.Response,
 		FinishReason:     rep.finish,
 		PromptTokens:     len(in.promptIDs),
 		CompletionTokens: len(rep.ids),
-		Trailer:          trailer,
+		Extra:            trailer,
 		Endpoint:         "sim://",
 	}, nil
 }

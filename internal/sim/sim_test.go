@@ -150,7 +150,7 @@ func TestReplyShape(t *testing.T) {
 			t.Fatalf("finish reason %q", r.FinishReason)
 		}
 		var tr Trailer
-		if err := json.Unmarshal(r.Trailer, &tr); err != nil {
+		if err := json.Unmarshal(r.Extra, &tr); err != nil {
 			t.Fatal(err)
 		}
 		if tr.Correct != strings.HasSuffix(m.Content, `\boxed{33}`) && r.FinishReason == "stop" {
@@ -209,7 +209,7 @@ func TestTokenContinuity(t *testing.T) {
 			t.Fatalf("turn %d: prompt does not start with the previous prompt + generated ids", turn)
 		}
 		var tr Trailer
-		_ = json.Unmarshal(r.Trailer, &tr)
+		_ = json.Unmarshal(r.Extra, &tr)
 		if r.FinishReason == "tool_calls" {
 			sawTool = true
 			tc := r.Message.ToolCalls[0]
@@ -236,7 +236,7 @@ func TestTrailerWorkload(t *testing.T) {
 	s := New(Options{Seed: 3, Preset: "agent", TimeScale: 0})
 	r1 := mustComplete(t, s, chatReq(4, user("task")))
 	var t1 Trailer
-	_ = json.Unmarshal(r1.Trailer, &t1)
+	_ = json.Unmarshal(r1.Extra, &t1)
 	if t1.TurnsLeft < 1 || t1.TurnsLeft > 7 || t1.ObsTokens < 1 {
 		t.Fatalf("agent trailer %+v: want 1..7 turns left and observations", t1)
 	}
@@ -248,21 +248,21 @@ func TestTrailerWorkload(t *testing.T) {
 	defer s2.Close()
 	r2 := mustComplete(t, s2, chatReq(4, user("task")))
 	var t2 Trailer
-	_ = json.Unmarshal(r2.Trailer, &t2)
+	_ = json.Unmarshal(r2.Extra, &t2)
 	if t2.TurnsLeft != t1.TurnsLeft || t2.ObsTokens != t1.ObsTokens || t2.EnvDelayMs <= 0 {
 		t.Fatalf("trailers differ across time scales: %+v vs %+v", t1, t2)
 	}
 	// One turn later, one turn less.
 	r3 := mustComplete(t, s, chatReq(4, user("task"), pipeline.Message{Role: "assistant", Content: r1.Message.Content}, user("obs")))
 	var t3 Trailer
-	_ = json.Unmarshal(r3.Trailer, &t3)
+	_ = json.Unmarshal(r3.Extra, &t3)
 	if t3.TurnsLeft != t1.TurnsLeft-1 || t3.Correct != t1.Correct {
 		t.Fatalf("turn 2 trailer %+v after %+v", t3, t1)
 	}
 	// Single-turn presets: no turns left.
 	r4 := mustComplete(t, New(Options{Seed: 3}), chatReq(4, user("task")))
 	var t4 Trailer
-	_ = json.Unmarshal(r4.Trailer, &t4)
+	_ = json.Unmarshal(r4.Extra, &t4)
 	if t4.TurnsLeft != 0 || t4.ObsTokens != 0 || t4.EnvDelayMs != 0 {
 		t.Fatalf("short trailer %+v", t4)
 	}
@@ -317,7 +317,7 @@ func TestKeepGroups(t *testing.T) {
 					for r := 0; r < n; r++ {
 						resp := mustComplete(t, s, tc.req(task, attempt, r))
 						var tr Trailer
-						_ = json.Unmarshal(resp.Trailer, &tr)
+						_ = json.Unmarshal(resp.Extra, &tr)
 						want := fmt.Sprintf(`\boxed{%d}`, 3*task)
 						if resp.FinishReason == "stop" && tr.Correct != strings.HasSuffix(resp.Message.Content, want) {
 							t.Fatalf("trailer says %v for %q", tr.Correct, resp.Message.Content)
@@ -351,7 +351,7 @@ func TestKeepGroups(t *testing.T) {
 			for r := 0; r < n; r++ {
 				resp := mustComplete(t, s, chatReq(int64(r), user(fmt.Sprintf("What is %d - 1?", task))))
 				var tr Trailer
-				_ = json.Unmarshal(resp.Trailer, &tr)
+				_ = json.Unmarshal(resp.Extra, &tr)
 				if tr.Correct {
 					right++
 				}

@@ -71,7 +71,7 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *llm.Response) {
 	r.PromptTokens += resp.PromptTokens
 	r.CompletionTokens += resp.CompletionTokens
 	r.FinishReason = resp.FinishReason
-	r.Trailer = resp.Trailer
+	r.Extra = resp.Extra
 	r.ToolCalls += len(resp.Message.ToolCalls)
 
 	g.trackTokens(r, resp)

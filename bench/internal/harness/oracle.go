@@ -99,7 +99,7 @@ func (quickEnv) Reset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, er
 }
 
 func (quickEnv) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
-	tr, err := envsim.ReadTrailer(r.Trailer)
+	tr, err := envsim.ReadTrailer(r.Extra)
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func (r *Recorder) Complete(ctx context.Context, req *llm.Request) (*llm.Respons
 	}
 	seed, _ := toInt64(req.Params["seed"])
 	turn := Turn{Prompt: resp.PromptTokens, Decode: resp.CompletionTokens}
-	tr, terr := envsim.ReadTrailer(resp.Trailer)
+	tr, terr := envsim.ReadTrailer(resp.Extra)
 	turn.EnvDelay = time.Duration(tr.EnvDelayMs * float64(time.Millisecond))
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -9,8 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/trajflow/trajflow/internal/config"
 )
 
 // benchRows writes n NeMo Gym rows of about 1 KB each.
@@ -41,7 +39,7 @@ func BenchmarkJSONL(b *testing.B) {
 			var ms runtime.MemStats
 			b.ResetTimer()
 			for range b.N {
-				r, err := Open(config.Source{Path: p}, Options{})
+				r, err := Open(Config{Path: p}, Options{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/sources"
 )
 
@@ -21,7 +20,7 @@ not json
 {"question": "What is 4+4?", "expected_answer": "8"}
 `), 0o644)
 
-	r, err := sources.Open(config.Source{Path: path, OnBadRow: "skip"}, sources.Options{
+	r, err := sources.Open(sources.Config{Path: path, OnBadRow: "skip"}, sources.Options{
 		OnReject: func(rej sources.Reject) error {
 			fmt.Printf("rejected %s: %s\n", filepath.Base(rej.Where), rej.Reason)
 			return nil

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -29,7 +28,7 @@ func writeFile(t testing.TB, name, content string) string {
 
 // readAll reads every task, returning the error that ended the read (nil
 // at io.EOF).
-func readAll(t testing.TB, cfg config.Source, opts Options) ([]*pipeline.Task, error) {
+func readAll(t testing.TB, cfg Config, opts Options) ([]*pipeline.Task, error) {
 	t.Helper()
 	r, err := Open(cfg, opts)
 	if err != nil {
@@ -136,7 +135,7 @@ func TestJSONLRows(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := writeFile(t, "tasks.jsonl", strings.ReplaceAll(tt.row, "\n", " ")+"\n")
-			tasks, err := readAll(t, config.Source{Path: p}, Options{})
+			tasks, err := readAll(t, Config{Path: p}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +172,7 @@ func TestJSONLRows(t *testing.T) {
 
 func TestJSONLFieldsKeepNumbersAsWritten(t *testing.T) {
 	p := writeFile(t, "tasks.jsonl", `{"a": 1.50, "b": 12345678901234567890, "c": {"d": [1, "x"]}}`)
-	tasks, err := readAll(t, config.Source{Path: p}, Options{})
+	tasks, err := readAll(t, Config{Path: p}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,20 +193,20 @@ const tenRows = "{\"i\":0}\n\n{\"i\":1}\r\n{\"i\":2}\n   \n{\"i\":3}\n{\"i\":4}\
 func TestSelection(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  config.Source
+		cfg  Config
 		skip func(int64) bool
 		want []int64
 	}{
-		{"all", config.Source{}, nil, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
-		{"limit", config.Source{Limit: 3}, nil, []int64{0, 1, 2}},
-		{"offset", config.Source{Offset: 7}, nil, []int64{7, 8, 9}},
-		{"offset and limit", config.Source{Offset: 2, Limit: 3}, nil, []int64{2, 3, 4}},
-		{"limit past the end", config.Source{Offset: 8, Limit: 5}, nil, []int64{8, 9}},
-		{"offset past the end", config.Source{Offset: 20}, nil, []int64{}},
-		{"shard 0 of 3", config.Source{Shard: config.Shard{Index: 0, Count: 3}}, nil, []int64{0, 3, 6, 9}},
-		{"shard 2 of 3", config.Source{Shard: config.Shard{Index: 2, Count: 3}}, nil, []int64{2, 5, 8}},
-		{"shard within window", config.Source{Offset: 1, Limit: 6, Shard: config.Shard{Index: 1, Count: 2}}, nil, []int64{1, 3, 5}},
-		{"skip (resume)", config.Source{Limit: 5}, func(i int64) bool { return i%2 == 0 }, []int64{1, 3}},
+		{"all", Config{}, nil, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"limit", Config{Limit: 3}, nil, []int64{0, 1, 2}},
+		{"offset", Config{Offset: 7}, nil, []int64{7, 8, 9}},
+		{"offset and limit", Config{Offset: 2, Limit: 3}, nil, []int64{2, 3, 4}},
+		{"limit past the end", Config{Offset: 8, Limit: 5}, nil, []int64{8, 9}},
+		{"offset past the end", Config{Offset: 20}, nil, []int64{}},
+		{"shard 0 of 3", Config{Shard: Shard{Index: 0, Count: 3}}, nil, []int64{0, 3, 6, 9}},
+		{"shard 2 of 3", Config{Shard: Shard{Index: 2, Count: 3}}, nil, []int64{2, 5, 8}},
+		{"shard within window", Config{Offset: 1, Limit: 6, Shard: Shard{Index: 1, Count: 2}}, nil, []int64{1, 3, 5}},
+		{"skip (resume)", Config{Limit: 5}, func(i int64) bool { return i%2 == 0 }, []int64{1, 3}},
 	}
 	for _, format := range []string{"jsonl", "gz"} {
 		for _, tt := range tests {
@@ -237,7 +236,7 @@ func TestSelection(t *testing.T) {
 
 func TestSourceNamesPhysicalLines(t *testing.T) {
 	p := writeFile(t, "tasks.jsonl", tenRows)
-	tasks, err := readAll(t, config.Source{Path: p, Limit: 4}, Options{})
+	tasks, err := readAll(t, Config{Path: p, Limit: 4}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +264,7 @@ func writeGzip(t testing.TB, name, content string) string {
 func TestGzipDetectedByContent(t *testing.T) {
 	// A gzip file without .gz in its name (format given) is still read.
 	p := writeGzip(t, "tasks.data", `{"q":"a"}`+"\n")
-	tasks, err := readAll(t, config.Source{Path: p, Format: "jsonl"}, Options{})
+	tasks, err := readAll(t, Config{Path: p, Format: "jsonl"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +276,7 @@ func TestGzipDetectedByContent(t *testing.T) {
 func TestLongLine(t *testing.T) {
 	long := strings.Repeat("x", 300<<10) // beyond the read buffer
 	p := writeFile(t, "tasks.jsonl", `{"a":"`+long+`"}`+"\n"+`{"a":"b"}`+"\n")
-	tasks, err := readAll(t, config.Source{Path: p}, Options{})
+	tasks, err := readAll(t, Config{Path: p}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +308,7 @@ func TestBadRows(t *testing.T) {
 	}
 	t.Run("error", func(t *testing.T) {
 		p := writeFile(t, "tasks.jsonl", badRows)
-		tasks, err := readAll(t, config.Source{Path: p, OnBadRow: "error"}, Options{})
+		tasks, err := readAll(t, Config{Path: p, OnBadRow: "error"}, Options{})
 		want := p + ":2: invalid JSON: unexpected end of JSON input"
 		if err == nil || err.Error() != want {
 			t.Fatalf("err = %v, want %s", err, want)
@@ -327,7 +326,7 @@ func TestBadRows(t *testing.T) {
 		for _, w := range wantReasons {
 			n := int(w.line[0] - '0')
 			p := writeFile(t, "t.jsonl", lines[n-1])
-			_, err := readAll(t, config.Source{Path: p}, Options{})
+			_, err := readAll(t, Config{Path: p}, Options{})
 			want := p + ":1: " + w.reason
 			if err == nil || err.Error() != want {
 				t.Errorf("line %s: err = %v\nwant %s", w.line, err, want)
@@ -337,7 +336,7 @@ func TestBadRows(t *testing.T) {
 	t.Run("skip", func(t *testing.T) {
 		p := writeFile(t, "tasks.jsonl", badRows)
 		var rejects []Reject
-		tasks, err := readAll(t, config.Source{Path: p, OnBadRow: "skip"}, Options{
+		tasks, err := readAll(t, Config{Path: p, OnBadRow: "skip"}, Options{
 			OnReject: func(r Reject) error { rejects = append(rejects, r); return nil },
 		})
 		if err != nil {
@@ -361,7 +360,7 @@ func TestBadRows(t *testing.T) {
 	t.Run("skip with failing OnReject stops", func(t *testing.T) {
 		p := writeFile(t, "tasks.jsonl", badRows)
 		boom := errors.New("disk full")
-		tasks, err := readAll(t, config.Source{Path: p, OnBadRow: "skip"}, Options{
+		tasks, err := readAll(t, Config{Path: p, OnBadRow: "skip"}, Options{
 			OnReject: func(Reject) error { return boom },
 		})
 		if !errors.Is(err, boom) || !strings.Contains(err.Error(), p+":2") {
@@ -382,21 +381,21 @@ func TestOpenErrors(t *testing.T) {
 	notParquet := writeFile(t, "tasks.parquet", "this is not parquet")
 	tests := []struct {
 		name string
-		cfg  config.Source
+		cfg  Config
 		want string // substring of the error (from Open or the first Next)
 	}{
-		{"no path", config.Source{}, "source.path: required"},
-		{"missing", config.Source{Path: filepath.Join(dir, "nope.jsonl")}, "nope.jsonl: no such file"},
-		{"directory", config.Source{Path: dir, Format: "jsonl"}, dir + " is a directory"},
-		{"empty", config.Source{Path: empty}, empty + ": no rows"},
-		{"blank lines only", config.Source{Path: blankOnly}, blankOnly + ": no rows"},
-		{"unknown extension", config.Source{Path: noExt}, noExt + ": cannot tell the format"},
-		{"bad format", config.Source{Path: noExt, Format: "csv"}, `source.format: "csv" is not one of jsonl, parquet`},
-		{"bad on_bad_row", config.Source{Path: empty, OnBadRow: "ignore"}, "source.on_bad_row"},
-		{"negative limit", config.Source{Path: empty, Limit: -1}, "source.limit: must be >= 0"},
-		{"bad shard", config.Source{Path: empty, Shard: config.Shard{Index: 3, Count: 2}}, "source.shard.index: must be in [0, 2)"},
-		{"bad gzip", config.Source{Path: badGzip}, badGzip},
-		{"not parquet", config.Source{Path: notParquet}, notParquet + ": not a readable Parquet file"},
+		{"no path", Config{}, "source.path: required"},
+		{"missing", Config{Path: filepath.Join(dir, "nope.jsonl")}, "nope.jsonl: no such file"},
+		{"directory", Config{Path: dir, Format: "jsonl"}, dir + " is a directory"},
+		{"empty", Config{Path: empty}, empty + ": no rows"},
+		{"blank lines only", Config{Path: blankOnly}, blankOnly + ": no rows"},
+		{"unknown extension", Config{Path: noExt}, noExt + ": cannot tell the format"},
+		{"bad format", Config{Path: noExt, Format: "csv"}, `source.format: "csv" is not one of jsonl, parquet`},
+		{"bad on_bad_row", Config{Path: empty, OnBadRow: "ignore"}, "source.on_bad_row"},
+		{"negative limit", Config{Path: empty, Limit: -1}, "source.limit: must be >= 0"},
+		{"bad shard", Config{Path: empty, Shard: Shard{Index: 3, Count: 2}}, "source.shard.index: must be in [0, 2)"},
+		{"bad gzip", Config{Path: badGzip}, badGzip},
+		{"not parquet", Config{Path: notParquet}, notParquet + ": not a readable Parquet file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,7 +409,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestNextAfterEndAndCancel(t *testing.T) {
 	p := writeFile(t, "tasks.jsonl", tenRows)
-	r, err := Open(config.Source{Path: p, Limit: 1}, Options{})
+	r, err := Open(Config{Path: p, Limit: 1}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +423,7 @@ func TestNextAfterEndAndCancel(t *testing.T) {
 			t.Fatalf("err = %v, want io.EOF", err)
 		}
 	}
-	r2, _ := Open(config.Source{Path: p}, Options{})
+	r2, _ := Open(Config{Path: p}, Options{})
 	defer r2.Close()
 	cancel()
 	if _, err := r2.Next(ctx); !errors.Is(err, context.Canceled) {
@@ -450,7 +449,7 @@ func FuzzJSONL(f *testing.F) {
 		}
 		for _, mode := range []string{"error", "skip"} {
 			var rejects int
-			tasks, err := readAll(t, config.Source{Path: p, OnBadRow: mode}, Options{
+			tasks, err := readAll(t, Config{Path: p, OnBadRow: mode}, Options{
 				OnReject: func(r Reject) error {
 					if !strings.HasPrefix(r.Where, p+":") || r.Reason == "" {
 						t.Errorf("reject without file:line or reason: %+v", r)

@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 	pq "github.com/parquet-go/parquet-go"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -107,7 +106,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func TestParquetRows(t *testing.T) {
 	p := writeArrowParquet(t, 10, 3)
 	var rejects []Reject
-	tasks, err := readAll(t, config.Source{Path: p, OnBadRow: "skip"}, Options{
+	tasks, err := readAll(t, Config{Path: p, OnBadRow: "skip"}, Options{
 		OnReject: func(r Reject) error { rejects = append(rejects, r); return nil },
 	})
 	if err != nil {
@@ -150,15 +149,15 @@ func TestParquetSelection(t *testing.T) {
 	p := writeArrowParquet(t, 12, 3)
 	tests := []struct {
 		name string
-		cfg  config.Source
+		cfg  Config
 		skip func(int64) bool
 		want []int64
 	}{
-		{"limit", config.Source{Limit: 2}, nil, []int64{0, 1}},
-		{"offset across row groups", config.Source{Offset: 7, Limit: 3}, nil, []int64{7, 8, 9}},
-		{"offset past the end", config.Source{Offset: 12}, nil, []int64{}},
-		{"shard", config.Source{Offset: 6, Shard: config.Shard{Index: 1, Count: 3}}, nil, []int64{7, 10}},
-		{"skip", config.Source{Offset: 6}, func(i int64) bool { return i != 11 }, []int64{11}},
+		{"limit", Config{Limit: 2}, nil, []int64{0, 1}},
+		{"offset across row groups", Config{Offset: 7, Limit: 3}, nil, []int64{7, 8, 9}},
+		{"offset past the end", Config{Offset: 12}, nil, []int64{}},
+		{"shard", Config{Offset: 6, Shard: Shard{Index: 1, Count: 3}}, nil, []int64{7, 10}},
+		{"skip", Config{Offset: 6}, func(i int64) bool { return i != 11 }, []int64{11}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,7 +178,7 @@ func TestParquetSelection(t *testing.T) {
 		})
 	}
 	t.Run("bad row stops in error mode", func(t *testing.T) {
-		_, err := readAll(t, config.Source{Path: p}, Options{})
+		_, err := readAll(t, Config{Path: p}, Options{})
 		if err == nil || err.Error() != p+":row 5: messages[0]: want a message object, got null" {
 			t.Fatalf("err = %v", err)
 		}
@@ -215,7 +214,7 @@ func TestParquetNeMoGymRowsFromParquetGo(t *testing.T) {
 	if err := pq.WriteFile(p, []gymRow{row}); err != nil {
 		t.Fatal(err)
 	}
-	tasks, err := readAll(t, config.Source{Path: p}, Options{})
+	tasks, err := readAll(t, Config{Path: p}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +236,7 @@ func TestParquetEmpty(t *testing.T) {
 	if err := pq.WriteFile(p, []gymRow{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := readAll(t, config.Source{Path: p}, Options{})
+	_, err := readAll(t, Config{Path: p}, Options{})
 	if err == nil || !strings.Contains(err.Error(), p+": no rows") {
 		t.Fatalf("err = %v", err)
 	}
@@ -264,7 +263,7 @@ func FuzzParquet(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		tasks, err := readAll(t, config.Source{Path: p, OnBadRow: "skip"}, Options{})
+		tasks, err := readAll(t, Config{Path: p, OnBadRow: "skip"}, Options{})
 		if err != nil && !strings.Contains(err.Error(), p) {
 			t.Errorf("error does not name the file: %v", err)
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -56,7 +55,7 @@ const (
 // any of them with .gz; .parquet, .pq). A missing, unreadable or empty file
 // is an error naming the path; an empty file (or one of blank lines only)
 // is reported by the first Next as "no rows".
-func Open(cfg config.Source, opts Options) (Reader, error) {
+func Open(cfg Config, opts Options) (Reader, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("source.path: required (a .jsonl or .parquet file)")
 	}
@@ -109,7 +108,7 @@ func Open(cfg config.Source, opts Options) (Reader, error) {
 }
 
 // formatOf picks the reader for a config.
-func formatOf(cfg config.Source) (string, error) {
+func formatOf(cfg Config) (string, error) {
 	switch cfg.Format {
 	case FormatJSONL, FormatParquet:
 		return cfg.Format, nil
@@ -137,7 +136,7 @@ type window struct {
 	index, count int64
 }
 
-func newWindow(cfg config.Source) (window, error) {
+func newWindow(cfg Config) (window, error) {
 	var errs []error
 	if cfg.Offset < 0 {
 		errs = append(errs, fmt.Errorf("source.offset: must be >= 0, got %d", cfg.Offset))

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
-	"github.com/trajflow/trajflow/internal/sim"
+	"github.com/trajflow/trajflow/inference/sim"
 )
 
 func main() { harness.Main(run) }

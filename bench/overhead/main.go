@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"io"
 	"net/http"
 	"os"
@@ -29,8 +30,8 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/internal/runner"
 	"github.com/trajflow/trajflow/stages/repeat"
 )
@@ -127,7 +128,7 @@ func measure(ctx context.Context, dir string, tasks, n, conc int, logprobs bool,
 	if logprobs {
 		cfg.Generate.Params["logprobs"] = true
 	}
-	cfg.Output.Compression = compression
+	cfg.Output.Parquet.Compression = compression
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -139,12 +140,12 @@ func measure(ctx context.Context, dir string, tasks, n, conc int, logprobs bool,
 		return nil, err
 	}
 	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
-	var reqs []*llm.Request
+	var reqs []*inference.Request
 	for _, t := range ts {
 		for _, r := range exp.Expand(t, 0) {
-			p := llm.MergeParams(t.Params, cfg.Generate.Params)
+			p := inference.MergeParams(t.Params, cfg.Generate.Params)
 			p["seed"] = r.Seed
-			reqs = append(reqs, &llm.Request{Model: cfg.Generate.Model, Messages: r.Messages, Params: p, Affinity: r.GroupID})
+			reqs = append(reqs, &inference.Request{Model: cfg.Generate.Model, Messages: r.Messages, Params: p, Affinity: r.GroupID})
 		}
 	}
 
@@ -205,8 +206,8 @@ func pipeline(ctx context.Context, cfg *config.Config, profile string) (Result, 
 }
 
 // clientLoop sends reqs with trajflow's HTTP client from conc workers.
-func clientLoop(ctx context.Context, gen config.Generate, reqs []*llm.Request, conc int) (Result, error) {
-	c, err := llm.NewHTTP(gen, llm.HTTPOptions{})
+func clientLoop(ctx context.Context, gen config.Generate, reqs []*inference.Request, conc int) (Result, error) {
+	c, err := openai.NewHTTP(gen.Config, openai.HTTPOptions{})
 	if err != nil {
 		return Result{}, err
 	}
@@ -221,7 +222,7 @@ func clientLoop(ctx context.Context, gen config.Generate, reqs []*llm.Request, c
 
 // rawLoop posts the same request bodies (encoded before the clock starts)
 // with net/http and reads every response body whole.
-func rawLoop(ctx context.Context, base string, reqs []*llm.Request, conc int) (Result, error) {
+func rawLoop(ctx context.Context, base string, reqs []*inference.Request, conc int) (Result, error) {
 	bodies := make([][]byte, len(reqs))
 	for i, r := range reqs {
 		body := map[string]any{"model": r.Model, "messages": r.Messages}

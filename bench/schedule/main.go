@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/internal/runner"
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -341,7 +341,7 @@ func measure(ctx context.Context, srv *harness.SimHTTP, rec *harness.Recorder, r
 
 func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, oracle []harness.OracleGroup) (Row, error) {
 	row := Row{Workload: w.Name, Schedule: "trajflow"}
-	hc, err := llm.NewHTTP(cfg.Generate, llm.HTTPOptions{})
+	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {
 		return row, err
 	}
@@ -387,7 +387,7 @@ func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, 
 
 func runReference(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, tasks []*pipeline.Task, groups int) (Row, error) {
 	row := Row{Workload: w.Name}
-	hc, err := llm.NewHTTP(cfg.Generate, llm.HTTPOptions{})
+	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {
 		return row, err
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/envs/internal/wire"
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -56,11 +55,11 @@ type Config struct {
 	Protocol string `yaml:"protocol"`
 	// RequestTimeout bounds one HTTP attempt (default 60s). (env.timeout
 	// is taken: it bounds a whole trajectory.)
-	RequestTimeout config.Duration `yaml:"request_timeout"`
+	RequestTimeout pipeline.Duration `yaml:"request_timeout"`
 	// MaxAttempts bounds tries per request (default 3; 1: no retry).
 	MaxAttempts int `yaml:"max_attempts"`
 	// Backoff is the first retry's base delay, doubled each retry (default 250ms).
-	Backoff config.Duration `yaml:"backoff"`
+	Backoff pipeline.Duration `yaml:"backoff"`
 	// Headers are sent with every request (e.g. Authorization).
 	Headers map[string]string `yaml:"headers"`
 
@@ -104,7 +103,7 @@ func New(c Config) (*Env, error) {
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%s.request_timeout: must be positive", c.Section))
 	} else if c.RequestTimeout == 0 {
-		c.RequestTimeout = config.Duration(DefaultRequestTimeout)
+		c.RequestTimeout = pipeline.Duration(DefaultRequestTimeout)
 	}
 	if c.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("%s.max_attempts: must be at least 1, got %d", c.Section, c.MaxAttempts))
@@ -114,7 +113,7 @@ func New(c Config) (*Env, error) {
 	if c.Backoff < 0 {
 		errs = append(errs, fmt.Errorf("%s.backoff: must not be negative", c.Section))
 	} else if c.Backoff == 0 {
-		c.Backoff = config.Duration(DefaultBackoff)
+		c.Backoff = pipeline.Duration(DefaultBackoff)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/envs/internal/wire"
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -33,7 +32,7 @@ func rollout(traj string, fields map[string]any) *pipeline.Rollout {
 func newEnv(t *testing.T, c Config) *Env {
 	t.Helper()
 	if c.Backoff == 0 {
-		c.Backoff = config.Duration(time.Millisecond)
+		c.Backoff = pipeline.Duration(time.Millisecond)
 	}
 	e, err := New(c)
 	if err != nil {
@@ -207,12 +206,12 @@ func TestRequestTimeoutAndContext(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	e := newEnv(t, Config{URL: srv.URL, MaxAttempts: 2, RequestTimeout: config.Duration(20 * time.Millisecond)})
+	e := newEnv(t, Config{URL: srv.URL, MaxAttempts: 2, RequestTimeout: pipeline.Duration(20 * time.Millisecond)})
 	_, err := e.Reset(context.Background(), rollout("t", nil))
 	if err == nil || !strings.Contains(err.Error(), "no answer within request_timeout 20ms") {
 		t.Fatalf("err = %v", err)
 	}
-	e = newEnv(t, Config{URL: srv.URL, MaxAttempts: 5, RequestTimeout: config.Duration(time.Minute)})
+	e = newEnv(t, Config{URL: srv.URL, MaxAttempts: 5, RequestTimeout: pipeline.Duration(time.Minute)})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
 	_, err = e.Reset(ctx, rollout("t", nil))

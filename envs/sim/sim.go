@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/envs"
-	simulator "github.com/trajflow/trajflow/internal/sim"
+	simulator "github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 )
 

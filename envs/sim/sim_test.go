@@ -10,7 +10,7 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	simenv "github.com/trajflow/trajflow/envs/sim"
-	simulator "github.com/trajflow/trajflow/internal/sim"
+	simulator "github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 )
 

@@ -3,7 +3,7 @@ package sim
 import (
 	"strconv"
 
-	simulator "github.com/trajflow/trajflow/internal/sim"
+	simulator "github.com/trajflow/trajflow/inference/sim"
 )
 
 // parseTrailer decodes the compact form the simulator writes (an object of

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/internal/config"
+	"go.yaml.in/yaml/v3"
 )
 
 // The example config loads, its env section builds this environment, and
@@ -19,18 +19,28 @@ func TestExampleConfig(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}
-	cfg, err := config.Load("../../examples/python-env/config.yaml", nil)
+	data, err := os.ReadFile("../../examples/python-env/config.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Env.Name != Name || cfg.Env.MaxTurns != 4 {
+	var cfg struct {
+		Env map[string]any `yaml:"env"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Env["name"] != Name || cfg.Env["max_turns"] != 4 {
 		t.Fatalf("env section = %+v", cfg.Env)
 	}
 	opts := map[string]any{"dir": "../.."} // the config's paths are relative to the repository root
-	for k, v := range cfg.Env.Options {
-		opts[k] = v
+	for k, v := range cfg.Env {
+		switch k {
+		case "name", "max_turns", "max_seq_len", "concurrency", "turn_timeout", "timeout":
+		default:
+			opts[k] = v
+		}
 	}
-	e, err := envs.New(cfg.Env.Name, envs.Options{Section: "env", Values: opts})
+	e, err := envs.New(Name, envs.Options{Section: "env", Values: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

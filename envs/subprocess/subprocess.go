@@ -17,7 +17,6 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/envs/internal/wire"
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -51,7 +50,7 @@ type Config struct {
 	// Workers is the number of processes (default 4).
 	Workers int `yaml:"workers"`
 	// StepTimeout bounds one reset or step call (default 30s).
-	StepTimeout config.Duration `yaml:"step_timeout"`
+	StepTimeout pipeline.Duration `yaml:"step_timeout"`
 	// Env holds extra environment variables for the processes, added to
 	// trajflow's own environment.
 	Env map[string]string `yaml:"env"`
@@ -59,7 +58,7 @@ type Config struct {
 	Dir string `yaml:"dir"`
 	// ShutdownGrace is how long Close waits for a process to exit after
 	// closing its stdin before killing it (default 2s).
-	ShutdownGrace config.Duration `yaml:"shutdown_grace"`
+	ShutdownGrace pipeline.Duration `yaml:"shutdown_grace"`
 
 	// Section names the config section in errors (default "env").
 	Section string `yaml:"-"`
@@ -114,13 +113,13 @@ func New(c Config) (*Env, error) {
 		return nil, fmt.Errorf("%s.step_timeout: must be positive, got %s", c.Section, c.StepTimeout.D())
 	}
 	if c.StepTimeout == 0 {
-		c.StepTimeout = config.Duration(DefaultStepTimeout)
+		c.StepTimeout = pipeline.Duration(DefaultStepTimeout)
 	}
 	if c.ShutdownGrace < 0 {
 		return nil, fmt.Errorf("%s.shutdown_grace: must not be negative, got %s", c.Section, c.ShutdownGrace.D())
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = config.Duration(DefaultGrace)
+		c.ShutdownGrace = pipeline.Duration(DefaultGrace)
 	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr

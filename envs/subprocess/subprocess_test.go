@@ -16,7 +16,6 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/envs/internal/wire"
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -45,8 +44,8 @@ func newHelperEnv(t *testing.T, workers int, timeout time.Duration, extra map[st
 		env[k] = v
 	}
 	stderr := &syncBuffer{}
-	e, err := New(Config{Command: cmd, Env: env, Workers: workers, StepTimeout: config.Duration(timeout),
-		ShutdownGrace: config.Duration(200 * time.Millisecond), Stderr: stderr})
+	e, err := New(Config{Command: cmd, Env: env, Workers: workers, StepTimeout: pipeline.Duration(timeout),
+		ShutdownGrace: pipeline.Duration(200 * time.Millisecond), Stderr: stderr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/trajflow/trajflow/internal/config"
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/runner"
-	"github.com/trajflow/trajflow/internal/sim"
 )
 
 // Exit codes.

@@ -16,9 +16,9 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/internal/runner"
-	"github.com/trajflow/trajflow/internal/sim"
 	"github.com/trajflow/trajflow/pipeline"
 )
 

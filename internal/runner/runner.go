@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/schema"
 	"io"
 	"os"
@@ -14,13 +15,13 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	_ "github.com/trajflow/trajflow/envs/builtin" // built-in environments
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/llm"
-	"github.com/trajflow/trajflow/internal/sim"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/arrowipc"
 	"github.com/trajflow/trajflow/sinks/parquet"
@@ -42,7 +43,7 @@ type Options struct {
 	// Stderr receives the progress line and warnings; nil discards them.
 	Stderr io.Writer
 	// Client replaces the inference client the config names (tests).
-	Client llm.Client
+	Client inference.Client
 	// Alloc is the Arrow allocator (tests pass a checked one).
 	Alloc memory.Allocator
 	// AllowConfigChange resumes an output directory even when its committed
@@ -123,7 +124,7 @@ type run struct {
 	// batchAlloc is the collators' allocator.
 	batchAlloc memory.Allocator
 
-	client  llm.Client
+	client  inference.Client
 	closers []func()
 	env     envs.Env
 	tmpl    *template.Template
@@ -179,7 +180,7 @@ func (r *run) provision() error {
 		if cfg.Generate.APIKeyEnv != "" {
 			key = os.Getenv(cfg.Generate.APIKeyEnv)
 		}
-		c, err := llm.NewHTTP(cfg.Generate, llm.HTTPOptions{APIKey: key})
+		c, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{APIKey: key})
 		if err != nil {
 			return err
 		}
@@ -218,10 +219,10 @@ func (r *run) parquetOptions() parquet.Options {
 	fp, canonical := cfg.Fingerprint()
 	params, _ := json.Marshal(cfg.Generate.Params)
 	return parquet.Options{
-		FileRows:     cfg.Output.FileRows,
-		FileBytes:    cfg.Output.FileBytes,
-		RowGroupRows: cfg.Output.RowGroupRows,
-		Compression:  cfg.Output.Compression,
+		FileRows:     cfg.Output.Parquet.FileRows,
+		FileBytes:    cfg.Output.Parquet.FileBytes,
+		RowGroupRows: cfg.Output.Parquet.RowGroupRows,
+		Compression:  cfg.Output.Parquet.Compression,
 		Metadata: map[string]string{
 			"trajflow.schema_version":    schema.Version,
 			"trajflow.version":           Version,
@@ -378,7 +379,7 @@ func (r *run) execute(ctx context.Context) error {
 	coll := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
 		c := collators[rg.dest]
 		if c == nil {
-			c = collate.New(r.batchAlloc, cfg.Output.BatchRows)
+			c = collate.New(r.batchAlloc, cfg.Output.Collate.BatchRows)
 			collators[rg.dest] = c
 		}
 		if rec := c.Add(rg.group); rec != nil {

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/trajflow/trajflow/config"
 	mathenv "github.com/trajflow/trajflow/envs/math"
-	"github.com/trajflow/trajflow/internal/config"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/internal/outread"
 	"github.com/trajflow/trajflow/internal/runner"
-	"github.com/trajflow/trajflow/internal/sim"
 	"github.com/trajflow/trajflow/pipeline"
 )
 

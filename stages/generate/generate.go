@@ -2,23 +2,23 @@ package generate
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/inference"
 	"slices"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/llm"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
 // Generator runs model turns.
 type Generator struct {
-	client llm.Client
+	client inference.Client
 	model  string
 	params map[string]any
 }
 
 // New returns a Generator sending params (the config's generate.params,
 // merged over each row's own) to client.
-func New(client llm.Client, model string, params map[string]any) *Generator {
+func New(client inference.Client, model string, params map[string]any) *Generator {
 	return &Generator{client: client, model: model, params: params}
 }
 
@@ -26,7 +26,7 @@ func New(client llm.Client, model string, params map[string]any) *Generator {
 // for a context-length error); Turn itself returns an error only when ctx is
 // done.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
-	req := &llm.Request{
+	req := &inference.Request{
 		Model:    g.model,
 		Messages: r.Messages,
 		Params:   g.requestParams(r),
@@ -40,13 +40,13 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if llm.ErrorClass(err) == llm.ClassContextLength {
+		if inference.ErrorClass(err) == inference.ClassContextLength {
 			r.Truncated = true
 			r.FinishReason = "context_length"
 			r.Resolve(pipeline.StatusOK)
 			return nil
 		}
-		r.Fail(llm.ErrorClass(err), err)
+		r.Fail(inference.ErrorClass(err), err)
 		return nil
 	}
 	g.apply(r, resp)
@@ -56,7 +56,7 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 // requestParams merges the row's parameters, the config's, and the
 // rollout's own seed and stop strings.
 func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
-	p := llm.MergeParams(r.Task.Params, g.params) // a new map
+	p := inference.MergeParams(r.Task.Params, g.params) // a new map
 	p["seed"] = r.Seed
 	if len(r.StopStrings) > 0 {
 		p["stop"] = r.StopStrings
@@ -65,7 +65,7 @@ func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
 }
 
 // apply appends the response to the trajectory.
-func (g *Generator) apply(r *pipeline.Rollout, resp *llm.Response) {
+func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response) {
 	turn := r.NumTurns + 1
 	r.NumTurns = turn
 	r.PromptTokens += resp.PromptTokens
@@ -87,7 +87,7 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *llm.Response) {
 // mask 1). Each turn's prompt should begin with every token of the
 // trajectory so far; when it does not, the break is counted and the
 // extension is not guessed (no re-tokenizing).
-func (g *Generator) trackTokens(r *pipeline.Rollout, resp *llm.Response) {
+func (g *Generator) trackTokens(r *pipeline.Rollout, resp *inference.Response) {
 	p := resp.PromptTokenIDs
 	switch {
 	case p == nil:

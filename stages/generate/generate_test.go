@@ -3,10 +3,10 @@ package generate_test
 import (
 	"context"
 	"errors"
+	"github.com/trajflow/trajflow/inference"
 	"slices"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/llm"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/generate"
 )
@@ -14,12 +14,12 @@ import (
 // scripted answers each call with the next response (or error) of a script
 // and records the requests.
 type scripted struct {
-	resps []*llm.Response
+	resps []*inference.Response
 	errs  []error
-	reqs  []*llm.Request
+	reqs  []*inference.Request
 }
 
-func (s *scripted) Complete(_ context.Context, req *llm.Request) (*llm.Response, error) {
+func (s *scripted) Complete(_ context.Context, req *inference.Request) (*inference.Response, error) {
 	i := len(s.reqs)
 	s.reqs = append(s.reqs, req)
 	if i < len(s.errs) && s.errs[i] != nil {
@@ -28,12 +28,12 @@ func (s *scripted) Complete(_ context.Context, req *llm.Request) (*llm.Response,
 	return s.resps[i], nil
 }
 
-func resp(prompt []int32, gen []int32) *llm.Response {
+func resp(prompt []int32, gen []int32) *inference.Response {
 	lp := make([]float32, len(gen))
 	for i := range lp {
 		lp[i] = -0.5
 	}
-	return &llm.Response{PromptTokenIDs: prompt, Message: pipeline.Message{Content: "x", TokenIDs: gen, Logprobs: lp}, FinishReason: "stop", CompletionTokens: len(gen)}
+	return &inference.Response{PromptTokenIDs: prompt, Message: pipeline.Message{Content: "x", TokenIDs: gen, Logprobs: lp}, FinishReason: "stop", CompletionTokens: len(gen)}
 }
 
 func rollout() *pipeline.Rollout {
@@ -60,7 +60,7 @@ func TestTokenViewAcrossTurns(t *testing.T) {
 			if tt.second == nil {
 				first = nil
 			}
-			c := &scripted{resps: []*llm.Response{resp(first, []int32{10, 11}), resp(tt.second, []int32{20})}}
+			c := &scripted{resps: []*inference.Response{resp(first, []int32{10, 11}), resp(tt.second, []int32{20})}}
 			g := generate.New(c, "m", map[string]any{"temperature": 1.0})
 			r := rollout()
 			if err := g.Turn(context.Background(), r); err != nil {
@@ -81,7 +81,7 @@ func TestTokenViewAcrossTurns(t *testing.T) {
 }
 
 func TestRequestParams(t *testing.T) {
-	c := &scripted{resps: []*llm.Response{resp(nil, nil)}}
+	c := &scripted{resps: []*inference.Response{resp(nil, nil)}}
 	r := rollout()
 	r.StopStrings = []string{"</answer>"}
 	if err := generate.New(c, "m", map[string]any{"temperature": 1.0}).Turn(context.Background(), r); err != nil {
@@ -106,8 +106,8 @@ func TestFailures(t *testing.T) {
 		class     string
 		truncated bool
 	}{
-		{&llm.Error{Class: llm.ClassContextLength, Status: 400, Msg: "too long"}, pipeline.StatusOK, "", true},
-		{&llm.Error{Class: llm.ClassServer, Status: 503, Msg: "down"}, pipeline.StatusError, llm.ClassServer, false},
+		{&inference.Error{Class: inference.ClassContextLength, Status: 400, Msg: "too long"}, pipeline.StatusOK, "", true},
+		{&inference.Error{Class: inference.ClassServer, Status: 503, Msg: "down"}, pipeline.StatusError, inference.ClassServer, false},
 		{errors.New("odd"), pipeline.StatusError, "internal", false},
 	}
 	for _, tt := range tests {
@@ -134,7 +134,7 @@ func TestTokenViewLeavesResponsesAlone(t *testing.T) {
 	r1 := resp([]int32{1, 2}, append(make([]int32, 0, 16), 10, 11)) // room to append in place
 	r1.Message.Logprobs = nil
 	r2 := resp([]int32{1, 2, 10, 11, 7}, []int32{20})
-	g := generate.New(&scripted{resps: []*llm.Response{r1, r2}}, "m", nil)
+	g := generate.New(&scripted{resps: []*inference.Response{r1, r2}}, "m", nil)
 	r := rollout()
 	if err := g.Turn(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -174,6 +174,8 @@ func BenchmarkTurn(b *testing.B) {
 	}
 }
 
-type instant struct{ resp *llm.Response }
+type instant struct{ resp *inference.Response }
 
-func (c instant) Complete(context.Context, *llm.Request) (*llm.Response, error) { return c.resp, nil }
+func (c instant) Complete(context.Context, *inference.Request) (*inference.Response, error) {
+	return c.resp, nil
+}

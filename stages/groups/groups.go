@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -33,7 +32,7 @@ type Rule struct {
 }
 
 // NewRule returns the rule of the groups config section.
-func NewRule(cfg config.Groups) Rule {
+func NewRule(cfg Config) Rule {
 	r := Rule{Keep: cfg.Keep, Metric: cfg.Metric, LeaveOneOut: cfg.Baseline == "leave_one_out"}
 	if len(cfg.MeanIn) == 2 {
 		r.Lo, r.Hi = cfg.MeanIn[0], cfg.MeanIn[1]

@@ -5,7 +5,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/groups"
 )
@@ -29,7 +28,7 @@ func TestKeepRules(t *testing.T) {
 	nan := math.NaN()
 	tests := []struct {
 		name     string
-		cfg      config.Groups
+		cfg      groups.Config
 		rewards  []float64
 		kept     bool
 		reason   string
@@ -37,19 +36,19 @@ func TestKeepRules(t *testing.T) {
 		std      float64
 		statuses string // one letter per member: o ok, f filtered, e error
 	}{
-		{"all: all zero kept", config.Groups{Keep: "all"}, []float64{0, 0, 0, 0}, true, "", 0, 0, "oooo"},
-		{"nonzero_std: all zero dropped", config.Groups{Keep: "nonzero_std"}, []float64{0, 0, 0, 0}, false, groups.ReasonZeroStd, 0, 0, "ffff"},
-		{"nonzero_std: all one dropped", config.Groups{Keep: "nonzero_std"}, []float64{1, 1, 1, 1}, false, groups.ReasonZeroStd, 1, 0, "ffff"},
-		{"nonzero_std: mixed kept", config.Groups{Keep: "nonzero_std"}, []float64{1, 0, 0, 1}, true, "", 0.5, math.Sqrt(1.0 / 3), "oooo"},
-		{"nonzero_std: errored member dropped", config.Groups{Keep: "nonzero_std"}, []float64{1, 0, nan, 1}, false, groups.ReasonError, 2.0 / 3, math.Sqrt(1.0 / 3), "ffef"},
-		{"all: errored member kept", config.Groups{Keep: "all"}, []float64{1, nan}, true, "", 1, 0, "oe"},
-		{"nonzero_std on metric: same acc dropped", config.Groups{Keep: "nonzero_std", Metric: "acc"}, []float64{0.9, 1.1, 1.0}, false, groups.ReasonZeroStd, 1, 0.1, "fff"},
-		{"nonzero_std on metric: different acc kept", config.Groups{Keep: "nonzero_std", Metric: "acc"}, []float64{0.2, 0.9}, true, "", 0.55, math.Sqrt(2) * 0.35, "oo"},
-		{"mean_in: inside", config.Groups{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 0, 0, 0}, true, "", 0.25, 0.5, "oooo"},
-		{"mean_in: upper bound inclusive", config.Groups{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 1, 1, 0}, true, "", 0.75, 0.5, "oooo"},
-		{"mean_in: above", config.Groups{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 1, 1, 1}, false, groups.ReasonMeanOut, 1, 0, "ffff"},
-		{"mean_in: below", config.Groups{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{0, 0, 0, 1, 0, 0, 0, 0}, false, groups.ReasonMeanOut, 0.125, math.Sqrt(0.125), "ffffffff"},
-		{"single member", config.Groups{Keep: "nonzero_std"}, []float64{1}, false, groups.ReasonZeroStd, 1, 0, "f"},
+		{"all: all zero kept", groups.Config{Keep: "all"}, []float64{0, 0, 0, 0}, true, "", 0, 0, "oooo"},
+		{"nonzero_std: all zero dropped", groups.Config{Keep: "nonzero_std"}, []float64{0, 0, 0, 0}, false, groups.ReasonZeroStd, 0, 0, "ffff"},
+		{"nonzero_std: all one dropped", groups.Config{Keep: "nonzero_std"}, []float64{1, 1, 1, 1}, false, groups.ReasonZeroStd, 1, 0, "ffff"},
+		{"nonzero_std: mixed kept", groups.Config{Keep: "nonzero_std"}, []float64{1, 0, 0, 1}, true, "", 0.5, math.Sqrt(1.0 / 3), "oooo"},
+		{"nonzero_std: errored member dropped", groups.Config{Keep: "nonzero_std"}, []float64{1, 0, nan, 1}, false, groups.ReasonError, 2.0 / 3, math.Sqrt(1.0 / 3), "ffef"},
+		{"all: errored member kept", groups.Config{Keep: "all"}, []float64{1, nan}, true, "", 1, 0, "oe"},
+		{"nonzero_std on metric: same acc dropped", groups.Config{Keep: "nonzero_std", Metric: "acc"}, []float64{0.9, 1.1, 1.0}, false, groups.ReasonZeroStd, 1, 0.1, "fff"},
+		{"nonzero_std on metric: different acc kept", groups.Config{Keep: "nonzero_std", Metric: "acc"}, []float64{0.2, 0.9}, true, "", 0.55, math.Sqrt(2) * 0.35, "oo"},
+		{"mean_in: inside", groups.Config{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 0, 0, 0}, true, "", 0.25, 0.5, "oooo"},
+		{"mean_in: upper bound inclusive", groups.Config{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 1, 1, 0}, true, "", 0.75, 0.5, "oooo"},
+		{"mean_in: above", groups.Config{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 1, 1, 1}, false, groups.ReasonMeanOut, 1, 0, "ffff"},
+		{"mean_in: below", groups.Config{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{0, 0, 0, 1, 0, 0, 0, 0}, false, groups.ReasonMeanOut, 0.125, math.Sqrt(0.125), "ffffffff"},
+		{"single member", groups.Config{Keep: "nonzero_std"}, []float64{1}, false, groups.ReasonZeroStd, 1, 0, "f"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,7 +86,7 @@ func TestAdvantages(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %v", tt.baseline, tt.rewards), func(t *testing.T) {
 			g := group(tt.rewards...)
-			groups.NewRule(config.Groups{Keep: "all", Baseline: tt.baseline}).Apply(g)
+			groups.NewRule(groups.Config{Keep: "all", Baseline: tt.baseline}).Apply(g)
 			for i, r := range g.Rollouts {
 				if math.Abs(r.Advantage-tt.want[i]) > 1e-5 {
 					t.Fatalf("member %d advantage %g, want %g", i, r.Advantage, tt.want[i])

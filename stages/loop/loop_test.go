@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/internal/leak"
-	"github.com/trajflow/trajflow/internal/llm"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/generate"
@@ -27,7 +27,7 @@ type echoModel struct {
 	calls   atomic.Int64
 }
 
-func (m *echoModel) Complete(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+func (m *echoModel) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
 	m.calls.Add(1)
 	turn := 0
 	for _, msg := range req.Messages {
@@ -42,7 +42,7 @@ func (m *echoModel) Complete(ctx context.Context, req *llm.Request) (*llm.Respon
 			return nil, ctx.Err()
 		}
 	}
-	return &llm.Response{
+	return &inference.Response{
 		Message:          pipeline.Message{Role: pipeline.RoleAssistant, Content: strconv.Itoa(turn + 1), TokenIDs: []int32{int32(turn)}},
 		FinishReason:     "stop",
 		CompletionTokens: 1,
@@ -85,7 +85,7 @@ func rollouts(n int) []*pipeline.Rollout {
 }
 
 // run pushes rs through a loop and returns what came out.
-func run(t *testing.T, ctx context.Context, model llm.Client, env envs.Env, maxTurns int, opts loop.Options, rs []*pipeline.Rollout, onLoop func(*loop.Loop)) ([]*pipeline.Rollout, error) {
+func run(t *testing.T, ctx context.Context, model inference.Client, env envs.Env, maxTurns int, opts loop.Options, rs []*pipeline.Rollout, onLoop func(*loop.Loop)) ([]*pipeline.Rollout, error) {
 	t.Helper()
 	g := pipeline.NewGraph()
 	src := pipeline.NewSource(g, "src", 0, func(ctx context.Context, emit func(*pipeline.Rollout) error) error {
@@ -251,16 +251,16 @@ type flakyModel struct {
 	seen     map[string]int
 }
 
-func (m *flakyModel) Complete(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+func (m *flakyModel) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
 	m.mu.Lock()
 	key := fmt.Sprint(req.Affinity, req.Params["seed"])
 	m.seen[key]++
 	n := m.seen[key]
 	m.mu.Unlock()
 	if n <= m.failures && req.Params["seed"] == int64(0) {
-		return nil, &llm.Error{Class: llm.ClassServer, Status: 500, Msg: "down"}
+		return nil, &inference.Error{Class: inference.ClassServer, Status: 500, Msg: "down"}
 	}
-	return &llm.Response{Message: pipeline.Message{Content: "ok"}, FinishReason: "stop"}, nil
+	return &inference.Response{Message: pipeline.Message{Content: "ok"}, FinishReason: "stop"}, nil
 }
 
 func TestFailedSampleRetriedOnItsOwn(t *testing.T) {
@@ -302,9 +302,9 @@ func (instantEnv) Step(context.Context, *pipeline.Rollout, pipeline.Message) (*e
 }
 
 // instantModel answers at once with a fixed response.
-type instantModel struct{ resp *llm.Response }
+type instantModel struct{ resp *inference.Response }
 
-func (m instantModel) Complete(context.Context, *llm.Request) (*llm.Response, error) {
+func (m instantModel) Complete(context.Context, *inference.Request) (*inference.Response, error) {
 	return m.resp, nil
 }
 
@@ -313,7 +313,7 @@ func (m instantModel) Complete(context.Context, *llm.Request) (*llm.Response, er
 // and an environment that answer at once, at the overhead benchmark's 64
 // generation and 64 environment workers.
 func BenchmarkLoop(b *testing.B) {
-	model := instantModel{&llm.Response{
+	model := instantModel{&inference.Response{
 		Message: pipeline.Message{Role: pipeline.RoleAssistant, Content: "1"}, FinishReason: "stop", CompletionTokens: 1,
 	}}
 	task := &pipeline.Task{Messages: []pipeline.Message{{Role: "user", Content: "hi"}}}

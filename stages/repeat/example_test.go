@@ -3,13 +3,12 @@ package repeat_test
 import (
 	"fmt"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/repeat"
 )
 
 func ExampleExpander_Expand() {
-	e := repeat.New(config.Repeat{N: 3, Seed: 1234, SeedMode: "offset"}, "run1", "math", "qwen3-8b")
+	e := repeat.New(repeat.Config{N: 3, Seed: 1234, SeedMode: "offset"}, "run1", "math", "qwen3-8b")
 	task := &pipeline.Task{Index: 17, Messages: []pipeline.Message{{Role: "user", Content: "2+2?"}}}
 	for _, attempt := range []int{0, 1} {
 		for _, r := range e.Expand(task, attempt) {

@@ -3,7 +3,6 @@ package repeat
 import (
 	"strconv"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -25,7 +24,7 @@ type Expander struct {
 // New returns an expander for the repeat config; runID, env and model are
 // stamped on every rollout. An n below 1 counts as 1; a seed mode other than
 // hash means offset (config validation rejects both).
-func New(cfg config.Repeat, runID, env, model string) *Expander {
+func New(cfg Config, runID, env, model string) *Expander {
 	n := cfg.N
 	if n < 1 {
 		n = 1

@@ -4,12 +4,11 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
 func TestOffsetSeeds(t *testing.T) {
-	e := New(config.Repeat{N: 4, Seed: 1000, SeedMode: "offset"}, "run", "math", "m")
+	e := New(Config{N: 4, Seed: 1000, SeedMode: "offset"}, "run", "math", "m")
 	tests := []struct {
 		task             int64
 		attempt, rollout int
@@ -29,7 +28,7 @@ func TestOffsetSeeds(t *testing.T) {
 }
 
 func TestHashSeeds(t *testing.T) {
-	e := New(config.Repeat{N: 4, Seed: 1234, SeedMode: "hash"}, "run", "math", "m")
+	e := New(Config{N: 4, Seed: 1234, SeedMode: "hash"}, "run", "math", "m")
 	// Pinned values: a resumed run, or a later version, must draw the same seeds.
 	golden := []struct {
 		task             int64
@@ -66,7 +65,7 @@ func TestHashSeeds(t *testing.T) {
 			}
 		}
 	}
-	other := New(config.Repeat{N: 4, Seed: 1235, SeedMode: "hash"}, "", "", "")
+	other := New(Config{N: 4, Seed: 1235, SeedMode: "hash"}, "", "", "")
 	if other.Seed(0, 0, 0) == e.Seed(0, 0, 0) {
 		t.Error("base seed does not change hash seeds")
 	}
@@ -77,7 +76,7 @@ func TestExpand(t *testing.T) {
 		{Role: "system", Content: "s"},
 		{Role: "user", Content: "u", ToolCalls: []pipeline.ToolCall{{ID: "c"}}},
 	}}
-	e := New(config.Repeat{N: 3, Seed: 10, SeedMode: "offset"}, "run1", "math", "qwen")
+	e := New(Config{N: 3, Seed: 10, SeedMode: "offset"}, "run1", "math", "qwen")
 	got := e.Expand(task, 1)
 	if len(got) != 3 {
 		t.Fatalf("%d rollouts, want 3", len(got))
@@ -108,7 +107,7 @@ func TestExpand(t *testing.T) {
 }
 
 func TestNDefaultsToOne(t *testing.T) {
-	e := New(config.Repeat{}, "", "", "")
+	e := New(Config{}, "", "", "")
 	rs := e.Expand(&pipeline.Task{Index: 2}, 0)
 	if len(rs) != 1 || rs[0].GroupSize != 1 || rs[0].Seed != 0 || rs[0].Messages != nil {
 		t.Fatalf("rollouts %+v", rs)
@@ -119,7 +118,7 @@ func TestNDefaultsToOne(t *testing.T) {
 // reply appended to its messages (as the generate stage does).
 func BenchmarkExpandAndReply(b *testing.B) {
 	task := &pipeline.Task{Index: 17, Messages: []pipeline.Message{{Role: "user", Content: "u"}}}
-	e := New(config.Repeat{N: 4, Seed: 10, SeedMode: "offset"}, "run1", "math", "qwen")
+	e := New(Config{N: 4, Seed: 10, SeedMode: "offset"}, "run1", "math", "qwen")
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, r := range e.Expand(task, 0) {

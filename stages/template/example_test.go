@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/template"
 )
 
 func ExampleTemplate_Render() {
-	tmpl, err := template.New(config.Prompt{
+	tmpl, err := template.New(template.Config{
 		System: "You are a careful {meta.subject} tutor.",
 		User:   "Solve: {question}\nAnswer as {{\"answer\": ...}}.",
 	})

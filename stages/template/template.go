@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -41,15 +40,15 @@ func (e *FieldError) Error() string {
 }
 
 // New parses the prompt config's templates once. Errors name the key
-// (prompt.system, prompt.user).
-func New(cfg config.Prompt) (*Template, error) {
+// relative to the prompt section (system, user) as *pipeline.KeyError.
+func New(cfg Config) (*Template, error) {
 	t := &Template{messagesField: cfg.MessagesField}
 	if t.messagesField == "" {
 		t.messagesField = "messages"
 	}
 	var errs []error
 	if cfg.User != "" {
-		segs, err := parse(cfg.User, "prompt.user")
+		segs, err := parse(cfg.User, "user")
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -57,9 +56,9 @@ func New(cfg config.Prompt) (*Template, error) {
 	}
 	if cfg.System != "" {
 		if cfg.User == "" {
-			errs = append(errs, errors.New("prompt.user: required when prompt.system is set"))
+			errs = append(errs, &pipeline.KeyError{Key: "user", Msg: "required when system is set"})
 		}
-		segs, err := parse(cfg.System, "prompt.system")
+		segs, err := parse(cfg.System, "system")
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -91,20 +90,20 @@ func parse(s, key string) ([]segment, error) {
 			}
 			j := strings.IndexAny(s[i+1:], "{}")
 			if j < 0 {
-				return nil, fmt.Errorf("%s: unterminated { at byte %d (write {{ for a literal brace)", key, i)
+				return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("unterminated { at byte %d (write {{ for a literal brace)", i)}
 			}
 			j += i + 1
 			if s[j] == '{' {
-				return nil, fmt.Errorf("%s: { inside the placeholder at byte %d (write {{ for a literal brace)", key, i)
+				return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("{ inside the placeholder at byte %d (write {{ for a literal brace)", i)}
 			}
 			name := strings.TrimSpace(s[i+1 : j])
 			if name == "" {
-				return nil, fmt.Errorf("%s: empty placeholder {} at byte %d (write {{}} for literal braces)", key, i)
+				return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("empty placeholder {} at byte %d (write {{}} for literal braces)", i)}
 			}
 			path := strings.Split(name, ".")
 			for _, p := range path {
 				if p == "" {
-					return nil, fmt.Errorf("%s: placeholder {%s} at byte %d: empty name between dots", key, name, i)
+					return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("placeholder {%s} at byte %d: empty name between dots", name, i)}
 				}
 			}
 			flush()
@@ -116,7 +115,7 @@ func parse(s, key string) ([]segment, error) {
 				i += 2
 				continue
 			}
-			return nil, fmt.Errorf("%s: single } at byte %d (write }} for a literal brace)", key, i)
+			return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("single } at byte %d (write }} for a literal brace)", i)}
 		default:
 			lit.WriteByte(c)
 			i++

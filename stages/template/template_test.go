@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -50,7 +49,7 @@ func TestRender(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tp, err := New(config.Prompt{User: tt.tmpl})
+			tp, err := New(Config{User: tt.tmpl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +66,7 @@ func TestRender(t *testing.T) {
 }
 
 func TestRenderSystemAndReplacesRowMessages(t *testing.T) {
-	tp, err := New(config.Prompt{System: "You solve {meta.a.id} problems.", User: "{question}"})
+	tp, err := New(Config{System: "You solve {meta.a.id} problems.", User: "{question}"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,15 +83,15 @@ func TestRenderSystemAndReplacesRowMessages(t *testing.T) {
 
 func TestMissingField(t *testing.T) {
 	tests := []struct {
-		cfg   config.Prompt
+		cfg   Config
 		field string
 		key   string
 	}{
-		{config.Prompt{User: "Q: {question} {answer}"}, "answer", "prompt.user"},
-		{config.Prompt{System: "{persona}", User: "{question}"}, "persona", "prompt.system"},
-		{config.Prompt{User: "{meta.a.name}"}, "meta.a.name", "prompt.user"},
-		{config.Prompt{User: "{meta.tags.2}"}, "meta.tags.2", "prompt.user"},
-		{config.Prompt{User: "{question.x}"}, "question.x", "prompt.user"},
+		{Config{User: "Q: {question} {answer}"}, "answer", "prompt.user"},
+		{Config{System: "{persona}", User: "{question}"}, "persona", "prompt.system"},
+		{Config{User: "{meta.a.name}"}, "meta.a.name", "prompt.user"},
+		{Config{User: "{meta.tags.2}"}, "meta.tags.2", "prompt.user"},
+		{Config{User: "{question.x}"}, "question.x", "prompt.user"},
 	}
 	for _, tt := range tests {
 		tp, err := New(tt.cfg)
@@ -114,16 +113,16 @@ func TestMissingField(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
-		cfg  config.Prompt
+		cfg  Config
 		want string
 	}{
-		{config.Prompt{User: "Solve {question"}, "prompt.user: unterminated { at byte 6 (write {{ for a literal brace)"},
-		{config.Prompt{User: "ok", System: "a } b"}, "prompt.system: single } at byte 2 (write }} for a literal brace)"},
-		{config.Prompt{User: "{}"}, "prompt.user: empty placeholder {} at byte 0 (write {{}} for literal braces)"},
-		{config.Prompt{User: "{a{b}}"}, "prompt.user: { inside the placeholder at byte 0 (write {{ for a literal brace)"},
-		{config.Prompt{User: "{a..b}"}, "prompt.user: placeholder {a..b} at byte 0: empty name between dots"},
-		{config.Prompt{System: "hi"}, "prompt.user: required when prompt.system is set"},
-		{config.Prompt{User: "{", System: "}"}, "prompt.user: unterminated { at byte 0 (write {{ for a literal brace)\nprompt.system: single } at byte 0 (write }} for a literal brace)"},
+		{Config{User: "Solve {question"}, "user: unterminated { at byte 6 (write {{ for a literal brace)"},
+		{Config{User: "ok", System: "a } b"}, "system: single } at byte 2 (write }} for a literal brace)"},
+		{Config{User: "{}"}, "user: empty placeholder {} at byte 0 (write {{}} for literal braces)"},
+		{Config{User: "{a{b}}"}, "user: { inside the placeholder at byte 0 (write {{ for a literal brace)"},
+		{Config{User: "{a..b}"}, "user: placeholder {a..b} at byte 0: empty name between dots"},
+		{Config{System: "hi"}, "user: required when system is set"},
+		{Config{User: "{", System: "}"}, "user: unterminated { at byte 0 (write {{ for a literal brace)\nsystem: single } at byte 0 (write }} for a literal brace)"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)
@@ -137,21 +136,21 @@ func TestNotEnabled(t *testing.T) {
 	msgs := []pipeline.Message{{Role: "user", Content: "hi"}}
 	tests := []struct {
 		name    string
-		cfg     config.Prompt
+		cfg     Config
 		row     string
 		preset  []pipeline.Message
 		want    []pipeline.Message
 		wantErr string
 	}{
-		{"row messages kept", config.Prompt{MessagesField: "messages"}, `{"a": 1}`, msgs, msgs, ""},
-		{"no messages", config.Prompt{MessagesField: "messages"}, `{"a": 1}`, nil, nil,
+		{"row messages kept", Config{MessagesField: "messages"}, `{"a": 1}`, msgs, msgs, ""},
+		{"no messages", Config{MessagesField: "messages"}, `{"a": 1}`, nil, nil,
 			`tasks.jsonl:5: row has no messages: set prompt.user to render them from the row's fields, or give rows a "messages" field (prompt.messages_field) or responses_create_params.input`},
-		{"messages field", config.Prompt{MessagesField: "chat"}, `{"chat": [{"role": "user", "content": "from chat"}]}`, nil,
+		{"messages field", Config{MessagesField: "chat"}, `{"chat": [{"role": "user", "content": "from chat"}]}`, nil,
 			[]pipeline.Message{{Role: "user", Content: "from chat"}}, ""},
-		{"messages field over row messages", config.Prompt{MessagesField: "chat"}, `{"chat": "text"}`, msgs,
+		{"messages field over row messages", Config{MessagesField: "chat"}, `{"chat": "text"}`, msgs,
 			[]pipeline.Message{{Role: "user", Content: "text"}}, ""},
-		{"messages field absent keeps row messages", config.Prompt{MessagesField: "chat"}, `{}`, msgs, msgs, ""},
-		{"bad messages field", config.Prompt{MessagesField: "chat"}, `{"chat": 3}`, nil, nil,
+		{"messages field absent keeps row messages", Config{MessagesField: "chat"}, `{}`, msgs, msgs, ""},
+		{"bad messages field", Config{MessagesField: "chat"}, `{"chat": 3}`, nil, nil,
 			"tasks.jsonl:5: prompt.messages_field: chat: want a list of messages or a string, got a number"},
 	}
 	for _, tt := range tests {
@@ -191,9 +190,10 @@ func FuzzTemplate(f *testing.F) {
 	f.Add("}{", `[]`)
 	f.Add("{x.99999999999999999999}", `{"x": [1]}`)
 	f.Fuzz(func(t *testing.T, tmpl, rowJSON string) {
-		tp, err := New(config.Prompt{User: tmpl, System: tmpl})
+		tp, err := New(Config{User: tmpl, System: tmpl})
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "prompt.") {
+			var ke *pipeline.KeyError
+			if !errors.As(err, &ke) || (ke.Key != "user" && ke.Key != "system") {
 				t.Errorf("config error does not name its key: %v", err)
 			}
 			return

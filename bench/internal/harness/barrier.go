@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"io"
 	"sync"
 
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/llm"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/envstep"
@@ -61,7 +61,7 @@ type Barrier struct {
 }
 
 // NewBarrier builds the reference schedule for cfg over client and env.
-func NewBarrier(cfg *config.Config, client llm.Client, env envs.Env) *Barrier {
+func NewBarrier(cfg *config.Config, client inference.Client, env envs.Env) *Barrier {
 	return &Barrier{
 		gen: generate.New(client, cfg.Generate.Model, cfg.Generate.Params),
 		step: envstep.New(env, cfg.Env.Name, envstep.Limits{

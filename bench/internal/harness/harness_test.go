@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/inference/openai"
 )
 
 func TestIdealOf(t *testing.T) {
@@ -128,7 +128,7 @@ func TestOracleMatchesLiveRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc, err := llm.NewHTTP(cfg.Generate, llm.HTTPOptions{})
+	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

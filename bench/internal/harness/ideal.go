@@ -3,7 +3,7 @@ package harness
 import (
 	"time"
 
-	"github.com/trajflow/trajflow/internal/sim"
+	"github.com/trajflow/trajflow/inference/sim"
 )
 
 // Cost is the simulator's step model after the time scale: a step lasts

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	envsim "github.com/trajflow/trajflow/envs/sim"
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/sim"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 )
 

@@ -3,13 +3,13 @@ package harness
 import (
 	"context"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	envsim "github.com/trajflow/trajflow/envs/sim"
-	"github.com/trajflow/trajflow/internal/llm"
 )
 
 // Turn is one generation of a trajectory as the simulator answered it.
@@ -43,12 +43,12 @@ func (t *Traj) DecodeTokens() int64 {
 	return d
 }
 
-// Recorder is an llm.Client that passes every request to an inner client
+// Recorder is an inference.Client that passes every request to an inner client
 // and records, per trajectory, what each reply cost (usage and the sim
 // trailer), and the time of the first request. It keys trajectories by the
 // request's affinity (trajflow's group id "t<task>-a<attempt>") and seed.
 type Recorder struct {
-	inner llm.Client
+	inner inference.Client
 
 	mu    sync.Mutex
 	first time.Time
@@ -63,15 +63,15 @@ type trajKey struct {
 	seed  int64
 }
 
-var _ llm.Client = (*Recorder)(nil)
+var _ inference.Client = (*Recorder)(nil)
 
 // NewRecorder wraps inner.
-func NewRecorder(inner llm.Client) *Recorder {
+func NewRecorder(inner inference.Client) *Recorder {
 	return &Recorder{inner: inner, trajs: map[trajKey]*Traj{}}
 }
 
-// Complete implements llm.Client.
-func (r *Recorder) Complete(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+// Complete implements inference.Client.
+func (r *Recorder) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
 	r.mu.Lock()
 	now := time.Now()
 	if r.first.IsZero() {

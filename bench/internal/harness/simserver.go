@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/sim"
+	"github.com/trajflow/trajflow/inference/sim"
 )
 
 // SimHTTP is a simulated server answering over a real HTTP listener on

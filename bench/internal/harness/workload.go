@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/sim"
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference/sim"
 )
 
 // Workload is one benchmark workload: the tasks, the group size, and the
@@ -125,7 +125,7 @@ func (b Bench) Config(w Workload, tasksPath, endpoint, outDir string) (*config.C
 		cfg.Groups.Resample = "next_task"
 	}
 	cfg.Groups.MaxInflight = b.MaxInflight
-	cfg.Output.BatchRows, cfg.Output.FileRows = b.BatchRows, b.FileRows
+	cfg.Output.Collate.BatchRows, cfg.Output.Parquet.FileRows = b.BatchRows, b.FileRows
 	cfg.Output.Dir = outDir
 	cfg.Run.Progress = config.Duration(time.Hour)
 	cfg.SetDefaults()

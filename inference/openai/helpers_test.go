@@ -1,8 +1,9 @@
-package llm
+package openai
 
 import (
 	"context"
 	"encoding/json"
+	"github.com/trajflow/trajflow/inference"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/config"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -99,20 +99,20 @@ func (s *server) body(i int) map[string]any {
 }
 
 // testConfig is a generate section with fast retries.
-func testConfig(endpoints ...string) config.Generate {
-	return config.Generate{
+func testConfig(endpoints ...string) inference.Config {
+	return inference.Config{
 		Endpoints:   endpoints,
 		Model:       "test-model",
 		API:         "chat",
 		Concurrency: 16,
 		MaxAttempts: 3,
-		Timeout:     config.Duration(10 * time.Second),
-		BackoffBase: config.Duration(time.Millisecond),
-		BackoffMax:  config.Duration(5 * time.Millisecond),
+		Timeout:     pipeline.Duration(10 * time.Second),
+		BackoffBase: pipeline.Duration(time.Millisecond),
+		BackoffMax:  pipeline.Duration(5 * time.Millisecond),
 	}
 }
 
-func newClient(t *testing.T, cfg config.Generate, opts HTTPOptions) *HTTPClient {
+func newClient(t *testing.T, cfg inference.Config, opts HTTPOptions) *HTTPClient {
 	t.Helper()
 	c, err := NewHTTP(cfg, opts)
 	if err != nil {
@@ -122,8 +122,8 @@ func newClient(t *testing.T, cfg config.Generate, opts HTTPOptions) *HTTPClient 
 	return c
 }
 
-func userReq(text string) *Request {
-	return &Request{Messages: []pipeline.Message{{Role: "user", Content: text}}}
+func userReq(text string) *inference.Request {
+	return &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: text}}}
 }
 
 // waitFor polls cond until it holds or fails t after a generous bound.

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/trajflow/trajflow/internal/config"
 )
 
 // Options configure a simulated server. The zero value of a field means its
@@ -201,7 +199,7 @@ func (f Faults) String() string {
 }
 
 // OptionsFrom maps the run config's generate.sim section to Options.
-func OptionsFrom(cfg config.Sim) Options {
+func OptionsFrom(cfg Config) Options {
 	o := Options{
 		Seed:        cfg.Seed,
 		Preset:      cfg.Preset,

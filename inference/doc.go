@@ -2,4 +2,4 @@
 // trajectory, the Response with what the model generated (text, tool calls,
 // token ids, logprobs), and the Client that any backend implements — the
 // OpenAI-compatible HTTP client of this package, or the built-in simulator.
-package llm
+package inference

@@ -1,9 +1,11 @@
-package llm
+package openai
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"net"
 	"net/http"
@@ -13,8 +15,6 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/internal/leak"
-
-	"github.com/trajflow/trajflow/internal/config"
 )
 
 // status answers with code and body.
@@ -54,8 +54,8 @@ func TestRetryClasses(t *testing.T) {
 			}
 			io.WriteString(w, okBody)
 		}, attempts: 3},
-		{name: "429 always", handle: status(429, `{"error":{"message":"slow down"}}`), class: ClassRateLimited, status: 429, attempts: 3},
-		{name: "500 always", handle: status(500, "boom"), class: ClassServer, status: 500, attempts: 3},
+		{name: "429 always", handle: status(429, `{"error":{"message":"slow down"}}`), class: inference.ClassRateLimited, status: 429, attempts: 3},
+		{name: "500 always", handle: status(500, "boom"), class: inference.ClassServer, status: 500, attempts: 3},
 		{name: "503 then ok", handle: func(w http.ResponseWriter, r *http.Request, n int) {
 			if n == 0 {
 				status(503, "")(w, r, n)
@@ -63,22 +63,22 @@ func TestRetryClasses(t *testing.T) {
 			}
 			io.WriteString(w, okBody)
 		}, attempts: 2},
-		{name: "connection closed", handle: hangup, class: ClassConnection, attempts: 3},
-		{name: "per-attempt timeout", handle: stall, timeout: 30 * time.Millisecond, class: ClassTimeout, attempts: 3},
-		{name: "unparseable body", handle: status(200, `{"choices":[`), class: ClassBadResponse, status: 200, attempts: 3},
-		{name: "408", handle: status(408, "slow"), class: ClassTimeout, status: 408, attempts: 3},
-		{name: "404 no retry", handle: status(404, `{"detail":"Not Found"}`), class: ClassHTTP, status: 404, attempts: 1},
-		{name: "401 no retry", handle: status(401, `{"error":{"message":"bad key"}}`), class: ClassHTTP, status: 401, attempts: 1},
-		{name: "400 no retry", handle: status(400, `{"error":{"message":"temperature must be >= 0"}}`), class: ClassHTTP, status: 400, attempts: 1},
-		{name: "context length", handle: status(400, ctxLenBody), class: ClassContextLength, status: 400, attempts: 1},
-		{name: "openai context length", handle: status(400, `{"error":{"message":"too long","code":"context_length_exceeded"}}`), class: ClassContextLength, status: 400, attempts: 1},
+		{name: "connection closed", handle: hangup, class: inference.ClassConnection, attempts: 3},
+		{name: "per-attempt timeout", handle: stall, timeout: 30 * time.Millisecond, class: inference.ClassTimeout, attempts: 3},
+		{name: "unparseable body", handle: status(200, `{"choices":[`), class: inference.ClassBadResponse, status: 200, attempts: 3},
+		{name: "408", handle: status(408, "slow"), class: inference.ClassTimeout, status: 408, attempts: 3},
+		{name: "404 no retry", handle: status(404, `{"detail":"Not Found"}`), class: inference.ClassHTTP, status: 404, attempts: 1},
+		{name: "401 no retry", handle: status(401, `{"error":{"message":"bad key"}}`), class: inference.ClassHTTP, status: 401, attempts: 1},
+		{name: "400 no retry", handle: status(400, `{"error":{"message":"temperature must be >= 0"}}`), class: inference.ClassHTTP, status: 400, attempts: 1},
+		{name: "context length", handle: status(400, ctxLenBody), class: inference.ClassContextLength, status: 400, attempts: 1},
+		{name: "openai context length", handle: status(400, `{"error":{"message":"too long","code":"context_length_exceeded"}}`), class: inference.ClassContextLength, status: 400, attempts: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newServer(t, tt.handle)
 			cfg := testConfig(s.URL + "/v1")
 			if tt.timeout > 0 {
-				cfg.Timeout = config.Duration(tt.timeout)
+				cfg.Timeout = pipeline.Duration(tt.timeout)
 			}
 			c := newClient(t, cfg, HTTPOptions{EjectAfter: 100})
 			resp, err := c.Complete(context.Background(), userReq("hi"))
@@ -94,15 +94,15 @@ func TestRetryClasses(t *testing.T) {
 				}
 				return
 			}
-			var e *Error
+			var e *inference.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("err = %v (%T), want *Error", err, err)
 			}
 			if e.Class != tt.class || e.Status != tt.status {
 				t.Errorf("class %s status %d, want %s %d (%v)", e.Class, e.Status, tt.class, tt.status, e)
 			}
-			if ErrorClass(err) != tt.class {
-				t.Errorf("ErrorClass = %s", ErrorClass(err))
+			if inference.ErrorClass(err) != tt.class {
+				t.Errorf("ErrorClass = %s", inference.ErrorClass(err))
 			}
 			if st := c.Stats()[0]; st.Failures != int64(tt.attempts) {
 				t.Errorf("stats %+v, want %d failures", st, tt.attempts)
@@ -120,7 +120,7 @@ func TestConnectionRefused(t *testing.T) {
 	ln.Close()
 	c := newClient(t, testConfig("http://"+addr+"/v1"), HTTPOptions{})
 	_, err = c.Complete(context.Background(), userReq("x"))
-	if ErrorClass(err) != ClassConnection {
+	if inference.ErrorClass(err) != inference.ClassConnection {
 		t.Fatalf("err = %v, want class connection", err)
 	}
 	if st := c.Stats()[0]; st.Requests != 3 || st.Healthy {
@@ -158,7 +158,7 @@ func TestRetryAfter(t *testing.T) {
 		cfg.MaxAttempts = 2
 		c := newClient(t, cfg, HTTPOptions{Sleep: rec.sleep, Now: func() time.Time { return now }, MaxRetryAfter: 30 * time.Second})
 		_, err := c.Complete(context.Background(), userReq("x"))
-		if ErrorClass(err) != ClassServer {
+		if inference.ErrorClass(err) != inference.ClassServer {
 			t.Fatalf("err %v", err)
 		}
 		if got := rec.all(); len(got) != 1 || got[0] != 30*time.Second {
@@ -200,8 +200,8 @@ func TestRetryAfter(t *testing.T) {
 		var rec recordSleeps
 		cfg := testConfig(s.URL)
 		cfg.MaxAttempts = 8
-		cfg.BackoffBase = config.Duration(10 * time.Millisecond)
-		cfg.BackoffMax = config.Duration(40 * time.Millisecond)
+		cfg.BackoffBase = pipeline.Duration(10 * time.Millisecond)
+		cfg.BackoffMax = pipeline.Duration(40 * time.Millisecond)
 		c := newClient(t, cfg, HTTPOptions{Sleep: rec.sleep, EjectAfter: 100})
 		c.Complete(context.Background(), userReq("x"))
 		got := rec.all()
@@ -220,12 +220,12 @@ func TestRetryAfter(t *testing.T) {
 func TestDeadline(t *testing.T) {
 	s := newServer(t, stall)
 	cfg := testConfig(s.URL)
-	cfg.Deadline = config.Duration(50 * time.Millisecond)
+	cfg.Deadline = pipeline.Duration(50 * time.Millisecond)
 	cfg.MaxAttempts = 100
 	c := newClient(t, cfg, HTTPOptions{})
 	_, err := c.Complete(context.Background(), userReq("x"))
-	var e *Error
-	if !errors.As(err, &e) || e.Class != ClassTimeout || !strings.Contains(e.Msg, "generate.deadline") {
+	var e *inference.Error
+	if !errors.As(err, &e) || e.Class != inference.ClassTimeout || !strings.Contains(e.Msg, "generate.deadline") {
 		t.Fatalf("err = %v, want a timeout naming generate.deadline", err)
 	}
 	if n := s.calls.Load(); n != 1 {
@@ -256,7 +256,7 @@ func TestCancelAbortsRequest(t *testing.T) {
 	cancel()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, context.Canceled) || ErrorClass(err) != ClassCancelled {
+		if !errors.Is(err, context.Canceled) || inference.ErrorClass(err) != inference.ClassCancelled {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -276,19 +276,19 @@ func TestNewHTTPErrors(t *testing.T) {
 	good := testConfig("http://127.0.0.1:1/v1")
 	tests := []struct {
 		name   string
-		mutate func(*config.Generate)
+		mutate func(*inference.Config)
 		want   []string
 	}{
-		{"sim endpoint", func(c *config.Generate) { c.Endpoints = []string{"sim://"} }, []string{"generate.endpoints[0]", "simulator"}},
-		{"bad scheme", func(c *config.Generate) { c.Endpoints = []string{"http://a/v1", "ftp://x"} }, []string{"generate.endpoints[1]"}},
-		{"no host", func(c *config.Generate) { c.Endpoints = []string{"http:///v1"} }, []string{"generate.endpoints[0]", "no host"}},
-		{"duplicate", func(c *config.Generate) { c.Endpoints = []string{"http://a:1", "http://a:1/v1/"} }, []string{"generate.endpoints[1]", "repeats generate.endpoints[0]"}},
-		{"none", func(c *config.Generate) { c.Endpoints = nil }, []string{"generate.endpoints:"}},
-		{"api", func(c *config.Generate) { c.API = "responses" }, []string{"generate.api"}},
-		{"several at once", func(c *config.Generate) { c.Concurrency = 0; c.MaxAttempts = 0; c.Model = "" },
+		{"sim endpoint", func(c *inference.Config) { c.Endpoints = []string{"sim://"} }, []string{"generate.endpoints[0]", "simulator"}},
+		{"bad scheme", func(c *inference.Config) { c.Endpoints = []string{"http://a/v1", "ftp://x"} }, []string{"generate.endpoints[1]"}},
+		{"no host", func(c *inference.Config) { c.Endpoints = []string{"http:///v1"} }, []string{"generate.endpoints[0]", "no host"}},
+		{"duplicate", func(c *inference.Config) { c.Endpoints = []string{"http://a:1", "http://a:1/v1/"} }, []string{"generate.endpoints[1]", "repeats generate.endpoints[0]"}},
+		{"none", func(c *inference.Config) { c.Endpoints = nil }, []string{"generate.endpoints:"}},
+		{"api", func(c *inference.Config) { c.API = "responses" }, []string{"generate.api"}},
+		{"several at once", func(c *inference.Config) { c.Concurrency = 0; c.MaxAttempts = 0; c.Model = "" },
 			[]string{"generate.concurrency", "generate.max_attempts", "generate.model"}},
-		{"backoff", func(c *config.Generate) { c.BackoffMax = config.Duration(time.Microsecond) }, []string{"generate.backoff_max"}},
-		{"stream", func(c *config.Generate) { c.Params = map[string]any{"stream": true} }, []string{"generate.params.stream"}},
+		{"backoff", func(c *inference.Config) { c.BackoffMax = pipeline.Duration(time.Microsecond) }, []string{"generate.backoff_max"}},
+		{"stream", func(c *inference.Config) { c.Params = map[string]any{"stream": true} }, []string{"generate.params.stream"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,7 +340,7 @@ func TestAPIKeyNeverInErrorsOrLogs(t *testing.T) {
 	logf := func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }
 	c := newClient(t, testConfig(s.URL), HTTPOptions{APIKey: key, Logf: logf})
 	_, err := c.Complete(context.Background(), userReq("x"))
-	if ErrorClass(err) != ClassHTTP {
+	if inference.ErrorClass(err) != inference.ClassHTTP {
 		t.Fatalf("err %v", err)
 	}
 	mu.Lock()

@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
-func chatReq(seed int64, msgs ...pipeline.Message) *llm.Request {
-	return &llm.Request{Model: "sim", Messages: msgs, Params: map[string]any{"seed": seed}}
+func chatReq(seed int64, msgs ...pipeline.Message) *inference.Request {
+	return &inference.Request{Model: "sim", Messages: msgs, Params: map[string]any{"seed": seed}}
 }
 
 func user(s string) pipeline.Message { return pipeline.Message{Role: pipeline.RoleUser, Content: s} }
@@ -25,7 +24,7 @@ func system(s string) pipeline.Message {
 	return pipeline.Message{Role: pipeline.RoleSystem, Content: s}
 }
 
-func mustComplete(t *testing.T, s *Server, req *llm.Request) *llm.Response {
+func mustComplete(t *testing.T, s *Server, req *inference.Request) *inference.Response {
 	t.Helper()
 	resp, err := s.Complete(context.Background(), req)
 	if err != nil {
@@ -294,16 +293,16 @@ func TestKeepGroups(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts Options
-		req  func(task, attempt, r int) *llm.Request
+		req  func(task, attempt, r int) *inference.Request
 	}{
-		{"extras", Options{Seed: 1, Keep: 0.3}, func(task, attempt, r int) *llm.Request {
+		{"extras", Options{Seed: 1, Keep: 0.3}, func(task, attempt, r int) *inference.Request {
 			req := chatReq(int64(1000*task+r), user(fmt.Sprintf("What is %d * 3?", task)))
 			req.Params["sim_group_size"] = n
 			req.Params["sim_rollout_index"] = r
 			req.Params["sim_attempt"] = attempt
 			return req
 		}},
-		{"seed offset", Options{Seed: 1, Keep: 0.3, GroupSize: n, BaseSeed: 100}, func(task, attempt, r int) *llm.Request {
+		{"seed offset", Options{Seed: 1, Keep: 0.3, GroupSize: n, BaseSeed: 100}, func(task, attempt, r int) *inference.Request {
 			return chatReq(int64(100+attempt*n+r), user(fmt.Sprintf("What is %d * 3?", task)))
 		}},
 	} {
@@ -368,8 +367,8 @@ func TestContextLength(t *testing.T) {
 	req := chatReq(1, user(strings.Repeat("the ", 20)))
 	req.Params["max_tokens"] = 40
 	_, err := s.Complete(context.Background(), req)
-	var le *llm.Error
-	if !errors.As(err, &le) || le.Class != llm.ClassContextLength || le.Status != 400 ||
+	var le *inference.Error
+	if !errors.As(err, &le) || le.Class != inference.ClassContextLength || le.Status != 400 ||
 		!strings.HasPrefix(le.Msg, "This model's maximum context length is 50 tokens. However, you requested") {
 		t.Fatalf("err = %v", err)
 	}
@@ -387,13 +386,13 @@ func TestBadParams(t *testing.T) {
 		{"seed": "x"}, {"max_tokens": 0}, {"max_tokens": 1.5}, {"sim_group_size": 0},
 		{"sim_group_size": 2, "sim_rollout_index": 2},
 	} {
-		_, err := s.Complete(context.Background(), &llm.Request{Messages: []pipeline.Message{user("hi")}, Params: p})
-		var le *llm.Error
+		_, err := s.Complete(context.Background(), &inference.Request{Messages: []pipeline.Message{user("hi")}, Params: p})
+		var le *inference.Error
 		if !errors.As(err, &le) || le.Status != 400 {
 			t.Errorf("params %v: err = %v, want a 400", p, err)
 		}
 	}
-	if _, err := s.Complete(context.Background(), &llm.Request{}); err == nil {
+	if _, err := s.Complete(context.Background(), &inference.Request{}); err == nil {
 		t.Error("no messages: no error")
 	}
 }
@@ -403,15 +402,15 @@ func TestInProcessFaults(t *testing.T) {
 		faults Faults
 		class  string
 	}{
-		{Faults{Errors: map[int]float64{429: 1}}, llm.ClassRateLimited},
-		{Faults{Errors: map[int]float64{503: 1}}, llm.ClassServer},
-		{Faults{Errors: map[int]float64{404: 1}}, llm.ClassHTTP},
-		{Faults{Reset: 1}, llm.ClassConnection},
-		{Faults{Malformed: 1}, llm.ClassBadResponse},
+		{Faults{Errors: map[int]float64{429: 1}}, inference.ClassRateLimited},
+		{Faults{Errors: map[int]float64{503: 1}}, inference.ClassServer},
+		{Faults{Errors: map[int]float64{404: 1}}, inference.ClassHTTP},
+		{Faults{Reset: 1}, inference.ClassConnection},
+		{Faults{Malformed: 1}, inference.ClassBadResponse},
 	} {
 		s := New(Options{Faults: tc.faults})
 		_, err := s.Complete(context.Background(), chatReq(1, user("hi")))
-		if got := llm.ErrorClass(err); got != tc.class {
+		if got := inference.ErrorClass(err); got != tc.class {
 			t.Errorf("faults %v: class %q (%v), want %q", tc.faults, got, err, tc.class)
 		}
 	}
@@ -472,8 +471,8 @@ func FuzzParseFaults(f *testing.F) {
 }
 
 func TestOptionsFrom(t *testing.T) {
-	o := OptionsFrom(config.Sim{Seed: 3, Preset: "agent", Accuracy: 0.7, TimeScale: 0.05, Keep: 0.5,
-		Capacity: 32, MaxModelLen: 4096, Turns: []int{2, 4}, EnvDelay: config.Duration(time.Second), ObsTokens: 64})
+	o := OptionsFrom(Config{Seed: 3, Preset: "agent", Accuracy: 0.7, TimeScale: 0.05, Keep: 0.5,
+		Capacity: 32, MaxModelLen: 4096, Turns: []int{2, 4}, EnvDelay: pipeline.Duration(time.Second), ObsTokens: 64})
 	want := Options{Seed: 3, Preset: "agent", Accuracy: 0.7, TimeScale: 0.05, Keep: 0.5, Capacity: 32,
 		MaxModelLen: 4096, MinTurns: 2, MaxTurns: 4, EnvDelay: time.Second, ObsTokens: 64}
 	if !reflect.DeepEqual(o, want) {
@@ -527,7 +526,7 @@ func TestCancelLeavesBatch(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return s.Stats().Running == 1 })
 	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) || llm.ErrorClass(err) != llm.ClassCancelled {
+	if err := <-errc; !errors.Is(err, context.Canceled) || inference.ErrorClass(err) != inference.ClassCancelled {
 		t.Fatalf("err = %v", err)
 	}
 	waitFor(t, func() bool { st := s.Stats(); return st.Running == 0 && st.Cancelled == 1 })
@@ -560,27 +559,5 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-func TestConfigKeys(t *testing.T) {
-	cfg, err := config.Parse([]byte(`
-source: {path: tasks.jsonl}
-generate:
-  sim: {preset: agent, capacity: 64, max_model_len: 2048, turns: [2, 3], env_delay: 250ms, obs_tokens: 40}
-`), "c.yaml", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := New(OptionsFrom(cfg.Generate.Sim)).Options()
-	if o.Capacity != 64 || o.MaxModelLen != 2048 || o.MinTurns != 2 || o.MaxTurns != 3 || o.EnvDelay != 250*time.Millisecond || o.ObsTokens != 40 {
-		t.Fatalf("options %+v", o)
-	}
-	for _, bad := range []string{"capacity: -1", "max_model_len: -5", "turns: [3, 2]", "turns: [1]", "env_delay: -1s", "obs_tokens: -2"} {
-		_, err := config.Parse([]byte("source: {path: t.jsonl}\ngenerate:\n  sim: {"+bad+"}\n"), "c.yaml", nil)
-		key := "generate.sim." + strings.SplitN(bad, ":", 2)[0]
-		if err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("%s: err = %v, want one naming %s", bad, err, key)
-		}
 	}
 }

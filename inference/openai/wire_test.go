@@ -1,8 +1,9 @@
-package llm
+package openai
 
 import (
 	"context"
 	"encoding/json"
+	"github.com/trajflow/trajflow/inference"
 	"io"
 	"net/http"
 	"reflect"
@@ -21,14 +22,14 @@ func TestRequestBodyChat(t *testing.T) {
 	row := map[string]any{"temperature": 1.0, "max_tokens": 64, "seed": 7, "stream": true,
 		"extra_body": map[string]any{"top_k": 5, "min_p": 0.1}}
 	tool := json.RawMessage(`{"type":"function","function":{"name":"calc","parameters":{"type":"object"}}}`)
-	req := &Request{
+	req := &inference.Request{
 		Messages: []pipeline.Message{
 			{Role: "system", Content: "be brief"},
 			{Role: "user", Content: "2+2?"},
 			{Role: "assistant", ToolCalls: []pipeline.ToolCall{{ID: "call_1", Name: "calc", Arguments: `{"x":"2+2"}`}}, TokenIDs: []int32{1, 2}, Logprobs: []float32{-1, -2}, Turn: 1},
 			{Role: "tool", Content: "4", ToolCallID: "call_1", Name: "calc", Turn: 1},
 		},
-		Params: MergeParams(row, cfg.Params),
+		Params: inference.MergeParams(row, cfg.Params),
 		Tools:  []json.RawMessage{tool},
 	}
 	if _, err := c.Complete(context.Background(), req); err != nil {
@@ -96,14 +97,14 @@ func TestRequestBodyCompletions(t *testing.T) {
 	cfg.API = "completions"
 	c := newClient(t, cfg, HTTPOptions{})
 	msgs := []pipeline.Message{{Role: "user", Content: "Q: 2+2?\n"}, {Role: "assistant", Content: "A:"}}
-	resp, err := c.Complete(context.Background(), &Request{Messages: msgs, Model: "other"})
+	resp, err := c.Complete(context.Background(), &inference.Request{Messages: msgs, Model: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.Message.Content != " 4" || resp.FinishReason != "stop" {
 		t.Errorf("response %+v", resp)
 	}
-	if _, err := c.Complete(context.Background(), &Request{Messages: msgs, Params: map[string]any{"prompt": []any{1.0, 2.0}}}); err != nil {
+	if _, err := c.Complete(context.Background(), &inference.Request{Messages: msgs, Params: map[string]any{"prompt": []any{1.0, 2.0}}}); err != nil {
 		t.Fatal(err)
 	}
 	if s.paths[0] != "/v1/completions" {
@@ -121,7 +122,7 @@ func TestDecodeResponse(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		want Response
+		want inference.Response
 		err  string
 	}{
 		{
@@ -132,7 +133,7 @@ func TestDecodeResponse(t *testing.T) {
 				"logprobs":{"content":[{"token":"o","logprob":-0.5,"bytes":[111],"top_logprobs":[]},{"token":"k","logprob":-1.25,"bytes":[107],"top_logprobs":[{"token":"x","logprob":-3}]}]}}],
 				"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},
 				"sim_trailer":{"turns_left":1,"correct":true}}`,
-			want: Response{
+			want: inference.Response{
 				Message:        pipeline.Message{Role: "assistant", Content: "ok", TokenIDs: []int32{10, 11}, Logprobs: []float32{-0.5, -1.25}},
 				PromptTokenIDs: []int32{1, 2, 3}, FinishReason: "length", PromptTokens: 3, CompletionTokens: 2,
 				Extra: json.RawMessage(`{"turns_left":1,"correct":true}`),
@@ -141,21 +142,21 @@ func TestDecodeResponse(t *testing.T) {
 		{
 			name: "server without extras",
 			body: `{"choices":[{"message":{"role":"assistant","content":"plain"},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":4,"completion_tokens":1}}`,
-			want: Response{Message: pipeline.Message{Role: "assistant", Content: "plain"}, FinishReason: "stop", PromptTokens: 4, CompletionTokens: 1},
+			want: inference.Response{Message: pipeline.Message{Role: "assistant", Content: "plain"}, FinishReason: "stop", PromptTokens: 4, CompletionTokens: 1},
 		},
 		{
 			name: "tool calls, string and object arguments, null content",
 			body: `{"choices":[{"message":{"content":null,"tool_calls":[
 				{"id":"a","type":"function","function":{"name":"f","arguments":"{\"q\":1}"}},
 				{"id":"b","function":{"name":"g","arguments":{"r":2}}}]},"finish_reason":"tool_calls"}]}`,
-			want: Response{Message: pipeline.Message{Role: "assistant", ToolCalls: []pipeline.ToolCall{
+			want: inference.Response{Message: pipeline.Message{Role: "assistant", ToolCalls: []pipeline.ToolCall{
 				{ID: "a", Type: "function", Name: "f", Arguments: `{"q":1}`},
 				{ID: "b", Type: "function", Name: "g", Arguments: `{"r":2}`}}}, FinishReason: "tool_calls"},
 		},
 		{
 			name: "completions with token_logprobs and per-choice prompt ids",
 			body: `{"choices":[{"text":"abc","finish_reason":"stop","token_ids":[5],"prompt_token_ids":[9,8],"logprobs":{"tokens":["abc"],"token_logprobs":[-0.25]}}],"sim_trailer":null}`,
-			want: Response{Message: pipeline.Message{Role: "assistant", Content: "abc", TokenIDs: []int32{5}, Logprobs: []float32{-0.25}}, PromptTokenIDs: []int32{9, 8}, FinishReason: "stop"},
+			want: inference.Response{Message: pipeline.Message{Role: "assistant", Content: "abc", TokenIDs: []int32{5}, Logprobs: []float32{-0.25}}, PromptTokenIDs: []int32{9, 8}, FinishReason: "stop"},
 		},
 		{name: "no choices", body: `{"choices":[]}`, err: "no choices"},
 		{name: "error object", body: `{"error":{"message":"overloaded"}}`, err: "overloaded"},

@@ -1,10 +1,11 @@
-package llm
+package openai
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -81,7 +82,7 @@ func renderPrompt(msgs []pipeline.Message) string {
 // encodeRequest builds the JSON body of req for api ("chat" or
 // "completions"): every key of req.Params, then model and messages (chat) or
 // prompt (completions, unless req.Params carries one), then tools.
-func encodeRequest(api string, req *Request) ([]byte, error) {
+func encodeRequest(api string, req *inference.Request) ([]byte, error) {
 	body := make(map[string]any, len(req.Params)+3)
 	for k, v := range req.Params {
 		if reservedKeys[k] {
@@ -151,7 +152,7 @@ type wireTokenLogprob struct {
 var errNoChoices = errors.New("no choices in the response")
 
 // decodeResponse parses a 2xx response body.
-func decodeResponse(data []byte) (*Response, error) {
+func decodeResponse(data []byte) (*inference.Response, error) {
 	var w wireResponse
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, err
@@ -163,7 +164,7 @@ func decodeResponse(data []byte) (*Response, error) {
 		return nil, errNoChoices
 	}
 	ch := &w.Choices[0]
-	resp := &Response{Message: pipeline.Message{Role: pipeline.RoleAssistant}}
+	resp := &inference.Response{Message: pipeline.Message{Role: pipeline.RoleAssistant}}
 	switch {
 	case ch.Message != nil:
 		if ch.Message.Content != nil {

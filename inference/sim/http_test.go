@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -102,7 +102,7 @@ func TestHTTPChat(t *testing.T) {
 		t.Fatalf("response %+v", cr)
 	}
 	// The same request in-process gives the same reply.
-	in := mustComplete(t, s, &llm.Request{Messages: []pipeline.Message{system("Be brief."), user("What is 6 * 7?")},
+	in := mustComplete(t, s, &inference.Request{Messages: []pipeline.Message{system("Be brief."), user("What is 6 * 7?")},
 		Params: map[string]any{"seed": 5, "max_tokens": 200}})
 	if *c.Message.Content != in.Message.Content || !slices.Equal(c.TokenIDs, in.Message.TokenIDs) ||
 		!slices.Equal(cr.PromptTokenIDs, in.PromptTokenIDs) || c.FinishReason != in.FinishReason {

@@ -1,8 +1,9 @@
-package llm
+package openai
 
 import (
 	"context"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"hash/fnv"
 	"net/url"
 	"strings"
@@ -203,7 +204,7 @@ func (f *fleet) margin(least int) int {
 }
 
 // release returns e's slot and records the attempt's outcome.
-func (f *fleet) release(e *endpoint, err *Error, retryAfter time.Duration) {
+func (f *fleet) release(e *endpoint, err *inference.Error, retryAfter time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e.inflight--
@@ -214,11 +215,11 @@ func (f *fleet) release(e *endpoint, err *Error, retryAfter time.Duration) {
 		if !e.healthy {
 			f.setHealthy(e, true, "a request succeeded")
 		}
-	case err.Class == ClassCancelled:
+	case err.Class == inference.ClassCancelled:
 		// The caller gave up; says nothing about the endpoint.
 	default:
 		e.failures++
-		if err.Class == ClassConnection || err.Class == ClassServer {
+		if err.Class == inference.ClassConnection || err.Class == inference.ClassServer {
 			e.consecFail++
 			e.lastFail = now
 			if e.healthy && e.consecFail >= f.ejectK {

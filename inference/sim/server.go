@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -36,7 +36,7 @@ type Server struct {
 	}
 }
 
-var _ llm.Client = (*Server)(nil)
+var _ inference.Client = (*Server)(nil)
 
 // ErrClosed is returned for requests to a closed server.
 var ErrClosed = errors.New("sim: server closed")
@@ -195,30 +195,30 @@ func (s *Server) Stats() Stats {
 
 // Complete generates one reply in-process. The response carries token ids
 // and logprobs always (Message.TokenIDs, Message.Logprobs,
-// PromptTokenIDs) and the sim trailer. Errors are *llm.Error (faults,
+// PromptTokenIDs) and the sim trailer. Errors are *inference.Error (faults,
 // context length, bad parameters) or ctx's error.
-func (s *Server) Complete(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	in, err := s.chatInput(req.Messages, req.Params, req.Tools)
 	if err != nil {
-		return nil, &llm.Error{Class: llm.ClassHTTP, Status: 400, Msg: err.Error()}
+		return nil, &inference.Error{Class: inference.ClassHTTP, Status: 400, Msg: err.Error()}
 	}
 	switch f := s.drawFault(); f.kind {
 	case faultStatus:
-		class := llm.ClassHTTP
+		class := inference.ClassHTTP
 		switch {
 		case f.status == 429:
-			class = llm.ClassRateLimited
+			class = inference.ClassRateLimited
 		case f.status >= 500:
-			class = llm.ClassServer
+			class = inference.ClassServer
 		}
-		return nil, &llm.Error{Class: class, Status: f.status, Msg: "injected fault"}
+		return nil, &inference.Error{Class: class, Status: f.status, Msg: "injected fault"}
 	case faultReset:
-		return nil, &llm.Error{Class: llm.ClassConnection, Msg: "injected connection reset"}
+		return nil, &inference.Error{Class: inference.ClassConnection, Msg: "injected connection reset"}
 	case faultMalformed, faultTruncate:
-		return nil, &llm.Error{Class: llm.ClassBadResponse, Msg: "injected malformed response"}
+		return nil, &inference.Error{Class: inference.ClassBadResponse, Msg: "injected malformed response"}
 	case faultStall:
 		if err := s.stall(ctx); err != nil {
 			return nil, err
@@ -228,15 +228,15 @@ func (s *Server) Complete(ctx context.Context, req *llm.Request) (*llm.Response,
 	if err != nil {
 		var cl *contextLengthError
 		if errors.As(err, &cl) {
-			return nil, &llm.Error{Class: llm.ClassContextLength, Status: 400, Msg: err.Error()}
+			return nil, &inference.Error{Class: inference.ClassContextLength, Status: 400, Msg: err.Error()}
 		}
-		return nil, &llm.Error{Class: llm.ClassHTTP, Status: 400, Msg: err.Error()}
+		return nil, &inference.Error{Class: inference.ClassHTTP, Status: 400, Msg: err.Error()}
 	}
 	if err := s.run(ctx, len(in.promptIDs), len(rep.ids)); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	trailer, _ := json.Marshal(rep.trailer)
-	return &llm.Response{
+	return &inference.Response{
 		Message: pipeline.Message{
 			Role:      pipeline.RoleAssistant,
 			Content:   rep.content,

@@ -1,7 +1,7 @@
 // Package sim is trajflow's simulated inference server: a model of a
 // continuous-batching server (vLLM V1 style) that answers OpenAI-compatible
 // requests with deterministic text, token ids and logprobs, either
-// in-process (Server implements llm.Client) or over HTTP (Server.Handler,
+// in-process (Server implements inference.Client) or over HTTP (Server.Handler,
 // `trajflow sim-server`).
 //
 // The timing model: a running set R of at most Capacity requests and a FIFO

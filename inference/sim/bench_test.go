@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/llm"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -130,7 +130,7 @@ func BenchmarkHTTPFullBatch(b *testing.B) {
 // short preset at time scale 0.
 func BenchmarkCompleteInstant(b *testing.B) {
 	s := New(Options{Seed: 1})
-	req := &llm.Request{Messages: []pipeline.Message{{Role: "user", Content: "What is 12 + 7 * 3?"}}, Params: map[string]any{"seed": 1}}
+	req := &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: "What is 12 + 7 * 3?"}}, Params: map[string]any{"seed": 1}}
 	ctx := context.Background()
 	for b.Loop() {
 		if _, err := s.Complete(ctx, req); err != nil {

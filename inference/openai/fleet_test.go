@@ -1,9 +1,11 @@
-package llm
+package openai
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"net/http"
 	"sync"
@@ -12,8 +14,6 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/internal/leak"
-
-	"github.com/trajflow/trajflow/internal/config"
 )
 
 // gate holds requests until it is opened, counting arrivals.
@@ -102,7 +102,7 @@ func TestAffinity(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		for k := 0; k < 40; k++ {
 			key := fmt.Sprintf("group-%d", k)
-			resp, err := c.Complete(context.Background(), &Request{Messages: userReq("x").Messages, Affinity: key})
+			resp, err := c.Complete(context.Background(), &inference.Request{Messages: userReq("x").Messages, Affinity: key})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +239,7 @@ func TestAllOutStillTried(t *testing.T) {
 	cfg := testConfig(s.URL)
 	cfg.MaxAttempts = 2
 	c := newClient(t, cfg, HTTPOptions{EjectAfter: 1, ProbeInterval: time.Hour})
-	if _, err := c.Complete(context.Background(), userReq("x")); ErrorClass(err) != ClassServer {
+	if _, err := c.Complete(context.Background(), userReq("x")); inference.ErrorClass(err) != inference.ClassServer {
 		t.Fatalf("err %v", err)
 	}
 	if c.Stats()[0].Healthy {
@@ -337,7 +337,7 @@ func TestNoGoroutineLeftAfterClose(t *testing.T) {
 	a.setHealth(func(w http.ResponseWriter, r *http.Request) { probes.Add(1); w.WriteHeader(503) })
 	b := newServer(t, nil)
 	cfg := testConfig(a.URL, b.URL)
-	cfg.Timeout = config.Duration(time.Second)
+	cfg.Timeout = pipeline.Duration(time.Second)
 	c, err := NewHTTP(cfg, HTTPOptions{EjectAfter: 1, ProbeInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/config"
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference/sim"
 )
 
 const base = "source: {path: tasks.jsonl}\n"
@@ -116,4 +117,26 @@ func ExampleParse() {
 	_, err := config.Parse([]byte("source: {path: tasks.jsonl, limitt: 5}\n"), "run.yaml", nil)
 	fmt.Println(err)
 	// Output: run.yaml: line 1: source.limitt: unknown key
+}
+
+func TestSimConfigKeys(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+source: {path: tasks.jsonl}
+generate:
+  sim: {preset: agent, capacity: 64, max_model_len: 2048, turns: [2, 3], env_delay: 250ms, obs_tokens: 40}
+`), "c.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := sim.New(sim.OptionsFrom(cfg.Generate.Sim)).Options()
+	if o.Capacity != 64 || o.MaxModelLen != 2048 || o.MinTurns != 2 || o.MaxTurns != 3 || o.EnvDelay != 250*time.Millisecond || o.ObsTokens != 40 {
+		t.Fatalf("options %+v", o)
+	}
+	for _, bad := range []string{"capacity: -1", "max_model_len: -5", "turns: [3, 2]", "turns: [1]", "env_delay: -1s", "obs_tokens: -2"} {
+		_, err := config.Parse([]byte("source: {path: t.jsonl}\ngenerate:\n  sim: {"+bad+"}\n"), "c.yaml", nil)
+		key := "generate.sim." + strings.SplitN(bad, ":", 2)[0]
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: err = %v, want one naming %s", bad, err, key)
+		}
+	}
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/llm"
-	"github.com/trajflow/trajflow/internal/sim"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -14,7 +14,7 @@ import (
 func ExampleServer_Complete() {
 	s := sim.New(sim.Options{Seed: 1, Accuracy: 1})
 	defer s.Close()
-	resp, err := s.Complete(context.Background(), &llm.Request{
+	resp, err := s.Complete(context.Background(), &inference.Request{
 		Messages: []pipeline.Message{{Role: "user", Content: "What is 12 + 7 * 3?"}},
 		Params:   map[string]any{"seed": 0},
 	})

@@ -1,10 +1,11 @@
-package llm
+package openai
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -14,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/trajflow/trajflow/internal/config"
 )
 
 // HTTPOptions are the HTTP client's settings that do not come from the
@@ -55,7 +54,7 @@ type HTTPOptions struct {
 // HTTPClient is the OpenAI-compatible client over a fleet of endpoints. It
 // is safe for concurrent use.
 type HTTPClient struct {
-	cfg     config.Generate
+	cfg     inference.Config
 	opts    HTTPOptions
 	client  *http.Client
 	owned   *http.Transport // closed by Close when the client built it
@@ -69,14 +68,14 @@ type HTTPClient struct {
 	bufPool sync.Pool
 }
 
-var _ Client = (*HTTPClient)(nil)
+var _ inference.Client = (*HTTPClient)(nil)
 
 // errDeadline is the cause of a request's overall deadline (generate.deadline).
 var errDeadline = errors.New("generate.deadline exceeded")
 
 // NewHTTP builds a client for cfg's endpoints and starts its health prober.
 // Errors name the generate.* key at fault.
-func NewHTTP(cfg config.Generate, opts HTTPOptions) (*HTTPClient, error) {
+func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
@@ -214,7 +213,7 @@ func (c *HTTPClient) Stats() []EndpointStats { return c.fleet.stats() }
 // Complete sends req to an endpoint of the fleet, retrying as configured.
 // A failure is an *Error with its class, or the context's error when ctx
 // ends first.
-func (c *HTTPClient) Complete(ctx context.Context, req *Request) (*Response, error) {
+func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
 	c.closeMu.Lock()
 	closed := c.closed
 	c.closeMu.Unlock()
@@ -240,7 +239,7 @@ func (c *HTTPClient) Complete(ctx context.Context, req *Request) (*Response, err
 		defer cancel()
 	}
 	tried := make([]bool, len(c.fleet.eps))
-	var last *Error
+	var last *inference.Error
 	for attempt := 1; ; attempt++ {
 		select {
 		case c.sem <- struct{}{}:
@@ -259,7 +258,7 @@ func (c *HTTPClient) Complete(ctx context.Context, req *Request) (*Response, err
 		}
 		if aerr != nil && ctx.Err() != nil {
 			// The caller's cancel or the overall deadline, not the endpoint's fault.
-			c.fleet.release(ep, &Error{Class: ClassCancelled}, 0)
+			c.fleet.release(ep, &inference.Error{Class: inference.ClassCancelled}, 0)
 			<-c.sem
 			return nil, c.ctxErr(ctx, last, attempt)
 		}
@@ -297,20 +296,20 @@ func (c *HTTPClient) Complete(ctx context.Context, req *Request) (*Response, err
 
 // ctxErr is the error of a request whose context ended: a timeout *Error
 // for generate.deadline, else the context's own error (cancelled).
-func (c *HTTPClient) ctxErr(ctx context.Context, last *Error, attempts int) error {
+func (c *HTTPClient) ctxErr(ctx context.Context, last *inference.Error, attempts int) error {
 	if errors.Is(context.Cause(ctx), errDeadline) {
 		msg := fmt.Sprintf("generate.deadline (%s) exceeded after %d attempts", c.cfg.Deadline.D(), attempts)
 		if last != nil {
 			msg += "; last error: " + last.Error()
 		}
-		return &Error{Class: ClassTimeout, Msg: msg}
+		return &inference.Error{Class: inference.ClassTimeout, Msg: msg}
 	}
 	return fmt.Errorf("llm: request abandoned after %d attempts: %w", attempts, ctx.Err())
 }
 
 func retryable(class string) bool {
 	switch class {
-	case ClassRateLimited, ClassServer, ClassConnection, ClassTimeout, ClassBadResponse:
+	case inference.ClassRateLimited, inference.ClassServer, inference.ClassConnection, inference.ClassTimeout, inference.ClassBadResponse:
 		return true
 	}
 	return false
@@ -337,7 +336,7 @@ func (c *HTTPClient) backoff(attempt int) time.Duration {
 
 // attempt sends body to ep once. It returns the response, or the attempt's
 // classified error and the server's Retry-After (0 when none).
-func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*Response, *Error, time.Duration) {
+func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*inference.Response, *inference.Error, time.Duration) {
 	if t := c.cfg.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -345,7 +344,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*R
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+c.path, bytes.NewReader(body))
 	if err != nil {
-		return nil, &Error{Class: ClassConnection, Msg: fmt.Sprintf("%s: %v", ep.name, err)}, 0
+		return nil, &inference.Error{Class: inference.ClassConnection, Msg: fmt.Sprintf("%s: %v", ep.name, err)}, 0
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
@@ -365,7 +364,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*R
 		return nil, c.transportError(ctx, ep, err), 0
 	}
 	if int64(buf.Len()) > c.opts.MaxResponseBytes {
-		return nil, &Error{Class: ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body over %d bytes", ep.name, c.opts.MaxResponseBytes)}, 0
+		return nil, &inference.Error{Class: inference.ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body over %d bytes", ep.name, c.opts.MaxResponseBytes)}, 0
 	}
 	data := buf.Bytes()
 	st := hresp.StatusCode
@@ -373,34 +372,34 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*R
 	case st >= 200 && st < 300:
 		resp, err := decodeResponse(data)
 		if err != nil {
-			return nil, &Error{Class: ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, c.path, err)}, 0
+			return nil, &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, c.path, err)}, 0
 		}
 		return resp, nil, 0
 	case st == http.StatusTooManyRequests:
-		return nil, &Error{Class: ClassRateLimited, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+		return nil, &inference.Error{Class: inference.ClassRateLimited, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st >= 500:
-		return nil, &Error{Class: ClassServer, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+		return nil, &inference.Error{Class: inference.ClassServer, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st == http.StatusRequestTimeout:
-		return nil, &Error{Class: ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+		return nil, &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
-		return nil, &Error{Class: ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
+		return nil, &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
 	default:
-		return nil, &Error{Class: ClassHTTP, Status: st, Msg: fmt.Sprintf("%s%s: %s", ep.name, c.path, serverMessage(data))}, 0
+		return nil, &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s%s: %s", ep.name, c.path, serverMessage(data))}, 0
 	}
 }
 
 // transportError classifies an error of Do or of reading the body.
-func (c *HTTPClient) transportError(ctx context.Context, ep *endpoint, err error) *Error {
+func (c *HTTPClient) transportError(ctx context.Context, ep *endpoint, err error) *inference.Error {
 	msg := fmt.Sprintf("%s: %v", ep.name, stripURL(err))
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Class: ClassTimeout, Msg: fmt.Sprintf("%s: no answer within generate.timeout (%s)", ep.name, c.cfg.Timeout.D())}
+		return &inference.Error{Class: inference.ClassTimeout, Msg: fmt.Sprintf("%s: no answer within generate.timeout (%s)", ep.name, c.cfg.Timeout.D())}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &Error{Class: ClassTimeout, Msg: msg}
+		return &inference.Error{Class: inference.ClassTimeout, Msg: msg}
 	}
 	// Refused, reset, EOF, DNS and every other transport failure.
-	return &Error{Class: ClassConnection, Msg: msg}
+	return &inference.Error{Class: inference.ClassConnection, Msg: msg}
 }
 
 // stripURL drops the *url.Error wrapper (the endpoint is already named).

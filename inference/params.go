@@ -1,4 +1,4 @@
-package llm
+package inference
 
 // MergeParams merges request parameters with NeMo Gym's semantics: the
 // row's values, then the config's on top (the config wins). Where both hold

@@ -1,15 +1,15 @@
-package llm_test
+package openai_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/openai"
 	"io"
 	"net/http"
 	"net/http/httptest"
 
-	"github.com/trajflow/trajflow/internal/config"
-	"github.com/trajflow/trajflow/internal/llm"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -24,7 +24,7 @@ func ExampleMergeParams() {
 		"extra_body":  map[string]any{"top_k": 50},
 		"logprobs":    true,
 	}
-	merged := llm.MergeParams(row, cfg)
+	merged := inference.MergeParams(row, cfg)
 	out, _ := json.Marshal(merged) // keys sorted
 	fmt.Println(string(out))
 	// Output:
@@ -38,21 +38,21 @@ func ExampleNewHTTP() {
 	}))
 	defer srv.Close()
 
-	gen := config.Generate{
+	gen := inference.Config{
 		Endpoints: []string{srv.URL + "/v1"}, Model: "my-model", API: "chat",
 		Concurrency: 8, MaxAttempts: 3,
 		Params: map[string]any{"logprobs": true, "return_token_ids": true},
 	}
-	c, err := llm.NewHTTP(gen, llm.HTTPOptions{})
+	c, err := openai.NewHTTP(gen, openai.HTTPOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer c.Close()
-	resp, err := c.Complete(context.Background(), &llm.Request{
+	resp, err := c.Complete(context.Background(), &inference.Request{
 		Messages: []pipeline.Message{{Role: "user", Content: "2+2?"}},
 		// The task's own params, then generate.params on top.
-		Params:   llm.MergeParams(map[string]any{"max_tokens": 16}, gen.Params),
+		Params:   inference.MergeParams(map[string]any{"max_tokens": 16}, gen.Params),
 		Affinity: "group-17",
 	})
 	if err != nil {

@@ -1,0 +1,111 @@
+package config
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/stages/collate"
+	"github.com/trajflow/trajflow/stages/envstep"
+	"github.com/trajflow/trajflow/stages/groups"
+	"github.com/trajflow/trajflow/stages/repeat"
+	"github.com/trajflow/trajflow/stages/template"
+)
+
+// Config is one run's configuration: one section per component, each the
+// component's own Config.
+type Config struct {
+	Run      Run             `yaml:"run"`
+	Source   sources.Config  `yaml:"source"`
+	Prompt   template.Config `yaml:"prompt"`
+	Repeat   repeat.Config   `yaml:"repeat"`
+	Generate Generate        `yaml:"generate"`
+	Env      envstep.Config  `yaml:"env"`
+	Groups   groups.Config   `yaml:"groups"`
+	Output   Output          `yaml:"output"`
+
+	// File is the path the config was read from ("" for an inline config).
+	File string `yaml:"-"`
+}
+
+// Duration is pipeline.Duration, the type of every time key.
+type Duration = pipeline.Duration
+
+// Run holds run-wide settings.
+type Run struct {
+	// ID names the run in the output's run_id column. Default: the output
+	// directory's base name.
+	ID string `yaml:"id"`
+	// Progress is the interval of the progress line on stderr; 0 turns it off.
+	Progress Duration `yaml:"progress"`
+}
+
+// Generate is the generate section: the inference contract's keys and the
+// simulator behind sim:// endpoints.
+type Generate struct {
+	inference.Config `yaml:",inline"`
+	// Sim configures the built-in simulator behind sim:// endpoints.
+	Sim sim.Config `yaml:"sim"`
+}
+
+// Output is the output section: where rows go, and the collate stage's
+// and the Parquet sink's own keys.
+type Output struct {
+	Dir     string         `yaml:"dir"`
+	Collate collate.Config `yaml:",inline"`
+	Parquet parquet.Config `yaml:",inline"`
+	// Filtered writes dropped groups to the filtered directory.
+	Filtered bool `yaml:"filtered"`
+	// JSONL also writes kept rows as NeMo Gym-shaped JSON lines, one file
+	// per run under the jsonl directory.
+	JSONL bool `yaml:"jsonl"`
+	// ArrowStream also streams kept record batches as an Arrow IPC stream
+	// to this file ("-": standard output) while the run goes.
+	ArrowStream string `yaml:"arrow_stream"`
+}
+
+// SetDefaults fills every key left unset.
+func (c *Config) SetDefaults() {
+	c.Source.SetDefaults()
+	c.Prompt.SetDefaults()
+	c.Repeat.SetDefaults()
+	c.Generate.Config.SetDefaults()
+	c.Generate.Sim.SetDefaults()
+	c.Env.SetDefaults()
+	c.Groups.SetDefaults()
+	if c.Output.Dir == "" {
+		c.Output.Dir = "out"
+	}
+	c.Output.Collate.SetDefaults()
+	c.Output.Parquet.SetDefaults()
+	if c.Run.ID == "" {
+		c.Run.ID = filepath.Base(filepath.Clean(c.Output.Dir))
+	}
+	if c.Run.Progress == 0 {
+		c.Run.Progress = Duration(5 * time.Second)
+	}
+}
+
+// Validate reports every problem of the config's own keys at once, each
+// naming its full key. Environment names and options are checked by
+// whoever resolves them (the runner's Check).
+func (c *Config) Validate() error {
+	var p pipeline.Problems
+	p.Section("source", c.Source.Validate())
+	p.Section("prompt", c.Prompt.Validate())
+	p.Section("repeat", c.Repeat.Validate())
+	p.Section("generate", c.Generate.Config.Validate())
+	p.Section("generate.sim", c.Generate.Sim.Validate())
+	p.Section("env", c.Env.Validate())
+	p.Section("groups", c.Groups.Validate())
+	if c.Output.Dir == "" {
+		p.Add("output.dir", "required")
+	}
+	p.Section("output", c.Output.Collate.Validate())
+	p.Section("output", c.Output.Parquet.Validate())
+	return p.Err()
+}

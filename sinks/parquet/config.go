@@ -1,0 +1,48 @@
+package parquet
+
+import "github.com/trajflow/trajflow/pipeline"
+
+// Config is the Parquet sink's part of the output section.
+type Config struct {
+	// FileRows rotates a part file after this many rows.
+	FileRows int `yaml:"file_rows"`
+	// FileBytes rotates a part file once it holds about this many bytes
+	// (0: no bound).
+	FileBytes int64 `yaml:"file_bytes"`
+	// RowGroupRows bounds the rows of one row group (0: the sink's default).
+	RowGroupRows int `yaml:"row_group_rows"`
+	// Compression is zstd, snappy, gzip or none.
+	Compression string `yaml:"compression"`
+}
+
+// SetDefaults fills the keys left unset.
+func (c *Config) SetDefaults() {
+	if c.FileRows == 0 {
+		c.FileRows = 100_000
+	}
+	if c.Compression == "" {
+		c.Compression = "zstd"
+	}
+}
+
+// Validate reports every problem of the section at once.
+func (c *Config) Validate() error {
+	var p pipeline.Problems
+	if c.FileRows < 1 {
+		p.Add("file_rows", "must be >= 1, got %d", c.FileRows)
+	}
+	if c.FileBytes < 0 {
+		p.Add("file_bytes", "must be >= 0, got %d", c.FileBytes)
+	}
+	if c.RowGroupRows < 0 {
+		p.Add("row_group_rows", "must be >= 0, got %d", c.RowGroupRows)
+	}
+	p.OneOf("compression", c.Compression, "zstd", "snappy", "gzip", "none")
+	return p.Err()
+}
+
+// Options returns the writer options of the config; the caller adds the
+// metadata and the commit callback.
+func (c *Config) Options() Options {
+	return Options{FileRows: c.FileRows, FileBytes: c.FileBytes, RowGroupRows: c.RowGroupRows, Compression: c.Compression}
+}

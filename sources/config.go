@@ -1,0 +1,62 @@
+package sources
+
+import "github.com/trajflow/trajflow/pipeline"
+
+// Config is the source section: where tasks come from and which of them a
+// run reads.
+type Config struct {
+	// Path is a .jsonl (or .jsonl.gz) or .parquet file.
+	Path string `yaml:"path"`
+	// Format overrides the format the path's extension implies: jsonl, parquet.
+	Format string `yaml:"format"`
+	// Limit reads at most this many tasks (0: all).
+	Limit int64 `yaml:"limit"`
+	// Offset skips this many rows first; their task_index still counts.
+	Offset int64 `yaml:"offset"`
+	// OnBadRow is error (stop at the first bad row) or skip (write it to the
+	// rejects file and go on).
+	OnBadRow string `yaml:"on_bad_row"`
+	// Shard selects rows with task_index % shard.count == shard.index.
+	Shard Shard `yaml:"shard"`
+}
+
+// Shard selects a subset of the input's rows.
+type Shard struct {
+	Index int `yaml:"index"`
+	Count int `yaml:"count"`
+}
+
+// SetDefaults fills the keys left unset.
+func (c *Config) SetDefaults() {
+	if c.OnBadRow == "" {
+		c.OnBadRow = "error"
+	}
+	if c.Shard.Count == 0 {
+		c.Shard.Count = 1
+	}
+}
+
+// Validate reports every problem of the section at once, each naming its
+// key relative to the section.
+func (c *Config) Validate() error {
+	var p pipeline.Problems
+	if c.Path == "" {
+		p.Add("path", "required (a .jsonl or .parquet file)")
+	}
+	if c.Format != "" {
+		p.OneOf("format", c.Format, FormatJSONL, FormatParquet)
+	}
+	if c.Limit < 0 {
+		p.Add("limit", "must be >= 0, got %d", c.Limit)
+	}
+	if c.Offset < 0 {
+		p.Add("offset", "must be >= 0, got %d", c.Offset)
+	}
+	p.OneOf("on_bad_row", c.OnBadRow, "error", "skip")
+	if c.Shard.Count < 1 {
+		p.Add("shard.count", "must be >= 1, got %d", c.Shard.Count)
+	} else if c.Shard.Index < 0 || c.Shard.Index >= c.Shard.Count {
+		p.Add("shard.index", "must be in [0, %d), got %d", c.Shard.Count, c.Shard.Index)
+	}
+	return p.Err()
+}

@@ -1,0 +1,29 @@
+package collate
+
+import "github.com/trajflow/trajflow/pipeline"
+
+// Config is the collate stage's part of the output section.
+type Config struct {
+	// BatchRows is the record batch size in rows (whole groups, at least).
+	BatchRows int `yaml:"batch_rows"`
+}
+
+// DefaultConfigBatchRows is batch_rows when the config leaves it unset:
+// small batches keep a sink's memory low and its commits frequent.
+const DefaultConfigBatchRows = 128
+
+// SetDefaults fills the keys left unset.
+func (c *Config) SetDefaults() {
+	if c.BatchRows == 0 {
+		c.BatchRows = DefaultConfigBatchRows
+	}
+}
+
+// Validate reports the section's problems.
+func (c *Config) Validate() error {
+	var p pipeline.Problems
+	if c.BatchRows < 1 {
+		p.Add("batch_rows", "must be >= 1, got %d", c.BatchRows)
+	}
+	return p.Err()
+}

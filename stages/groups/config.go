@@ -1,0 +1,78 @@
+package groups
+
+import "github.com/trajflow/trajflow/pipeline"
+
+// Config is the groups section: group statistics, the keep rule and the
+// dynamic-sampling target.
+type Config struct {
+	// Keep is all, nonzero_std or mean_in.
+	Keep string `yaml:"keep"`
+	// Metric, when set, is the metric nonzero_std compares instead of the reward.
+	Metric string `yaml:"metric"`
+	// MeanIn is [lo, hi] for keep: mean_in.
+	MeanIn []float64 `yaml:"mean_in"`
+	// Baseline is mean or leave_one_out.
+	Baseline string `yaml:"baseline"`
+	// Target ends the run once this many groups are kept (0: no target).
+	Target int `yaml:"target"`
+	// OnTarget is cancel (abort what is in flight when the target is
+	// reached) or drain (finish it and write it to the surplus directory).
+	OnTarget string `yaml:"on_target"`
+	// MaxAttempts is how many times a task whose group was dropped is
+	// sampled (1: once).
+	MaxAttempts int `yaml:"max_attempts"`
+	// Resample is same_task (a dropped task gets another attempt with new
+	// seeds, up to max_attempts) or next_task (move on).
+	Resample string `yaml:"resample"`
+	// SampleRetries is how many times one failed rollout is tried again on
+	// its own before it counts as failed.
+	SampleRetries int `yaml:"sample_retries"`
+	// MaxInflight bounds the groups in flight (0: derived from the
+	// generate and env concurrency).
+	MaxInflight int `yaml:"max_inflight"`
+}
+
+// SetDefaults fills the keys left unset.
+func (c *Config) SetDefaults() {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&c.Keep, "all")
+	def(&c.Baseline, "mean")
+	def(&c.OnTarget, "cancel")
+	def(&c.Resample, "same_task")
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 1
+	}
+}
+
+// Validate reports every problem of the section at once.
+func (c *Config) Validate() error {
+	var p pipeline.Problems
+	p.OneOf("keep", c.Keep, "all", "nonzero_std", "mean_in")
+	p.OneOf("baseline", c.Baseline, "mean", "leave_one_out")
+	if c.Keep == "mean_in" {
+		if len(c.MeanIn) != 2 || c.MeanIn[0] > c.MeanIn[1] {
+			p.Add("mean_in", "want [lo, hi] with lo <= hi, got %v", c.MeanIn)
+		}
+	} else if len(c.MeanIn) > 0 {
+		p.Add("mean_in", "set, but groups.keep is %q (want mean_in)", c.Keep)
+	}
+	if c.Target < 0 {
+		p.Add("target", "must be >= 0, got %d", c.Target)
+	}
+	p.OneOf("on_target", c.OnTarget, "cancel", "drain")
+	p.OneOf("resample", c.Resample, "same_task", "next_task")
+	if c.MaxAttempts < 1 {
+		p.Add("max_attempts", "must be >= 1, got %d", c.MaxAttempts)
+	}
+	if c.SampleRetries < 0 {
+		p.Add("sample_retries", "must be >= 0, got %d", c.SampleRetries)
+	}
+	if c.MaxInflight < 0 {
+		p.Add("max_inflight", "must be >= 0, got %d", c.MaxInflight)
+	}
+	return p.Err()
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"path/filepath"
 	"time"
 
@@ -30,6 +31,10 @@ type Config struct {
 
 	// File is the path the config was read from ("" for an inline config).
 	File string `yaml:"-"`
+	// where maps each key the config set to where it was set.
+	where map[string]string
+	// unknown are the keys the config set that no section has.
+	unknown []error
 }
 
 // Duration is pipeline.Duration, the type of every time key.
@@ -95,6 +100,7 @@ func (c *Config) SetDefaults() {
 // whoever resolves them (the runner's Check).
 func (c *Config) Validate() error {
 	var p pipeline.Problems
+	p.Section("", errors.Join(c.unknown...))
 	p.Section("source", c.Source.Validate())
 	p.Section("prompt", c.Prompt.Validate())
 	p.Section("repeat", c.Repeat.Validate())

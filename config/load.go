@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/trajflow/trajflow/pipeline"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -15,57 +16,175 @@ import (
 // Relative paths in the config (source.path, output.dir) are taken relative
 // to the working directory, as the user typed them.
 func Load(path string, sets []string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	cfg, err := Parse(data, path, sets)
+	cfg, err := Read(path, sets)
 	if err != nil {
 		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, cfg.Locate(err)
 	}
 	return cfg, nil
 }
 
+// Read is Load without Validate, for a caller that validates more than
+// the config's own keys in one go (the runner's Check, which also checks
+// the environment): it fails only when the file cannot be read or
+// decoded. Unknown keys are kept as problems that Validate reports.
+func Read(path string, sets []string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, invalid(fmt.Errorf("config: %w", err))
+	}
+	return Decode(data, path, sets)
+}
+
 // Parse is Load on bytes; name is used in errors.
 func Parse(data []byte, name string, sets []string) (*Config, error) {
+	cfg, err := Decode(data, name, sets)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, cfg.Locate(err)
+	}
+	return cfg, nil
+}
+
+// Decode is Read on bytes: it parses, applies the sets and fills
+// defaults, and fails only on what stops decoding.
+//
+// Every problem is reported at once, as a *ValidationError whose lines
+// each name where the key was set: "name: line N: key: problem", or
+// "--set key=value: key: problem" for a key the command line set.
+func Decode(data []byte, name string, sets []string) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, invalid(fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	if root.Kind == 0 { // empty document
 		root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode, Tag: "!!map"}}}
 	}
 	doc := root.Content[0]
 	if doc.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s: line %d: the config must be a mapping of sections", name, doc.Line)
+		return nil, invalid(fmt.Errorf("%s: line %d: the config must be a mapping of sections", name, doc.Line))
 	}
+	cfg := &Config{File: name, where: map[string]string{}}
+	locate(doc, "", name, cfg.where)
 	for _, s := range sets {
-		if err := applySet(doc, s); err != nil {
-			return nil, err
+		path, err := applySet(doc, s)
+		if err != nil {
+			return nil, invalid(err)
+		}
+		cfg.where[path] = "--set " + s
+		for k := range cfg.where { // a --set of a section replaces its keys
+			if strings.HasPrefix(k, path+".") || strings.HasPrefix(k, path+"[") {
+				cfg.where[k] = "--set " + s
+			}
 		}
 	}
-	if errs := checkKeys(doc, reflect.TypeOf(Config{}), ""); len(errs) > 0 {
-		for i := range errs {
-			errs[i] = fmt.Errorf("%s: %w", name, errs[i])
-		}
-		return nil, errors.Join(errs...)
-	}
-	cfg := &Config{File: name}
+	cfg.unknown = checkKeys(doc, reflect.TypeOf(Config{}), "")
 	if err := doc.Decode(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, invalid(fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	return cfg, nil
 }
 
-// applySet applies one "a.b.c=value" override to the document.
-func applySet(doc *yaml.Node, set string) error {
+// ValidationError is every problem of a config, each one a line that
+// names where the key was set and what is wrong with it.
+type ValidationError struct {
+	Problems []error
+}
+
+func (e *ValidationError) Error() string { return errors.Join(e.Problems...).Error() }
+
+// Unwrap returns the problems.
+func (e *ValidationError) Unwrap() []error { return e.Problems }
+
+func invalid(errs ...error) *ValidationError { return &ValidationError{Problems: errs} }
+
+// Locate turns the problems in err (as Validate and the components'
+// validators report them: "key: problem" or *pipeline.KeyError) into a
+// *ValidationError whose lines name where each key was set. A key the
+// config never set (a default) is located at the file.
+func (c *Config) Locate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var out []error
+	for _, e := range pipeline.Unjoin(err) {
+		out = append(out, fmt.Errorf("%s: %w", c.Where(keyOf(e)), e))
+	}
+	return invalid(out...)
+}
+
+// Where names where key was set: "FILE: line N", "--set key=value", or the
+// file alone for a key left to its default. A key the config did not set
+// is located at its closest set parent.
+func (c *Config) Where(key string) string {
+	file := c.File
+	if file == "" {
+		file = "config"
+	}
+	for k := key; k != ""; k = parentKey(k) {
+		if w, ok := c.where[k]; ok {
+			return w
+		}
+	}
+	return file
+}
+
+// keyOf is the config key an error names: a *pipeline.KeyError's, or the
+// dotted path before the first ": " of its text.
+func keyOf(err error) string {
+	var ke *pipeline.KeyError
+	if errors.As(err, &ke) {
+		return ke.Key
+	}
+	k, _, ok := strings.Cut(err.Error(), ": ")
+	if !ok || strings.ContainsAny(k, " \t\n") {
+		return ""
+	}
+	return k
+}
+
+// parentKey drops the last element of a dotted key ("a.b[2]" → "a.b",
+// "a.b" → "a", "a" → "").
+func parentKey(k string) string {
+	if i := strings.LastIndexAny(k, ".["); i > 0 {
+		return k[:i]
+	}
+	return ""
+}
+
+// locate records the line of every key under node, as "name: line N".
+func locate(node *yaml.Node, path, name string, where map[string]string) {
+	switch node.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			k, v := node.Content[i], node.Content[i+1]
+			full := k.Value
+			if path != "" {
+				full = path + "." + k.Value
+			}
+			where[full] = fmt.Sprintf("%s: line %d", name, k.Line)
+			locate(v, full, name, where)
+		}
+	case yaml.SequenceNode:
+		for i, v := range node.Content {
+			full := fmt.Sprintf("%s[%d]", path, i)
+			where[full] = fmt.Sprintf("%s: line %d", name, v.Line)
+			locate(v, full, name, where)
+		}
+	}
+}
+
+// applySet applies one "a.b.c=value" override to the document and
+// returns the key it set.
+func applySet(doc *yaml.Node, set string) (string, error) {
 	path, value, ok := strings.Cut(set, "=")
 	if !ok || path == "" {
-		return fmt.Errorf("--set %q: want section.key=value", set)
+		return "", fmt.Errorf("--set %q: want section.key=value", set)
 	}
 	var v yaml.Node
 	if err := yaml.Unmarshal([]byte(value), &v); err != nil || len(v.Content) == 0 {
@@ -75,7 +194,7 @@ func applySet(doc *yaml.Node, set string) error {
 	keys := strings.Split(path, ".")
 	for i, k := range keys {
 		if node.Kind != yaml.MappingNode {
-			return fmt.Errorf("--set %s: %s is not a section", path, strings.Join(keys[:i], "."))
+			return "", fmt.Errorf("--set %s: %s is not a section", path, strings.Join(keys[:i], "."))
 		}
 		var next *yaml.Node
 		for j := 0; j+1 < len(node.Content); j += 2 {
@@ -90,7 +209,7 @@ func applySet(doc *yaml.Node, set string) error {
 			} else {
 				node.Content = append(node.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}, v.Content[0])
 			}
-			return nil
+			return path, nil
 		}
 		if next == nil {
 			next = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
@@ -98,7 +217,7 @@ func applySet(doc *yaml.Node, set string) error {
 		}
 		node = next
 	}
-	return nil
+	return path, nil
 }
 
 // checkKeys reports every key of node that t does not have, with its full
@@ -122,7 +241,7 @@ func checkKeys(node *yaml.Node, t reflect.Type, path string) []error {
 		ft, ok := fields[k.Value]
 		if !ok {
 			if !inline {
-				errs = append(errs, fmt.Errorf("line %d: %s: unknown key", k.Line, full))
+				errs = append(errs, &pipeline.KeyError{Key: full, Msg: "unknown key"})
 			}
 			continue
 		}

@@ -2,10 +2,12 @@ package envs
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/trajflow/trajflow/pipeline"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -14,20 +16,35 @@ import (
 // Options.Decode does.
 type Factory func(opts Options) (Env, error)
 
+// Validator checks an environment's options without building it: it
+// starts no process and opens no connection. Factories that do either
+// register one with RegisterValidated.
+type Validator func(opts Options) error
+
+type entry struct {
+	New      Factory
+	Validate Validator
+}
+
 var (
 	mu        sync.RWMutex
-	factories = map[string]Factory{}
+	factories = map[string]entry{}
 )
 
-// Register makes an environment available under name. It panics on a
-// duplicate name (a programming error).
-func Register(name string, f Factory) {
+// Register makes an environment available under name. Its factory must be
+// free of side effects (no process, no connection): Validate calls it to
+// check options. It panics on a duplicate name (a programming error).
+func Register(name string, f Factory) { RegisterValidated(name, f, nil) }
+
+// RegisterValidated is Register for a factory with side effects: validate
+// checks the options instead of the factory.
+func RegisterValidated(name string, f Factory, validate Validator) {
 	mu.Lock()
 	defer mu.Unlock()
 	if _, dup := factories[name]; dup {
 		panic("envs: duplicate environment " + name)
 	}
-	factories[name] = f
+	factories[name] = entry{New: f, Validate: validate}
 }
 
 // Names lists the registered environments.
@@ -44,13 +61,43 @@ func Names() []string {
 
 // New builds the environment called name.
 func New(name string, opts Options) (Env, error) {
+	e, err := lookup(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return e.New(opts)
+}
+
+// Validate checks that name is registered and that its options are
+// valid, without starting anything. Errors name their keys as
+// section.key.
+func Validate(name string, opts Options) error {
+	e, err := lookup(name, opts)
+	if err != nil {
+		return err
+	}
+	if e.Validate != nil {
+		return e.Validate(opts)
+	}
+	env, err := e.New(opts)
+	if c, ok := env.(io.Closer); ok {
+		c.Close()
+	}
+	return err
+}
+
+func lookup(name string, opts Options) (entry, error) {
 	mu.RLock()
-	f, ok := factories[name]
+	e, ok := factories[name]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("env.name: unknown environment %q (have %s)", name, strings.Join(Names(), ", "))
+		have := strings.Join(Names(), ", ")
+		if have == "" {
+			have = "none registered: import github.com/trajflow/trajflow/envs/builtin or register one"
+		}
+		return entry{}, &pipeline.KeyError{Key: opts.keyName("name"), Msg: fmt.Sprintf("unknown environment %q (have %s)", name, have)}
 	}
-	return f(opts)
+	return e, nil
 }
 
 // Options are an environment's own config keys.

@@ -32,7 +32,7 @@ import (
 	"github.com/trajflow/trajflow/bench/internal/harness"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/openai"
-	"github.com/trajflow/trajflow/internal/runner"
+	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/stages/repeat"
 )
 

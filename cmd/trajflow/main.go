@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 
+	_ "github.com/trajflow/trajflow/envs/builtin" // the built-in environments
 	"github.com/trajflow/trajflow/internal/cli"
 )
 

@@ -33,14 +33,28 @@ const (
 )
 
 func init() {
-	envs.Register(Name, func(opts envs.Options) (envs.Env, error) {
-		var c Config
-		if err := opts.Decode(&c); err != nil {
+	envs.RegisterValidated(Name, func(opts envs.Options) (envs.Env, error) {
+		c, err := decode(opts)
+		if err != nil {
 			return nil, err
 		}
-		c.Section = opts.Section
 		return New(c)
+	}, func(opts envs.Options) error {
+		c, err := decode(opts)
+		if err != nil {
+			return err
+		}
+		return c.check()
 	})
+}
+
+func decode(opts envs.Options) (Config, error) {
+	var c Config
+	if err := opts.Decode(&c); err != nil {
+		return c, err
+	}
+	c.Section = opts.Section
+	return c, nil
 }
 
 // Config is the environment's options (the env section's own keys).
@@ -95,31 +109,40 @@ type slot struct {
 	p  *proc
 }
 
-// New validates c, starts the workers and returns the pool.
-func New(c Config) (*Env, error) {
+// check reports the first problem of c's keys (without starting anything)
+// and fills their defaults.
+func (c *Config) check() error {
 	if c.Section == "" {
 		c.Section = "env"
 	}
 	if len(c.Command) == 0 || c.Command[0] == "" {
-		return nil, fmt.Errorf("%s.command: required (e.g. [python3, env.py])", c.Section)
+		return fmt.Errorf("%s.command: required (e.g. [python3, env.py])", c.Section)
 	}
 	if c.Workers < 0 {
-		return nil, fmt.Errorf("%s.workers: must be positive, got %d", c.Section, c.Workers)
+		return fmt.Errorf("%s.workers: must be positive, got %d", c.Section, c.Workers)
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
 	}
 	if c.StepTimeout < 0 {
-		return nil, fmt.Errorf("%s.step_timeout: must be positive, got %s", c.Section, c.StepTimeout.D())
+		return fmt.Errorf("%s.step_timeout: must be positive, got %s", c.Section, c.StepTimeout.D())
 	}
 	if c.StepTimeout == 0 {
 		c.StepTimeout = pipeline.Duration(DefaultStepTimeout)
 	}
 	if c.ShutdownGrace < 0 {
-		return nil, fmt.Errorf("%s.shutdown_grace: must not be negative, got %s", c.Section, c.ShutdownGrace.D())
+		return fmt.Errorf("%s.shutdown_grace: must not be negative, got %s", c.Section, c.ShutdownGrace.D())
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = pipeline.Duration(DefaultGrace)
+	}
+	return nil
+}
+
+// New validates c, starts the workers and returns the pool.
+func New(c Config) (*Env, error) {
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr

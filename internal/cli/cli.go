@@ -12,7 +12,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/sim"
-	"github.com/trajflow/trajflow/internal/runner"
+	"github.com/trajflow/trajflow/runner"
 )
 
 // Exit codes.
@@ -117,7 +117,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if quiet {
 		sets = append(sets, "run.progress=0")
 	}
-	cfg, err := config.Load(path, sets)
+	cfg, err := config.Read(path, sets)
+	if err == nil {
+		err = runner.Check(cfg, runner.Options{})
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
@@ -126,9 +129,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if sum != nil {
 		fmt.Fprint(stdout, sum)
 	}
+	var invalid *config.ValidationError
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &invalid):
+		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
 	case errors.Is(err, runner.ErrShortOfData):
 		fmt.Fprintln(stderr, "trajflow run:", err)
 		return ExitShortOfData

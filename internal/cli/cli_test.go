@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bytes"
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
 	"io"
 	"os"
 	"os/exec"

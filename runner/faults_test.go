@@ -18,8 +18,8 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
-	"github.com/trajflow/trajflow/internal/runner"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
 )
 
 func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {

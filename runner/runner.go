@@ -17,7 +17,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	_ "github.com/trajflow/trajflow/envs/builtin" // built-in environments
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/analyze"
@@ -42,8 +41,14 @@ var Version = "0.1.0"
 type Options struct {
 	// Stderr receives the progress line and warnings; nil discards them.
 	Stderr io.Writer
-	// Client replaces the inference client the config names (tests).
+	// Client, when set, is the inference client: the config's endpoints are
+	// not contacted (an embedder's own backend, or a test's).
 	Client inference.Client
+	// Env, when set, is the environment: the config's env.name only labels
+	// the rows and its options are not read. Without it, env.name is looked
+	// up among the registered environments (envs.Register; the trajflow
+	// command registers the built-in ones).
+	Env envs.Env
 	// Alloc is the Arrow allocator (tests pass a checked one).
 	Alloc memory.Allocator
 	// AllowConfigChange resumes an output directory even when its committed
@@ -78,6 +83,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	} else {
 		batchAlloc = opts.Alloc
 	}
+	if err := Check(cfg, opts); err != nil {
+		return nil, err
+	}
 	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc}
 	defer r.cleanup()
 	if err := r.provision(); err != nil {
@@ -96,6 +104,25 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	}
 	sum := r.summary(err)
 	return sum, err
+}
+
+// Check reports every problem of the config that a run would meet, without
+// creating anything: no output directory, lock, process or connection.
+// That covers every section's keys, the environment's name and options
+// (unless opts.Env replaces them) and the templates. The error is a
+// *config.ValidationError whose lines name where each key was set.
+func Check(cfg *config.Config, opts Options) error {
+	var p pipeline.Problems
+	p.Section("", cfg.Validate())
+	if opts.Env == nil {
+		p.Section("", envs.Validate(cfg.Env.Name, envOptions(cfg)))
+	}
+	return cfg.Locate(p.Err())
+}
+
+// envOptions are the options the config gives its environment.
+func envOptions(cfg *config.Config) envs.Options {
+	return envs.Options{Section: "env", Values: cfg.Env.Options}
 }
 
 // MetricsFile holds the run's aggregate metrics, computed from the
@@ -188,13 +215,15 @@ func (r *run) provision() error {
 		r.closers = append(r.closers, c.Close)
 	}
 
-	env, err := envs.New(cfg.Env.Name, envs.Options{Section: "env", Values: cfg.Env.Options})
-	if err != nil {
-		return err
-	}
-	r.env = env
-	if c, ok := env.(io.Closer); ok {
-		r.closers = append(r.closers, func() { c.Close() })
+	if r.env = r.opts.Env; r.env == nil {
+		env, err := envs.New(cfg.Env.Name, envOptions(cfg))
+		if err != nil {
+			return err
+		}
+		r.env = env
+		if c, ok := env.(io.Closer); ok {
+			r.closers = append(r.closers, func() { c.Close() })
+		}
 	}
 
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {

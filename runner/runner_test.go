@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,14 +24,14 @@ import (
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/internal/outread"
-	"github.com/trajflow/trajflow/internal/runner"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
 )
 
 // quickstart is the quick start's config, rooted at the repository.
 func quickstart(t *testing.T, sets ...string) *config.Config {
 	t.Helper()
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("..")
 	sets = append([]string{
 		"source.path=" + filepath.Join(root, "examples/quickstart/tasks.jsonl"),
 		"output.dir=" + t.TempDir(),

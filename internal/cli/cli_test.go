@@ -143,6 +143,57 @@ func TestUsageAndExitCodes(t *testing.T) {
 	}
 }
 
+// A bad config exits 2 before anything is created: every problem is
+// listed at once, each naming the file and line or the --set flag, and the
+// output directory does not exist afterwards.
+func TestBadConfigExits2BeforeCreatingAnything(t *testing.T) {
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "t.jsonl")
+	if err := os.WriteFile(tasks, []byte(`{"question": "1+1", "expected_answer": "2"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	head := "source: {path: " + tasks + "}\noutput: {dir: " + out + "}\n"
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown env", []string{write("a.yaml", head+"env:\n  name: maths\n")},
+			[]string{`a.yaml: line 4: env.name: unknown environment "maths" (have `}},
+		{"bad template and env option at once", []string{write("b.yaml", head+"prompt:\n  user: \"Q {question\"\nenv: {name: math, answer_fieldd: x}\n")},
+			[]string{"b.yaml: line 4: prompt.user: unterminated {", "b.yaml: line 5: env.answer_fieldd: unknown option (have answer_field)"}},
+		{"subprocess env without command", []string{write("c.yaml", head+"env: {name: subprocess, workers: 2}\n")},
+			[]string{"c.yaml: line 3: env.command: required"}},
+		{"--set errors name the flag", []string{write("d.yaml", head), "--set", "repeat.nn=3", "--set", "env.name=x"},
+			[]string{"--set repeat.nn=3: repeat.nn: unknown key", `--set env.name=x: env.name: unknown environment "x"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := cli.Main(append([]string{"run", "--quiet"}, tt.args...), &stdout, &stderr)
+			if code != cli.ExitUsage {
+				t.Fatalf("exit %d, want %d\nstderr: %s", code, cli.ExitUsage, &stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, &stderr)
+				}
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("output directory exists after a bad config (stat: %v)", err)
+			}
+		})
+	}
+}
+
 func TestStatsAndMerge(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	t.Chdir(root)

@@ -74,6 +74,13 @@ type Message struct {
 	TokenIDs []int32 `json:"token_ids,omitempty"`
 	// Logprobs are the generation logprobs of TokenIDs (assistant messages).
 	Logprobs []float32 `json:"logprobs,omitempty"`
+	// TokenStart and TokenEnd are the message's span [TokenStart, TokenEnd)
+	// in the rollout's token sequence PromptTokenIDs ++ ResponseTokenIDs,
+	// chat-template tokens around the message included. An empty span
+	// (TokenStart == TokenEnd) means the message's tokens are not in the
+	// sequence.
+	TokenStart int32 `json:"token_start,omitempty"`
+	TokenEnd   int32 `json:"token_end,omitempty"`
 	// Turn is the turn the message belongs to: 0 for the prompt, k for the
 	// k-th generation and the environment's answer to it.
 	Turn int `json:"turn"`

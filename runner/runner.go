@@ -22,7 +22,7 @@ import (
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/sinks/arrowipc"
+	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/collate"
@@ -156,15 +156,14 @@ type run struct {
 	env     envs.Env
 	tmpl    *template.Template
 	source  sources.Reader
-	rejects *lineWriter
+	rejects *lines.Writer
 	writers map[string]*parquet.Writer
 	ctl     *controller
 	loop    *loop.Loop
 	done    *committed
 
-	failures *lineWriter
-	jsonl    *interopFile
-	stream   *arrowipc.Writer
+	failures *lines.Writer
+	interop  []namedSink
 	files    []string
 	started  time.Time
 }
@@ -187,7 +186,7 @@ func (r *run) provision() error {
 			return err
 		}
 	}
-	r.rejects = &lineWriter{path: filepath.Join(cfg.Output.Dir, RejectsFile)}
+	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })
 
 	switch {
@@ -237,7 +236,7 @@ func (r *run) provision() error {
 	r.closers = append(r.closers, func() { src.Close() })
 
 	r.writers = map[string]*parquet.Writer{}
-	r.failures = &lineWriter{path: filepath.Join(cfg.Output.Dir, FailuresFile)}
+	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
 	r.closers = append(r.closers, func() { r.failures.Close() })
 	return r.provisionInterop()
 }
@@ -374,7 +373,7 @@ func (r *run) execute(ctx context.Context) error {
 	grp := pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
 		r.stats.resolve(ro)
 		if ro.Status == pipeline.StatusError {
-			if err := r.failures.Write(failureLine(ro)); err != nil {
+			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
 				return nil, err
 			}
 		}

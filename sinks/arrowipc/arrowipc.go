@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/sinks"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,12 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+)
+
+// The sink contract.
+var (
+	_ sinks.Sink    = (*Writer)(nil)
+	_ sinks.Aborter = (*Writer)(nil)
 )
 
 // Writer writes records of one schema as an IPC stream. It is not safe

@@ -7,11 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sinks"
 	"io"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/trajflow/trajflow/pipeline"
+)
+
+// The sink contract.
+var (
+	_ sinks.Sink = (*Writer)(nil)
 )
 
 // Line is one JSON line.

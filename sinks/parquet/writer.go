@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sinks"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,12 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
+)
+
+// The sink contract.
+var (
+	_ sinks.Sink    = (*Writer)(nil)
+	_ sinks.Aborter = (*Writer)(nil)
 )
 
 // Defaults of Options.

@@ -1,0 +1,75 @@
+package jsonl
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/trajflow/trajflow/sinks"
+)
+
+// File is a JSONL sink whose whole file is committed at once: it is
+// written under a temporary name and renamed into place by Close, so a
+// reader never sees a partial file. Abort removes it.
+type File struct {
+	f          *os.File
+	w          *Writer
+	tmp, final string
+}
+
+var (
+	_ sinks.Sink    = (*File)(nil)
+	_ sinks.Aborter = (*File)(nil)
+)
+
+// CreateNext creates the next free prefixNNNNNsuffix file in dir: a
+// resumed run adds a file, it never overwrites one.
+func CreateNext(dir, prefix, suffix string) (*File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for i := 0; ; i++ {
+		final := filepath.Join(dir, fmt.Sprintf("%s%05d%s", prefix, i, suffix))
+		if _, err := os.Stat(final); err == nil {
+			continue
+		}
+		tmp := filepath.Join(dir, "."+filepath.Base(final)+".tmp")
+		f, err := os.Create(tmp)
+		if err != nil {
+			return nil, err
+		}
+		return &File{f: f, w: New(f), tmp: tmp, final: final}, nil
+	}
+}
+
+// Write appends one line per row of rec.
+func (f *File) Write(ctx context.Context, rec arrow.Record) error { return f.w.Write(ctx, rec) }
+
+// Close flushes, syncs and renames the file into place.
+func (f *File) Close(ctx context.Context) error {
+	if f.f == nil {
+		return nil
+	}
+	if err := f.w.Close(ctx); err != nil {
+		return err
+	}
+	if err := f.f.Sync(); err != nil {
+		return err
+	}
+	if err := f.f.Close(); err != nil {
+		return err
+	}
+	f.f = nil
+	return os.Rename(f.tmp, f.final)
+}
+
+// Abort removes the uncommitted file.
+func (f *File) Abort() {
+	if f.f != nil {
+		f.f.Close()
+		os.Remove(f.tmp)
+		f.f = nil
+	}
+}

@@ -158,7 +158,7 @@ type run struct {
 	source  sources.Reader
 	rejects *lines.Writer
 	writers map[string]*parquet.Writer
-	ctl     *controller
+	ctl     *groups.Controller
 	loop    *loop.Loop
 	done    *committed
 
@@ -279,52 +279,39 @@ func (r *run) execute(ctx context.Context) error {
 
 	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
 	n := cfg.Repeat.N
-	maxGroups := cfg.Groups.MaxInflight
-	switch {
-	case maxGroups > 0:
-	case cfg.Groups.Target > 0:
-		// Under a target every group started beyond the need is waste:
-		// keep no more in flight than the generation slots serve at once.
-		maxGroups = max(cfg.Generate.Concurrency/n, 1)
-	default:
-		// Enough groups to fill the loop twice over: the loop always has
-		// trajectories waiting to be admitted.
-		maxGroups = 2*(cfg.Generate.Concurrency+cfg.Env.Concurrency)/n + 1
-	}
 	var lp *loop.Loop
-	ctl := newController(cfg.Groups.Target, maxGroups, cfg.Groups.MaxAttempts, cfg.Groups.Resample == "same_task", func() {
+	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, n, cfg.Generate.Concurrency, cfg.Env.Concurrency), r.done.kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			lp.Stop()
 		}
 	})
-	ctl.kept = r.done.kept
 	r.ctl = ctl
 	resample := cfg.Groups.Resample == "same_task"
 
-	jobs := pipeline.NewSource(g, "source", 16, func(ctx context.Context, emit func(job) error) error {
+	jobs := pipeline.NewSource(g, "source", 16, func(ctx context.Context, emit func(groups.Job) error) error {
 		for {
-			act, j, err := ctl.next(ctx)
-			if err != nil || act == actDone {
+			act, j, err := ctl.Next(ctx)
+			if err != nil || act == groups.ActDone {
 				return err
 			}
-			if act == actRead {
+			if act == groups.ActRead {
 				t, err := r.source.Next(ctx)
 				if errors.Is(err, io.EOF) {
-					ctl.readDone(false)
+					ctl.ReadDone(false)
 					continue
 				}
 				if err != nil {
 					return err
 				}
-				ctl.readDone(true)
+				ctl.ReadDone(true)
 				r.stats.tasks.Add(1)
 				skip, attempt := r.done.skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
 					r.stats.skipped.Add(1)
-					ctl.abandon()
+					ctl.Abandon()
 					continue
 				}
-				j = job{task: t, attempt: attempt, fresh: true}
+				j = groups.Job{Task: t, Attempt: attempt, Fresh: true}
 			}
 			if err := emit(j); err != nil {
 				return err
@@ -332,22 +319,22 @@ func (r *run) execute(ctx context.Context) error {
 		}
 	})
 
-	tmpl := pipeline.NewStage(g, "template", 1, 16, func(ctx context.Context, j job) ([]job, error) {
-		if !j.fresh || !r.tmpl.Enabled() && len(j.task.Messages) > 0 {
-			return []job{j}, nil
+	tmpl := pipeline.NewStage(g, "template", 1, 16, func(ctx context.Context, j groups.Job) ([]groups.Job, error) {
+		if !j.Fresh || !r.tmpl.Enabled() && len(j.Task.Messages) > 0 {
+			return []groups.Job{j}, nil
 		}
-		if err := r.tmpl.Render(j.task); err != nil {
+		if err := r.tmpl.Render(j.Task); err != nil {
 			if cfg.Source.OnBadRow != "skip" {
 				return nil, err
 			}
-			ctl.abandon()
-			return nil, r.reject(sources.Reject{Where: j.task.Source, Raw: j.task.Raw, Reason: err.Error()})
+			ctl.Abandon()
+			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
 		}
-		return []job{j}, nil
+		return []groups.Job{j}, nil
 	})
 
-	rep := pipeline.NewStage(g, "repeat", 1, n, func(ctx context.Context, j job) ([]*pipeline.Rollout, error) {
-		rs := exp.Expand(j.task, j.attempt)
+	rep := pipeline.NewStage(g, "repeat", 1, n, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
+		rs := exp.Expand(j.Task, j.Attempt)
 		r.stats.dispatched.Add(int64(len(rs)))
 		return rs, nil
 	})
@@ -362,7 +349,7 @@ func (r *run) execute(ctx context.Context) error {
 		SampleRetries: cfg.Groups.SampleRetries,
 		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
 			fresh := exp.Expand(f.Task, f.Attempt)[f.RolloutIndex]
-			fresh.Seed = retrySeed(f.Seed, f.Retries+1)
+			fresh.Seed = repeat.RetrySeed(f.Seed, f.Retries+1)
 			return fresh
 		},
 	})
@@ -382,15 +369,15 @@ func (r *run) execute(ctx context.Context) error {
 			return nil, err
 		}
 		rule.Apply(gr)
-		v := ctl.groupDone(gr, ro.Task)
-		if v == surplusGroup {
-			markSurplus(gr)
+		v := ctl.GroupDone(gr, ro.Task)
+		if v == groups.Surplus {
+			groups.MarkSurplus(gr)
 		}
 		r.stats.group(gr)
 		switch {
-		case v == keepGroup:
+		case v == groups.Keep:
 			return []routed{{gr, DataDir}}, nil
-		case v == surplusGroup && cfg.Groups.OnTarget == "drain":
+		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
 			return []routed{{gr, SurplusDir}}, nil
 		case cfg.Output.Filtered:
 			return []routed{{gr, FilteredDir}}, nil
@@ -457,7 +444,7 @@ func (r *run) execute(ctx context.Context) error {
 	if err := g.Run(ctx); err != nil {
 		return err
 	}
-	if kept, short := ctl.shortOfTarget(); short {
+	if kept, short := ctl.ShortOfTarget(); short {
 		return fmt.Errorf("%w: kept %d of %d groups; the kept groups are committed", ErrShortOfData, kept, cfg.Groups.Target)
 	}
 	return nil
@@ -478,18 +465,6 @@ type batch struct {
 
 func (b batch) Release() { b.rec.Release() }
 
-// markSurplus marks a group that finished after the kept target was
-// reached.
-func markSurplus(g *pipeline.Group) {
-	g.Kept, g.FilterReason = false, groups.ReasonTarget
-	for _, r := range g.Rollouts {
-		r.Kept, r.FilterReason = false, groups.ReasonTarget
-		if r.Status == pipeline.StatusOK {
-			r.Status = pipeline.StatusFiltered
-		}
-	}
-}
-
 // writer returns the Parquet writer of an output directory, opening it on
 // first use.
 func (r *run) writer(dest string) (*parquet.Writer, error) {
@@ -507,14 +482,6 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 	r.writers[dest] = w
 	r.closers = append(r.closers, w.Abort)
 	return w, nil
-}
-
-// retrySeed is the seed of a failed sample's next try.
-func retrySeed(seed int64, retry int) int64 {
-	z := uint64(seed) + uint64(retry)*0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return int64((z ^ (z >> 31)) >> 1)
 }
 
 // ErrShortOfData is returned when the input ran out before groups.target

@@ -108,3 +108,12 @@ func cloneMessages(msgs []pipeline.Message) []pipeline.Message {
 	}
 	return out
 }
+
+// RetrySeed is the seed of a failed sample's retry-th retry: a mix of
+// the sample's seed and retry, so retries never repeat the seed that failed.
+func RetrySeed(seed int64, retry int) int64 {
+	z := uint64(seed) + uint64(retry)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return int64((z ^ (z >> 31)) >> 1)
+}

@@ -126,3 +126,22 @@ func BenchmarkExpandAndReply(b *testing.B) {
 		}
 	}
 }
+
+func TestRetrySeed(t *testing.T) {
+	seen := map[int64]bool{}
+	for _, seed := range []int64{0, 1, 1234, -7} {
+		seen[seed] = true
+	}
+	for _, seed := range []int64{0, 1, 1234, -7} {
+		for retry := 1; retry <= 3; retry++ {
+			s := RetrySeed(seed, retry)
+			if s != RetrySeed(seed, retry) {
+				t.Fatalf("RetrySeed(%d, %d) is not deterministic", seed, retry)
+			}
+			if s < 0 || seen[s] {
+				t.Fatalf("RetrySeed(%d, %d) = %d: negative or repeats an earlier seed", seed, retry, s)
+			}
+			seen[s] = true
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"github.com/trajflow/trajflow/sinks/parquet"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -23,7 +24,6 @@ import (
 	mathenv "github.com/trajflow/trajflow/envs/math"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
-	"github.com/trajflow/trajflow/internal/outread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 )
@@ -59,7 +59,7 @@ func run(t *testing.T, cfg *config.Config, opts runner.Options) (*runner.Summary
 // (not the writer's library) and decodes the rows.
 func readBack(t *testing.T, dir, sub string) []*pipeline.Rollout {
 	t.Helper()
-	rs, err := outread.Dir(filepath.Join(dir, sub))
+	rs, err := parquet.ReadDir(filepath.Join(dir, sub))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/sinks/parquet"
 	"io"
 	"os"
 	"os/exec"
@@ -11,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/internal/cli"
-	"github.com/trajflow/trajflow/internal/outread"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -30,7 +30,7 @@ func runExample(t *testing.T, name string, extra ...string) []*pipeline.Rollout 
 	if !strings.Contains(stdout.String(), "rows written:") {
 		t.Fatalf("no summary:\n%s", &stdout)
 	}
-	rows, err := outread.Dir(filepath.Join(out, "data"))
+	rows, err := parquet.ReadDir(filepath.Join(out, "data"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-package pqread
+package pqread_test
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/internal/pqread"
 	"path/filepath"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 	"github.com/trajflow/trajflow/stages/collate"
 )
 
-// Batches of large rows hold about BatchBytes, not the batch rows asked.
+// Batches of large rows hold about pqread.BatchBytes, not the batch rows asked.
 func TestBatchForLargeRows(t *testing.T) {
 	dir := t.TempDir()
 	w, err := pqsink.New(dir, pqsink.Options{})
@@ -33,7 +34,7 @@ func TestBatchForLargeRows(t *testing.T) {
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(filepath.Join(dir, "part-00000.parquet"), nil, 4096)
+	f, err := pqread.Open(filepath.Join(dir, "part-00000.parquet"), nil, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,11 +44,11 @@ func TestBatchForLargeRows(t *testing.T) {
 		all[i] = true
 	}
 	// Rows of about 1 MiB: 64 MiB batches hold about 64 of them.
-	if b := f.batchFor(all); b < 40 || b > 80 {
-		t.Errorf("batch of %d rows of ~1 MiB, want about %d", b, BatchBytes>>20)
+	if b := pqread.BatchFor(f, all); b < 40 || b > 80 {
+		t.Errorf("batch of %d rows of ~1 MiB, want about %d", b, pqread.BatchBytes>>20)
 	}
 	// The task_index column alone is 8 bytes a row: the rows asked.
-	if b := f.batchFor(map[int]bool{1: true}); b != 4096 {
+	if b := pqread.BatchFor(f, map[int]bool{1: true}); b != 4096 {
 		t.Errorf("batch of %d rows of task_index, want 4096", b)
 	}
 }

@@ -1,4 +1,4 @@
-package outread
+package parquet
 
 import (
 	"context"
@@ -14,10 +14,13 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 )
 
-// Dir reads every committed part file (part-*.parquet) of dir, in order.
-// Every Arrow buffer it allocates is released before it returns; it fails if
-// any is left.
-func Dir(dir string) ([]*pipeline.Rollout, error) {
+// ReadDir reads back every committed part file (part-*.parquet) of an
+// output directory (OUTPUT/data, say), in file order, with Arrow's own
+// Parquet reader: a reader independent of this package's writer. Every
+// Arrow buffer it allocates is released before it returns; it fails if any
+// is left. It holds every row in memory: for large outputs read files one
+// by one with ReadFile, or query them with DuckDB or pyarrow.
+func ReadDir(dir string) ([]*pipeline.Rollout, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "part-*.parquet"))
 	if err != nil {
 		return nil, err
@@ -25,7 +28,7 @@ func Dir(dir string) ([]*pipeline.Rollout, error) {
 	sort.Strings(paths)
 	var out []*pipeline.Rollout
 	for _, p := range paths {
-		rs, err := File(p)
+		rs, err := ReadFile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -34,8 +37,8 @@ func Dir(dir string) ([]*pipeline.Rollout, error) {
 	return out, nil
 }
 
-// File reads one Parquet file of the output schema.
-func File(path string) ([]*pipeline.Rollout, error) {
+// ReadFile reads back one Parquet file of the output schema.
+func ReadFile(path string) ([]*pipeline.Rollout, error) {
 	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	rs, err := read(path, alloc)
 	if n := alloc.CurrentAlloc(); n != 0 && err == nil {

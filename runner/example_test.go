@@ -1,0 +1,73 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/sinks/parquet"
+)
+
+// lengthEnv is an embedder's own environment: one turn, rewarded 1 when
+// the answer is at most maxWords words long.
+type lengthEnv struct{ maxWords int }
+
+func (e lengthEnv) Reset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, error) {
+	return &envs.Reset{}, nil
+}
+
+func (e lengthEnv) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
+	reward := 0.0
+	if len(strings.Fields(action.Content)) <= e.maxWords {
+		reward = 1
+	}
+	return &envs.Step{Reward: reward, Terminated: true}, nil
+}
+
+// Run a pipeline from Go with an environment given as a value, on the
+// built-in simulator, then read the committed Parquet back.
+func ExampleRun() {
+	dir, _ := os.MkdirTemp("", "trajflow-example")
+	defer os.RemoveAll(dir)
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"question": "What is 2+3?"}`+"\n"+`{"question": "What is 4*5?"}`+"\n"), 0o644)
+
+	cfg, err := config.Parse([]byte(`
+source: {path: `+tasks+`}
+prompt: {user: "Answer briefly: {question}"}
+repeat: {n: 4, seed: 1}
+generate: {endpoints: ["sim://"], model: sim}
+env: {name: short-answer}
+output: {dir: `+filepath.Join(dir, "out")+`}
+run: {progress: 0}
+`), "example.yaml", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sum, err := runner.Run(context.Background(), cfg, runner.Options{Env: lengthEnv{maxWords: 1000}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("ok rollouts:", sum.OK)
+
+	rows, err := parquet.ReadDir(filepath.Join(dir, "out", "data"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rows[:2] {
+		fmt.Println(r.Task.Index, r.RolloutIndex, r.Env, r.Status, r.Reward)
+	}
+	// Output:
+	// ok rollouts: 8
+	// 0 0 short-answer ok 1
+	// 0 1 short-answer ok 1
+}

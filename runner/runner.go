@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/inference"
-	"github.com/trajflow/trajflow/schema"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/schema"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -25,9 +26,6 @@ import (
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
-	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/envstep"
-	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/stages/repeat"
@@ -159,6 +157,7 @@ type run struct {
 	rejects *lines.Writer
 	writers map[string]*parquet.Writer
 	ctl     *groups.Controller
+	exp     *repeat.Expander
 	loop    *loop.Loop
 	done    *committed
 
@@ -181,7 +180,7 @@ func (r *run) provision() error {
 	}
 	r.closers = append(r.closers, unlock)
 	// What a crashed run left half-written goes before anything is read.
-	for _, dest := range []string{DataDir, FilteredDir, SurplusDir} {
+	for _, dest := range outputDirs {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
 			return err
 		}
@@ -277,174 +276,23 @@ func (r *run) execute(ctx context.Context) error {
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
 
-	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
-	n := cfg.Repeat.N
-	var lp *loop.Loop
-	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, n, cfg.Generate.Concurrency, cfg.Env.Concurrency), r.done.kept, func() {
+	r.exp = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
+	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.Concurrency), r.done.kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
-			lp.Stop()
+			r.loop.Stop()
 		}
 	})
-	r.ctl = ctl
-	resample := cfg.Groups.Resample == "same_task"
-
-	jobs := pipeline.NewSource(g, "source", 16, func(ctx context.Context, emit func(groups.Job) error) error {
-		for {
-			act, j, err := ctl.Next(ctx)
-			if err != nil || act == groups.ActDone {
-				return err
-			}
-			if act == groups.ActRead {
-				t, err := r.source.Next(ctx)
-				if errors.Is(err, io.EOF) {
-					ctl.ReadDone(false)
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				ctl.ReadDone(true)
-				r.stats.tasks.Add(1)
-				skip, attempt := r.done.skip(t.Index, cfg.Groups.MaxAttempts, resample)
-				if skip {
-					r.stats.skipped.Add(1)
-					ctl.Abandon()
-					continue
-				}
-				j = groups.Job{Task: t, Attempt: attempt, Fresh: true}
-			}
-			if err := emit(j); err != nil {
-				return err
-			}
-		}
-	})
-
-	tmpl := pipeline.NewStage(g, "template", 1, 16, func(ctx context.Context, j groups.Job) ([]groups.Job, error) {
-		if !j.Fresh || !r.tmpl.Enabled() && len(j.Task.Messages) > 0 {
-			return []groups.Job{j}, nil
-		}
-		if err := r.tmpl.Render(j.Task); err != nil {
-			if cfg.Source.OnBadRow != "skip" {
-				return nil, err
-			}
-			ctl.Abandon()
-			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
-		}
-		return []groups.Job{j}, nil
-	})
-
-	rep := pipeline.NewStage(g, "repeat", 1, n, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
-		rs := exp.Expand(j.Task, j.Attempt)
-		r.stats.dispatched.Add(int64(len(rs)))
-		return rs, nil
-	})
-
-	gen := generate.New(r.client, cfg.Generate.Model, cfg.Generate.Params)
-	step := envstep.New(r.env, cfg.Env.Name, envstep.Limits{
-		MaxTurns: cfg.Env.MaxTurns, MaxSeqLen: cfg.Env.MaxSeqLen, TurnTimeout: cfg.Env.TurnTimeout.D(),
-	})
-	lp = loop.New(g, "loop", gen, step, loop.Options{
-		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.Concurrency,
-		Timeout: cfg.Env.Timeout.D(), Buffer: 64,
-		SampleRetries: cfg.Groups.SampleRetries,
-		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
-			fresh := exp.Expand(f.Task, f.Attempt)[f.RolloutIndex]
-			fresh.Seed = repeat.RetrySeed(f.Seed, f.Retries+1)
-			return fresh
-		},
-	})
-	r.loop = lp
-
-	collector := groups.NewCollector()
-	rule := groups.NewRule(cfg.Groups)
-	grp := pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
-		r.stats.resolve(ro)
-		if ro.Status == pipeline.StatusError {
-			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
-				return nil, err
-			}
-		}
-		gr, err := collector.Add(ro)
-		if err != nil || gr == nil {
-			return nil, err
-		}
-		rule.Apply(gr)
-		v := ctl.GroupDone(gr, ro.Task)
-		if v == groups.Surplus {
-			groups.MarkSurplus(gr)
-		}
-		r.stats.group(gr)
-		switch {
-		case v == groups.Keep:
-			return []routed{{gr, DataDir}}, nil
-		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
-			return []routed{{gr, SurplusDir}}, nil
-		case cfg.Output.Filtered:
-			return []routed{{gr, FilteredDir}}, nil
-		}
-		return nil, nil
-	})
-
-	collators := map[string]*collate.Collator{}
-	r.closers = append(r.closers, func() {
-		for _, c := range collators {
-			c.Release()
-		}
-	})
-	coll := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
-		c := collators[rg.dest]
-		if c == nil {
-			c = collate.New(r.batchAlloc, cfg.Output.Collate.BatchRows)
-			collators[rg.dest] = c
-		}
-		if rec := c.Add(rg.group); rec != nil {
-			return []batch{{rg.dest, rec}}, nil
-		}
-		return nil, nil
-	}).OnFlush(func(ctx context.Context) ([]batch, error) {
-		var out []batch
-		for _, dest := range []string{DataDir, FilteredDir, SurplusDir} {
-			if c := collators[dest]; c != nil {
-				if rec := c.Flush(); rec != nil {
-					out = append(out, batch{dest, rec})
-				}
-			}
-		}
-		return out, nil
-	})
-
-	sink := pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
-		defer b.rec.Release()
-		w, err := r.writer(b.dest)
-		if err != nil {
-			return err
-		}
-		if b.dest == DataDir {
-			r.stats.written.Add(b.rec.NumRows())
-			if err := r.writeInterop(ctx, b.rec); err != nil {
-				return err
-			}
-		}
-		return w.Write(ctx, b.rec)
-	}, func(ctx context.Context) error {
-		if err := r.closeInterop(ctx); err != nil {
-			return err
-		}
-		for _, dest := range []string{DataDir, FilteredDir, SurplusDir} {
-			if w := r.writers[dest]; w != nil {
-				if err := w.Close(ctx); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-
-	jobs.Via(tmpl).Via(rep).Via(lp).Via(grp).Via(coll).To(sink)
+	r.sourceStage(g).
+		Via(r.templateStage(g)).
+		Via(r.repeatStage(g)).
+		Via(r.loopStage(g)).
+		Via(r.groupsStage(g)).
+		Via(r.collateStage(g)).
+		To(r.sinkStage(g))
 	if err := g.Run(ctx); err != nil {
 		return err
 	}
-	if kept, short := ctl.ShortOfTarget(); short {
+	if kept, short := r.ctl.ShortOfTarget(); short {
 		return fmt.Errorf("%w: kept %d of %d groups; the kept groups are committed", ErrShortOfData, kept, cfg.Groups.Target)
 	}
 	return nil

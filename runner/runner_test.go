@@ -1,13 +1,13 @@
 package runner_test
 
 import (
-	"github.com/trajflow/trajflow/sinks/parquet"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/sinks/parquet"
 	"io"
 	"net/http"
 	"net/http/httptest"

@@ -1,0 +1,204 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/reugn/go-streams"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/sinks/lines"
+	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/stages/collate"
+	"github.com/trajflow/trajflow/stages/envstep"
+	"github.com/trajflow/trajflow/stages/generate"
+	"github.com/trajflow/trajflow/stages/groups"
+	"github.com/trajflow/trajflow/stages/loop"
+	"github.com/trajflow/trajflow/stages/repeat"
+)
+
+// The stages of one run's graph, each built from its component and wired
+// by execute: source → template → repeat → loop → groups → collate → sink.
+
+// sourceStage hands out groups to sample as the controller allows: tasks
+// read from the input (less those a resumed run already committed) and
+// dropped tasks sampled again.
+func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
+	cfg, ctl := r.cfg, r.ctl
+	resample := cfg.Groups.Resample == "same_task"
+	return pipeline.NewSource(g, "source", 16, func(ctx context.Context, emit func(groups.Job) error) error {
+		for {
+			act, j, err := ctl.Next(ctx)
+			if err != nil || act == groups.ActDone {
+				return err
+			}
+			if act == groups.ActRead {
+				t, err := r.source.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					ctl.ReadDone(false)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				ctl.ReadDone(true)
+				r.stats.tasks.Add(1)
+				skip, attempt := r.done.skip(t.Index, cfg.Groups.MaxAttempts, resample)
+				if skip {
+					r.stats.skipped.Add(1)
+					ctl.Abandon()
+					continue
+				}
+				j = groups.Job{Task: t, Attempt: attempt, Fresh: true}
+			}
+			if err := emit(j); err != nil {
+				return err
+			}
+		}
+	})
+}
+
+// templateStage renders a fresh task's prompt; a row it cannot render is
+// a bad row (source.on_bad_row).
+func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
+	return pipeline.NewStage(g, "template", 1, 16, func(ctx context.Context, j groups.Job) ([]groups.Job, error) {
+		if !j.Fresh || !r.tmpl.Enabled() && len(j.Task.Messages) > 0 {
+			return []groups.Job{j}, nil
+		}
+		if err := r.tmpl.Render(j.Task); err != nil {
+			if r.cfg.Source.OnBadRow != "skip" {
+				return nil, err
+			}
+			r.ctl.Abandon()
+			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
+		}
+		return []groups.Job{j}, nil
+	})
+}
+
+// repeatStage expands a group's task into its n rollouts.
+func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
+	return pipeline.NewStage(g, "repeat", 1, r.cfg.Repeat.N, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
+		rs := r.exp.Expand(j.Task, j.Attempt)
+		r.stats.dispatched.Add(int64(len(rs)))
+		return rs, nil
+	})
+}
+
+// loopStage runs each rollout's turns: generate ⇄ envstep.
+func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
+	cfg := r.cfg
+	gen := generate.New(r.client, cfg.Generate.Model, cfg.Generate.Params)
+	step := envstep.New(r.env, cfg.Env.Name, cfg.Env.Limits())
+	r.loop = loop.New(g, "loop", gen, step, loop.Options{
+		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.Concurrency,
+		Timeout: cfg.Env.Timeout.D(), Buffer: 64,
+		SampleRetries: cfg.Groups.SampleRetries,
+		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
+			fresh := r.exp.Expand(f.Task, f.Attempt)[f.RolloutIndex]
+			fresh.Seed = repeat.RetrySeed(f.Seed, f.Retries+1)
+			return fresh
+		},
+	})
+	return r.loop
+}
+
+// groupsStage waits for each group's n rollouts, applies the keep rule,
+// tells the controller, and routes the group to its output directory.
+func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
+	cfg := r.cfg
+	collector := groups.NewCollector()
+	rule := groups.NewRule(cfg.Groups)
+	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
+		r.stats.resolve(ro)
+		if ro.Status == pipeline.StatusError {
+			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
+				return nil, err
+			}
+		}
+		gr, err := collector.Add(ro)
+		if err != nil || gr == nil {
+			return nil, err
+		}
+		rule.Apply(gr)
+		v := r.ctl.GroupDone(gr, ro.Task)
+		if v == groups.Surplus {
+			groups.MarkSurplus(gr)
+		}
+		r.stats.group(gr)
+		switch {
+		case v == groups.Keep:
+			return []routed{{gr, DataDir}}, nil
+		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
+			return []routed{{gr, SurplusDir}}, nil
+		case cfg.Output.Filtered:
+			return []routed{{gr, FilteredDir}}, nil
+		}
+		return nil, nil
+	})
+}
+
+// collateStage turns each directory's groups into record batches.
+func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
+	collators := map[string]*collate.Collator{}
+	r.closers = append(r.closers, func() {
+		for _, c := range collators {
+			c.Release()
+		}
+	})
+	return pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
+		c := collators[rg.dest]
+		if c == nil {
+			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
+			collators[rg.dest] = c
+		}
+		if rec := c.Add(rg.group); rec != nil {
+			return []batch{{rg.dest, rec}}, nil
+		}
+		return nil, nil
+	}).OnFlush(func(ctx context.Context) ([]batch, error) {
+		var out []batch
+		for _, dest := range outputDirs {
+			if c := collators[dest]; c != nil {
+				if rec := c.Flush(); rec != nil {
+					out = append(out, batch{dest, rec})
+				}
+			}
+		}
+		return out, nil
+	})
+}
+
+// sinkStage writes each batch to its directory's Parquet writer (and the
+// kept rows to the interop sinks), and commits them all at the end.
+func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
+	return pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
+		defer b.rec.Release()
+		w, err := r.writer(b.dest)
+		if err != nil {
+			return err
+		}
+		if b.dest == DataDir {
+			r.stats.written.Add(b.rec.NumRows())
+			if err := r.writeInterop(ctx, b.rec); err != nil {
+				return err
+			}
+		}
+		return w.Write(ctx, b.rec)
+	}, func(ctx context.Context) error {
+		if err := r.closeInterop(ctx); err != nil {
+			return err
+		}
+		for _, dest := range outputDirs {
+			if w := r.writers[dest]; w != nil {
+				if err := w.Close(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// outputDirs are the directories of Parquet output, in commit order.
+var outputDirs = []string{DataDir, FilteredDir, SurplusDir}

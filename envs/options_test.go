@@ -1,6 +1,7 @@
 package envs_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -50,4 +51,25 @@ func TestOptionsDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An embedder registers its environment once; Validate then checks a
+// config's env section without building anything.
+func ExampleValidate() {
+	envs.Register("example-echo", func(opts envs.Options) (envs.Env, error) {
+		var o struct {
+			Prefix string `yaml:"prefix"`
+		}
+		if err := opts.Decode(&o); err != nil {
+			return nil, err
+		}
+		return nil, nil // a real factory returns its environment
+	})
+	fmt.Println(envs.Validate("example-echo", envs.Options{Section: "env", Values: map[string]any{"prefix": "> "}}))
+	fmt.Println(envs.Validate("example-echo", envs.Options{Section: "env", Values: map[string]any{"prefx": "> "}}))
+	fmt.Println(envs.Validate("example-ehco", envs.Options{Section: "env"}))
+	// Output:
+	// <nil>
+	// env.prefx: unknown option (have prefix)
+	// env.name: unknown environment "example-ehco" (have example-echo)
 }

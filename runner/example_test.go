@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/trajflow/trajflow/config"
@@ -63,6 +64,11 @@ run: {progress: 0}
 		fmt.Println(err)
 		return
 	}
+	// Groups are committed as they finish: sort for a stable listing.
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		return a.Task.Index < b.Task.Index || a.Task.Index == b.Task.Index && a.RolloutIndex < b.RolloutIndex
+	})
 	for _, r := range rows[:2] {
 		fmt.Println(r.Task.Index, r.RolloutIndex, r.Env, r.Status, r.Reward)
 	}
@@ -70,4 +76,23 @@ run: {progress: 0}
 	// ok rollouts: 8
 	// 0 0 short-answer ok 1
 	// 0 1 short-answer ok 1
+}
+
+// Check a config without creating anything: every problem at once, each
+// naming where its key was set.
+func ExampleCheck() {
+	cfg, err := config.Decode([]byte(`
+source: {path: tasks.jsonl}
+repeat: {n: -2}
+env: {name: maths}
+`), "run.yaml", []string{"groups.keep=sometimes"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(runner.Check(cfg, runner.Options{}))
+	// Output:
+	// run.yaml: line 3: repeat.n: must be >= 1, got -2
+	// --set groups.keep=sometimes: groups.keep: "sometimes" is not one of all, nonzero_std, mean_in
+	// run.yaml: line 4: env.name: unknown environment "maths" (have guess, http, math, sim, subprocess, tools)
 }

@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 
 // TestQuick runs the command's smoke mode end to end.
 func TestQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	harness.RunQuick(t, run, []string{"-quick"}, "| 1000 | 1000 |", "| 10000 | 10000 |", "peak RSS ratio 10000/1000 tasks")
 }
 

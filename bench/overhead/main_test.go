@@ -14,5 +14,8 @@ func TestMain(m *testing.M) {
 
 // TestQuick runs the command's smoke mode end to end.
 func TestQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	harness.RunQuick(t, run, []string{"-quick"}, "| trajflow pipeline (trajflow run, Parquet out) | 800 |", "| bare loop, trajflow's llm client | 800 |", "| bare loop, raw net/http")
 }

@@ -27,8 +27,8 @@ import (
 	"github.com/trajflow/trajflow/bench/internal/harness"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/openai"
-	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
 )
 
 func main() { harness.Main(run) }

@@ -16,6 +16,9 @@ import (
 // The example config loads, its env section builds this environment, and
 // every example task plays to a reward of 1 with the right answer.
 func TestExampleConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}

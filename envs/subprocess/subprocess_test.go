@@ -357,6 +357,9 @@ func TestRegistryOptions(t *testing.T) {
 }
 
 func TestPythonExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 not installed")

@@ -102,6 +102,9 @@ func TestExamples(t *testing.T) {
 		}
 	})
 	t.Run("python-env", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("slow: the full suite runs it")
+		}
 		if _, err := exec.LookPath("python3"); err != nil {
 			t.Skip("python3 not installed")
 		}

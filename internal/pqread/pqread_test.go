@@ -78,6 +78,9 @@ func readAll(t *testing.T, path string, alloc memory.Allocator, batchRows int) (
 // Rows of several MiB (long message text, token ids and logprobs) written
 // by the sink read back whole, every value equal.
 func TestRecordsLargeRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	for _, tc := range []struct {
 		name, compression string
 		payload           int

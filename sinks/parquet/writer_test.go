@@ -405,6 +405,9 @@ func names(t testing.TB, dir string) []string {
 // one message text) make pages longer than the window; Arrow's reader
 // reads them back.
 func TestZstdLargePages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer alloc.AssertSize(t, 0)
 	dir := t.TempDir()
@@ -439,6 +442,9 @@ func TestZstdLargePages(t *testing.T) {
 // row's text into its page header four times: past 1 MiB of text the
 // header passed the 4 MiB Arrow accepts, and Arrow panicked.
 func TestLargeRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
 	for _, tc := range []struct {
 		compression string
 		payload     int

@@ -43,19 +43,7 @@ var statsColumns = []string{
 // the same Metrics as a metrics.Aggregator fed the same rollouts in file
 // order.
 func Stats(ctx context.Context, paths []string, out io.Writer, opts StatsOptions) (*metrics.Metrics, error) {
-	files, err := ResolveFiles(paths)
-	if err != nil {
-		return nil, err
-	}
-	// Rows of a task are contiguous in what one run commits (a group is
-	// written whole, and a task's attempts follow each other): the
-	// aggregator then keeps about a bit per task. Files whose tasks
-	// interleave (a run's data/ and filtered/ together, say) are read again
-	// with per-task counts.
-	agg, err := statsFiles(ctx, files, opts, true)
-	if errors.Is(err, metrics.ErrNotContiguous) {
-		agg, err = statsFiles(ctx, files, opts, false)
-	}
+	agg, err := Aggregate(ctx, paths, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +61,29 @@ func Stats(ctx context.Context, paths []string, out io.Writer, opts StatsOptions
 		}
 	}
 	return m, nil
+}
+
+// Aggregate is the pass of Stats without the printing: it returns the
+// aggregator fed every row of paths, whose Result is what Stats returns and
+// whose TaskOutcomes give the at-k metrics at any k. opts.JSON is ignored.
+func Aggregate(ctx context.Context, paths []string, opts StatsOptions) (*metrics.Aggregator, error) {
+	files, err := ResolveFiles(paths)
+	if err != nil {
+		return nil, err
+	}
+	// Rows of a task are contiguous in what one run commits (a group is
+	// written whole, and a task's attempts follow each other): the
+	// aggregator then keeps about a bit per task. Files whose tasks
+	// interleave (a run's data/ and filtered/ together, say) are read again
+	// with per-task counts.
+	agg, err := statsFiles(ctx, files, opts, true)
+	if errors.Is(err, metrics.ErrNotContiguous) {
+		agg, err = statsFiles(ctx, files, opts, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return agg, nil
 }
 
 // statsFiles feeds the rows of files to an aggregator. With contiguous it

@@ -30,6 +30,7 @@ Usage:
   trajflow run CONFIG.yaml [--set section.key=value ...]
   trajflow stats [--json] DIR|FILE...                 metrics from the Parquet alone
   trajflow merge --out DIR INPUT...                   combine part files into fewer
+  trajflow report OUTPUT [-o report.html]             one self-contained HTML report
   trajflow sim-server [--addr 127.0.0.1:8000] [flags]   (--help for the flags)
   trajflow version
 
@@ -57,6 +58,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return statsCmd(ctx, args[1:], stdout, stderr)
 	case "merge":
 		return mergeCmd(ctx, args[1:], stdout, stderr)
+	case "report":
+		return reportCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "trajflow", runner.Version)
 		return ExitOK

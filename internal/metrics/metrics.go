@@ -483,14 +483,32 @@ func (a *Aggregator) addReward(v float64) {
 }
 
 func (a *Aggregator) isCorrect(r *pipeline.Rollout) bool {
-	if a.metric != "" {
-		if v, ok := r.Metrics[a.metric]; ok {
-			a.metricRows++
-			return v > a.opts.Threshold
+	correct, byMetric := a.opts.judge(r)
+	if byMetric {
+		a.metricRows++
+	} else {
+		a.rewardRows++
+	}
+	return correct
+}
+
+// IsCorrect reports whether a scored row is correct under o: the value of
+// its metric o.Metric (default "acc") is above o.Threshold or, when the
+// row has no such metric (or o.UseReward), its reward is. It does not look
+// at the row's status.
+func (o Options) IsCorrect(r *pipeline.Rollout) bool {
+	correct, _ := o.judge(r)
+	return correct
+}
+
+// judge returns whether r is correct and whether its metric decided.
+func (o Options) judge(r *pipeline.Rollout) (correct, byMetric bool) {
+	if m := o.metric(); m != "" {
+		if v, ok := r.Metrics[m]; ok {
+			return v > o.Threshold, true
 		}
 	}
-	a.rewardRows++
-	return r.Reward > a.opts.Threshold
+	return r.Reward > o.Threshold, false
 }
 
 // Result returns the metrics of every rollout added so far. The
@@ -526,21 +544,7 @@ func (a *Aggregator) Result() *Metrics {
 	if a.rewardN > 0 {
 		m.Reward.Std = math.Sqrt(a.rewardM2 / float64(a.rewardN))
 	}
-	var tot totals
-	if a.opts.Contiguous {
-		tot = a.done.clone()
-		if a.haveOpen {
-			foldOpen(&tot, &a.open)
-		}
-	} else {
-		for _, t := range a.tasks {
-			tot.addTask(t.rows, t.scored, t.correct)
-			tot.addGroup(t.group)
-		}
-		for _, g := range a.groups {
-			tot.addGroup(g)
-		}
-	}
+	tot := a.totals()
 	m.Tasks = tot.tasks
 	m.TasksComplete = tot.complete
 	m.TaskCompletion = ratio(m.TasksComplete, m.Tasks)
@@ -554,34 +558,10 @@ func (a *Aggregator) Result() *Metrics {
 
 	// Tasks by (n, c): summing over sorted pairs makes the result
 	// independent of the order of the rows and of the mode.
-	counts, maxN := tot.counts, tot.maxN
-	pairs := make([]nc, 0, len(counts))
-	for p := range counts {
-		pairs = append(pairs, p)
-	}
-	slices.SortFunc(pairs, func(x, y nc) int {
-		return cmp.Or(cmp.Compare(x.n, y.n), cmp.Compare(x.c, y.c))
-	})
-	for k := 1; k <= maxN; k *= 2 {
-		at := AtK{K: k}
-		var pass, hat, mean float64
-		for _, p := range pairs {
-			if p.n < k {
-				continue
-			}
-			w := float64(counts[p])
-			at.Tasks += counts[p]
-			pass += w * PassAtK(p.n, p.c, k)
-			hat += w * PassHatK(p.n, p.c, k)
-			mean += w * float64(p.c) / float64(p.n)
-		}
-		if at.Tasks > 0 {
-			at.PassAtK = pass / float64(at.Tasks)
-			at.PassHatK = hat / float64(at.Tasks)
-			at.MeanAtK = mean / float64(at.Tasks)
-		}
-		m.AtK = append(m.AtK, at)
-		if k > maxN/2 {
+	outcomes := tot.outcomes()
+	for k := 1; k <= tot.maxN; k *= 2 {
+		m.AtK = append(m.AtK, AtKOf(outcomes, k))
+		if k > tot.maxN/2 {
 			break // the next power of two exceeds maxN (and k*2 cannot overflow)
 		}
 	}
@@ -593,6 +573,82 @@ func ratio(a, b int64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// TaskOutcome counts the tasks with N scored samples of which C are
+// correct. The at-k metrics of a set of tasks depend on these counts alone.
+type TaskOutcome struct {
+	N, C  int
+	Tasks int64
+}
+
+// TaskOutcomes returns the tasks of every rollout added so far by their
+// (scored, correct) counts, sorted by N then C. Tasks without a scored
+// row are left out. Its length is the number of distinct pairs, not of
+// tasks.
+func (a *Aggregator) TaskOutcomes() []TaskOutcome {
+	t := a.totals()
+	return t.outcomes()
+}
+
+// totals returns the per-task and per-group sums of every row added.
+func (a *Aggregator) totals() totals {
+	if a.opts.Contiguous {
+		tot := a.done.clone()
+		if a.haveOpen {
+			foldOpen(&tot, &a.open)
+		}
+		return tot
+	}
+	var tot totals
+	for _, t := range a.tasks {
+		tot.addTask(t.rows, t.scored, t.correct)
+		tot.addGroup(t.group)
+	}
+	for _, g := range a.groups {
+		tot.addGroup(g)
+	}
+	return tot
+}
+
+// outcomes returns t's tasks by (n, c), sorted.
+func (t *totals) outcomes() []TaskOutcome {
+	out := make([]TaskOutcome, 0, len(t.counts))
+	for p, n := range t.counts {
+		out = append(out, TaskOutcome{N: p.n, C: p.c, Tasks: n})
+	}
+	slices.SortFunc(out, func(x, y TaskOutcome) int {
+		return cmp.Or(cmp.Compare(x.N, y.N), cmp.Compare(x.C, y.C))
+	})
+	return out
+}
+
+// AtKOf returns pass@k, pass^k and mean@k at k averaged over the tasks of
+// outcomes with at least k scored samples (all 0 when there is none).
+// Summing in the order of outcomes (TaskOutcomes sorts them) makes the
+// result independent of the order the rows came in.
+func AtKOf(outcomes []TaskOutcome, k int) AtK {
+	at := AtK{K: k}
+	if k < 1 {
+		return at
+	}
+	var pass, hat, mean float64
+	for _, o := range outcomes {
+		if o.N < k {
+			continue
+		}
+		w := float64(o.Tasks)
+		at.Tasks += o.Tasks
+		pass += w * PassAtK(o.N, o.C, k)
+		hat += w * PassHatK(o.N, o.C, k)
+		mean += w * float64(o.C) / float64(o.N)
+	}
+	if at.Tasks > 0 {
+		at.PassAtK = pass / float64(at.Tasks)
+		at.PassHatK = hat / float64(at.Tasks)
+		at.MeanAtK = mean / float64(at.Tasks)
+	}
+	return at
 }
 
 // PassAtK returns the unbiased pass@k estimate of a task with n samples of

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/internal/report"
+)
+
+const reportUsage = `Usage: trajflow report OUTPUT [-o report.html] [--samples N] [--metric NAME] [--threshold X] [--use-reward]
+
+Writes one self-contained HTML file (no network needed to open it) with
+charts of a run's committed output: reward distribution, pass@k for every k,
+per-task solve rate, token and turn lengths, status, finish reasons, errors
+by class, throughput and keep rate over time, a per-environment breakdown,
+and a browsable sample of trajectories. OUTPUT is an output directory (its
+data/part-*.parquet, and filtered/ when the run wrote it) or a Parquet file.
+The default -o is OUTPUT/report.html (report.html beside a file).
+`
+
+func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	out := fs.String("o", "", "the HTML file to write (default OUTPUT/report.html)")
+	samples := fs.Int("samples", report.DefaultSamples, "most trajectories shown (0: none)")
+	metric := fs.String("metric", "acc", "metric that says whether a sample is correct")
+	threshold := fs.Float64("threshold", 0, "a sample is correct when the metric (or reward) is above this")
+	useReward := fs.Bool("use-reward", false, "judge correctness by the reward, not the metric")
+	paths, code := parse(fs, args, reportUsage, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	if len(paths) != 1 {
+		fmt.Fprint(stderr, reportUsage)
+		return ExitUsage
+	}
+	output := paths[0]
+	st, err := os.Stat(output)
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow report:", err)
+		return ExitFailed
+	}
+	dest := *out
+	if dest == "" {
+		dest = filepath.Join(output, report.FileName)
+		if !st.IsDir() {
+			dest = filepath.Join(filepath.Dir(output), report.FileName)
+		}
+	}
+	n := *samples
+	if n == 0 {
+		n = -1 // report.Options: 0 is the default, negative none
+	}
+	inputs := []string{output}
+	if st.IsDir() {
+		inputs = report.Inputs(output)
+	}
+	err = report.WriteFile(ctx, inputs, dest, report.Options{
+		Samples:     n,
+		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow report:", err)
+		return ExitFailed
+	}
+	fmt.Fprintln(stdout, "wrote", dest)
+	return ExitOK
+}

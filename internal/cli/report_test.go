@@ -1,0 +1,83 @@
+package cli_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/report"
+)
+
+// trajflow report on a run's output (the quick start on the simulator,
+// with dynamic sampling so that filtered/ exists) writes one HTML file
+// holding every chart and no reference to another host.
+func TestReport(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	t.Chdir(root)
+	out := t.TempDir()
+	main := func(code int, args ...string) (string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if got := cli.Main(args, &stdout, &stderr); got != code {
+			t.Fatalf("%v: exit %d, want %d\n%s%s", args, got, code, &stdout, &stderr)
+		}
+		return stdout.String(), stderr.String()
+	}
+	main(cli.ExitOK, "run", "examples/quickstart/config.yaml", "-q", "--set", "output.dir="+out,
+		"--set", "source.limit=40", "--set", "groups.keep=nonzero_std", "--set", "output.filtered=true")
+	if files, _ := filepath.Glob(filepath.Join(out, "filtered", "*.parquet")); len(files) == 0 {
+		t.Fatal("fixture: the run dropped no group")
+	}
+
+	stdout, _ := main(cli.ExitOK, "report", out)
+	def := filepath.Join(out, report.FileName)
+	if !strings.Contains(stdout, def) {
+		t.Errorf("stdout %q does not name %s", stdout, def)
+	}
+	other := filepath.Join(t.TempDir(), "r.html")
+	main(cli.ExitOK, "report", "--samples", "3", out, "-o", other)
+
+	external := regexp.MustCompile(`(?i)\b(src|href)\s*=\s*["']?\s*(https?:)?//`)
+	for _, path := range []string{def, other} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		html := string(b)
+		for _, id := range report.ChartIDs {
+			if !strings.Contains(html, `id="`+id+`"`) || !strings.Contains(html, "goecharts_"+id+".setOption(") {
+				t.Errorf("%s: chart %s missing", path, id)
+			}
+		}
+		if m := external.FindString(html); m != "" {
+			t.Errorf("%s: external reference %q", path, m)
+		}
+		// The dropped groups of filtered/ are counted: some groups dropped.
+		if !strings.Contains(html, "zero_std") {
+			t.Errorf("%s: filtered/ not read (no zero_std drop reason)", path)
+		}
+	}
+
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"report"}, cli.ExitUsage, "Usage: trajflow report"},
+		{[]string{"report", out, out}, cli.ExitUsage, "Usage: trajflow report"},
+		{[]string{"report", "--bogus", out}, cli.ExitUsage, "unknown flag -bogus"},
+		{[]string{"report", "--help"}, cli.ExitOK, "self-contained HTML"},
+		{[]string{"report", filepath.Join(out, "absent")}, cli.ExitFailed, "absent"},
+		{[]string{"help"}, cli.ExitOK, "trajflow report OUTPUT"},
+	}
+	for _, tt := range tests {
+		stdout, stderr := main(tt.code, tt.args...)
+		if !strings.Contains(stdout+stderr, tt.want) {
+			t.Errorf("%v: output lacks %q:\n%s%s", tt.args, tt.want, stdout, stderr)
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/trajflow/trajflow/internal/analyze"
+	"github.com/trajflow/trajflow/internal/metrics"
+)
+
+// Defaults of Options.
+const (
+	DefaultSamples   = 24
+	DefaultMaxTokens = 4096
+	// FilteredDir is the directory of dropped groups in an output
+	// directory (output.filtered: true); Inputs adds it when present.
+	FilteredDir = "filtered"
+	// FileName is the report's name inside the output directory when no
+	// other is given.
+	FileName = "report.html"
+)
+
+// Options configure a report.
+type Options struct {
+	// Title heads the page. Default: "trajflow report: " and the inputs.
+	Title string
+	// Correctness chooses what counts as a correct sample, as for
+	// `trajflow stats`.
+	Correctness metrics.Options
+	// Samples is the most trajectories the page shows. Default
+	// DefaultSamples; negative: none.
+	Samples int
+	// MaxTokens is the most token ids the token view of one trajectory
+	// shows. Default DefaultMaxTokens.
+	MaxTokens int
+	// Allocator allocates the read buffers. Default memory.DefaultAllocator.
+	Allocator memory.Allocator
+	// BatchRows is the number of rows per record batch of the light
+	// passes. Default analyze.DefaultBatchRows.
+	BatchRows int
+	// Now stamps the page. Default time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults(paths []string) Options {
+	if o.Title == "" {
+		o.Title = "trajflow report: " + filepath.Join(paths[0])
+		if len(paths) > 1 {
+			o.Title += fmt.Sprintf(" and %d more", len(paths)-1)
+		}
+	}
+	if o.Samples == 0 {
+		o.Samples = DefaultSamples
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = DefaultMaxTokens
+	}
+	if o.Allocator == nil {
+		o.Allocator = memory.DefaultAllocator
+	}
+	if o.BatchRows <= 0 {
+		o.BatchRows = analyze.DefaultBatchRows
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Inputs returns the paths a report of output reads: output itself and,
+// when output is a directory holding a filtered/ directory with Parquet
+// files (a run with output.filtered: true), that too, so that keep rates
+// count the dropped groups.
+func Inputs(output string) []string {
+	paths := []string{output}
+	dir := filepath.Join(output, FilteredDir)
+	if files, err := filepath.Glob(filepath.Join(dir, "*.parquet")); err == nil && len(files) > 0 {
+		paths = append(paths, dir)
+	}
+	return paths
+}
+
+// Write writes the report of the rows in paths (output directories or
+// Parquet files, as analyze.ResolveFiles resolves them) to w.
+func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error {
+	if len(paths) == 0 {
+		return errors.New("report: no input paths")
+	}
+	opts = opts.withDefaults(paths)
+	files, err := analyze.ResolveFiles(paths)
+	if err != nil {
+		return err
+	}
+	agg, err := analyze.Aggregate(ctx, files, analyze.StatsOptions{
+		Correctness: opts.Correctness, Allocator: opts.Allocator, BatchRows: opts.BatchRows,
+	})
+	if err != nil {
+		return err
+	}
+	m := agg.Result()
+	c := newCollector(m, opts)
+	for i, path := range files {
+		if err := c.file(ctx, i, path, opts); err != nil {
+			return err
+		}
+	}
+	samples, err := readSamples(ctx, files, c.chosen(), opts)
+	if err != nil {
+		return err
+	}
+	p := &page{
+		Title:    opts.Title,
+		Inputs:   paths,
+		Files:    len(files),
+		Created:  opts.Now().UTC().Format(time.RFC3339),
+		Metrics:  m,
+		outcomes: agg.TaskOutcomes(),
+		c:        c,
+		Samples:  samples,
+	}
+	return p.render(w)
+}
+
+// WriteFile writes the report to path atomically: to a temporary file in
+// the same directory, then renamed over path.
+func WriteFile(ctx context.Context, paths []string, path string, opts Options) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
+	if err := Write(ctx, paths, tmp, opts); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}

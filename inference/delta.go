@@ -2,6 +2,7 @@ package inference
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -12,6 +13,26 @@ import (
 var deltaUser = pipeline.Message{Role: pipeline.RoleUser, Content: "trajflow delta base question"}
 
 const deltaReply = "trajflow delta base reply"
+
+// ClosingConversations returns two renderings' worth of the fixed
+// conversation that differ only in the reply's last word: the common
+// suffix of their renderings (no generation prompt) is what the template
+// writes after an assistant message's content (Qwen's "<|im_end|>\n"),
+// the closing ObservationDelta appends after a reply the model did not
+// finish.
+func ClosingConversations() (a, b []pipeline.Message) {
+	return []pipeline.Message{deltaUser, {Role: pipeline.RoleAssistant, Content: deltaReply + " one"}},
+		[]pipeline.Message{deltaUser, {Role: pipeline.RoleAssistant, Content: deltaReply + " two"}}
+}
+
+// CommonSuffix returns the longest common suffix of a and b.
+func CommonSuffix(a, b []int32) []int32 {
+	n := 0
+	for n < len(a) && n < len(b) && a[len(a)-1-n] == b[len(b)-1-n] {
+		n++
+	}
+	return a[len(a)-n:]
+}
 
 // DeltaConversation returns the fixed conversation to render without and
 // with the new messages: a user message and an assistant reply that makes
@@ -49,14 +70,17 @@ var ErrDeltaAlign = errors.New("the chat template renders the fixed conversation
 // rendering of the same conversation followed by the new messages, with
 // the generation prompt. last is the last token id the model generated in
 // the turn (its end-of-turn token), or a negative value when there is none.
+// closing is what the template writes after an assistant message's content
+// (see ClosingConversations), or nil when unknown.
 //
 // The result is the part of with after the fixed reply, preceded by the
 // tokens that close the reply in the template after the model's own
 // end-of-turn token (the "\n" after Qwen's "<|im_end|>"), which the model
-// never generates. Templates that render the fixed reply differently once
+// never generates; when the model's last token is not the start of the
+// closing (its reply was cut by max_tokens), by the whole closing. Templates that render the fixed reply differently once
 // messages follow it (Qwen3 drops an empty think block from earlier
 // replies) are aligned on the reply's last tokens.
-func ObservationDelta(without, with []int32, last int32) ([]int32, error) {
+func ObservationDelta(without, with []int32, last int32, closing []int32) ([]int32, error) {
 	l := commonPrefix(without, with)
 	// end is the position in with that corresponds to len(without);
 	// tail is where, in without, the part matched at end starts.
@@ -78,17 +102,23 @@ func ObservationDelta(without, with []int32, last int32) ([]int32, error) {
 		}
 	}
 	// The closing tokens after the model's end-of-turn token.
-	r := 0
+	lo := max(tail, len(without)-maxClosing)
+	known := len(closing) > 0 && len(closing) <= len(without) && equal(without[len(without)-len(closing):], closing)
+	if known {
+		lo = max(tail, len(without)-len(closing))
+	}
 	if last >= 0 {
-		lo := max(tail, len(without)-maxClosing)
 		for p := len(without) - 1; p >= lo; p-- {
 			if without[p] == last {
-				r = len(without) - 1 - p
-				break
+				return with[end-(len(without)-1-p):], nil
 			}
 		}
 	}
-	return with[end-r:], nil
+	if known {
+		// The reply was cut: the template's whole closing follows it.
+		return slices.Concat(closing, with[end:]), nil
+	}
+	return with[end:], nil
 }
 
 func commonPrefix(a, b []int32) int {

@@ -29,19 +29,22 @@ func TestObservationDelta(t *testing.T) {
 		name          string
 		without, with []int32
 		last          int32
+		closing       []int32
 		want          []int32
 		err           bool
 	}{
-		{"prefix-stable, closing newline kept", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, cat([]int32{nl}, obs), false},
-		{"end-of-turn is the last token", cat(prefix, reply, []int32{imEnd}), cat(prefix, reply, []int32{imEnd}, obs), imEnd, obs, false},
-		{"no end-of-turn generated", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), -1, obs, false},
-		{"Qwen3: empty think dropped once a user follows", cat(prefix, emptyThink, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, cat([]int32{nl}, obs), false},
-		{"reply rendered with extra tokens later", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, []int32{99, 98}, reply, []int32{imEnd, nl}, obs), imEnd, cat([]int32{nl}, obs), false},
-		{"cannot align", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, []int32{1, 2, 3}), imEnd, nil, true},
+		{"prefix-stable, closing newline kept", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, nil, cat([]int32{nl}, obs), false},
+		{"end-of-turn is the last token", cat(prefix, reply, []int32{imEnd}), cat(prefix, reply, []int32{imEnd}, obs), imEnd, nil, obs, false},
+		{"no end-of-turn generated", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), -1, nil, obs, false},
+		{"Qwen3: empty think dropped once a user follows", cat(prefix, emptyThink, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, nil, cat([]int32{nl}, obs), false},
+		{"reply rendered with extra tokens later", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, []int32{99, 98}, reply, []int32{imEnd, nl}, obs), imEnd, nil, cat([]int32{nl}, obs), false},
+		{"cut reply gets the whole closing", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), 52, []int32{imEnd, nl}, cat([]int32{imEnd, nl}, obs), false},
+		{"finished reply with a known closing", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, []int32{imEnd, nl}, cat([]int32{nl}, obs), false},
+		{"cannot align", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, []int32{1, 2, 3}), imEnd, nil, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := inference.ObservationDelta(tt.without, tt.with, tt.last)
+			got, err := inference.ObservationDelta(tt.without, tt.with, tt.last, tt.closing)
 			if (err != nil) != tt.err {
 				t.Fatalf("err = %v, want error %v", err, tt.err)
 			}
@@ -90,7 +93,7 @@ func FuzzObservationDelta(f *testing.F) {
 		if eot {
 			last = 600
 		}
-		got, err := inference.ObservationDelta(without, with, last)
+		got, err := inference.ObservationDelta(without, with, last, nil)
 		if err != nil {
 			if len(d) == 0 || len(a) == 0 {
 				t.Fatalf("aligned renderings not aligned: %v", err)
@@ -107,11 +110,19 @@ func FuzzObservationDelta(f *testing.F) {
 			t.Fatalf("delta %v, want %v\nwithout %v\nwith    %v", got, want, without, with)
 		}
 
-		// Arbitrary inputs: a suffix of with, or an error.
+		// With the closing known, a cut reply gets all of it.
+		if !eot {
+			got, err := inference.ObservationDelta(without, with, 501, closing)
+			if err != nil || !slices.Equal(got, slices.Concat(closing, n)) {
+				t.Fatalf("cut reply: delta %v, %v; want %v", got, err, slices.Concat(closing, n))
+			}
+		}
+
+		// Arbitrary inputs: no panic.
 		x, y := ids(pre, 0), ids(news, 0)
-		if got, err := inference.ObservationDelta(x, y, int32(closeLen%16)); err == nil {
-			if len(got) > len(y) || !slices.Equal(got, y[len(y)-len(got):]) {
-				t.Fatalf("delta %v is not a suffix of %v", got, y)
+		if got, err := inference.ObservationDelta(x, y, int32(closeLen%16), x[len(x)/2:]); err == nil {
+			if len(got) > len(y)+len(x) {
+				t.Fatalf("delta %v longer than its inputs", got)
 			}
 		}
 	})

@@ -40,8 +40,10 @@ type Generator struct {
 
 	mu sync.Mutex
 	// without is the rendering of the fixed delta conversation without
-	// tool calls, computed once.
+	// tool calls, and closing what the template writes after an assistant
+	// message's content; each computed once.
 	without []int32
+	closing []int32
 	// noTokenize is set once the server answered that it has no
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
@@ -271,7 +273,36 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 	if a.TokenEnd > a.TokenStart && int(a.TokenEnd) <= len(r.PromptTokenIDs)+len(r.ResponseTokenIDs) {
 		eot = tokenAt(r, int(a.TokenEnd)-1)
 	}
-	return inference.ObservationDelta(without, with, eot)
+	closing, err := g.closingIDs(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return inference.ObservationDelta(without, with, eot, closing)
+}
+
+// closingIDs returns what the template writes after an assistant
+// message's content (inference.ClosingConversations), computed once.
+func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int32, error) {
+	g.mu.Lock()
+	c := g.closing
+	g.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	a, b := inference.ClosingConversations()
+	ra, err := g.tokenize(ctx, r, a, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := g.tokenize(ctx, r, b, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	c = inference.CommonSuffix(ra, rb)
+	g.mu.Lock()
+	g.closing = c
+	g.mu.Unlock()
+	return c, nil
 }
 
 // appendObservation appends the ids of the messages after the last

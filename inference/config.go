@@ -16,7 +16,10 @@ type Config struct {
 	// Endpoints are base URLs ("http://host:8000/v1") or "sim://".
 	Endpoints []string `yaml:"endpoints"`
 	Model     string   `yaml:"model"`
-	// API is chat (/v1/chat/completions) or completions (/v1/completions).
+	// API is chat (/v1/chat/completions), completions (/v1/completions
+	// with a text prompt) or tokens (trajflow holds each trajectory's token
+	// sequence: POST /tokenize for the first prompt and each observation,
+	// /v1/completions with token-id prompts; see docs/inference.md).
 	API string `yaml:"api"`
 	// APIKeyEnv names the environment variable holding the API key.
 	APIKeyEnv string `yaml:"api_key_env"`
@@ -83,7 +86,7 @@ func (c *Config) Validate() error {
 			p.Add(fmt.Sprintf("endpoints[%d]", i), "%q: want http://host:port/v1, https://… or sim://", e)
 		}
 	}
-	p.OneOf("api", c.API, "chat", "completions")
+	p.OneOf("api", c.API, "chat", "completions", "tokens")
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be >= 1, got %d", c.Concurrency)
 	}

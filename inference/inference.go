@@ -22,6 +22,33 @@ type Request struct {
 	// Affinity keeps related requests on one endpoint (the trajectory's, or
 	// preferably its group's, prefix cache). Empty means no preference.
 	Affinity string
+	// PromptTokenIDs, when not nil, is the prompt itself as token ids
+	// (generate.api: tokens): the request goes to /v1/completions with
+	// prompt set to these ids and return_token_ids set, Messages and Tools
+	// are not sent, and the response must carry the generated ids.
+	PromptTokenIDs []int32
+}
+
+// TokenizeRequest asks for the token ids of a conversation rendered by the
+// server's own chat template (vLLM's and SGLang's POST /tokenize).
+type TokenizeRequest struct {
+	Model    string
+	Messages []pipeline.Message
+	Tools    []json.RawMessage
+	// AddGenerationPrompt appends the template's assistant header, as the
+	// prompt of a generation ends.
+	AddGenerationPrompt bool
+	// Affinity keeps the call on the endpoint of the trajectory's
+	// generations (one tokenizer per fleet is assumed, but a server is
+	// never asked about a template it does not serve).
+	Affinity string
+}
+
+// Tokenizer renders and tokenizes a conversation with the server's chat
+// template. Backends that can (vLLM, SGLang, the simulator) implement it
+// beside Client; generate.api: tokens needs it.
+type Tokenizer interface {
+	Tokenize(ctx context.Context, req *TokenizeRequest) ([]int32, error)
 }
 
 // Response is what the model generated.

@@ -148,8 +148,9 @@ type Rollout struct {
 
 	// State is the environment's state for the next turn. Not written out.
 	State any
-	// StopStrings are extra stop strings the environment asked for on the
-	// next turn. Not written out.
+	// StopStrings are extra stop strings the environment asked for; they
+	// apply to every later turn until the environment changes them. Not
+	// written out.
 	StopStrings []string
 	// Extra is machine-readable data the server attached to the last
 	// response beyond the OpenAI fields (the simulator's trailer, for one),
@@ -158,6 +159,14 @@ type Rollout struct {
 	// Tools are the tool definitions sent with every request: the task's,
 	// or the ones the environment's Reset returned. Not written out.
 	Tools []json.RawMessage
+}
+
+// Tokens returns the rollout's token sequence, PromptTokenIDs ++
+// ResponseTokenIDs, as a new slice.
+func (r *Rollout) Tokens() []int32 {
+	out := make([]int32, 0, len(r.PromptTokenIDs)+len(r.ResponseTokenIDs))
+	out = append(out, r.PromptTokenIDs...)
+	return append(out, r.ResponseTokenIDs...)
 }
 
 // Key identifies a rollout across runs and resumes.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/stages/generate"
 	"io"
 	"os"
 	"path/filepath"
@@ -86,7 +87,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	}
 	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc}
 	defer r.cleanup()
-	if err := r.provision(); err != nil {
+	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
 	done, err := r.loadCommitted(ctx)
@@ -150,6 +151,7 @@ type run struct {
 	batchAlloc memory.Allocator
 
 	client  inference.Client
+	gen     *generate.Generator
 	closers []func()
 	env     envs.Env
 	tmpl    *template.Template
@@ -169,7 +171,7 @@ type run struct {
 
 // provision builds every component, in order; cleanup undoes what was built
 // even when a later step fails.
-func (r *run) provision() error {
+func (r *run) provision(ctx context.Context) error {
 	cfg := r.cfg
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
@@ -211,6 +213,17 @@ func (r *run) provision() error {
 		}
 		r.client = c
 		r.closers = append(r.closers, c.Close)
+	}
+
+	if r.gen, err = generate.New(r.client, generate.Options{
+		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
+	}); err != nil {
+		return err
+	}
+	// A server that cannot do what generate.api needs fails here, at
+	// start-up, rather than in every rollout.
+	if err := r.gen.Check(ctx); err != nil {
+		return err
 	}
 
 	if r.env = r.opts.Env; r.env == nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/collate"
 	"github.com/trajflow/trajflow/stages/envstep"
-	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/stages/repeat"
@@ -88,9 +87,8 @@ func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 // loopStage runs each rollout's turns: generate ⇄ envstep.
 func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
-	gen := generate.New(r.client, cfg.Generate.Model, cfg.Generate.Params)
 	step := envstep.New(r.env, cfg.Env.Name, cfg.Env.Limits())
-	r.loop = loop.New(g, "loop", gen, step, loop.Options{
+	r.loop = loop.New(g, "loop", r.gen, step, loop.Options{
 		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.Concurrency,
 		Timeout: cfg.Env.Timeout.D(), Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,

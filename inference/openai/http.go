@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/trajflow/trajflow/inference"
@@ -60,7 +61,7 @@ type HTTPClient struct {
 	owned   *http.Transport // closed by Close when the client built it
 	fleet   *fleet
 	sem     chan struct{}
-	path    string // /chat/completions or /completions
+	path    string // /chat/completions or /completions: requests without token ids
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
@@ -100,12 +101,12 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	}
 	var path string
 	switch cfg.API {
-	case "", "chat":
+	case "", "chat", "tokens":
 		path = "/chat/completions"
 	case "completions":
 		path = "/completions"
 	default:
-		bad("generate.api", "%q is not one of chat, completions", cfg.API)
+		bad("generate.api", "%q is not one of chat, completions, tokens", cfg.API)
 	}
 	if cfg.Model == "" {
 		bad("generate.model", "required")
@@ -223,8 +224,7 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 	if req == nil {
 		return nil, errors.New("llm: nil request")
 	}
-	model := req.Model
-	if model == "" {
+	if req.Model == "" {
 		r := *req
 		r.Model = c.cfg.Model
 		req = &r
@@ -233,6 +233,95 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 	if err != nil {
 		return nil, err
 	}
+	path := c.path
+	if req.PromptTokenIDs != nil {
+		path = completionsPath
+	}
+	var resp *inference.Response
+	ep, err := c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.base + path }, body, func(data []byte) error {
+		var err error
+		resp, err = decodeResponse(data)
+		return err
+	})
+	if err != nil {
+		var e *inference.Error
+		if req.PromptTokenIDs != nil && errors.As(err, &e) && e.Class == inference.ClassHTTP && (e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusNotFound) {
+			e.Msg += " (generate.api: tokens sends token-id prompts to /v1/completions; a server that does not take them needs generate.api: chat)"
+		}
+		return nil, err
+	}
+	resp.Endpoint = ep
+	return resp, nil
+}
+
+// completionsPath is where token-id prompts go.
+const completionsPath = "/completions"
+
+// Tokenize renders and tokenizes req's messages with the server's chat
+// template: POST {root}/tokenize as vLLM and SGLang serve it
+// ({"model", "messages", "tools", "add_generation_prompt",
+// "add_special_tokens": false} → {"tokens": [...], "count": N}). It
+// retries and fails like Complete; a server without the endpoint fails
+// with an error that says to use generate.api: chat.
+func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeRequest) ([]int32, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	model := req.Model
+	if model == "" {
+		model = c.cfg.Model
+	}
+	w := wireTokenize{Model: model, Messages: toWireMessages(req.Messages), AddGenerationPrompt: req.AddGenerationPrompt, Tools: req.Tools}
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("llm: encode tokenize body: %w", err)
+	}
+	var ids []int32
+	_, err = c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.root + "/tokenize" }, body, func(data []byte) error {
+		var r struct {
+			Tokens *[]int32 `json:"tokens"`
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			return err
+		}
+		if r.Tokens == nil {
+			return errors.New(`no "tokens" in the /tokenize response`)
+		}
+		ids = *r.Tokens
+		return nil
+	})
+	if err != nil {
+		var e *inference.Error
+		if errors.As(err, &e) && e.Class == inference.ClassHTTP && (e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed) {
+			e.Msg += " (this server has no POST /tokenize; generate.api: tokens needs a server that tokenizes chat messages, such as vLLM or SGLang: use generate.api: chat)"
+		}
+		return nil, err
+	}
+	return ids, nil
+}
+
+type wireTokenize struct {
+	Model               string            `json:"model"`
+	Messages            []wireMessage     `json:"messages"`
+	AddGenerationPrompt bool              `json:"add_generation_prompt"`
+	AddSpecialTokens    bool              `json:"add_special_tokens"`
+	Tools               []json.RawMessage `json:"tools,omitempty"`
+}
+
+func (c *HTTPClient) checkOpen() error {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closed {
+		return errors.New("llm: client is closed")
+	}
+	return nil
+}
+
+// do sends body to an endpoint of the fleet (url gives the address on
+// it), retrying as configured, and hands a 2xx body to decode. It returns
+// the name of the endpoint that answered. A failure is an *Error with its
+// class, or the context's error when ctx ends first.
+func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint) string, body []byte, decode func([]byte) error) (string, error) {
 	if d := c.cfg.Deadline.D(); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, d, errDeadline)
@@ -244,14 +333,14 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		select {
 		case c.sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, c.ctxErr(ctx, last, attempt-1)
+			return "", c.ctxErr(ctx, last, attempt-1)
 		}
-		ep, err := c.fleet.acquire(ctx, req.Affinity, tried, attempt > 1)
+		ep, err := c.fleet.acquire(ctx, affinity, tried, attempt > 1)
 		if err != nil {
 			<-c.sem
-			return nil, c.ctxErr(ctx, last, attempt-1)
+			return "", c.ctxErr(ctx, last, attempt-1)
 		}
-		resp, aerr, retryAfter := c.attempt(ctx, ep, body)
+		aerr, retryAfter := c.attempt(ctx, ep, url(ep), body, decode)
 		if aerr != nil && c.opts.APIKey != "" {
 			// A server may echo the request's headers back.
 			aerr.Msg = strings.ReplaceAll(aerr.Msg, c.opts.APIKey, "[redacted]")
@@ -260,22 +349,21 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 			// The caller's cancel or the overall deadline, not the endpoint's fault.
 			c.fleet.release(ep, &inference.Error{Class: inference.ClassCancelled}, 0)
 			<-c.sem
-			return nil, c.ctxErr(ctx, last, attempt)
+			return "", c.ctxErr(ctx, last, attempt)
 		}
 		c.fleet.release(ep, aerr, retryAfter)
 		<-c.sem
 		if aerr == nil {
-			resp.Endpoint = ep.name
-			return resp, nil
+			return ep.name, nil
 		}
 		tried[ep.idx] = true
 		last = aerr
 		if !retryable(aerr.Class) {
-			return nil, aerr
+			return "", aerr
 		}
 		if attempt >= c.cfg.MaxAttempts {
 			aerr.Msg = fmt.Sprintf("%s (after %d attempts)", aerr.Msg, attempt)
-			return nil, aerr
+			return "", aerr
 		}
 		wait := c.backoff(attempt)
 		if retryAfter > wait && !c.fleet.hasAlternative(ep) {
@@ -283,13 +371,13 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		}
 		if dl, ok := ctx.Deadline(); ok && c.opts.Now().Add(wait).After(dl) {
 			aerr.Msg = fmt.Sprintf("%s (after %d attempts; no time left to retry)", aerr.Msg, attempt)
-			return nil, aerr
+			return "", aerr
 		}
 		if c.opts.Logf != nil {
 			c.opts.Logf("llm: attempt %d on %s failed (%s); retrying in %s", attempt, ep.name, aerr.Error(), wait.Round(time.Millisecond))
 		}
 		if err := c.opts.Sleep(ctx, wait); err != nil {
-			return nil, c.ctxErr(ctx, last, attempt)
+			return "", c.ctxErr(ctx, last, attempt)
 		}
 	}
 }
@@ -334,17 +422,19 @@ func (c *HTTPClient) backoff(attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
-// attempt sends body to ep once. It returns the response, or the attempt's
-// classified error and the server's Retry-After (0 when none).
-func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*inference.Response, *inference.Error, time.Duration) {
+// attempt sends body to u on ep once and decodes a 2xx body. It returns
+// the attempt's classified error and the server's Retry-After (0 when
+// none), or nil.
+func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte) error) (*inference.Error, time.Duration) {
+	path := strings.TrimPrefix(strings.TrimPrefix(u, ep.base), ep.root)
 	if t := c.cfg.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+c.path, bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return nil, &inference.Error{Class: inference.ClassConnection, Msg: fmt.Sprintf("%s: %v", ep.name, err)}, 0
+		return &inference.Error{Class: inference.ClassConnection, Msg: fmt.Sprintf("%s: %v", ep.name, err)}, 0
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
@@ -353,7 +443,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*i
 	}
 	hresp, err := c.client.Do(hreq)
 	if err != nil {
-		return nil, c.transportError(ctx, ep, err), 0
+		return c.transportError(ctx, ep, err), 0
 	}
 	defer hresp.Body.Close()
 	buf := c.bufPool.Get().(*bytes.Buffer)
@@ -361,30 +451,29 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, body []byte) (*i
 	defer c.bufPool.Put(buf)
 	_, err = buf.ReadFrom(io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1))
 	if err != nil {
-		return nil, c.transportError(ctx, ep, err), 0
+		return c.transportError(ctx, ep, err), 0
 	}
 	if int64(buf.Len()) > c.opts.MaxResponseBytes {
-		return nil, &inference.Error{Class: inference.ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body over %d bytes", ep.name, c.opts.MaxResponseBytes)}, 0
+		return &inference.Error{Class: inference.ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body over %d bytes", ep.name, c.opts.MaxResponseBytes)}, 0
 	}
 	data := buf.Bytes()
 	st := hresp.StatusCode
 	switch {
 	case st >= 200 && st < 300:
-		resp, err := decodeResponse(data)
-		if err != nil {
-			return nil, &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, c.path, err)}, 0
+		if err := decode(data); err != nil {
+			return &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, path, err)}, 0
 		}
-		return resp, nil, 0
+		return nil, 0
 	case st == http.StatusTooManyRequests:
-		return nil, &inference.Error{Class: inference.ClassRateLimited, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+		return &inference.Error{Class: inference.ClassRateLimited, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st >= 500:
-		return nil, &inference.Error{Class: inference.ClassServer, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+		return &inference.Error{Class: inference.ClassServer, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st == http.StatusRequestTimeout:
-		return nil, &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+		return &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
-		return nil, &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
+		return &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
 	default:
-		return nil, &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s%s: %s", ep.name, c.path, serverMessage(data))}, 0
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s%s: %s", ep.name, path, serverMessage(data))}, 0
 	}
 }
 

@@ -91,8 +91,16 @@ func encodeRequest(api string, req *inference.Request) ([]byte, error) {
 		body[k] = v
 	}
 	body["model"] = req.Model
-	switch api {
-	case "completions":
+	switch {
+	case req.PromptTokenIDs != nil:
+		tokenParams(body)
+		body["prompt"] = req.PromptTokenIDs
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("llm: encode request body: %w", err)
+		}
+		return b, nil
+	case api == "completions":
 		if _, ok := req.Params["prompt"]; !ok {
 			body["prompt"] = renderPrompt(req.Messages)
 		}
@@ -107,6 +115,36 @@ func encodeRequest(api string, req *inference.Request) ([]byte, error) {
 		return nil, fmt.Errorf("llm: encode request body: %w", err)
 	}
 	return b, nil
+}
+
+// chatOnlyKeys are chat parameters a token-id completions request drops:
+// the tools are already rendered into the prompt ids.
+var chatOnlyKeys = []string{"tools", "tool_choice", "parallel_tool_calls", "prompt", "response_format", "chat_template_kwargs", "top_logprobs"}
+
+// tokenParams adapts a body's chat parameters to a token-id completions
+// request: return_token_ids on, logprobs as a count (true or absent: 1,
+// the sampled token's), max_completion_tokens as max_tokens.
+func tokenParams(body map[string]any) {
+	for _, k := range chatOnlyKeys {
+		delete(body, k)
+	}
+	body["return_token_ids"] = true
+	switch v := body["logprobs"].(type) {
+	case bool:
+		if v {
+			body["logprobs"] = 1
+		} else {
+			delete(body, "logprobs")
+		}
+	case nil:
+		body["logprobs"] = 1
+	}
+	if v, ok := body["max_completion_tokens"]; ok {
+		if _, has := body["max_tokens"]; !has {
+			body["max_tokens"] = v
+		}
+		delete(body, "max_completion_tokens")
+	}
 }
 
 // wireResponse is a chat.completion or text_completion body, with vLLM's

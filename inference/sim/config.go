@@ -33,6 +33,10 @@ type Config struct {
 	// ObsTokens is the median observation length per turn the trailer
 	// reports (0: the preset's, 0 or 150 for agent).
 	ObsTokens int `yaml:"obs_tokens"`
+	// StripReasoning gives the simulated chat template Qwen3's habit of
+	// dropping the <think> block of earlier assistant messages (replies
+	// then start with one), so chat mode sees re-renders.
+	StripReasoning bool `yaml:"strip_reasoning"`
 }
 
 // SetDefaults fills the keys left unset.

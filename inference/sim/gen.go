@@ -30,7 +30,10 @@ type input struct {
 
 // reply is what the simulated model generates for one input.
 type reply struct {
-	content   string
+	content string
+	// text is what the ids spell, tool calls included (the completions
+	// text of a token-id prompt).
+	text      string
 	toolCalls []pipeline.ToolCall
 	ids       []int32
 	logprobs  []float32
@@ -51,12 +54,31 @@ func (e *contextLengthError) Error() string {
 		e.max, e.prompt+e.completion, e.prompt, e.completion)
 }
 
+// template is the server's chat template.
+func (s *Server) template() Template { return Template{StripReasoning: s.opts.StripReasoning} }
+
 // chatInput reduces a chat request.
 func (s *Server) chatInput(msgs []pipeline.Message, params map[string]any, tools []json.RawMessage) (*input, error) {
 	if len(msgs) == 0 {
 		return nil, &badRequest{"messages: at least one message is required"}
 	}
-	in := &input{promptIDs: RenderChat(msgs), tools: tools}
+	return s.messagesInput(msgs, tools, s.template().Render(msgs, tools, true), params)
+}
+
+// tokenInput reduces a completions request whose prompt is token ids: the
+// messages and tools are read back from the ids (as the template rendered
+// them), so that the draws are those of the same conversation in chat.
+func (s *Server) tokenInput(ids []int32, params map[string]any) (*input, error) {
+	msgs, tools := parseRendered(ids)
+	if len(msgs) == 0 {
+		return nil, &badRequest{"prompt: the token ids hold no message rendered by the chat template"}
+	}
+	return s.messagesInput(msgs, tools, ids, params)
+}
+
+// messagesInput reduces a conversation whose prompt ids are promptIDs.
+func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage, promptIDs []int32, params map[string]any) (*input, error) {
+	in := &input{promptIDs: promptIDs, tools: tools}
 	h := newHasher()
 	for i := range msgs {
 		h.str(msgs[i].Role)
@@ -283,6 +305,9 @@ func (s *Server) generate(in *input) (*reply, error) {
 		b.WriteString(w)
 	}
 	content := b.String()
+	if o.StripReasoning {
+		content, sep = thinkOpen+content+thinkClose, "\n"
+	}
 	text := content
 	if tail != "" {
 		if text != "" {
@@ -307,6 +332,7 @@ func (s *Server) generate(in *input) (*reply, error) {
 		rep.ids = append(ids, TokEnd)
 		rep.finish = "stop"
 	}
+	rep.text = Detokenize(rep.ids, true)
 	rep.logprobs = make([]float32, len(rep.ids))
 	for i := range rep.logprobs {
 		z := normal(key(s.seed, domLogprob, in.promptKey, in.sampleKey, turn, uint64(i)))

@@ -20,7 +20,8 @@ import (
 const maxBody = 32 << 20
 
 // Handler serves the OpenAI-compatible API: POST /v1/chat/completions,
-// POST /v1/completions, GET /v1/models and GET /health.
+// POST /v1/completions (a text prompt, or token ids as vLLM takes them),
+// vLLM's POST /tokenize, GET /v1/models and GET /health.
 //
 // Like vLLM, responses carry prompt_token_ids (top level) and
 // choices[].token_ids when the request sets return_token_ids, per-token
@@ -30,6 +31,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
+	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
@@ -81,7 +83,9 @@ type parsedRequest struct {
 	params   map[string]any
 	messages []pipeline.Message
 	prompt   string
-	logprobs bool
+	// promptIDs is a completions prompt given as token ids (nil otherwise).
+	promptIDs []int32
+	logprobs  bool
 }
 
 // decodeRequest decodes and checks a request body. Errors are client errors.
@@ -119,32 +123,101 @@ func decodeRequest(body []byte, chat bool) (*parsedRequest, error) {
 		if len(p.wire.Messages) == 0 {
 			return nil, errors.New("messages: at least one message is required")
 		}
-		for i, m := range p.wire.Messages {
-			content, err := contentText(m.Content)
-			if err != nil {
-				return nil, fmt.Errorf("messages[%d].content: %v", i, err)
-			}
-			if m.Role == "" {
-				return nil, fmt.Errorf("messages[%d].role: required", i)
-			}
-			msg := pipeline.Message{Role: m.Role, Content: content, ToolCallID: m.ToolCallID, Name: m.Name}
-			for _, tc := range m.ToolCalls {
-				msg.ToolCalls = append(msg.ToolCalls, pipeline.ToolCall{ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-			}
-			p.messages = append(p.messages, msg)
+		msgs, err := decodeMessages(p.wire.Messages)
+		if err != nil {
+			return nil, err
 		}
+		p.messages = msgs
+		return p, nil
+	}
+	if ids, ok := tokenPrompt(p.wire.Prompt); ok {
+		p.promptIDs = ids
 		return p, nil
 	}
 	var prompt string
 	if err := json.Unmarshal(p.wire.Prompt, &prompt); err != nil {
 		var prompts []string
 		if err2 := json.Unmarshal(p.wire.Prompt, &prompts); err2 != nil || len(prompts) != 1 {
-			return nil, errors.New("prompt: want a string (or a list of one string)")
+			return nil, errors.New("prompt: want a string, a list of token ids, or a list of one of those")
 		}
 		prompt = prompts[0]
 	}
 	p.prompt = prompt
 	return p, nil
+}
+
+// tokenPrompt reads a prompt of token ids: [1, 2, 3] or [[1, 2, 3]].
+func tokenPrompt(raw json.RawMessage) ([]int32, bool) {
+	var ids []int32
+	if err := json.Unmarshal(raw, &ids); err == nil && len(ids) > 0 {
+		return ids, true
+	}
+	var lists [][]int32
+	if err := json.Unmarshal(raw, &lists); err == nil && len(lists) == 1 && len(lists[0]) > 0 {
+		return lists[0], true
+	}
+	return nil, false
+}
+
+// tokenize serves vLLM's POST /tokenize: {"messages", "tools",
+// "add_generation_prompt" (default true)} rendered by the chat template,
+// or {"prompt"} as text; the answer is {"count", "max_model_len",
+// "tokens", "token_strs"}.
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	var req struct {
+		Messages            []wireMessage     `json:"messages"`
+		Tools               []json.RawMessage `json:"tools"`
+		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
+		Prompt              *string           `json:"prompt"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	var ids []int32
+	switch {
+	case req.Prompt != nil:
+		ids = Tokenize(*req.Prompt)
+	case len(req.Messages) > 0:
+		msgs, err := decodeMessages(req.Messages)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		ids = s.template().Render(msgs, req.Tools, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	default:
+		writeError(w, http.StatusBadRequest, "messages or prompt: one is required")
+		return
+	}
+	if ids == nil {
+		ids = []int32{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.opts.MaxModelLen, "tokens": ids, "token_strs": nil})
+}
+
+// decodeMessages converts wire messages.
+func decodeMessages(in []wireMessage) ([]pipeline.Message, error) {
+	out := make([]pipeline.Message, 0, len(in))
+	for i, m := range in {
+		content, err := contentText(m.Content)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d].content: %v", i, err)
+		}
+		if m.Role == "" {
+			return nil, fmt.Errorf("messages[%d].role: required", i)
+		}
+		msg := pipeline.Message{Role: m.Role, Content: content, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, tc := range m.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, pipeline.ToolCall{ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		out = append(out, msg)
+	}
+	return out, nil
 }
 
 // contentText reads a message content: a string, null, or a list of parts
@@ -210,9 +283,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	var in *input
-	if chat {
+	switch {
+	case chat:
 		in, err = s.chatInput(req.messages, req.params, req.wire.Tools)
-	} else {
+	case req.promptIDs != nil:
+		in, err = s.tokenInput(req.promptIDs, req.params)
+	default:
 		in, err = s.completionInput(req.prompt, req.params)
 	}
 	if err != nil {
@@ -300,6 +376,9 @@ func (s *Server) wireResponse(in *input, rep *reply, req *parsedRequest, chat bo
 	out["id"] = "cmpl-" + id
 	out["object"] = "text_completion"
 	choice["text"] = rep.content
+	if req.promptIDs != nil {
+		choice["text"] = rep.text
+	}
 	if req.wire.ReturnTokenIDs {
 		choice["prompt_token_ids"] = in.promptIDs
 	}

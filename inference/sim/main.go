@@ -33,6 +33,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.EnvDelay, "env-delay", 0, "median env delay per turn in the trailer, before time scale (0: preset)")
 	fs.IntVar(&o.ObsTokens, "obs-tokens", 0, "median observation tokens per turn in the trailer (0: preset)")
 	fs.StringVar(&o.Model, "model", "sim", "model name reported by /v1/models")
+	fs.BoolVar(&o.StripReasoning, "strip-reasoning", false, "replies start with <think>…</think>, and the chat template drops it from assistant messages before the last user message (as Qwen3's)")
 	a := fs.Duration("a", 4500*time.Microsecond, "fixed time per step, before time scale")
 	c := fs.Duration("c", 45*time.Microsecond, "time per running request per step, before time scale")
 	p := fs.Duration("p", 30*time.Microsecond, "time per prompt token admitted, before time scale")

@@ -60,6 +60,12 @@ type Options struct {
 	// MaxModelLen, when > 0, rejects requests whose prompt tokens plus
 	// max_tokens exceed it with vLLM's context-length 400.
 	MaxModelLen int
+	// StripReasoning makes the chat template drop the reasoning
+	// ("<think>…</think>") of assistant messages before the last user
+	// message, as Qwen3's and most reasoning models' templates do, and
+	// makes replies start with a reasoning block; a chat-mode client then
+	// sees its earlier turns re-rendered (token continuity breaks).
+	StripReasoning bool
 	// Model is the model name /v1/models reports. Default "sim".
 	Model string
 	// Faults inject errors.
@@ -210,6 +216,8 @@ func OptionsFrom(cfg Config) Options {
 		MaxModelLen: cfg.MaxModelLen,
 		EnvDelay:    cfg.EnvDelay.D(),
 		ObsTokens:   cfg.ObsTokens,
+
+		StripReasoning: cfg.StripReasoning,
 	}
 	if len(cfg.Turns) == 2 {
 		o.MinTurns, o.MaxTurns = cfg.Turns[0], cfg.Turns[1]

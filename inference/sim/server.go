@@ -201,7 +201,13 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	in, err := s.chatInput(req.Messages, req.Params, req.Tools)
+	var in *input
+	var err error
+	if req.PromptTokenIDs != nil {
+		in, err = s.tokenInput(req.PromptTokenIDs, req.Params)
+	} else {
+		in, err = s.chatInput(req.Messages, req.Params, req.Tools)
+	}
 	if err != nil {
 		return nil, &inference.Error{Class: inference.ClassHTTP, Status: 400, Msg: err.Error()}
 	}
@@ -236,6 +242,11 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	trailer, _ := json.Marshal(rep.trailer)
+	if req.PromptTokenIDs != nil {
+		// A token-id prompt gets text, as /v1/completions answers it: the
+		// caller parses tool calls out of it.
+		rep.content, rep.toolCalls = rep.text, nil
+	}
 	return &inference.Response{
 		Message: pipeline.Message{
 			Role:      pipeline.RoleAssistant,
@@ -253,6 +264,17 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 		Endpoint:         "sim://",
 	}, nil
 }
+
+// Tokenize renders req's messages with the simulator's chat template, as
+// POST /tokenize does.
+func (s *Server) Tokenize(ctx context.Context, req *inference.TokenizeRequest) ([]int32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	return s.template().Render(req.Messages, req.Tools, req.AddGenerationPrompt), nil
+}
+
+var _ inference.Tokenizer = (*Server)(nil)
 
 func (s *Server) stall(ctx context.Context) error {
 	t := time.NewTimer(s.opts.Faults.StallFor)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -193,11 +194,106 @@ func toolCallText(name, args string) string {
 // id, the content's ids and the end id; the prompt ends with the assistant
 // start id.
 func RenderChat(msgs []pipeline.Message) []int32 {
+	return Template{}.Render(msgs, nil, true)
+}
+
+// Template is the simulator's chat template.
+type Template struct {
+	// StripReasoning drops "<think>…</think>" (everything up to the last
+	// "</think>", and the newlines after it) from the content of assistant
+	// messages before the last user message, as Qwen3's template does.
+	StripReasoning bool
+}
+
+// toolsOpen starts the block that renders tool definitions.
+const toolsOpen = "<tools>"
+
+// Render renders messages into ids: first, when tools are given, a system
+// block "<tools>" + the definitions as a JSON list; then per message its
+// role's start id, its text's ids and the end id; and with
+// addGenerationPrompt the assistant start id.
+func (t Template) Render(msgs []pipeline.Message, tools []json.RawMessage, addGenerationPrompt bool) []int32 {
 	var out []int32
-	for i := range msgs {
-		out = append(out, roleToken(msgs[i].Role))
-		out = appendTokens(out, messageText(&msgs[i]))
+	if len(tools) > 0 {
+		list, _ := json.Marshal(tools)
+		out = append(out, TokSystem)
+		out = appendTokens(out, toolsOpen+string(list))
 		out = append(out, TokEnd)
 	}
-	return append(out, TokAssistant)
+	lastUser := -1
+	if t.StripReasoning {
+		for i := range msgs {
+			if msgs[i].Role == pipeline.RoleUser {
+				lastUser = i
+			}
+		}
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		out = append(out, roleToken(m.Role))
+		if i < lastUser && m.Role == pipeline.RoleAssistant && strings.Contains(m.Content, thinkClose) {
+			c := *m
+			c.Content = StripThink(c.Content)
+			m = &c
+		}
+		out = appendTokens(out, messageText(m))
+		out = append(out, TokEnd)
+	}
+	if addGenerationPrompt {
+		out = append(out, TokAssistant)
+	}
+	return out
+}
+
+const (
+	thinkOpen  = "<think>"
+	thinkClose = "</think>"
+)
+
+// StripThink returns content after its last "</think>", without the
+// newlines that follow it (Qwen3's template:
+// content.split('</think>')[-1].lstrip('\n')).
+func StripThink(content string) string {
+	i := strings.LastIndex(content, thinkClose)
+	if i < 0 {
+		return content
+	}
+	return strings.TrimLeft(content[i+len(thinkClose):], "\n")
+}
+
+// parseRendered splits prompt ids rendered by a Template back into
+// messages (assistant tool calls stay in the content's text) and the tool
+// definitions; a trailing role start id without its end (the generation
+// prompt) is dropped.
+func parseRendered(ids []int32) (msgs []pipeline.Message, tools []json.RawMessage) {
+	role, start := "", -1
+	for i, id := range ids {
+		switch {
+		case id >= TokSystem && id <= TokTool:
+			role, start = roleName(id), i+1
+		case id == TokEnd && start >= 0:
+			text := Detokenize(ids[start:i], false)
+			start = -1
+			if role == pipeline.RoleSystem && len(msgs) == 0 && tools == nil && strings.HasPrefix(text, toolsOpen) {
+				if json.Unmarshal([]byte(text[len(toolsOpen):]), &tools) == nil {
+					continue
+				}
+				tools = nil
+			}
+			msgs = append(msgs, pipeline.Message{Role: role, Content: text})
+		}
+	}
+	return msgs, tools
+}
+
+func roleName(id int32) string {
+	switch id {
+	case TokSystem:
+		return pipeline.RoleSystem
+	case TokAssistant:
+		return pipeline.RoleAssistant
+	case TokTool:
+		return pipeline.RoleTool
+	}
+	return pipeline.RoleUser
 }

@@ -7,9 +7,11 @@ import "github.com/trajflow/trajflow/pipeline"
 type Config struct {
 	// Name is the environment's registered name.
 	Name string `yaml:"name"`
-	// MaxTurns bounds the turns of one trajectory.
+	// MaxTurns bounds the turns of one trajectory (0: no bound, as in
+	// NeMo RL: the environment, max_seq_len or the timeout ends it).
 	MaxTurns int `yaml:"max_turns"`
-	// MaxSeqLen bounds a trajectory's tokens (0: no bound).
+	// MaxSeqLen bounds a trajectory's tokens, exactly (0: no bound). The
+	// generate stage enforces it.
 	MaxSeqLen int `yaml:"max_seq_len"`
 	// Concurrency bounds environment steps in flight.
 	Concurrency int `yaml:"concurrency"`
@@ -26,9 +28,6 @@ func (c *Config) SetDefaults() {
 	if c.Name == "" {
 		c.Name = "math"
 	}
-	if c.MaxTurns == 0 {
-		c.MaxTurns = 1
-	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
 	}
@@ -39,8 +38,8 @@ func (c *Config) SetDefaults() {
 // to an environment.
 func (c *Config) Validate() error {
 	var p pipeline.Problems
-	if c.MaxTurns < 1 {
-		p.Add("max_turns", "must be >= 1, got %d", c.MaxTurns)
+	if c.MaxTurns < 0 {
+		p.Add("max_turns", "must be >= 0 (0: no limit), got %d", c.MaxTurns)
 	}
 	if c.MaxSeqLen < 0 {
 		p.Add("max_seq_len", "must be >= 0, got %d", c.MaxSeqLen)
@@ -53,5 +52,5 @@ func (c *Config) Validate() error {
 
 // Limits returns the per-trajectory limits the stage enforces.
 func (c *Config) Limits() Limits {
-	return Limits{MaxTurns: c.MaxTurns, MaxSeqLen: c.MaxSeqLen, TurnTimeout: c.TurnTimeout.D()}
+	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D()}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/pipeline"
@@ -12,10 +11,9 @@ import (
 
 // Limits end trajectories.
 type Limits struct {
-	// MaxTurns bounds the model turns of a trajectory (>= 1).
+	// MaxTurns bounds the model turns of a trajectory; 0: no bound (the
+	// environment, max_seq_len or the trajectory timeout ends it).
 	MaxTurns int
-	// MaxSeqLen bounds the trajectory's tokens (prompt and response); 0: none.
-	MaxSeqLen int
 	// TurnTimeout bounds one environment call; 0: none.
 	TurnTimeout time.Duration
 }
@@ -29,9 +27,7 @@ type Stepper struct {
 
 // New returns a Stepper for env (named name in the output).
 func New(env envs.Env, name string, limits Limits) *Stepper {
-	if limits.MaxTurns < 1 {
-		limits.MaxTurns = 1
-	}
+	limits.MaxTurns = max(limits.MaxTurns, 0)
 	return &Stepper{env: env, name: name, limits: limits}
 }
 
@@ -68,9 +64,12 @@ func (s *Stepper) Reset(ctx context.Context, r *pipeline.Rollout) error {
 	return nil
 }
 
-// Step answers r's last assistant message. It appends the observations,
+// Step answers r's last assistant message. It appends the observations
+// (their text whole: max_seq_len cuts token ids, in the generate stage),
 // adds the reward, and resolves r as ok when the trajectory ends (the
-// environment terminated or truncated it, or a limit was reached). Done
+// environment terminated or truncated it, the generate stage found the
+// sequence full, or max_turns was reached). Stop strings the environment
+// returns apply from the next turn on until it returns others. Done
 // reports whether r left the loop. Step returns an error only when ctx is
 // done.
 func (s *Stepper) Step(ctx context.Context, r *pipeline.Rollout) (done bool, err error) {
@@ -99,65 +98,30 @@ func (s *Stepper) Step(ctx context.Context, r *pipeline.Rollout) (done bool, err
 		r.AddMetric(k, v)
 	}
 	r.State = st.State
-	r.StopStrings = st.StopStrings
+	if st.StopStrings != nil {
+		// NeMo RL's async loop: stop strings carry forward until the
+		// environment changes them (an empty, non-nil list clears them).
+		r.StopStrings = st.StopStrings
+	}
 	switch {
 	case st.Terminated:
 		r.Terminated = true
 	case st.Truncated:
 		r.Truncated = true
-	case r.NumTurns >= s.limits.MaxTurns:
+	case r.Truncated:
+		// The generate stage found the sequence full.
+	case s.limits.MaxTurns > 0 && r.NumTurns >= s.limits.MaxTurns:
 		r.MaxTurnsReached = true
 	}
-	if r.Terminated || r.Truncated || r.MaxTurnsReached {
-		s.appendObservations(r, st.Observations)
-		r.Resolve(pipeline.StatusOK)
-		return true, nil
+	for _, m := range st.Observations {
+		m.Turn = r.NumTurns
+		r.Messages = append(r.Messages, m)
 	}
-	if !s.appendObservations(r, st.Observations) {
-		r.Truncated = true
+	if r.Terminated || r.Truncated || r.MaxTurnsReached {
 		r.Resolve(pipeline.StatusOK)
 		return true, nil
 	}
 	return false, nil
-}
-
-// appendObservations appends the observation messages, cutting them to fit
-// max_seq_len. It reports false when they had to be cut (or nothing fits).
-// Observation lengths in tokens are estimated from the trajectory's own
-// characters-per-token ratio, since tokens are counted by the server.
-func (s *Stepper) appendObservations(r *pipeline.Rollout, obs []pipeline.Message) bool {
-	turn := r.NumTurns
-	if s.limits.MaxSeqLen <= 0 {
-		for _, m := range obs {
-			m.Turn = turn
-			r.Messages = append(r.Messages, m)
-		}
-		return true
-	}
-	used := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-	if used == 0 {
-		used = r.PromptTokens + r.CompletionTokens // servers without token ids
-	}
-	left := s.limits.MaxSeqLen - used
-	cpt := charsPerToken(r)
-	fits := true
-	for _, m := range obs {
-		m.Turn = turn
-		need := int(float64(utf8.RuneCountInString(m.Content))/cpt) + 1
-		if need > left {
-			fits = false
-			keep := int(float64(left) * cpt)
-			if keep <= 0 {
-				break
-			}
-			m.Content = cutRunes(m.Content, keep)
-			r.Messages = append(r.Messages, m)
-			break
-		}
-		left -= need
-		r.Messages = append(r.Messages, m)
-	}
-	return fits
 }
 
 func (s *Stepper) turnContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -167,28 +131,3 @@ func (s *Stepper) turnContext(ctx context.Context) (context.Context, context.Can
 	return ctx, func() {}
 }
 
-// charsPerToken is the trajectory's generated characters per generated
-// token, 4 when unknown.
-func charsPerToken(r *pipeline.Rollout) float64 {
-	chars := 0
-	for _, m := range r.Messages {
-		if m.Role == pipeline.RoleAssistant {
-			chars += utf8.RuneCountInString(m.Content)
-		}
-	}
-	if chars == 0 || r.CompletionTokens == 0 {
-		return 4
-	}
-	return float64(chars) / float64(r.CompletionTokens)
-}
-
-func cutRunes(s string, n int) string {
-	i := 0
-	for pos := range s {
-		if i == n {
-			return s[:pos]
-		}
-		i++
-	}
-	return s
-}

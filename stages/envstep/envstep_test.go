@@ -3,6 +3,7 @@ package envstep_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,10 +49,8 @@ func TestStep(t *testing.T) {
 		{"terminates", envstep.Limits{MaxTurns: 3}, &envs.Step{Reward: 1, Terminated: true}, nil, true, pipeline.StatusOK, "terminated", "", 2},
 		{"env truncates", envstep.Limits{MaxTurns: 3}, &envs.Step{Truncated: true}, nil, true, pipeline.StatusOK, "truncated", "", 2},
 		{"max turns", envstep.Limits{MaxTurns: 1}, &envs.Step{Observations: obs("more")}, nil, true, pipeline.StatusOK, "max_turns", "more", 3},
-		// 30 tokens used of 40; the assistant wrote 8 chars in 10 tokens (0.8
-		// chars a token), so about 8 characters fit.
-		{"observation cut to fit", envstep.Limits{MaxTurns: 5, MaxSeqLen: 40}, &envs.Step{Observations: obs(strings.Repeat("o", 100))}, nil, true, pipeline.StatusOK, "truncated", strings.Repeat("o", 8), 3},
-		{"observation fits", envstep.Limits{MaxTurns: 5, MaxSeqLen: 4000}, &envs.Step{Observations: obs("short")}, nil, false, "", "", "short", 3},
+		{"no turn limit", envstep.Limits{}, &envs.Step{Observations: obs("more")}, nil, false, "", "", "more", 3},
+		{"terminates with an observation", envstep.Limits{}, &envs.Step{Observations: obs("done"), Terminated: true}, nil, true, pipeline.StatusOK, "terminated", "done", 3},
 		{"env fails", envstep.Limits{MaxTurns: 3}, nil, errors.New("crashed"), true, pipeline.StatusError, "", "", 2},
 	}
 	for _, tt := range tests {
@@ -78,6 +77,32 @@ func TestStep(t *testing.T) {
 				t.Fatalf("error %q class %q", r.Error, r.ErrorClass)
 			}
 		})
+	}
+}
+
+// TestStopStringsCarryForward: stop strings an environment returns apply
+// until it returns others (NeMo RL's async loop); an empty list clears.
+func TestStopStringsCarryForward(t *testing.T) {
+	steps := []struct {
+		stop []string
+		want []string
+	}{
+		{[]string{"</answer>"}, []string{"</answer>"}},
+		{nil, []string{"</answer>"}},
+		{[]string{"STOP"}, []string{"STOP"}},
+		{[]string{}, []string{}},
+	}
+	r := after(0, "a")
+	for i, st := range steps {
+		s := envstep.New(fixedEnv{step: &envs.Step{Observations: []pipeline.Message{{Role: "user", Content: "o"}}, StopStrings: st.stop}}, "fixed", envstep.Limits{})
+		r.NumTurns = i + 1
+		r.Messages = append(r.Messages, pipeline.Message{Role: "assistant", Content: "a"})
+		if _, err := s.Step(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(r.StopStrings, st.want) {
+			t.Fatalf("step %d: stop strings %q, want %q", i, r.StopStrings, st.want)
+		}
 	}
 }
 

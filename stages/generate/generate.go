@@ -2,36 +2,110 @@ package generate
 
 import (
 	"context"
-	"github.com/trajflow/trajflow/inference"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
-// Generator runs model turns.
-type Generator struct {
-	client inference.Client
-	model  string
-	params map[string]any
+// Options configure a Generator.
+type Options struct {
+	// Model is sent with every request.
+	Model string
+	// Params are the config's generate.params, merged over each row's own.
+	Params map[string]any
+	// API is generate.api: chat (the default), completions or tokens. With
+	// tokens the Generator holds each trajectory's token sequence and
+	// sends it as a token-id prompt; the client must be an
+	// inference.Tokenizer.
+	API string
+	// MaxSeqLen bounds a trajectory's token sequence (prompt and
+	// response); 0: no bound.
+	MaxSeqLen int
 }
 
-// New returns a Generator sending params (the config's generate.params,
-// merged over each row's own) to client.
-func New(client inference.Client, model string, params map[string]any) *Generator {
-	return &Generator{client: client, model: model, params: params}
+// Generator runs model turns and keeps each trajectory's token view:
+// PromptTokenIDs ++ ResponseTokenIDs, LossMask, ResponseLogprobs and every
+// message's span in that sequence.
+type Generator struct {
+	client inference.Client
+	// tok renders observations; nil when the client cannot tokenize.
+	tok  inference.Tokenizer
+	opts Options
+
+	mu sync.Mutex
+	// without is the rendering of the fixed delta conversation without
+	// tool calls, and closing what the template writes after an assistant
+	// message's content; each computed once.
+	without []int32
+	closing []int32
+	// noTokenize is set once the server answered that it has no
+	// /tokenize (chat mode goes on without it).
+	noTokenize bool
+}
+
+// New returns a Generator sending requests to client. With opts.API
+// tokens the client must implement inference.Tokenizer.
+func New(client inference.Client, opts Options) (*Generator, error) {
+	g := &Generator{client: client, opts: opts}
+	g.tok, _ = client.(inference.Tokenizer)
+	if g.tokens() && g.tok == nil {
+		return nil, fmt.Errorf("generate.api: tokens needs a backend that tokenizes (POST /tokenize); %T cannot: use generate.api: chat", client)
+	}
+	return g, nil
+}
+
+func (g *Generator) tokens() bool { return g.opts.API == "tokens" }
+
+// Check makes sure the server can do what the configured API needs: with
+// tokens, it tokenizes a one-message conversation and generates one token
+// from it as a token-id prompt. It returns an error that says what is
+// missing and to use generate.api: chat.
+func (g *Generator) Check(ctx context.Context) error {
+	if !g.tokens() {
+		return nil
+	}
+	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
+		Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
+	})
+	if err != nil {
+		return fmt.Errorf("generate.api: tokens: POST /tokenize: %w", err)
+	}
+	if len(ids) == 0 {
+		return errors.New("generate.api: tokens: POST /tokenize returned no tokens; use generate.api: chat")
+	}
+	resp, err := g.client.Complete(ctx, &inference.Request{Model: g.opts.Model, PromptTokenIDs: ids, Params: map[string]any{"max_tokens": 1}})
+	if err != nil {
+		return fmt.Errorf("generate.api: tokens: a token-id prompt on /v1/completions: %w", err)
+	}
+	if len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
+		return fmt.Errorf("generate.api: tokens: %s answered a token-id prompt without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint)
+	}
+	return nil
 }
 
 // Turn runs one generation for r. Failures resolve r (error, or truncated
-// for a context-length error); Turn itself returns an error only when ctx is
-// done.
+// for a context-length error or when the sequence is full); Turn itself
+// returns an error only when ctx is done.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
+	ok, err := g.prepare(ctx, r)
+	if err != nil || !ok {
+		return err
+	}
 	req := &inference.Request{
-		Model:    g.model,
+		Model:    g.opts.Model,
 		Messages: r.Messages,
 		Params:   g.requestParams(r),
 		Tools:    r.Tools,
 		Affinity: r.GroupID,
+	}
+	if g.tokens() {
+		req.PromptTokenIDs = r.Tokens()
 	}
 	start := time.Now()
 	resp, err := g.client.Complete(ctx, req)
@@ -49,19 +123,245 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 		r.Fail(inference.ErrorClass(err), err)
 		return nil
 	}
+	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
+		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
+		return nil
+	}
 	g.apply(r, resp)
 	return nil
 }
 
+// Observe gives the observation that ended a trajectory (the messages
+// after its last assistant message) its token ids, cut to max_seq_len,
+// as the next request would have rendered them. In chat mode it needs a
+// server that tokenizes; without one the observation keeps no ids. It
+// returns an error only when ctx is done.
+func (g *Generator) Observe(ctx context.Context, r *pipeline.Rollout) error {
+	if r.Status != pipeline.StatusOK || g.tok == nil || r.NumTurns == 0 {
+		return nil
+	}
+	if len(r.PromptTokenIDs) == 0 && len(r.ResponseTokenIDs) == 0 {
+		return nil // the server reports no token ids: nothing to extend
+	}
+	ids, err := g.observationIDs(ctx, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if g.tokens() {
+			// Resolved ok already; the row says what is missing.
+			r.Error = fmt.Sprintf("the last observation has no token ids: %v", err)
+		}
+		return nil
+	}
+	g.appendObservation(r, ids)
+	return nil
+}
+
+// prepare brings r's token sequence up to the next request: in tokens
+// mode the first prompt's ids or the new observations' ids; with
+// max_seq_len, a sequence with no room left ends the trajectory
+// truncated. ok is false when r resolved instead.
+func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, err error) {
+	first := r.NumTurns == 0
+	switch {
+	case first && (g.tokens() || g.opts.MaxSeqLen > 0 && g.tok != nil):
+		// The first prompt's ids: needed in tokens mode, and to know the
+		// room left in chat mode.
+		ids, err := g.tokenize(ctx, r, r.Messages, r.Tools, true)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if g.tokens() {
+				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the prompt: %w", err))
+				return false, nil
+			}
+			break // chat mode goes on without
+		}
+		r.PromptTokenIDs = ids
+		setSpans(r.Messages, 0, len(ids))
+	case !first && (g.tokens() || g.opts.MaxSeqLen > 0 && g.tok != nil):
+		ids, err := g.observationIDs(ctx, r)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if g.tokens() {
+				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: the observation's token ids: %w", err))
+				return false, nil
+			}
+			break
+		}
+		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) > g.opts.MaxSeqLen {
+			// Chat mode appends only what overflows: the trajectory ends
+			// here, and the next render would have given these ids.
+			g.appendObservation(r, ids)
+		}
+	}
+	if g.opts.MaxSeqLen > 0 {
+		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if n > g.opts.MaxSeqLen {
+			cutTokens(r, g.opts.MaxSeqLen)
+			n = g.opts.MaxSeqLen
+			r.Truncated = true
+		}
+		if r.Truncated || n >= g.opts.MaxSeqLen {
+			r.Truncated = true
+			r.Resolve(pipeline.StatusOK)
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// tokenize renders msgs with the server's template. In chat mode a server
+// that has no /tokenize is asked once.
+func (g *Generator) tokenize(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message, tools []json.RawMessage, gen bool) ([]int32, error) {
+	if !g.tokens() {
+		g.mu.Lock()
+		no := g.noTokenize
+		g.mu.Unlock()
+		if no {
+			return nil, errNoTokenize
+		}
+	}
+	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Messages: msgs, Tools: tools, AddGenerationPrompt: gen, Affinity: r.GroupID})
+	var e *inference.Error
+	if err != nil && !g.tokens() && errors.As(err, &e) && e.Class == inference.ClassHTTP {
+		g.mu.Lock()
+		g.noTokenize = true
+		g.mu.Unlock()
+	}
+	return ids, err
+}
+
+var errNoTokenize = errors.New("the server has no /tokenize")
+
+// observationIDs returns the token ids of the messages after r's last
+// assistant message: the server's rendering of a fixed conversation with
+// and without them, differenced (inference.ObservationDelta).
+func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]int32, error) {
+	last := lastAssistant(r.Messages)
+	if last < 0 || last == len(r.Messages)-1 {
+		return nil, nil
+	}
+	a := &r.Messages[last]
+	base := inference.DeltaConversation(a)
+	var without []int32
+	if len(a.ToolCalls) == 0 {
+		g.mu.Lock()
+		without = g.without
+		g.mu.Unlock()
+	}
+	if without == nil {
+		var err error
+		if without, err = g.tokenize(ctx, r, base, nil, false); err != nil {
+			return nil, err
+		}
+		if len(a.ToolCalls) == 0 {
+			g.mu.Lock()
+			g.without = without
+			g.mu.Unlock()
+		}
+	}
+	with, err := g.tokenize(ctx, r, slices.Concat(base, r.Messages[last+1:]), nil, true)
+	if err != nil {
+		return nil, err
+	}
+	eot := int32(-1)
+	if a.TokenEnd > a.TokenStart && int(a.TokenEnd) <= len(r.PromptTokenIDs)+len(r.ResponseTokenIDs) {
+		eot = tokenAt(r, int(a.TokenEnd)-1)
+	}
+	closing, err := g.closingIDs(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return inference.ObservationDelta(without, with, eot, closing)
+}
+
+// closingIDs returns what the template writes after an assistant
+// message's content (inference.ClosingConversations), computed once.
+func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int32, error) {
+	g.mu.Lock()
+	c := g.closing
+	g.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	a, b := inference.ClosingConversations()
+	ra, err := g.tokenize(ctx, r, a, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := g.tokenize(ctx, r, b, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	c = inference.CommonSuffix(ra, rb)
+	g.mu.Lock()
+	g.closing = c
+	g.mu.Unlock()
+	return c, nil
+}
+
+// appendObservation appends the ids of the messages after the last
+// assistant message (loss mask 0), cut to the room max_seq_len leaves;
+// a cut ends the trajectory truncated.
+func (g *Generator) appendObservation(r *pipeline.Rollout, ids []int32) {
+	start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+	if m := g.opts.MaxSeqLen; m > 0 && start+len(ids) > m {
+		ids = ids[:max(m-start, 0)]
+		r.Truncated = true
+		r.Resolve(pipeline.StatusOK)
+	}
+	appendResponse(r, ids, nil, 0)
+	setSpans(r.Messages[lastAssistant(r.Messages)+1:], start, start+len(ids))
+}
+
 // requestParams merges the row's parameters, the config's, and the
-// rollout's own seed and stop strings.
+// rollout's own seed and stop strings, and caps max_tokens to the room
+// max_seq_len leaves.
 func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
-	p := inference.MergeParams(r.Task.Params, g.params) // a new map
+	p := inference.MergeParams(r.Task.Params, g.opts.Params) // a new map
 	p["seed"] = r.Seed
 	if len(r.StopStrings) > 0 {
 		p["stop"] = r.StopStrings
 	}
+	if m := g.opts.MaxSeqLen; m > 0 && (g.tokens() || len(r.PromptTokenIDs) > 0) {
+		capMaxTokens(p, m-len(r.PromptTokenIDs)-len(r.ResponseTokenIDs))
+	}
 	return p
+}
+
+// capMaxTokens sets max_tokens (or max_completion_tokens, when that is
+// the key given) to at most room.
+func capMaxTokens(p map[string]any, room int) {
+	key := "max_tokens"
+	if _, ok := p[key]; !ok {
+		if _, ok := p["max_completion_tokens"]; ok {
+			key = "max_completion_tokens"
+		}
+	}
+	if v, ok := toInt(p[key]); ok && v <= room {
+		return
+	}
+	p[key] = room
+}
+
+func toInt(v any) (int, bool) {
+	switch x := v.(type) {
+	case int:
+		return x, true
+	case int64:
+		return int(x), true
+	case float64:
+		return int(x), true
+	case interface{ Int64() (int64, error) }:
+		n, err := x.Int64()
+		return int(n), err == nil
+	}
+	return 0, false
 }
 
 // apply appends the response to the trajectory.
@@ -72,73 +372,168 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response) {
 	r.CompletionTokens += resp.CompletionTokens
 	r.FinishReason = resp.FinishReason
 	r.Extra = resp.Extra
-	r.ToolCalls += len(resp.Message.ToolCalls)
-
-	g.trackTokens(r, resp)
 
 	msg := resp.Message
 	msg.Role = pipeline.RoleAssistant
 	msg.Turn = turn
-	r.Messages = append(r.Messages, msg)
-}
-
-// trackTokens extends the trajectory's token view with this turn's prompt
-// extension (observation tokens, loss mask 0) and generated tokens (loss
-// mask 1). Each turn's prompt should begin with every token of the
-// trajectory so far; when it does not, the break is counted and the
-// extension is not guessed (no re-tokenizing).
-func (g *Generator) trackTokens(r *pipeline.Rollout, resp *inference.Response) {
-	p := resp.PromptTokenIDs
-	switch {
-	case p == nil:
-		// The server reports no prompt ids: nothing to check.
-	case r.NumTurns == 1:
-		r.PromptTokenIDs = p
-	default:
-		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-		if len(p) >= n && slices.Equal(p[:len(r.PromptTokenIDs)], r.PromptTokenIDs) && slices.Equal(p[len(r.PromptTokenIDs):n], r.ResponseTokenIDs) {
-			ext := p[n:]
-			r.ResponseTokenIDs = append(r.ResponseTokenIDs, ext...)
-			r.LossMask = append(r.LossMask, make([]int8, len(ext))...)
-			r.ResponseLogprobs = append(r.ResponseLogprobs, make([]float32, len(ext))...)
-			r.EnvTokens += len(ext)
-			// The extension belongs to the messages since the last
-			// assistant message: give it to the last of them.
-			if i := len(r.Messages) - 1; i >= 0 && r.Messages[i].Role != pipeline.RoleAssistant && r.Messages[i].TokenIDs == nil {
-				r.Messages[i].TokenIDs = ext
+	if g.tokens() && len(r.Tools) > 0 {
+		content, calls := inference.ParseToolCalls(msg.Content)
+		if len(calls) > 0 {
+			for i := range calls {
+				calls[i].ID = fmt.Sprintf("call_%d_%d", turn, i)
 			}
-		} else {
-			r.TokenContinuityBreaks++
+			msg.Content, msg.ToolCalls = content, calls
+			if r.FinishReason == "stop" {
+				r.FinishReason = "tool_calls"
+			}
 		}
 	}
+	r.ToolCalls += len(msg.ToolCalls)
+
+	if !g.tokens() {
+		g.follow(r, resp.PromptTokenIDs)
+	}
+	start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
 	ids := resp.Message.TokenIDs
-	if len(ids) == 0 {
-		return
+	if len(ids) > 0 {
+		appendResponse(r, ids, resp.Message.Logprobs, 1)
+		msg.TokenStart, msg.TokenEnd = int32(start), int32(start+len(ids))
 	}
-	n := len(ids)
-	lp := resp.Message.Logprobs
-	if len(lp) != n {
-		lp = make([]float32, n) // no logprobs: zeros
+	r.Messages = append(r.Messages, msg)
+
+	if m := g.opts.MaxSeqLen; m > 0 {
+		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if n > m {
+			// Only where the server's render was longer than measured
+			// (chat mode): the row keeps what fits.
+			cutTokens(r, m)
+		}
+		if n >= m {
+			r.Truncated = true
+		}
 	}
-	if len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0 && len(r.ResponseLogprobs) == 0 {
-		// The first generated tokens: share the response's arrays (capped,
-		// so that a later turn's append copies rather than writes into
-		// them) instead of copying them.
-		r.ResponseTokenIDs = ids[:n:n]
-		r.LossMask = ones(n)
-		r.ResponseLogprobs = lp[:n:n]
-		return
-	}
-	r.ResponseTokenIDs = append(r.ResponseTokenIDs, ids...)
-	r.LossMask = append(r.LossMask, ones(n)...)
-	r.ResponseLogprobs = append(r.ResponseLogprobs, lp...)
 }
 
-// ones returns n ones.
-func ones(n int) []int8 {
-	mask := make([]int8, n)
-	for i := range mask {
-		mask[i] = 1
+// follow extends the trajectory's token view with a chat-mode request's
+// prompt ids p. When p starts with the whole sequence, its extension is
+// the observations' ids (loss mask 0). When the server re-rendered earlier
+// turns (a continuity break, counted), the sequence is cut where it and p
+// part and continues with the rest of p (loss mask 0): the row then starts
+// with exactly this request's prompt, and mask 1 stays only on tokens
+// generated in exactly the context before them.
+func (g *Generator) follow(r *pipeline.Rollout, p []int32) {
+	if p == nil {
+		return // the server reports no prompt ids: nothing to check
 	}
-	return mask
+	if r.NumTurns == 1 && len(r.ResponseTokenIDs) == 0 {
+		// The first prompt, as the server rendered it (it replaces the
+		// ids measured for max_seq_len).
+		r.PromptTokenIDs = p
+		setSpans(r.Messages, 0, len(p))
+		return
+	}
+	n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+	origP := len(r.PromptTokenIDs)
+	l := inference.CommonPrefix(r.Tokens(), p)
+	if l < n {
+		r.TokenContinuityBreaks++
+		cutTokens(r, l)
+	}
+	last := lastAssistant(r.Messages)
+	for k := range r.Messages {
+		m := &r.Messages[k]
+		switch {
+		case k > last:
+			m.TokenStart, m.TokenEnd = int32(l), int32(len(p))
+		case int(m.TokenEnd) > l:
+			// Re-rendered: it shares the block of the render.
+			m.TokenStart, m.TokenEnd = min(m.TokenStart, int32(l)), int32(len(p))
+		}
+	}
+	if l < origP {
+		// The render changed the first prompt itself.
+		k := min(origP, len(p))
+		r.PromptTokenIDs = p[:k:k]
+		appendResponse(r, p[k:], nil, 0)
+		return
+	}
+	appendResponse(r, p[l:], nil, 0)
+}
+
+// appendResponse appends ids to the response with the given loss mask
+// value and logprobs (zeros when lp does not match ids), and keeps
+// EnvTokens, the response's mask-0 tokens.
+func appendResponse(r *pipeline.Rollout, ids []int32, lp []float32, mask int8) {
+	n := len(ids)
+	if n == 0 {
+		return
+	}
+	if len(lp) != n {
+		lp = make([]float32, n)
+	}
+	if len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0 && len(r.ResponseLogprobs) == 0 {
+		// Share the response's arrays (capped, so that a later append
+		// copies rather than writes into them) instead of copying them.
+		r.ResponseTokenIDs = ids[:n:n]
+		r.ResponseLogprobs = lp[:n:n]
+	} else {
+		r.ResponseTokenIDs = append(r.ResponseTokenIDs, ids...)
+		r.ResponseLogprobs = append(r.ResponseLogprobs, lp...)
+	}
+	for range n {
+		r.LossMask = append(r.LossMask, mask)
+	}
+	if mask == 0 {
+		r.EnvTokens += n
+	}
+}
+
+// cutTokens cuts the sequence PromptTokenIDs ++ ResponseTokenIDs to its
+// first n tokens, and the messages' spans with it. The cut slices are
+// capped so that later appends never write into arrays shared with
+// responses.
+func cutTokens(r *pipeline.Rollout, n int) {
+	p := len(r.PromptTokenIDs)
+	if n <= p {
+		r.PromptTokenIDs = r.PromptTokenIDs[:n:n]
+		r.ResponseTokenIDs, r.LossMask, r.ResponseLogprobs = nil, nil, nil
+	} else {
+		k := n - p
+		r.ResponseTokenIDs = r.ResponseTokenIDs[:k:k]
+		r.LossMask = r.LossMask[:k:k]
+		r.ResponseLogprobs = r.ResponseLogprobs[:k:k]
+	}
+	r.EnvTokens = 0
+	for _, m := range r.LossMask {
+		if m == 0 {
+			r.EnvTokens++
+		}
+	}
+	for k := range r.Messages {
+		m := &r.Messages[k]
+		m.TokenStart, m.TokenEnd = min(m.TokenStart, int32(n)), min(m.TokenEnd, int32(n))
+	}
+}
+
+// setSpans gives msgs, rendered together, the span [start, end).
+func setSpans(msgs []pipeline.Message, start, end int) {
+	for k := range msgs {
+		msgs[k].TokenStart, msgs[k].TokenEnd = int32(start), int32(end)
+	}
+}
+
+func lastAssistant(msgs []pipeline.Message) int {
+	for k := len(msgs) - 1; k >= 0; k-- {
+		if msgs[k].Role == pipeline.RoleAssistant {
+			return k
+		}
+	}
+	return -1
+}
+
+func tokenAt(r *pipeline.Rollout, i int) int32 {
+	if i < len(r.PromptTokenIDs) {
+		return r.PromptTokenIDs[i]
+	}
+	return r.ResponseTokenIDs[i-len(r.PromptTokenIDs)]
 }

@@ -11,6 +11,14 @@ import (
 	"github.com/trajflow/trajflow/stages/generate"
 )
 
+func newGen(c inference.Client, params map[string]any) *generate.Generator {
+	g, err := generate.New(c, generate.Options{Model: "m", Params: params})
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
 // scripted answers each call with the next response (or error) of a script
 // and records the requests.
 type scripted struct {
@@ -51,7 +59,9 @@ func TestTokenViewAcrossTurns(t *testing.T) {
 		envTokens int
 	}{
 		{"continuous", []int32{1, 2, 10, 11, 7, 8}, 0, []int32{10, 11, 7, 8, 20}, []int8{1, 1, 0, 0, 1}, 2},
-		{"break", []int32{1, 2, 99, 7, 8}, 1, []int32{10, 11, 20}, []int8{1, 1, 1}, 0},
+		// The server re-rendered the first answer: the row restarts with
+		// exactly this request's prompt, and only the new ids are mask 1.
+		{"break", []int32{1, 2, 99, 7, 8}, 1, []int32{99, 7, 8, 20}, []int8{0, 0, 0, 1}, 3},
 		{"server without ids", nil, 0, []int32{10, 11, 20}, []int8{1, 1, 1}, 0},
 	}
 	for _, tt := range tests {
@@ -61,7 +71,7 @@ func TestTokenViewAcrossTurns(t *testing.T) {
 				first = nil
 			}
 			c := &scripted{resps: []*inference.Response{resp(first, []int32{10, 11}), resp(tt.second, []int32{20})}}
-			g := generate.New(c, "m", map[string]any{"temperature": 1.0})
+			g := newGen(c, map[string]any{"temperature": 1.0})
 			r := rollout()
 			if err := g.Turn(context.Background(), r); err != nil {
 				t.Fatal(err)
@@ -84,7 +94,7 @@ func TestRequestParams(t *testing.T) {
 	c := &scripted{resps: []*inference.Response{resp(nil, nil)}}
 	r := rollout()
 	r.StopStrings = []string{"</answer>"}
-	if err := generate.New(c, "m", map[string]any{"temperature": 1.0}).Turn(context.Background(), r); err != nil {
+	if err := newGen(c, map[string]any{"temperature": 1.0}).Turn(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 	p := c.reqs[0].Params
@@ -113,7 +123,7 @@ func TestFailures(t *testing.T) {
 	for _, tt := range tests {
 		c := &scripted{errs: []error{tt.err}}
 		r := rollout()
-		if err := generate.New(c, "m", nil).Turn(context.Background(), r); err != nil {
+		if err := newGen(c, nil).Turn(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Status != tt.status || r.ErrorClass != tt.class || r.Truncated != tt.truncated {
@@ -123,7 +133,7 @@ func TestFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	c := &scripted{errs: []error{context.Canceled}}
-	if err := generate.New(c, "m", nil).Turn(ctx, rollout()); !errors.Is(err, context.Canceled) {
+	if err := newGen(c, nil).Turn(ctx, rollout()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled turn returns the context's error, got %v", err)
 	}
 }
@@ -134,7 +144,7 @@ func TestTokenViewLeavesResponsesAlone(t *testing.T) {
 	r1 := resp([]int32{1, 2}, append(make([]int32, 0, 16), 10, 11)) // room to append in place
 	r1.Message.Logprobs = nil
 	r2 := resp([]int32{1, 2, 10, 11, 7}, []int32{20})
-	g := generate.New(&scripted{resps: []*inference.Response{r1, r2}}, "m", nil)
+	g := newGen(&scripted{resps: []*inference.Response{r1, r2}}, nil)
 	r := rollout()
 	if err := g.Turn(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -164,7 +174,7 @@ func BenchmarkTurn(b *testing.B) {
 	gen := make([]int32, 60)
 	res := resp([]int32{1, 2, 3}, gen)
 	c := instant{res}
-	g := generate.New(c, "m", map[string]any{"temperature": 1.0, "return_token_ids": true})
+	g := newGen(c, map[string]any{"temperature": 1.0, "return_token_ids": true})
 	b.ReportAllocs()
 	for b.Loop() {
 		r := rollout()

@@ -230,6 +230,10 @@ func (l *Loop) run(ctx context.Context) error {
 					err = l.env.Reset(cctx, r)
 					done = r.Done()
 				}
+				if err == nil && done && step {
+					// The last observation's token ids.
+					err = l.gen.Observe(cctx, r)
+				}
 				cancel()
 				switch {
 				case err != nil:

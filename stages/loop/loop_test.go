@@ -96,7 +96,7 @@ func run(t *testing.T, ctx context.Context, model inference.Client, env envs.Env
 		}
 		return nil
 	})
-	l := loop.New(g, "loop", generate.New(model, "m", nil), envstep.New(env, "test", envstep.Limits{MaxTurns: maxTurns}), opts)
+	l := loop.New(g, "loop", mustGen(model), envstep.New(env, "test", envstep.Limits{MaxTurns: maxTurns}), opts)
 	if onLoop != nil {
 		onLoop(l)
 	}
@@ -329,7 +329,7 @@ func BenchmarkLoop(b *testing.B) {
 		}
 		return nil
 	})
-	l := loop.New(g, "loop", generate.New(model, "m", nil), envstep.New(instantEnv{}, "test", envstep.Limits{MaxTurns: 1}),
+	l := loop.New(g, "loop", mustGen(model), envstep.New(instantEnv{}, "test", envstep.Limits{MaxTurns: 1}),
 		loop.Options{GenWorkers: 64, EnvWorkers: 64, Buffer: 64})
 	n := 0
 	src.Via(l).To(pipeline.NewSink(g, "out", 16, func(_ context.Context, r *pipeline.Rollout) error {
@@ -352,4 +352,12 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func mustGen(c inference.Client) *generate.Generator {
+	g, err := generate.New(c, generate.Options{Model: "m"})
+	if err != nil {
+		panic(err)
+	}
+	return g
 }

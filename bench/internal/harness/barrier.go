@@ -62,11 +62,13 @@ type Barrier struct {
 
 // NewBarrier builds the reference schedule for cfg over client and env.
 func NewBarrier(cfg *config.Config, client inference.Client, env envs.Env) *Barrier {
+	gen, err := generate.New(client, generate.Options{Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen})
+	if err != nil {
+		panic(err) // the benchmarks' own configs
+	}
 	return &Barrier{
-		gen: generate.New(client, cfg.Generate.Model, cfg.Generate.Params),
-		step: envstep.New(env, cfg.Env.Name, envstep.Limits{
-			MaxTurns: cfg.Env.MaxTurns, MaxSeqLen: cfg.Env.MaxSeqLen, TurnTimeout: cfg.Env.TurnTimeout.D(),
-		}),
+		gen:  gen,
+		step: envstep.New(env, cfg.Env.Name, cfg.Env.Limits()),
 		exp:  repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model),
 		rule: groups.NewRule(cfg.Groups),
 	}

@@ -124,7 +124,7 @@ func TestMergeShards(t *testing.T) {
 			}
 
 			wantMeta := map[string]string{
-				pqsink.KeySchemaVersion:     "1",
+				pqsink.KeySchemaVersion:     "2",
 				pqsink.KeyRunID:             "run-a",
 				pqsink.KeyModel:             "sim-model",
 				pqsink.KeyConfigFingerprint: `["fp1","fp2"]`,

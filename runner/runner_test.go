@@ -447,3 +447,38 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 	}
 }
 
+// A directory holding part files of schema version 1 (written by an
+// earlier trajflow) is not resumed: the run would mix two schemas in one
+// dataset. The error names the file and its version; nothing is written.
+func TestResumeRefusesV1(t *testing.T) {
+	v1, err := os.ReadFile("../testdata/schema-v1/part-00000.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dest := range []string{runner.DataDir, runner.FilteredDir, runner.SurplusDir} {
+		t.Run(dest, func(t *testing.T) {
+			cfg := quickstart(t, "source.limit=8")
+			path := filepath.Join(cfg.Output.Dir, dest, "part-00000.parquet")
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, v1, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := run(t, cfg, runner.Options{AllowConfigChange: true})
+			want := path + " has schema version 1, this trajflow writes version 2"
+			if !errors.Is(err, runner.ErrSchemaVersion) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("got %v, want an error with %q", err, want)
+			}
+			for _, d := range []string{runner.DataDir, runner.FilteredDir, runner.SurplusDir} {
+				files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, d, "*.parquet"))
+				if d == dest && len(files) == 1 {
+					continue
+				}
+				if len(files) > 0 {
+					t.Errorf("%s: %v written", d, files)
+				}
+			}
+		})
+	}
+}

@@ -60,9 +60,10 @@ func sameLayout(a, b arrow.DataType) bool {
 // Rollouts decodes the rows of a record in the output schema (the current
 // Version) back into rollouts: the inverse of Collator.Add for every
 // written field. Tasks carry only Index and Raw; durations are rounded to
-// the nanosecond. Rollouts of one task share one *pipeline.Task. The
-// columns gen_tokens and total_tokens are derived from the training view
-// and not decoded.
+// the nanosecond. Rollouts of one task share one *pipeline.Task.
+// EnvTokens gets env_tokens, which collate computes from the loss mask;
+// gen_tokens and total_tokens, also derived from the training view, have
+// no field and are not decoded.
 //
 // Each message gets its span (TokenStart, TokenEnd) and, when the span is
 // not empty, its TokenIDs restored from the sequence PromptTokenIDs ++

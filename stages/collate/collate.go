@@ -36,21 +36,21 @@ type Collator struct {
 	metricName   *array.StringBuilder
 	metricValue  *array.Float64Builder
 
-	msgs         *array.ListBuilder
-	msg          *array.StructBuilder
-	msgRole      *array.StringBuilder
-	msgContent   *array.StringBuilder
-	msgTools     *array.ListBuilder
-	tool         *array.StructBuilder
-	toolID       *array.StringBuilder
-	toolType     *array.StringBuilder
-	toolName     *array.StringBuilder
-	toolArgs     *array.StringBuilder
-	msgToolCID   *array.StringBuilder
-	msgName      *array.StringBuilder
-	msgTokStart  *array.Int32Builder
-	msgTokEnd    *array.Int32Builder
-	msgTurn      *array.Int32Builder
+	msgs        *array.ListBuilder
+	msg         *array.StructBuilder
+	msgRole     *array.StringBuilder
+	msgContent  *array.StringBuilder
+	msgTools    *array.ListBuilder
+	tool        *array.StructBuilder
+	toolID      *array.StringBuilder
+	toolType    *array.StringBuilder
+	toolName    *array.StringBuilder
+	toolArgs    *array.StringBuilder
+	msgToolCID  *array.StringBuilder
+	msgName     *array.StringBuilder
+	msgTokStart *array.Int32Builder
+	msgTokEnd   *array.Int32Builder
+	msgTurn     *array.Int32Builder
 
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
 	promptIDVals, respIDVals             *array.Int32Builder

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -54,12 +55,20 @@ func (c *committed) skip(taskIndex int64, maxAttempts int, resample bool) (skip 
 // config whose semantic keys differ from this run's.
 var ErrConfigChanged = errors.New("the output directory holds work of a different config")
 
+// ErrSchemaVersion is returned when an output directory holds part files
+// of another schema version than the one this trajflow writes: a resumed
+// run would mix two schemas in one dataset, which readers globbing the
+// directory (DuckDB, pyarrow) and trajflow merge refuse.
+var ErrSchemaVersion = errors.New("the output directory holds files of another schema version")
+
 // loadCommitted reads the keys of the part files in the data and filtered
-// directories, and checks that they were produced by this config.
+// directories, and checks that they were produced by this config, and
+// that every part file (surplus too) is in the schema version this run
+// writes.
 func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	c := &committed{tasks: map[int64]taskState{}}
 	fp, _ := r.cfg.Fingerprint()
-	for _, dest := range []string{DataDir, FilteredDir} {
+	for _, dest := range []string{DataDir, FilteredDir, SurplusDir} {
 		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, "part-*.parquet"))
 		if err != nil {
 			return nil, err
@@ -68,6 +77,12 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 		for _, p := range paths {
 			if err := ctx.Err(); err != nil {
 				return nil, err
+			}
+			if dest == SurplusDir {
+				if err := checkVersion(p); err != nil {
+					return nil, err
+				}
+				continue
 			}
 			if err := r.readCommitted(ctx, p, dest == DataDir, fp, c); err != nil {
 				return nil, err
@@ -78,12 +93,43 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	return c, nil
 }
 
+// checkVersion refuses a part file of another schema version than
+// schema.Version.
+func checkVersion(path string) error {
+	f, err := pqread.Open(path, memory.NewGoAllocator(), 1)
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	defer f.Close()
+	return fileVersion(f, path)
+}
+
+// fileVersion checks that f, opened from path, is in schema.Version.
+func fileVersion(f *pqread.File, path string) error {
+	s, err := f.Schema()
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	v, err := schema.FileVersion(f.Metadata(), s)
+	if err != nil {
+		return fmt.Errorf("resume: %s: not in trajflow's output schema: %w", path, err)
+	}
+	if v != schema.Version {
+		return fmt.Errorf("%w: %s has schema version %s, this trajflow writes version %s, and a resumed run would mix both in one directory; finish the run with the trajflow version that started it, or use another output.dir",
+			ErrSchemaVersion, path, v, schema.Version)
+	}
+	return nil
+}
+
 func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp string, c *committed) error {
 	f, err := pqread.Open(path, memory.NewGoAllocator(), 64<<10)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	defer f.Close()
+	if err := fileVersion(f, path); err != nil {
+		return err
+	}
 	meta := f.Metadata()
 	if got, ok := meta[parquet.KeyConfigFingerprint]; !ok || got != fp {
 		var diffs []string

@@ -11,19 +11,21 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 )
 
-// Check reports whether s is the output schema, naming the first
-// column that differs.
-func Check(s *arrow.Schema) error {
-	if s.NumFields() != arrowSchema.NumFields() {
-		return fmt.Errorf("collate: schema has %d columns, want %d (schema version %s)", s.NumFields(), arrowSchema.NumFields(), Version)
+// Check reports whether s is the output schema of the current Version,
+// naming the first column that differs.
+func Check(s *arrow.Schema) error { return check(s, arrowSchema, Version) }
+
+func check(s, want *arrow.Schema, version string) error {
+	if s.NumFields() != want.NumFields() {
+		return fmt.Errorf("schema has %d columns, want %d (schema version %s)", s.NumFields(), want.NumFields(), version)
 	}
-	for i, want := range arrowSchema.Fields() {
+	for i, w := range want.Fields() {
 		got := s.Field(i)
-		if got.Name != want.Name {
-			return fmt.Errorf("collate: column %d is %q, want %q", i, got.Name, want.Name)
+		if got.Name != w.Name {
+			return fmt.Errorf("column %d is %q, want %q (schema version %s)", i, got.Name, w.Name, version)
 		}
-		if !sameLayout(got.Type, want.Type) {
-			return fmt.Errorf("collate: column %q has type %s, want %s", got.Name, got.Type, want.Type)
+		if !sameLayout(got.Type, w.Type) {
+			return fmt.Errorf("column %q has type %s, want %s (schema version %s)", got.Name, got.Type, w.Type, version)
 		}
 	}
 	return nil
@@ -55,10 +57,23 @@ func sameLayout(a, b arrow.DataType) bool {
 	return arrow.TypeEqual(a, b)
 }
 
-// Rollouts decodes the rows of a record in the output schema back into
-// rollouts: the inverse of Collator.Add for every written field. Tasks
-// carry only Index and Raw; durations are rounded to the nanosecond.
-// Rollouts of one task share one *pipeline.Task.
+// Rollouts decodes the rows of a record in the output schema (the current
+// Version) back into rollouts: the inverse of Collator.Add for every
+// written field. Tasks carry only Index and Raw; durations are rounded to
+// the nanosecond. Rollouts of one task share one *pipeline.Task.
+// EnvTokens gets env_tokens, which collate computes from the loss mask;
+// gen_tokens and total_tokens, also derived from the training view, have
+// no field and are not decoded.
+//
+// Each message gets its span (TokenStart, TokenEnd) and, when the span is
+// not empty, its TokenIDs restored from the sequence PromptTokenIDs ++
+// ResponseTokenIDs, and, for an assistant message whose span lies in the
+// response, its Logprobs from ResponseLogprobs: what a rollout held before
+// it was written, when its messages' ids were the sequence's. The
+// restored slices are views of the rollout's own arrays (copied only when
+// a span crosses from the prompt into the response): do not append to
+// them. A message with an empty span has nil TokenIDs and Logprobs. A span
+// that does not lie in the sequence is an error naming the row.
 func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 	if err := Check(rec.Schema()); err != nil {
 		return nil, err
@@ -149,9 +164,12 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 					Content:    msg.Field(MsgContent).(*array.String).Value(j),
 					ToolCallID: msg.Field(MsgToolCallID).(*array.String).Value(j),
 					Name:       msg.Field(MsgName).(*array.String).Value(j),
-					TokenIDs:   int32s(msg.Field(MsgTokenIDs).(*array.List), j),
-					Logprobs:   float32s(msg.Field(MsgLogprobs).(*array.List), j),
+					TokenStart: msg.Field(MsgTokenStart).(*array.Int32).Value(j),
+					TokenEnd:   msg.Field(MsgTokenEnd).(*array.Int32).Value(j),
 					Turn:       int(msg.Field(MsgTurn).(*array.Int32).Value(j)),
+				}
+				if err := restoreTokens(r, &m); err != nil {
+					return nil, fmt.Errorf("row %d (%s) message %d: %w", i, r, j-int(s), err)
 				}
 				if ts, te := mTools.ValueOffsets(j); te > ts {
 					for k := int(ts); k < int(te); k++ {
@@ -169,6 +187,31 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// restoreTokens sets m's TokenIDs and Logprobs from its span in r's
+// sequence.
+func restoreTokens(r *pipeline.Rollout, m *pipeline.Message) error {
+	start, end := int(m.TokenStart), int(m.TokenEnd)
+	if start == end {
+		return nil
+	}
+	p, n := len(r.PromptTokenIDs), len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)
+	if start < 0 || start > end || end > n {
+		return fmt.Errorf("token span [%d, %d) does not lie in the sequence of %d tokens", start, end, n)
+	}
+	switch {
+	case end <= p:
+		m.TokenIDs = r.PromptTokenIDs[start:end:end]
+	case start >= p:
+		m.TokenIDs = r.ResponseTokenIDs[start-p : end-p : end-p]
+		if m.Role == pipeline.RoleAssistant && len(r.ResponseLogprobs) == len(r.ResponseTokenIDs) {
+			m.Logprobs = r.ResponseLogprobs[start-p : end-p : end-p]
+		}
+	default:
+		m.TokenIDs = append(append(make([]int32, 0, end-start), r.PromptTokenIDs[start:]...), r.ResponseTokenIDs[:end-p]...)
+	}
+	return nil
 }
 
 func dur(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

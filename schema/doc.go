@@ -4,6 +4,8 @@
 //
 // Every component that writes or reads output depends on this package:
 // the collate stage builds records in [Schema], the sinks convert them, and
-// stats, merge and resume read them back with [Check] and [Rollouts]. It
-// imports nothing of trajflow's but the data model in pipeline.
+// stats, merge and resume read them back with [Check], [FileVersion] and
+// [Rollouts]. Version 1's Arrow schema is kept, frozen, so that readers of
+// light columns can tell and read files of that version. It imports
+// nothing of trajflow's but the data model in pipeline.
 package schema

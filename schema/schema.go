@@ -7,7 +7,13 @@ import (
 // Version is the version of the output schema. It changes whenever a
 // column is added, removed, renamed or changes type, and is written into
 // every output file's key-value metadata (trajflow.schema_version).
-const Version = "1"
+//
+// Version 2 stores every token id once, in the training view
+// (prompt_token_ids, response_token_ids, loss_mask, response_logprobs):
+// each message records its span in that sequence (token_start, token_end)
+// where version 1 kept a copy of its token ids and logprobs. It also adds
+// the per-sample counts gen_tokens and total_tokens.
+const Version = "2"
 
 // Column indices of Schema, in order. Keys and light columns come first,
 // heavy columns (task, messages, token ids) last, so that readers that
@@ -44,6 +50,8 @@ const (
 	ColPromptTokens
 	ColCompletionTokens
 	ColEnvTokens
+	ColGenTokens
+	ColTotalTokens
 	ColGenMS
 	ColEnvMS
 	ColTotalMS
@@ -64,8 +72,8 @@ const (
 	MsgToolCalls
 	MsgToolCallID
 	MsgName
-	MsgTokenIDs
-	MsgLogprobs
+	MsgTokenStart
+	MsgTokenEnd
 	MsgTurn
 )
 
@@ -107,8 +115,8 @@ var (
 		field("tool_calls", ListOf(toolCallType)),
 		field("tool_call_id", arrow.BinaryTypes.String),
 		field("name", arrow.BinaryTypes.String),
-		field("token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
-		field("logprobs", ListOf(arrow.PrimitiveTypes.Float32)),
+		field("token_start", arrow.PrimitiveTypes.Int32),
+		field("token_end", arrow.PrimitiveTypes.Int32),
 		field("turn", arrow.PrimitiveTypes.Int32),
 	)
 	metricType = arrow.StructOf(
@@ -148,6 +156,8 @@ var (
 		ColPromptTokens:          field("prompt_tokens", arrow.PrimitiveTypes.Int64),
 		ColCompletionTokens:      field("completion_tokens", arrow.PrimitiveTypes.Int64),
 		ColEnvTokens:             field("env_tokens", arrow.PrimitiveTypes.Int64),
+		ColGenTokens:             field("gen_tokens", arrow.PrimitiveTypes.Int64),
+		ColTotalTokens:           field("total_tokens", arrow.PrimitiveTypes.Int64),
 		ColGenMS:                 field("gen_ms", arrow.PrimitiveTypes.Float64),
 		ColEnvMS:                 field("env_ms", arrow.PrimitiveTypes.Float64),
 		ColTotalMS:               field("total_ms", arrow.PrimitiveTypes.Float64),

@@ -46,6 +46,9 @@ type Result struct {
 	CPUS     float64 `json:"cpu_s"`
 	// PerCPU is rollouts per CPU-second of this process.
 	PerCPU float64 `json:"rollouts_per_cpu_s"`
+	// ParquetBytes is the size of the Parquet files the pipeline
+	// committed (pipeline only).
+	ParquetBytes int64 `json:"parquet_bytes,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -95,6 +98,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "overhead:", err)
 			return 1
 		}
+	}
+	fmt.Fprintf(stdout, "\nParquet written by the pipeline: %d bytes, %.0f bytes a rollout\n", res[0].ParquetBytes, float64(res[0].ParquetBytes)/float64(max(res[0].Rollouts, 1)))
+	if line, err := sinkShare(*profile); err == nil {
+		fmt.Fprintf(stdout, "Parquet sink CPU (sinks/parquet.(*Writer) methods and below, from the profile): %s\n", line)
 	}
 	if *top > 0 {
 		fmt.Fprintf(stdout, "\nCPU profile of the pipeline run (%s):\n\n", *profile)
@@ -156,6 +163,9 @@ func measure(ctx context.Context, dir string, tasks, n, conc int, logprobs bool,
 	fmt.Fprintln(log, "overhead: pipeline ...")
 	pipe, err := pipeline(ctx, cfg, profile)
 	if err != nil {
+		return nil, err
+	}
+	if pipe.ParquetBytes, err = dirBytes(filepath.Join(cfg.Output.Dir, runner.DataDir)); err != nil {
 		return nil, err
 	}
 	if pipe.Rollouts != len(reqs) {
@@ -292,6 +302,45 @@ func workers(ctx context.Context, n, conc int, f func(i int) error) error {
 }
 
 // pprofTop is `go tool pprof -top` of the profile.
+// dirBytes sums the sizes of the Parquet files in dir.
+func dirBytes(dir string) (int64, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.parquet"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return 0, err
+		}
+		n += st.Size()
+	}
+	return n, nil
+}
+
+// sinkShare returns pprof's account of the samples under the Parquet
+// sink's Writer methods (Write, and Close, which flushes the last pages):
+// with no node dropped, the nodes shown account for every focused sample
+// ("Showing nodes accounting for 1.2s, 15% of 8s total").
+func sinkShare(profile string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=1000000", "-nodefraction=0", "-edgefraction=0",
+		`-focus=sinks/parquet\.\(\*Writer\)\.`, self, profile).Output()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if i := strings.Index(line, "Showing nodes accounting for "); i >= 0 {
+			return strings.TrimSpace(line[i+len("Showing nodes accounting for "):]), nil
+		}
+	}
+	return "", fmt.Errorf("no summary in pprof's output")
+}
+
 func pprofTop(profile string, lines int) (string, error) {
 	self, err := os.Executable()
 	if err != nil {

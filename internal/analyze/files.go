@@ -113,9 +113,13 @@ type pqFile struct {
 	f    *pqread.File
 	// meta is the file's key-value metadata.
 	meta map[string]string
+	// version is the file's schema version (schema.FileVersion): one of
+	// schema.Versions.
+	version string
 }
 
-// openFile opens path with Arrow's reader and checks its schema.
+// openFile opens path with Arrow's reader and checks that it is in one of
+// the schema versions trajflow reads.
 func openFile(path string, alloc memory.Allocator, batchRows int) (*pqFile, error) {
 	if batchRows <= 0 {
 		batchRows = DefaultBatchRows
@@ -130,7 +134,7 @@ func openFile(path string, alloc memory.Allocator, batchRows int) (*pqFile, erro
 		f.close()
 		return nil, fmt.Errorf("analyze: %w", err)
 	}
-	if err := schema.Check(s); err != nil {
+	if f.version, err = schema.FileVersion(f.meta, s); err != nil {
 		f.close()
 		return nil, fmt.Errorf("analyze: %s: not in trajflow's output schema: %w", path, err)
 	}

@@ -63,9 +63,11 @@ type MergeResult struct {
 // sinks/parquet. A file is cut only between groups (rows of one run_id,
 // task_index and attempt), once it holds at least opts.FileRows rows.
 //
-// Before writing anything Merge checks every input: its schema
-// (schema.Check), that all carry the same trajflow.schema_version,
-// and, unless opts.AllowDuplicates, that no (task_index, attempt,
+// Before writing anything Merge checks every input: its schema, that it
+// is in the schema version merge writes (schema.Version; a file of schema
+// version 1 is refused, alone or with others, naming the file and its
+// version: v1 rows hold token ids per message, which cannot be rewritten
+// as spans), and, unless opts.AllowDuplicates, that no (task_index, attempt,
 // rollout_index) key repeats within a run_id. It refuses an outDir/data
 // that already holds part files unless opts.Force, and an input inside
 // outDir/data. Key-value metadata is kept where all inputs agree; a key
@@ -137,10 +139,11 @@ type rowKey struct {
 // duplicate keys. It returns the inputs' metadata.
 func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptions, res *MergeResult) ([]map[string]string, error) {
 	all := append(slices.Clone(existing), files...)
+	if err := checkVersions(all, opts); err != nil {
+		return nil, err
+	}
 	var (
 		metas      []map[string]string
-		version    string
-		versionOf  string
 		runs       = map[string]int32{}
 		seen       = map[rowKey]int32{} // key -> index in all of the first file holding it
 		firstDup   error
@@ -150,18 +153,6 @@ func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptio
 		f, err := openFile(path, opts.Allocator, opts.BatchRows)
 		if err != nil {
 			return nil, err
-		}
-		v, ok := f.meta[pqsink.KeySchemaVersion]
-		if !ok {
-			v = "(none)"
-		}
-		switch {
-		case fi == 0:
-			version, versionOf = v, path
-		case v != version:
-			f.close()
-			return nil, fmt.Errorf("analyze: %s has %s %s but %s has %s: refusing to merge different schema versions",
-				path, pqsink.KeySchemaVersion, v, versionOf, version)
 		}
 		if fi >= len(existing) {
 			metas = append(metas, f.meta)
@@ -203,6 +194,37 @@ func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptio
 			res.Duplicates, firstDup)
 	}
 	return metas, nil
+}
+
+// checkVersions opens the footer of every file and refuses any whose
+// schema version is not the one merge writes, naming it and its version,
+// and, when other files are of the current version, one of those.
+func checkVersions(files []string, opts *MergeOptions) error {
+	var current, old, oldVersion string
+	for _, path := range files {
+		f, err := openFile(path, opts.Allocator, opts.BatchRows)
+		if err != nil {
+			return err
+		}
+		f.close()
+		switch {
+		case f.version == schema.Version:
+			if current == "" {
+				current = path
+			}
+		case old == "":
+			old, oldVersion = path, f.version
+		}
+	}
+	switch {
+	case old == "":
+		return nil
+	case current != "":
+		return fmt.Errorf("analyze: merge: %s has schema version %s but %s has %s: refusing to merge different schema versions into one output",
+			old, oldVersion, current, schema.Version)
+	}
+	return fmt.Errorf("analyze: merge: %s has schema version %s; merge writes only version %s (version 1 rows keep token ids per message, which cannot be rewritten as spans): merge them with the trajflow version that wrote them",
+		old, oldVersion, schema.Version)
 }
 
 // mergeMetadata keeps every key whose value all files agree on; a key with

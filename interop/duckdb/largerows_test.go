@@ -50,7 +50,7 @@ func TestDuckDBReadsLargeRows(t *testing.T) {
 			}
 			defer db.Close()
 			q := fmt.Sprintf(`SELECT traj_id, length(messages[3].content), md5(messages[3].content),
-			        len(response_token_ids), list_sum(response_token_ids), len(messages[5].logprobs)
+			        len(response_token_ids), list_sum(response_token_ids), messages[5].token_end - messages[5].token_start
 			    FROM read_parquet('%s') ORDER BY rollout_index`, filepath.Join(dir, "part-00000.parquet"))
 			rows, err := db.Query(q)
 			if err != nil {

@@ -34,7 +34,10 @@ func Group(taskIndex int64, n, payload int) *pipeline.Group {
 	return g
 }
 
-// Rollout returns rollout i of a group of n for task.
+// Rollout returns rollout i of a group of n for task. Its messages' spans
+// (TokenStart, TokenEnd) cover the whole sequence PromptTokenIDs ++
+// ResponseTokenIDs, and each message's TokenIDs and Logprobs are the
+// sequence's at its span, as schema.Rollouts restores them.
 func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 	// A quarter of the payload is token data (ids and logprobs of the
 	// response, 4+4+1+4 bytes per token), the rest message text.
@@ -97,15 +100,23 @@ func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 		}
 	}
 	body := words(uint64(seed), text/2)
+	// Spans in the sequence PromptTokenIDs ++ ResponseTokenIDs: the system
+	// message holds the prompt's first 4 tokens, the user message the
+	// other 6; then the first answer, the 3 observation tokens (mask 0)
+	// and the second answer.
+	p := int32(len(r.PromptTokenIDs))
+	h := p + int32(half)
 	r.Messages = []pipeline.Message{
-		{Role: pipeline.RoleSystem, Content: "You are a careful solver."},
-		{Role: pipeline.RoleUser, Content: fmt.Sprintf("Solve problem %d.", task.Index), TokenIDs: r.PromptTokenIDs},
+		{Role: pipeline.RoleSystem, Content: "You are a careful solver.",
+			TokenIDs: r.PromptTokenIDs[:4:4], TokenStart: 0, TokenEnd: 4},
+		{Role: pipeline.RoleUser, Content: fmt.Sprintf("Solve problem %d.", task.Index),
+			TokenIDs: r.PromptTokenIDs[4:], TokenStart: 4, TokenEnd: p},
 		{Role: pipeline.RoleAssistant, Content: body, Turn: 1,
-			TokenIDs: r.ResponseTokenIDs[:half], Logprobs: r.ResponseLogprobs[:half]},
+			TokenIDs: r.ResponseTokenIDs[:half:half], Logprobs: r.ResponseLogprobs[:half:half], TokenStart: p, TokenEnd: h},
 		{Role: pipeline.RoleUser, Content: "Try again.", Turn: 1,
-			TokenIDs: r.ResponseTokenIDs[half : half+3]},
+			TokenIDs: r.ResponseTokenIDs[half : half+3 : half+3], TokenStart: h, TokenEnd: h + 3},
 		{Role: pipeline.RoleAssistant, Content: body, Turn: 2,
-			TokenIDs: r.ResponseTokenIDs[half+3:], Logprobs: r.ResponseLogprobs[half+3:]},
+			TokenIDs: r.ResponseTokenIDs[half+3:], Logprobs: r.ResponseLogprobs[half+3:], TokenStart: h + 3, TokenEnd: p + int32(tokens)},
 	}
 	if i%2 == 1 {
 		r.ToolCalls = 1
@@ -114,7 +125,7 @@ func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 			Arguments: fmt.Sprintf(`{"expr":"%d+%d"}`, i, task.Index),
 		}}
 		r.Messages[3] = pipeline.Message{Role: pipeline.RoleTool, Content: "42", ToolCallID: fmt.Sprintf("call_%d", i),
-			Name: "calc", Turn: 1, TokenIDs: r.ResponseTokenIDs[half : half+3]}
+			Name: "calc", Turn: 1, TokenIDs: r.ResponseTokenIDs[half : half+3 : half+3], TokenStart: h, TokenEnd: h + 3}
 	}
 	return r
 }

@@ -56,8 +56,6 @@ func deepCopy(rows []row) []row {
 				tcs[k] = toolCall{strings.Clone(tc.ID), strings.Clone(tc.Type), strings.Clone(tc.Name), strings.Clone(tc.Arguments)}
 			}
 			m.ToolCalls = tcs
-			m.TokenIDs = append([]int32(nil), m.TokenIDs...)
-			m.Logprobs = append([]float32(nil), m.Logprobs...)
 			msgs[j] = m
 		}
 		r.Messages = msgs

@@ -41,6 +41,8 @@ type row struct {
 	PromptTokens          int64     `parquet:"prompt_tokens"`
 	CompletionTokens      int64     `parquet:"completion_tokens"`
 	EnvTokens             int64     `parquet:"env_tokens"`
+	GenTokens             int64     `parquet:"gen_tokens"`
+	TotalTokens           int64     `parquet:"total_tokens"`
 	GenMS                 float64   `parquet:"gen_ms"`
 	EnvMS                 float64   `parquet:"env_ms"`
 	TotalMS               float64   `parquet:"total_ms"`
@@ -71,8 +73,8 @@ type message struct {
 	ToolCalls  []toolCall `parquet:"tool_calls,list"`
 	ToolCallID string     `parquet:"tool_call_id"`
 	Name       string     `parquet:"name"`
-	TokenIDs   []int32    `parquet:"token_ids,list"`
-	Logprobs   []float32  `parquet:"logprobs,list"`
+	TokenStart int32      `parquet:"token_start"`
+	TokenEnd   int32      `parquet:"token_end"`
 	Turn       int32      `parquet:"turn"`
 }
 
@@ -125,10 +127,8 @@ func (c *converter) convert(rec arrow.Record) []row {
 	tArgs := toolSt.Field(schema.ToolArguments).(*array.String)
 	mToolCallID := msgSt.Field(schema.MsgToolCallID).(*array.String)
 	mName := msgSt.Field(schema.MsgName).(*array.String)
-	mTokens := msgSt.Field(schema.MsgTokenIDs).(*array.List)
-	mTokenVals := mTokens.ListValues().(*array.Int32).Int32Values()
-	mLogprobs := msgSt.Field(schema.MsgLogprobs).(*array.List)
-	mLogprobVals := mLogprobs.ListValues().(*array.Float32).Float32Values()
+	mTokStart := msgSt.Field(schema.MsgTokenStart).(*array.Int32).Int32Values()
+	mTokEnd := msgSt.Field(schema.MsgTokenEnd).(*array.Int32).Int32Values()
 	mTurn := msgSt.Field(schema.MsgTurn).(*array.Int32).Int32Values()
 	promptIDs := lst(schema.ColPromptTokenIDs)
 	promptIDVals := promptIDs.ListValues().(*array.Int32).Int32Values()
@@ -156,14 +156,15 @@ func (c *converter) convert(rec arrow.Record) []row {
 			ToolCalls:  listSlice(mTools, c.tools, j),
 			ToolCallID: mToolCallID.Value(j),
 			Name:       mName.Value(j),
-			TokenIDs:   listSlice(mTokens, mTokenVals, j),
-			Logprobs:   listSlice(mLogprobs, mLogprobVals, j),
+			TokenStart: mTokStart[j],
+			TokenEnd:   mTokEnd[j],
 			Turn:       mTurn[j],
 		}
 	}
 
 	taskIndex, seed := i64(schema.ColTaskIndex), i64(schema.ColSeed)
 	pt, ct, et := i64(schema.ColPromptTokens), i64(schema.ColCompletionTokens), i64(schema.ColEnvTokens)
+	gt, tt := i64(schema.ColGenTokens), i64(schema.ColTotalTokens)
 	attempt, rolloutIndex, groupSize := i32(schema.ColAttempt), i32(schema.ColRolloutIndex), i32(schema.ColGroupSize)
 	numTurns, breaks, tools, retries := i32(schema.ColNumTurns), i32(schema.ColTokenContinuityBreaks), i32(schema.ColToolCalls), i32(schema.ColRetries)
 	reward, mean, std, adv := f64(schema.ColReward), f64(schema.ColGroupRewardMean), f64(schema.ColGroupRewardStd), f64(schema.ColAdvantage)
@@ -203,6 +204,8 @@ func (c *converter) convert(rec arrow.Record) []row {
 			PromptTokens:          pt[i],
 			CompletionTokens:      ct[i],
 			EnvTokens:             et[i],
+			GenTokens:             gt[i],
+			TotalTokens:           tt[i],
 			GenMS:                 genMS[i],
 			EnvMS:                 envMS[i],
 			TotalMS:               totalMS[i],

@@ -36,7 +36,7 @@ const (
 
 // Metadata keys trajflow writes into every file's key-value metadata.
 const (
-	KeySchemaVersion     = "trajflow.schema_version"
+	KeySchemaVersion     = schema.MetadataKey
 	KeyVersion           = "trajflow.version"
 	KeyConfigFingerprint = "trajflow.config_fingerprint"
 	KeyRunID             = "trajflow.run_id"

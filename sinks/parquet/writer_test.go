@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/file"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
+	"github.com/trajflow/trajflow/internal/outread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
@@ -170,6 +171,14 @@ func TestRoundTrip(t *testing.T) {
 			if got[1].Messages[2].ToolCalls[0].Arguments != `{"expr":"1+0"}` || got[1].Metrics["acc"] != 1 {
 				t.Errorf("tool call or metric lost: %+v", got[1])
 			}
+			// Schema v2: token ids are stored once, in the training view;
+			// messages hold spans, from which the decoder restores them.
+			checkSpans(t, got, want)
+			viaPQRead, err := outread.File(filepath.Join(dir, "part-00000.parquet"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSpans(t, viaPQRead, want)
 			for k, v := range map[string]string{
 				pqsink.KeySchemaVersion:     schema.Version,
 				pqsink.KeyRunID:             "run-test",
@@ -180,6 +189,69 @@ func TestRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkSpans compares the messages' spans and restored token ids and
+// logprobs of rows read back with those written, and checks that every
+// span is in use (the fixture's spans cover each sequence).
+func checkSpans(t *testing.T, got, want []*pipeline.Rollout) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("read %d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if len(got[i].Messages) != len(want[i].Messages) {
+			t.Fatalf("row %d: %d messages, want %d", i, len(got[i].Messages), len(want[i].Messages))
+		}
+		for j, w := range want[i].Messages {
+			g := got[i].Messages[j]
+			if g.TokenStart != w.TokenStart || g.TokenEnd != w.TokenEnd || g.TokenEnd <= g.TokenStart {
+				t.Errorf("row %d message %d: span [%d, %d), want [%d, %d), not empty", i, j, g.TokenStart, g.TokenEnd, w.TokenStart, w.TokenEnd)
+			}
+			if !slices.Equal(g.TokenIDs, w.TokenIDs) || !slices.Equal(g.Logprobs, w.Logprobs) || len(g.TokenIDs) == 0 {
+				t.Errorf("row %d message %d: ids %v logprobs %v, want %v %v", i, j, g.TokenIDs, g.Logprobs, w.TokenIDs, w.Logprobs)
+			}
+		}
+	}
+}
+
+// The file holds each token id once: messages have spans and no token
+// columns of their own.
+func TestNoTokenCopies(t *testing.T) {
+	dir := t.TempDir()
+	w, err := pqsink.New(dir, pqsink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeGroups(t, w, memory.NewGoAllocator(), 2, 4, 8, 512)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := file.OpenParquetFile(filepath.Join(dir, "part-00000.parquet"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var int32Lists []string
+	s := f.MetaData().Schema
+	for i := range s.NumColumns() {
+		c := s.Column(i)
+		if strings.HasPrefix(c.Path(), "messages.") && strings.Contains(c.Path(), "token") && c.MaxRepetitionLevel() > 1 {
+			t.Errorf("messages column %s repeats: want spans, not token lists", c.Path())
+		}
+		if c.MaxRepetitionLevel() > 0 && c.PhysicalType() == parquet.Types.Int32 && !strings.HasPrefix(c.Path(), "messages.") {
+			int32Lists = append(int32Lists, c.Path())
+		}
+	}
+	want := []string{"prompt_token_ids.list.element", "response_token_ids.list.element", "loss_mask.list.element"}
+	if !reflect.DeepEqual(int32Lists, want) {
+		t.Errorf("int32 list columns %v, want %v", int32Lists, want)
+	}
+	for _, name := range []string{"messages.list.element.token_start", "messages.list.element.token_end", "gen_tokens", "total_tokens"} {
+		if s.ColumnIndexByName(name) < 0 {
+			t.Errorf("no column %s", name)
+		}
 	}
 }
 

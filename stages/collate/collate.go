@@ -36,23 +36,21 @@ type Collator struct {
 	metricName   *array.StringBuilder
 	metricValue  *array.Float64Builder
 
-	msgs         *array.ListBuilder
-	msg          *array.StructBuilder
-	msgRole      *array.StringBuilder
-	msgContent   *array.StringBuilder
-	msgTools     *array.ListBuilder
-	tool         *array.StructBuilder
-	toolID       *array.StringBuilder
-	toolType     *array.StringBuilder
-	toolName     *array.StringBuilder
-	toolArgs     *array.StringBuilder
-	msgToolCID   *array.StringBuilder
-	msgName      *array.StringBuilder
-	msgTokens    *array.ListBuilder
-	msgTokenVals *array.Int32Builder
-	msgLogprobs  *array.ListBuilder
-	msgLPVals    *array.Float32Builder
-	msgTurn      *array.Int32Builder
+	msgs        *array.ListBuilder
+	msg         *array.StructBuilder
+	msgRole     *array.StringBuilder
+	msgContent  *array.StringBuilder
+	msgTools    *array.ListBuilder
+	tool        *array.StructBuilder
+	toolID      *array.StringBuilder
+	toolType    *array.StringBuilder
+	toolName    *array.StringBuilder
+	toolArgs    *array.StringBuilder
+	msgToolCID  *array.StringBuilder
+	msgName     *array.StringBuilder
+	msgTokStart *array.Int32Builder
+	msgTokEnd   *array.Int32Builder
+	msgTurn     *array.Int32Builder
 
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
 	promptIDVals, respIDVals             *array.Int32Builder
@@ -83,8 +81,8 @@ type stage struct {
 	list [schema.NumColumns][]int32
 
 	msgRole, msgContent, msgToolCID, msgName []string
-	msgTurn                                  []int32
-	msgTools, msgTokens, msgLogprobs         []int32
+	msgTurn, msgTokStart, msgTokEnd          []int32
+	msgTools                                 []int32
 
 	metricName  []string
 	metricValue []float64
@@ -145,10 +143,8 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	c.toolArgs = c.tool.FieldBuilder(schema.ToolArguments).(*array.StringBuilder)
 	c.msgToolCID = c.msg.FieldBuilder(schema.MsgToolCallID).(*array.StringBuilder)
 	c.msgName = c.msg.FieldBuilder(schema.MsgName).(*array.StringBuilder)
-	c.msgTokens = c.msg.FieldBuilder(schema.MsgTokenIDs).(*array.ListBuilder)
-	c.msgTokenVals = c.msgTokens.ValueBuilder().(*array.Int32Builder)
-	c.msgLogprobs = c.msg.FieldBuilder(schema.MsgLogprobs).(*array.ListBuilder)
-	c.msgLPVals = c.msgLogprobs.ValueBuilder().(*array.Float32Builder)
+	c.msgTokStart = c.msg.FieldBuilder(schema.MsgTokenStart).(*array.Int32Builder)
+	c.msgTokEnd = c.msg.FieldBuilder(schema.MsgTokenEnd).(*array.Int32Builder)
 	c.msgTurn = c.msg.FieldBuilder(schema.MsgTurn).(*array.Int32Builder)
 
 	c.promptIDs = c.b.Field(schema.ColPromptTokenIDs).(*array.ListBuilder)
@@ -262,16 +258,16 @@ func (c *Collator) unstage() {
 			*f.v = (*f.v)[:0]
 		}
 		c.msgTurn.AppendValues(s.msgTurn, nil)
+		c.msgTokStart.AppendValues(s.msgTokStart, nil)
+		c.msgTokEnd.AppendValues(s.msgTokEnd, nil)
 		c.msgTools.AppendValues(s.msgTools, s.valid(n))
-		c.msgTokens.AppendValues(s.msgTokens, s.valid(n))
-		c.msgLogprobs.AppendValues(s.msgLogprobs, s.valid(n))
-		s.msgTurn, s.msgTools, s.msgTokens, s.msgLogprobs = s.msgTurn[:0], s.msgTools[:0], s.msgTokens[:0], s.msgLogprobs[:0]
+		s.msgTurn, s.msgTokStart, s.msgTokEnd, s.msgTools = s.msgTurn[:0], s.msgTokStart[:0], s.msgTokEnd[:0], s.msgTools[:0]
 	}
 }
 
 // reserve lists the value builders worth pre-sizing after a flush.
 func (c *Collator) reserve() []array.Builder {
-	return []array.Builder{c.msg, c.msgTokenVals, c.msgLPVals,
+	return []array.Builder{c.msg,
 		c.promptIDs.ValueBuilder(), c.respIDs.ValueBuilder(), c.lossMask.ValueBuilder(), c.respLP.ValueBuilder()}
 }
 
@@ -283,6 +279,22 @@ func (c *Collator) Release() {
 	}
 	c.rows = 0
 	c.stage = stage{}
+}
+
+// SeqTokens returns NeMo RL's per-sample token counts of r's training
+// view, the prompt left out: gen, the response tokens the model generated
+// in exactly this context (loss mask 1), and total, every response token
+// (len(ResponseTokenIDs)). total - gen are the response tokens with loss
+// mask 0: observation tokens, chat-template tokens around observations
+// included. Collate writes them as gen_tokens, total_tokens and
+// env_tokens.
+func SeqTokens(r *pipeline.Rollout) (gen, total int) {
+	for _, m := range r.LossMask {
+		if m != 0 {
+			gen++
+		}
+	}
+	return gen, len(r.ResponseTokenIDs)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -341,7 +353,10 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.str[schema.ColFilterReason] = append(st.str[schema.ColFilterReason], r.FilterReason)
 	st.i64[schema.ColPromptTokens] = append(st.i64[schema.ColPromptTokens], int64(r.PromptTokens))
 	st.i64[schema.ColCompletionTokens] = append(st.i64[schema.ColCompletionTokens], int64(r.CompletionTokens))
-	st.i64[schema.ColEnvTokens] = append(st.i64[schema.ColEnvTokens], int64(r.EnvTokens))
+	gen, total := SeqTokens(r)
+	st.i64[schema.ColEnvTokens] = append(st.i64[schema.ColEnvTokens], int64(total-gen))
+	st.i64[schema.ColGenTokens] = append(st.i64[schema.ColGenTokens], int64(gen))
+	st.i64[schema.ColTotalTokens] = append(st.i64[schema.ColTotalTokens], int64(total))
 	st.f64[schema.ColGenMS] = append(st.f64[schema.ColGenMS], ms(r.GenTime))
 	st.f64[schema.ColEnvMS] = append(st.f64[schema.ColEnvMS], ms(r.EnvTime))
 	st.f64[schema.ColTotalMS] = append(st.f64[schema.ColTotalMS], ms(r.TotalTime))
@@ -363,10 +378,8 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		}
 		st.msgToolCID = append(st.msgToolCID, m.ToolCallID)
 		st.msgName = append(st.msgName, m.Name)
-		st.msgTokens = append(st.msgTokens, int32(c.msgTokenVals.Len()))
-		c.msgTokenVals.AppendValues(m.TokenIDs, nil)
-		st.msgLogprobs = append(st.msgLogprobs, int32(c.msgLPVals.Len()))
-		c.msgLPVals.AppendValues(m.Logprobs, nil)
+		st.msgTokStart = append(st.msgTokStart, m.TokenStart)
+		st.msgTokEnd = append(st.msgTokEnd, m.TokenEnd)
 		st.msgTurn = append(st.msgTurn, int32(m.Turn))
 	}
 

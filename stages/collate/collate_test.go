@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/arrowmem"
@@ -23,7 +24,7 @@ var contractColumns = []string{
 	"reward", "turn_rewards", "metrics", "status", "error", "finish_reason",
 	"terminated", "truncated", "max_turns_reached", "num_turns", "token_continuity_breaks",
 	"group_reward_mean", "group_reward_std", "advantage", "kept", "filter_reason",
-	"prompt_tokens", "completion_tokens", "env_tokens", "gen_ms", "env_ms", "total_ms",
+	"prompt_tokens", "completion_tokens", "env_tokens", "gen_tokens", "total_tokens", "gen_ms", "env_ms", "total_ms",
 	"error_class", "tool_calls",
 }
 
@@ -44,7 +45,7 @@ func TestSchemaHasContractColumns(t *testing.T) {
 	for _, f := range msgFields {
 		names = append(names, f.Name)
 	}
-	want := []string{"role", "content", "tool_calls", "tool_call_id", "name", "token_ids", "logprobs", "turn"}
+	want := []string{"role", "content", "tool_calls", "tool_call_id", "name", "token_start", "token_end", "turn"}
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("messages fields = %v, want %v", names, want)
 	}
@@ -210,11 +211,126 @@ func TestCheckSchemaNamesColumn(t *testing.T) {
 	fields := schema.Schema().Fields()
 	fields[schema.ColReward].Type = arrow.PrimitiveTypes.Float32
 	err := schema.Check(arrow.NewSchema(fields, nil))
-	if err == nil || err.Error() != `collate: column "reward" has type float32, want float64` {
+	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 2)` {
 		t.Errorf("CheckSchema = %v", err)
 	}
 	if err := schema.Check(arrow.NewSchema(fields[:3], nil)); err == nil {
 		t.Error("CheckSchema accepted 3 columns")
+	}
+}
+
+// The token counts are computed from the training view, prompt left out:
+// gen_tokens the loss-mask-1 tokens, env_tokens the loss-mask-0 ones,
+// total_tokens both.
+func TestTokenCounts(t *testing.T) {
+	tests := []struct {
+		name            string
+		prompt, resp    int
+		mask            []int8
+		gen, env, total int64
+	}{
+		{"no token ids", 0, 0, nil, 0, 0, 0},
+		{"prompt only", 5, 0, nil, 0, 0, 0},
+		{"one turn", 5, 4, []int8{1, 1, 1, 1}, 4, 0, 4},
+		{"turns and observations", 5, 9, []int8{1, 1, 0, 0, 0, 1, 1, 0, 0}, 4, 5, 9},
+		{"nothing generated", 2, 3, []int8{0, 0, 0}, 0, 3, 3},
+	}
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer alloc.AssertSize(t, 0)
+	c := collate.New(alloc, 100)
+	defer c.Release()
+	for i, tt := range tests {
+		r := &pipeline.Rollout{Task: &pipeline.Task{Index: int64(i)},
+			PromptTokenIDs: make([]int32, tt.prompt), ResponseTokenIDs: make([]int32, tt.resp),
+			LossMask: tt.mask, ResponseLogprobs: make([]float32, tt.resp),
+			EnvTokens: 1000} // the stage's own count is not what is written
+		if gen, total := collate.SeqTokens(r); int64(gen) != tt.gen || int64(total) != tt.total {
+			t.Errorf("%s: SeqTokens = %d, %d; want %d, %d", tt.name, gen, total, tt.gen, tt.total)
+		}
+		c.Add(&pipeline.Group{Rollouts: []*pipeline.Rollout{r}})
+	}
+	rec := c.Flush()
+	defer rec.Release()
+	col := func(i int) []int64 { return rec.Column(i).(*array.Int64).Int64Values() }
+	for i, tt := range tests {
+		got := [3]int64{col(schema.ColGenTokens)[i], col(schema.ColEnvTokens)[i], col(schema.ColTotalTokens)[i]}
+		if want := [3]int64{tt.gen, tt.env, tt.total}; got != want {
+			t.Errorf("%s: gen, env, total tokens = %v, want %v", tt.name, got, want)
+		}
+	}
+}
+
+// Messages are written as spans: the decoder restores their token ids and
+// logprobs from the training view, and a message whose span is empty gets
+// none, whatever copy it held.
+func TestSpans(t *testing.T) {
+	prompt := []int32{10, 11, 12, 13}
+	resp := []int32{20, 21, 22, 30, 31, 23, 24}
+	lp := []float32{-1, -2, -3, 0, 0, -4, -5}
+	mask := []int8{1, 1, 1, 0, 0, 1, 1}
+	msgs := []pipeline.Message{
+		{Role: "system", TokenStart: 0, TokenEnd: 1},
+		{Role: "user", TokenStart: 1, TokenEnd: 4},
+		{Role: "assistant", Turn: 1, TokenStart: 4, TokenEnd: 7},
+		{Role: "tool", Turn: 1, TokenStart: 7, TokenEnd: 9},
+		{Role: "assistant", Turn: 2, TokenStart: 9, TokenEnd: 11},
+		// Spans of the live pipeline before the token-exact work: empty,
+		// with a copy that is not written.
+		{Role: "user", Turn: 2, TokenIDs: []int32{7, 7}},
+		// A span across the end of the prompt (a template's generation
+		// prompt counted with the message).
+		{Role: "user", Turn: 2, TokenStart: 3, TokenEnd: 5},
+	}
+	want := []struct {
+		ids []int32
+		lp  []float32
+	}{
+		{[]int32{10}, nil},
+		{[]int32{11, 12, 13}, nil},
+		{[]int32{20, 21, 22}, []float32{-1, -2, -3}},
+		{[]int32{30, 31}, nil},
+		{[]int32{23, 24}, []float32{-4, -5}},
+		{nil, nil},
+		{[]int32{13, 20}, nil},
+	}
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer alloc.AssertSize(t, 0)
+	c := collate.New(alloc, 1)
+	defer c.Release()
+	rec := c.Add(&pipeline.Group{Rollouts: []*pipeline.Rollout{{Task: &pipeline.Task{}, Messages: msgs,
+		PromptTokenIDs: prompt, ResponseTokenIDs: resp, ResponseLogprobs: lp, LossMask: mask}}})
+	defer rec.Release()
+	rs, err := schema.Rollouts(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range rs[0].Messages {
+		if m.TokenStart != msgs[i].TokenStart || m.TokenEnd != msgs[i].TokenEnd {
+			t.Errorf("message %d: span [%d, %d), want [%d, %d)", i, m.TokenStart, m.TokenEnd, msgs[i].TokenStart, msgs[i].TokenEnd)
+		}
+		if !reflect.DeepEqual(m.TokenIDs, want[i].ids) || !reflect.DeepEqual(m.Logprobs, want[i].lp) {
+			t.Errorf("message %d: ids %v logprobs %v, want %v %v", i, m.TokenIDs, m.Logprobs, want[i].ids, want[i].lp)
+		}
+	}
+}
+
+// A span outside the sequence is written as given; the decoder refuses
+// it, naming the row and the message.
+func TestBadSpan(t *testing.T) {
+	for _, span := range [][2]int32{{2, 9}, {-1, 2}, {3, 1}} {
+		alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		c := collate.New(alloc, 1)
+		r := &pipeline.Rollout{Task: &pipeline.Task{Index: 4}, PromptTokenIDs: []int32{1, 2}, ResponseTokenIDs: []int32{3, 4},
+			Messages: []pipeline.Message{{Role: "user"}, {Role: "assistant", TokenStart: span[0], TokenEnd: span[1]}}}
+		rec := c.Add(&pipeline.Group{Rollouts: []*pipeline.Rollout{r}})
+		_, err := schema.Rollouts(rec)
+		want := fmt.Sprintf("row 0 (task 4 attempt 0 rollout 0) message 1: token span [%d, %d) does not lie in the sequence of 4 tokens", span[0], span[1])
+		if err == nil || err.Error() != want {
+			t.Errorf("span %v: got %v, want %q", span, err, want)
+		}
+		rec.Release()
+		c.Release()
+		alloc.AssertSize(t, 0)
 	}
 }
 

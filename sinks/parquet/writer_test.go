@@ -20,7 +20,6 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/file"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
-	"github.com/trajflow/trajflow/internal/outread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
@@ -174,7 +173,7 @@ func TestRoundTrip(t *testing.T) {
 			// Schema v2: token ids are stored once, in the training view;
 			// messages hold spans, from which the decoder restores them.
 			checkSpans(t, got, want)
-			viaPQRead, err := outread.File(filepath.Join(dir, "part-00000.parquet"))
+			viaPQRead, err := pqsink.ReadFile(filepath.Join(dir, "part-00000.parquet"))
 			if err != nil {
 				t.Fatal(err)
 			}

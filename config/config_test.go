@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/config"
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments whose options the tests set
 	"github.com/trajflow/trajflow/inference/sim"
 )
 
@@ -96,13 +97,13 @@ func TestFingerprint(t *testing.T) {
 	}
 	a, canon := load().Fingerprint()
 	// Speed and place do not change what a run produces.
-	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3", "source.path=moved.jsonl"} {
+	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3"} {
 		if b, _ := load(set).Fingerprint(); b != a {
 			t.Errorf("%s changed the fingerprint", set)
 		}
 	}
 	// What is sampled does.
-	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9"} {
+	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl"} {
 		c := load(set)
 		if b, _ := c.Fingerprint(); b == a {
 			t.Errorf("%s kept the fingerprint", set)
@@ -117,6 +118,44 @@ func TestFingerprint(t *testing.T) {
 		}
 		if !strings.HasPrefix(diffs[0], key+":") {
 			t.Errorf("%s: diff %q does not name the key", set, diffs[0])
+		}
+	}
+}
+
+// Options an environment declares operational (pool sizes, timeouts,
+// retries) may change on resume; its other options may not.
+func TestOperationalEnvOptions(t *testing.T) {
+	tests := []struct {
+		env         string
+		operational []string
+		semantic    []string
+	}{
+		{"env: {name: subprocess, command: [python3, env.py], workers: 2}\n",
+			[]string{"env.workers=8", "env.step_timeout=5s", "env.shutdown_grace=1s"},
+			[]string{"env.command=[python3, other.py]", "env.dir=/tmp"}},
+		{"env: {name: http, url: http://127.0.0.1:1}\n",
+			[]string{"env.request_timeout=5s", "env.max_attempts=9", "env.backoff=1s"},
+			[]string{"env.protocol=nemo_gym"}},
+	}
+	for _, tt := range tests {
+		fp := func(sets ...string) string {
+			cfg, err := config.Parse([]byte(base+tt.env), "cfg.yaml", sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _ := cfg.Fingerprint()
+			return h
+		}
+		a := fp()
+		for _, set := range tt.operational {
+			if fp(set) != a {
+				t.Errorf("%s: operational %s changed the fingerprint", tt.env, set)
+			}
+		}
+		for _, set := range tt.semantic {
+			if fp(set) == a {
+				t.Errorf("%s: %s kept the fingerprint", tt.env, set)
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -15,16 +16,25 @@ import (
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/sources"
 )
 
 // KeyConfig is the Parquet metadata key holding the canonical JSON of the
 // config's semantic keys, so that a refused resume can name what changed.
 const KeyConfig = "trajflow.config"
 
+// KeySource is the Parquet metadata key holding the identity of the input
+// (sources.Identity as JSON) as far as it was read when the file was
+// committed.
+const KeySource = "trajflow.source"
+
 // committed is the work a previous run of the same output directory
 // committed: per task, its last committed attempt and whether it was kept.
 type committed struct {
-	tasks map[int64]taskState
+	// source is the input identity that covers the most bytes among the
+	// committed files (nil when none recorded one).
+	source *sources.Identity
+	tasks  map[int64]taskState
 	kept  int // kept groups
 	rows  int64
 	files int
@@ -75,6 +85,14 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 			c.files++
 		}
 	}
+	if c.source != nil && !r.opts.AllowConfigChange {
+		if err := sources.Verify(r.cfg.Source.Path, *c.source); err != nil {
+			if !errors.Is(err, sources.ErrOtherInput) {
+				return nil, fmt.Errorf("resume: %w", err)
+			}
+			return nil, fmt.Errorf("%w: source.path: %v; use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, err)
+		}
+	}
 	return c, nil
 }
 
@@ -96,6 +114,15 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 				msg = "changed keys: " + strings.Join(diffs, "; ")
 			}
 			return fmt.Errorf("%w: %s (%s); use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, path, msg)
+		}
+	}
+	if v, ok := meta[KeySource]; ok {
+		var id sources.Identity
+		if err := json.Unmarshal([]byte(v), &id); err != nil {
+			return fmt.Errorf("resume: %s: %s is unreadable: %w", path, KeySource, err)
+		}
+		if c.source == nil || id.Bytes > c.source.Bytes {
+			c.source = &id
 		}
 	}
 	cols, err := f.Fields("task_index", "attempt")

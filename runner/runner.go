@@ -261,6 +261,12 @@ func (r *run) parquetOptions() parquet.Options {
 			parquet.KeySamplingParams:    string(params),
 			KeyConfig:                    canonical,
 		},
+		// What was read of the input when the file is committed: a resume
+		// checks that its input starts with the same bytes.
+		CommitMetadata: func() map[string]string {
+			id, _ := json.Marshal(r.source.Identity())
+			return map[string]string{KeySource: string(id)}
+		},
 	}
 }
 

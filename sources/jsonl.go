@@ -36,7 +36,8 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // with gzip's magic bytes (whatever its name).
 func openJSONL(f *os.File, b base) (*jsonlReader, error) {
 	r := &jsonlReader{base: b, f: f}
-	br := bufio.NewReaderSize(f, 64<<10)
+	r.hr = newHashingReader(f)
+	br := bufio.NewReaderSize(r.hr, 64<<10)
 	head, err := br.Peek(2)
 	if err != nil && err != io.EOF {
 		return nil, fmt.Errorf("source: %s: %w", b.path, err)

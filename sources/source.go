@@ -18,6 +18,9 @@ type Reader interface {
 	Next(ctx context.Context) (*pipeline.Task, error)
 	// Close releases the file.
 	Close() error
+	// Identity names the file and fingerprints what was read of it so
+	// far. It may be called from another goroutine than Next.
+	Identity() Identity
 }
 
 // Reject is a bad row passed over under on_bad_row: skip.
@@ -88,9 +91,15 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("source: %s is a directory, want a file", cfg.Path)
 	}
-	b := base{path: cfg.Path, win: win, opts: opts, skipBad: skipBad}
+	b := base{path: cfg.Path, size: st.Size(), win: win, opts: opts, skipBad: skipBad}
 	switch format {
 	case FormatParquet:
+		n, sum, err := hashFile(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("source: %s: %w", cfg.Path, err)
+		}
+		b.fullHash = &Identity{Path: cfg.Path, Size: st.Size(), Bytes: n, SHA256: sum}
 		r, err := openParquet(f, st.Size(), b)
 		if err != nil {
 			f.Close()
@@ -175,9 +184,26 @@ func (w window) keep(i int64) bool {
 // caller's hooks.
 type base struct {
 	path    string
+	size    int64
 	win     window
 	opts    Options
 	skipBad bool
+	// fullHash is the identity of a file hashed whole at open; hr hashes
+	// a streamed file as it is read. One of them is set.
+	fullHash *Identity
+	hr       *hashingReader
+}
+
+// Identity names the file and fingerprints what was read of it.
+func (b *base) Identity() Identity {
+	if b.fullHash != nil {
+		return *b.fullHash
+	}
+	id := Identity{Path: b.path, Size: b.size}
+	if b.hr != nil {
+		id.Bytes, id.SHA256 = b.hr.sum()
+	}
+	return id
 }
 
 // bad handles a bad row: under skip it is handed to OnReject and nil is

@@ -14,7 +14,8 @@ import (
 )
 
 // Semantic returns the keys of the config that decide what a run produces,
-// flattened to "section.key" paths with JSON values. Keys that only decide
+// flattened to "section.key" paths with JSON values. A secret value (see
+// Redactor) is replaced by a keyed hash (UseSecretKey), never written. Keys that only decide
 // how fast or where (endpoints, concurrency, timeouts, output layout, the
 // API key's variable, and the options the environment declares
 // operational: envs.Spec.Operational) are left out, so a resumed run may
@@ -49,6 +50,7 @@ func (c *Config) Semantic() map[string]string {
 	for k, v := range sem {
 		flatten(out, k, v)
 	}
+	c.redactSemantic(out)
 	return out
 }
 

@@ -85,11 +85,28 @@ func Decode(data []byte, name string, sets []string) (*Config, error) {
 	}
 	cfg.unknown = checkKeys(doc, reflect.TypeOf(Config{}), "")
 	if err := doc.Decode(cfg); err != nil {
-		return nil, invalid(decodeErrors(data, name, sets, err)...)
+		var tree any
+		_ = doc.Decode(&tree)
+		red := newRedactor(tree)
+		errs := decodeErrors(data, name, sets, err)
+		for i, e := range errs {
+			errs[i] = &redactedError{red.String(e.Error()), e}
+		}
+		return nil, invalid(errs...)
 	}
 	cfg.SetDefaults()
 	return cfg, nil
 }
+
+// redactedError is an error whose text had its secrets removed; it still
+// unwraps to the error it came from.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // decodeErrors names where each value that failed to decode was set. A
 // value that a --set gave is checked alone, so that its error names the
@@ -195,9 +212,10 @@ func (c *Config) Locate(err error) error {
 	if err == nil {
 		return nil
 	}
+	red := c.Redactor()
 	var out []error
 	for _, e := range pipeline.Unjoin(err) {
-		out = append(out, fmt.Errorf("%s: %w", c.Where(keyOf(e)), e))
+		out = append(out, &redactedError{red.String(fmt.Sprintf("%s: %v", c.Where(keyOf(e)), e)), e})
 	}
 	return invalid(out...)
 }

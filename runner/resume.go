@@ -2,9 +2,13 @@ package runner
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -28,6 +32,34 @@ const KeyConfig = "trajflow.config"
 // committed.
 const KeySource = "trajflow.source"
 
+// SecretKeyFile holds, in the output directory, the random key of the
+// keyed hash that stands for secret config values in the fingerprint
+// (config.UseSecretKey). It never leaves the directory; without it a
+// resume sees every secret as changed.
+const SecretKeyFile = ".trajflow.key"
+
+// secretKey reads the output directory's key, creating it on first use.
+func secretKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, SecretKeyFile)
+	if b, err := os.ReadFile(path); err == nil {
+		key, derr := hex.DecodeString(strings.TrimSpace(string(b)))
+		if derr != nil || len(key) < 16 {
+			return nil, fmt.Errorf("output.dir: %s is damaged: remove it (a resume then sees secret keys as changed)", path)
+		}
+		return key, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	return key, nil
+}
+
 // committed is the work a previous run of the same output directory
 // committed: per task, its last committed attempt and whether it was kept.
 type committed struct {
@@ -35,9 +67,9 @@ type committed struct {
 	// committed files (nil when none recorded one).
 	source *sources.Identity
 	tasks  map[int64]taskState
-	kept  int // kept groups
-	rows  int64
-	files int
+	kept   int // kept groups
+	rows   int64
+	files  int
 }
 
 type taskState struct {

@@ -86,7 +86,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	if err := Check(cfg, opts); err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc}
+	red := cfg.Redactor()
+	opts.Stderr = red.Writer(opts.Stderr)
+	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red}
 	defer r.cleanup()
 	if err := r.provision(); err != nil {
 		return nil, err
@@ -150,6 +152,8 @@ type run struct {
 	stats *stats
 	// batchAlloc is the collators' allocator.
 	batchAlloc memory.Allocator
+	// red removes the config's secrets from rollout errors and logs.
+	red *config.Redactor
 
 	client  inference.Client
 	closers []func()
@@ -181,6 +185,11 @@ func (r *run) provision() error {
 		return err
 	}
 	r.closers = append(r.closers, unlock)
+	key, err := secretKey(cfg.Output.Dir)
+	if err != nil {
+		return err
+	}
+	cfg.UseSecretKey(key)
 	// What a crashed run left half-written goes before anything is read.
 	for _, dest := range []string{DataDir, FilteredDir, SurplusDir} {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
@@ -246,7 +255,7 @@ func (r *run) provision() error {
 func (r *run) parquetOptions() parquet.Options {
 	cfg := r.cfg
 	fp, canonical := cfg.Fingerprint()
-	params, _ := json.Marshal(cfg.Generate.Params)
+	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)))
 	return parquet.Options{
 		FileRows:     cfg.Output.Parquet.FileRows,
 		FileBytes:    cfg.Output.Parquet.FileBytes,
@@ -379,6 +388,7 @@ func (r *run) execute(ctx context.Context) error {
 	rule := groups.NewRule(cfg.Groups)
 	grp := pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
 		r.stats.resolve(ro)
+		ro.Error = r.red.String(ro.Error) // servers and environments may echo a URL or a key
 		if ro.Status == pipeline.StatusError {
 			if err := r.failures.Write(failureLine(ro)); err != nil {
 				return nil, err

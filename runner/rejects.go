@@ -1,6 +1,10 @@
 package runner
 
-import "github.com/trajflow/trajflow/sources"
+import (
+	"fmt"
+
+	"github.com/trajflow/trajflow/sources"
+)
 
 // rejectLine is one line of the rejects file: a bad row skipped under
 // source.on_bad_row: skip.
@@ -14,4 +18,12 @@ type rejectLine struct {
 func (r *run) reject(rej sources.Reject) error {
 	r.stats.rejected.Add(1)
 	return r.rejects.Write(rejectLine{Where: rej.Where, Reason: rej.Reason, Row: string(rej.Raw)})
+}
+
+// invalidUTF8 counts an input row whose invalid UTF-8 the source replaced;
+// the first one is named on stderr.
+func (r *run) invalidUTF8(where string) {
+	if r.stats.invalidUTF8.Add(1) == 1 {
+		fmt.Fprintf(r.opts.Stderr, "trajflow: %s: invalid UTF-8 replaced by U+FFFD (further rows are counted in the summary)\n", where)
+	}
 }

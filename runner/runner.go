@@ -238,7 +238,7 @@ func (r *run) provision() error {
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
 		return err
 	}
-	src, err := sources.Open(cfg.Source, sources.Options{OnReject: r.reject})
+	src, err := sources.Open(cfg.Source, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
 	if err != nil {
 		return err
 	}

@@ -61,3 +61,22 @@ func TestIdentity(t *testing.T) {
 		t.Fatalf("parquet identity %+v (size %d)", pid, st.Size())
 	}
 }
+
+// Invalid UTF-8 in a JSONL row is replaced (each run of bad bytes by one
+// U+FFFD) before the row is read, consistently in its fields and its raw
+// JSON, and reported to OnInvalidUTF8.
+func TestInvalidUTF8Replaced(t *testing.T) {
+	path := writeFile(t, "t.jsonl", "{\"q\": \"ok\"}\n{\"q\": \"caf\xe9 \xff\xfe!\", \"x\": \"\xc3\"}\n")
+	var where []string
+	tasks, err := readAll(t, Config{Path: path}, Options{OnInvalidUTF8: func(w string) { where = append(where, w) }})
+	if err != nil || len(tasks) != 2 {
+		t.Fatalf("%d tasks, %v", len(tasks), err)
+	}
+	if len(where) != 1 || where[0] != path+":2" {
+		t.Fatalf("reported %v", where)
+	}
+	got := tasks[1]
+	if got.Fields["q"] != "caf\uFFFD \uFFFD!" || got.Fields["x"] != "\uFFFD" || string(got.Raw) != "{\"q\":\"caf\uFFFD \uFFFD!\",\"x\":\"\uFFFD\"}" {
+		t.Fatalf("fields %q raw %q", got.Fields, got.Raw)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -120,6 +121,9 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 		r.rows++
 		if !r.win.keep(i) || r.skip(i) {
 			continue
+		}
+		if !utf8.Valid(line) {
+			line = r.repair(r.where(r.line), line)
 		}
 		task, err := parseRow(r.where(r.line), i, line)
 		if err != nil {

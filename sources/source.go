@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +46,15 @@ type Options struct {
 	// already committed). It does not change which rows limit, offset and
 	// shard select.
 	Skip func(taskIndex int64) bool
+	// OnInvalidUTF8 is called for each selected JSONL row that held bytes
+	// that are not UTF-8, after they were replaced (each maximal run of
+	// invalid bytes by one U+FFFD, the row then read as usual), so that the
+	// caller can count them. Nil: replaced silently.
+	OnInvalidUTF8 func(where string)
 }
+
+// replacementChar replaces each maximal run of invalid UTF-8 bytes.
+var replacementChar = []byte("\uFFFD")
 
 // Formats a source can read.
 const (
@@ -224,6 +233,14 @@ func (b *base) bad(err error, raw []byte) error {
 		return fmt.Errorf("source: rejecting %s: %w", rej.Where, err)
 	}
 	return nil
+}
+
+// repair replaces the invalid UTF-8 of a row and reports it.
+func (b *base) repair(where string, row []byte) []byte {
+	if b.opts.OnInvalidUTF8 != nil {
+		b.opts.OnInvalidUTF8(where)
+	}
+	return bytes.ToValidUTF8(row, replacementChar)
 }
 
 // skip reports whether the caller's Skip hook passes over row i.

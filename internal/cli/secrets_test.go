@@ -127,13 +127,17 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		return p
 	}
 	// Every sink writes: data, filtered, JSONL, an Arrow stream, failures.
+	// keep: all writes every row (errors included) to data/ and
+	// metrics.json; nonzero_std drops the groups with a failed member
+	// into filtered/.
+	keep := "all"
 	head := func(out string) string {
 		return fmt.Sprintf(`source: {path: %s}
 prompt: {user: "Solve: {question}"}
 repeat: {n: 2}
-groups: {keep: nonzero_std}
+groups: {keep: %s}
 output: {dir: %s, filtered: true, jsonl: true, arrow_stream: %s}
-`, tasks, out, filepath.Join(out, "stream.arrows"))
+`, tasks, keep, out, filepath.Join(out, "stream.arrows"))
 	}
 	main := func(args ...string) (code int, stdout, stderr *bytes.Buffer) {
 		stdout, stderr = &bytes.Buffer{}, &bytes.Buffer{}
@@ -176,6 +180,9 @@ env:
 			t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 		}
 		scan(t, out, stdout, stderr)
+		if _, err := os.Stat(filepath.Join(out, "metrics.json")); err != nil {
+			t.Errorf("metrics.json was not written, so not scanned: %v", err)
+		}
 		failures, _ := os.ReadFile(filepath.Join(out, "failures.jsonl"))
 		if !bytes.Contains(failures, []byte("token refused: [REDACTED]")) {
 			t.Errorf("failures.jsonl lacks the redacted echo:\n%s", failures)
@@ -189,6 +196,7 @@ env:
 	})
 
 	t.Run("subprocess env variables", func(t *testing.T) {
+		keep = "nonzero_std"
 		out := filepath.Join(dir, "out-subprocess")
 		cfg := write("sub.yaml", head(out)+fmt.Sprintf(`env:
   name: subprocess

@@ -35,6 +35,8 @@ type Config struct {
 	where map[string]string
 	// unknown are the keys the config set that no section has.
 	unknown []error
+	// secretKey keys the hash that stands for secrets in the fingerprint.
+	secretKey []byte
 }
 
 // Duration is pipeline.Duration, the type of every time key.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/config"
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments whose options the tests set
 	"github.com/trajflow/trajflow/inference/sim"
 )
 
@@ -31,6 +32,14 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 		{"set malformed", base, []string{"repeat.n"}, []string{`--set "repeat.n": want section.key=value`}},
 		{"set into a scalar", base, []string{"source.path.x=1"}, []string{"source.path is not a section"}},
 		{"not a mapping", "- a\n- b\n", nil, []string{"must be a mapping of sections"}},
+		{"explicit n: 0", base + "repeat: {n: 0}\n", nil, []string{"cfg.yaml: line 2: repeat.n: must be >= 1, got 0"}},
+		{"n: 0 by --set", base, []string{"repeat.n=0"}, []string{"--set repeat.n=0: repeat.n: must be >= 1, got 0"}},
+		{"empty endpoints", base + "generate: {endpoints: []}\n", nil, []string{"cfg.yaml: line 2: generate.endpoints: empty list"}},
+		{"empty endpoints by --set", base, []string{"generate.endpoints=[]"}, []string{"--set generate.endpoints=[]: generate.endpoints: empty list"}},
+		{"set value read as a mapping", base, []string{"prompt.user=Compute: {question}"},
+			[]string{`--set prompt.user=Compute: {question}: prompt.user: cannot unmarshal !!map into string`, `quote it inside the shell's quotes: --set 'prompt.user="Compute: {question}"'`}},
+		{"set type error keeps the file's lines", base + "repeat: {seed: x}\n", []string{"repeat.n=[2]"},
+			[]string{"--set repeat.n=[2]: repeat.n: cannot unmarshal !!seq into int", "cfg.yaml: line 2: cannot unmarshal !!str `x` into int64"}},
 		{"api key variable unset", base + "generate: {api_key_env: TRAJFLOW_TEST_UNSET_KEY}\n", nil, []string{"generate.api_key_env: environment variable TRAJFLOW_TEST_UNSET_KEY is not set"}},
 	}
 	for _, tt := range tests {
@@ -60,8 +69,20 @@ func TestSetsAndDefaults(t *testing.T) {
 	if cfg.Run.Progress.D() != 250*time.Millisecond || cfg.Env.Options["answer_field"] != "ans" {
 		t.Fatalf("progress %v options %v", cfg.Run.Progress.D(), cfg.Env.Options)
 	}
-	if cfg.Generate.Endpoints[0] != "sim://" || cfg.Output.Dir != "out" || cfg.Run.ID != "out" || cfg.Groups.MaxAttempts != 1 {
+	if len(cfg.Generate.Endpoints) != 1 || cfg.Generate.Endpoints[0] != "sim://" || cfg.Repeat.N != 8 || cfg.Output.Dir != "out" || cfg.Run.ID != "out" || cfg.Groups.MaxAttempts != 1 {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+// Left out, n is 1 and the endpoints are the simulator's; a quoted --set
+// value is a string.
+func TestUnsetDefaults(t *testing.T) {
+	cfg, err := config.Parse([]byte(base), "cfg.yaml", []string{`prompt.user="Compute: {question}"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Repeat.N != 1 || len(cfg.Generate.Endpoints) != 1 || cfg.Generate.Endpoints[0] != "sim://" || cfg.Prompt.User != "Compute: {question}" {
+		t.Fatalf("n %d endpoints %q user %q", cfg.Repeat.N, cfg.Generate.Endpoints, cfg.Prompt.User)
 	}
 }
 
@@ -76,13 +97,13 @@ func TestFingerprint(t *testing.T) {
 	}
 	a, canon := load().Fingerprint()
 	// Speed and place do not change what a run produces.
-	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3", "source.path=moved.jsonl"} {
+	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3"} {
 		if b, _ := load(set).Fingerprint(); b != a {
 			t.Errorf("%s changed the fingerprint", set)
 		}
 	}
 	// What is sampled does.
-	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9"} {
+	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl"} {
 		c := load(set)
 		if b, _ := c.Fingerprint(); b == a {
 			t.Errorf("%s kept the fingerprint", set)
@@ -97,6 +118,44 @@ func TestFingerprint(t *testing.T) {
 		}
 		if !strings.HasPrefix(diffs[0], key+":") {
 			t.Errorf("%s: diff %q does not name the key", set, diffs[0])
+		}
+	}
+}
+
+// Options an environment declares operational (pool sizes, timeouts,
+// retries) may change on resume; its other options may not.
+func TestOperationalEnvOptions(t *testing.T) {
+	tests := []struct {
+		env         string
+		operational []string
+		semantic    []string
+	}{
+		{"env: {name: subprocess, command: [python3, env.py], workers: 2}\n",
+			[]string{"env.workers=8", "env.step_timeout=5s", "env.shutdown_grace=1s"},
+			[]string{"env.command=[python3, other.py]", "env.dir=/tmp"}},
+		{"env: {name: http, url: http://127.0.0.1:1}\n",
+			[]string{"env.request_timeout=5s", "env.max_attempts=9", "env.backoff=1s"},
+			[]string{"env.protocol=nemo_gym"}},
+	}
+	for _, tt := range tests {
+		fp := func(sets ...string) string {
+			cfg, err := config.Parse([]byte(base+tt.env), "cfg.yaml", sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _ := cfg.Fingerprint()
+			return h
+		}
+		a := fp()
+		for _, set := range tt.operational {
+			if fp(set) != a {
+				t.Errorf("%s: operational %s changed the fingerprint", tt.env, set)
+			}
+		}
+		for _, set := range tt.semantic {
+			if fp(set) == a {
+				t.Errorf("%s: %s kept the fingerprint", tt.env, set)
+			}
 		}
 	}
 }

@@ -5,16 +5,25 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
+
+	"github.com/trajflow/trajflow/envs"
 )
 
 // Semantic returns the keys of the config that decide what a run produces,
-// flattened to "section.key" paths with JSON values. Keys that only decide
+// flattened to "section.key" paths with JSON values. A secret value (see
+// Redactor) is replaced by a keyed hash (UseSecretKey), never written. Keys that only decide
 // how fast or where (endpoints, concurrency, timeouts, output layout, the
-// API key's variable) are left out, so a resumed run may change them.
+// API key's variable, and the options the environment declares
+// operational: envs.Spec.Operational) are left out, so a resumed run may
+// change them. source.path is the input's absolute path; what the input
+// holds is checked beside the fingerprint (sources.Identity).
 func (c *Config) Semantic() map[string]string {
 	sem := map[string]any{
+		"source.path":         absPath(c.Source.Path),
 		"source.format":       c.Source.Format,
 		"source.limit":        c.Source.Limit,
 		"source.offset":       c.Source.Offset,
@@ -28,7 +37,7 @@ func (c *Config) Semantic() map[string]string {
 		"env.name":            c.Env.Name,
 		"env.max_turns":       c.Env.MaxTurns,
 		"env.max_seq_len":     c.Env.MaxSeqLen,
-		"env.options":         c.Env.Options,
+		"env.options":         semanticOptions(c.Env.Name, c.Env.Options),
 		"groups.keep":         c.Groups.Keep,
 		"groups.metric":       c.Groups.Metric,
 		"groups.mean_in":      c.Groups.MeanIn,
@@ -40,6 +49,34 @@ func (c *Config) Semantic() map[string]string {
 	out := make(map[string]string, len(sem))
 	for k, v := range sem {
 		flatten(out, k, v)
+	}
+	c.redactSemantic(out)
+	return out
+}
+
+// absPath is p made absolute and clean (p itself if that fails).
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// semanticOptions are the environment's options without those it
+// declares operational.
+func semanticOptions(name string, opts map[string]any) map[string]any {
+	spec, ok := envs.Lookup(name)
+	if !ok || len(spec.Operational) == 0 {
+		return opts
+	}
+	out := make(map[string]any, len(opts))
+	for k, v := range opts {
+		if !slices.Contains(spec.Operational, k) {
+			out[k] = v
+		}
 	}
 	return out
 }

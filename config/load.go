@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -84,10 +85,110 @@ func Decode(data []byte, name string, sets []string) (*Config, error) {
 	}
 	cfg.unknown = checkKeys(doc, reflect.TypeOf(Config{}), "")
 	if err := doc.Decode(cfg); err != nil {
-		return nil, invalid(fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: ")))
+		var tree any
+		_ = doc.Decode(&tree)
+		red := newRedactor(tree)
+		errs := decodeErrors(data, name, sets, err)
+		for i, e := range errs {
+			errs[i] = &redactedError{red.String(e.Error()), e}
+		}
+		return nil, invalid(errs...)
 	}
 	cfg.SetDefaults()
 	return cfg, nil
+}
+
+// redactedError is an error whose text had its secrets removed; it still
+// unwraps to the error it came from.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// decodeErrors names where each value that failed to decode was set. A
+// value that a --set gave is checked alone, so that its error names the
+// flag (and, where YAML read the value as a mapping or a list, shows the
+// quoting that passes it as a string); the file is checked without the
+// sets, so that its errors carry the file's own line numbers.
+func decodeErrors(data []byte, name string, sets []string, err error) []error {
+	var errs []error
+	for _, s := range sets {
+		doc := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		path, serr := applySet(doc, s)
+		if serr != nil {
+			continue
+		}
+		if derr := doc.Decode(&Config{}); derr != nil {
+			for _, m := range yamlMessages(derr) {
+				hint := ""
+				if strings.HasSuffix(m, "into string") {
+					hint = quoteHint(s)
+				}
+				errs = append(errs, fmt.Errorf("--set %s: %s: %s%s", s, path, stripLine(m), hint))
+			}
+		}
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) == nil && len(root.Content) > 0 {
+		if derr := root.Content[0].Decode(&Config{}); derr != nil {
+			for _, m := range yamlMessages(derr) {
+				if !strings.HasPrefix(m, "line ") {
+					m = "line ?: " + m
+				}
+				errs = append(errs, fmt.Errorf("%s: %s", name, m))
+			}
+		}
+	}
+	if len(errs) == 0 { // only the combination fails: a --set changed a section's shape
+		for _, m := range yamlMessages(err) {
+			errs = append(errs, fmt.Errorf("%s with --set %s: %s", name, strings.Join(sets, " --set "), stripLine(m)))
+		}
+	}
+	return errs
+}
+
+// yamlMessages splits a decoding error into its messages.
+func yamlMessages(err error) []string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		return te.Errors
+	}
+	return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+}
+
+// stripLine drops a message's "line N: " prefix.
+func stripLine(m string) string {
+	if strings.HasPrefix(m, "line ") {
+		if _, rest, ok := strings.Cut(m, ": "); ok {
+			return rest
+		}
+	}
+	return m
+}
+
+// quoteHint explains, for a --set whose value YAML reads as a mapping or a
+// list, how to pass it as a string: "a: b" and "{x}" are YAML.
+func quoteHint(set string) string {
+	path, value, _ := strings.Cut(set, "=")
+	var v yaml.Node
+	if yaml.Unmarshal([]byte(value), &v) != nil || len(v.Content) == 0 {
+		return ""
+	}
+	kind := ""
+	switch v.Content[0].Kind {
+	case yaml.MappingNode:
+		kind = "a mapping"
+	case yaml.SequenceNode:
+		kind = "a list"
+	default:
+		return ""
+	}
+	quoted := path + "=" + strconv.Quote(value)
+	return fmt.Sprintf(" (the value is read as YAML, where %q is %s; to pass it as a string, quote it inside the shell's quotes: --set '%s')",
+		value, kind, strings.ReplaceAll(quoted, "'", `'\''`))
 }
 
 // ValidationError is every problem of a config, each one a line that
@@ -111,9 +212,10 @@ func (c *Config) Locate(err error) error {
 	if err == nil {
 		return nil
 	}
+	red := c.Redactor()
 	var out []error
 	for _, e := range pipeline.Unjoin(err) {
-		out = append(out, fmt.Errorf("%s: %w", c.Where(keyOf(e)), e))
+		out = append(out, &redactedError{red.String(fmt.Sprintf("%s: %v", c.Where(keyOf(e)), e)), e})
 	}
 	return invalid(out...)
 }

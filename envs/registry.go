@@ -21,10 +21,26 @@ type Factory func(opts Options) (Env, error)
 // register one with RegisterValidated.
 type Validator func(opts Options) error
 
-type entry struct {
-	New      Factory
+// Spec describes an environment to the registry: how to build it, and
+// what its options mean to the rest of trajflow.
+type Spec struct {
+	// New builds the environment (required).
+	New Factory
+	// Validate checks the options without building anything; nil when New
+	// is free of side effects (Validate then calls New).
 	Validate Validator
+	// Operational lists the options that decide how fast or how reliably
+	// the environment runs (pool sizes, worker counts, timeouts, retries),
+	// not what it produces. They are left out of the config's fingerprint,
+	// so a resumed run may change them.
+	Operational []string
+	// Secret lists the options whose values are secrets (for a map, every
+	// value in it): they are redacted wherever the config is written and
+	// enter the fingerprint only as a keyed hash.
+	Secret []string
 }
+
+type entry = Spec
 
 var (
 	mu        sync.RWMutex
@@ -34,17 +50,35 @@ var (
 // Register makes an environment available under name. Its factory must be
 // free of side effects (no process, no connection): Validate calls it to
 // check options. It panics on a duplicate name (a programming error).
-func Register(name string, f Factory) { RegisterValidated(name, f, nil) }
+func Register(name string, f Factory) { RegisterSpec(name, Spec{New: f}) }
 
 // RegisterValidated is Register for a factory with side effects: validate
 // checks the options instead of the factory.
 func RegisterValidated(name string, f Factory, validate Validator) {
+	RegisterSpec(name, Spec{New: f, Validate: validate})
+}
+
+// RegisterSpec makes an environment available under name, with what its
+// options mean. It panics on a duplicate name or a nil New (programming
+// errors).
+func RegisterSpec(name string, s Spec) {
+	if s.New == nil {
+		panic("envs: environment " + name + " registered without a factory")
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if _, dup := factories[name]; dup {
 		panic("envs: duplicate environment " + name)
 	}
-	factories[name] = entry{New: f, Validate: validate}
+	factories[name] = s
+}
+
+// Lookup returns the spec registered under name.
+func Lookup(name string) (Spec, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	s, ok := factories[name]
+	return s, ok
 }
 
 // Names lists the registered environments.

@@ -13,7 +13,9 @@ import (
 // which request parameters, and how hard to try. Backends read the keys
 // they need; the generate stage reads Model and Params.
 type Config struct {
-	// Endpoints are base URLs ("http://host:8000/v1") or "sim://".
+	// Endpoints are base URLs ("http://host:8000/v1") or "sim://". Left
+	// out (nil), they default to the built-in simulator; an explicit empty
+	// list is an error.
 	Endpoints []string `yaml:"endpoints"`
 	Model     string   `yaml:"model"`
 	// API is chat (/v1/chat/completions), completions (/v1/completions
@@ -47,7 +49,7 @@ const SimScheme = "sim://"
 
 // SetDefaults fills the keys left unset.
 func (c *Config) SetDefaults() {
-	if len(c.Endpoints) == 0 {
+	if c.Endpoints == nil {
 		c.Endpoints = []string{SimScheme}
 	}
 	if c.Model == "" {
@@ -81,6 +83,9 @@ func (c *Config) Simulated() bool {
 // Validate reports every problem of the section at once.
 func (c *Config) Validate() error {
 	var p pipeline.Problems
+	if c.Endpoints != nil && len(c.Endpoints) == 0 {
+		p.Add("endpoints", "empty list: give at least one base URL (http://host:8000/v1), or leave the key out for the built-in simulator (sim://)")
+	}
 	for i, e := range c.Endpoints {
 		if !strings.HasPrefix(e, SimScheme) && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
 			p.Add(fmt.Sprintf("endpoints[%d]", i), "%q: want http://host:port/v1, https://… or sim://", e)

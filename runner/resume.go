@@ -2,8 +2,13 @@ package runner
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,19 +21,56 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/sources"
 )
 
 // KeyConfig is the Parquet metadata key holding the canonical JSON of the
 // config's semantic keys, so that a refused resume can name what changed.
 const KeyConfig = "trajflow.config"
 
+// KeySource is the Parquet metadata key holding the identity of the input
+// (sources.Identity as JSON) as far as it was read when the file was
+// committed.
+const KeySource = "trajflow.source"
+
+// SecretKeyFile holds, in the output directory, the random key of the
+// keyed hash that stands for secret config values in the fingerprint
+// (config.UseSecretKey). It never leaves the directory; without it a
+// resume sees every secret as changed.
+const SecretKeyFile = ".trajflow.key"
+
+// secretKey reads the output directory's key, creating it on first use.
+func secretKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, SecretKeyFile)
+	if b, err := os.ReadFile(path); err == nil {
+		key, derr := hex.DecodeString(strings.TrimSpace(string(b)))
+		if derr != nil || len(key) < 16 {
+			return nil, fmt.Errorf("output.dir: %s is damaged: remove it (a resume then sees secret keys as changed)", path)
+		}
+		return key, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	return key, nil
+}
+
 // committed is the work a previous run of the same output directory
 // committed: per task, its last committed attempt and whether it was kept.
 type committed struct {
-	tasks map[int64]taskState
-	kept  int // kept groups
-	rows  int64
-	files int
+	// source is the input identity that covers the most bytes among the
+	// committed files (nil when none recorded one).
+	source *sources.Identity
+	tasks  map[int64]taskState
+	kept   int // kept groups
+	rows   int64
+	files  int
 }
 
 type taskState struct {
@@ -90,6 +132,14 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 			c.files++
 		}
 	}
+	if c.source != nil && !r.opts.AllowConfigChange {
+		if err := sources.Verify(r.cfg.Source.Path, *c.source); err != nil {
+			if !errors.Is(err, sources.ErrOtherInput) {
+				return nil, fmt.Errorf("resume: %w", err)
+			}
+			return nil, fmt.Errorf("%w: source.path: %v; use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, err)
+		}
+	}
 	return c, nil
 }
 
@@ -142,6 +192,15 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 				msg = "changed keys: " + strings.Join(diffs, "; ")
 			}
 			return fmt.Errorf("%w: %s (%s); use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, path, msg)
+		}
+	}
+	if v, ok := meta[KeySource]; ok {
+		var id sources.Identity
+		if err := json.Unmarshal([]byte(v), &id); err != nil {
+			return fmt.Errorf("resume: %s: %s is unreadable: %w", path, KeySource, err)
+		}
+		if c.source == nil || id.Bytes > c.source.Bytes {
+			c.source = &id
 		}
 	}
 	cols, err := f.Fields("task_index", "attempt")

@@ -85,7 +85,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	if err := Check(cfg, opts); err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc}
+	red := cfg.Redactor()
+	opts.Stderr = red.Writer(opts.Stderr)
+	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red}
 	defer r.cleanup()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
@@ -149,6 +151,8 @@ type run struct {
 	stats *stats
 	// batchAlloc is the collators' allocator.
 	batchAlloc memory.Allocator
+	// red removes the config's secrets from rollout errors and logs.
+	red *config.Redactor
 
 	client  inference.Client
 	gen     *generate.Generator
@@ -181,6 +185,11 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.closers = append(r.closers, unlock)
+	key, err := secretKey(cfg.Output.Dir)
+	if err != nil {
+		return err
+	}
+	cfg.UseSecretKey(key)
 	// What a crashed run left half-written goes before anything is read.
 	for _, dest := range outputDirs {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
@@ -240,7 +249,7 @@ func (r *run) provision(ctx context.Context) error {
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
 		return err
 	}
-	src, err := sources.Open(cfg.Source, sources.Options{OnReject: r.reject})
+	src, err := sources.Open(cfg.Source, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
 	if err != nil {
 		return err
 	}
@@ -257,7 +266,7 @@ func (r *run) provision(ctx context.Context) error {
 func (r *run) parquetOptions() parquet.Options {
 	cfg := r.cfg
 	fp, canonical := cfg.Fingerprint()
-	params, _ := json.Marshal(cfg.Generate.Params)
+	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)))
 	return parquet.Options{
 		FileRows:     cfg.Output.Parquet.FileRows,
 		FileBytes:    cfg.Output.Parquet.FileBytes,
@@ -271,6 +280,12 @@ func (r *run) parquetOptions() parquet.Options {
 			parquet.KeyConfigFingerprint: fp,
 			parquet.KeySamplingParams:    string(params),
 			KeyConfig:                    canonical,
+		},
+		// What was read of the input when the file is committed: a resume
+		// checks that its input starts with the same bytes.
+		CommitMetadata: func() map[string]string {
+			id, _ := json.Marshal(r.source.Identity())
+			return map[string]string{KeySource: string(id)}
 		},
 	}
 }

@@ -108,6 +108,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	collector := groups.NewCollector()
 	rule := groups.NewRule(cfg.Groups)
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
+		ro.Error = r.red.String(ro.Error) // servers and environments may echo a URL or a key
 		r.stats.resolve(ro)
 		if ro.Status == pipeline.StatusError {
 			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {

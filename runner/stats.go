@@ -16,6 +16,8 @@ import (
 // line while the pipeline writes them.
 type stats struct {
 	tasks, rejected, skipped, dispatched, written atomic.Int64
+	// invalidUTF8 counts input rows whose invalid UTF-8 was replaced.
+	invalidUTF8 atomic.Int64
 	ok, errored, cancelled, filtered              atomic.Int64
 	completionTokens, keptTokens                  atomic.Int64
 
@@ -117,6 +119,9 @@ type Summary struct {
 	// Tasks read, bad rows skipped into the rejects file, and tasks skipped
 	// because an earlier run of the output directory committed them.
 	Tasks, Rejected, Resumed int64
+	// InvalidUTF8 counts input rows that held invalid UTF-8, which was
+	// replaced by U+FFFD before the row was read.
+	InvalidUTF8 int64
 	// Rollouts dispatched into the pipeline and how each resolved.
 	Dispatched, OK, Errors, Cancelled, Filtered int64
 	// Rows committed to the data files.
@@ -140,6 +145,7 @@ func (r *run) summary(err error) *Summary {
 	sum := &Summary{
 		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Files: r.files, Duration: time.Since(r.started),
 		Tasks: s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
+		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched: s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
 		Groups: s.groups, Kept: s.kept, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
@@ -187,6 +193,9 @@ func (s *Summary) String() string {
 	}
 	if s.Rejected > 0 {
 		fmt.Fprintf(&b, "bad rows skipped: %d (see %s/%s)\n", s.Rejected, s.Dir, RejectsFile)
+	}
+	if s.InvalidUTF8 > 0 {
+		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
 	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s/%s\n", s.Dir, DataDir, len(s.Files), s.Dir, MetricsFile)

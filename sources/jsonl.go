@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -36,7 +37,8 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // with gzip's magic bytes (whatever its name).
 func openJSONL(f *os.File, b base) (*jsonlReader, error) {
 	r := &jsonlReader{base: b, f: f}
-	br := bufio.NewReaderSize(f, 64<<10)
+	r.hr = newHashingReader(f)
+	br := bufio.NewReaderSize(r.hr, 64<<10)
 	head, err := br.Peek(2)
 	if err != nil && err != io.EOF {
 		return nil, fmt.Errorf("source: %s: %w", b.path, err)
@@ -119,6 +121,9 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 		r.rows++
 		if !r.win.keep(i) || r.skip(i) {
 			continue
+		}
+		if !utf8.Valid(line) {
+			line = r.repair(r.where(r.line), line)
 		}
 		task, err := parseRow(r.where(r.line), i, line)
 		if err != nil {

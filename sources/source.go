@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,9 @@ type Reader interface {
 	Next(ctx context.Context) (*pipeline.Task, error)
 	// Close releases the file.
 	Close() error
+	// Identity names the file and fingerprints what was read of it so
+	// far. It may be called from another goroutine than Next.
+	Identity() Identity
 }
 
 // Reject is a bad row passed over under on_bad_row: skip.
@@ -42,7 +46,15 @@ type Options struct {
 	// already committed). It does not change which rows limit, offset and
 	// shard select.
 	Skip func(taskIndex int64) bool
+	// OnInvalidUTF8 is called for each selected JSONL row that held bytes
+	// that are not UTF-8, after they were replaced (each maximal run of
+	// invalid bytes by one U+FFFD, the row then read as usual), so that the
+	// caller can count them. Nil: replaced silently.
+	OnInvalidUTF8 func(where string)
 }
+
+// replacementChar replaces each maximal run of invalid UTF-8 bytes.
+var replacementChar = []byte("\uFFFD")
 
 // Formats a source can read.
 const (
@@ -88,9 +100,15 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("source: %s is a directory, want a file", cfg.Path)
 	}
-	b := base{path: cfg.Path, win: win, opts: opts, skipBad: skipBad}
+	b := base{path: cfg.Path, size: st.Size(), win: win, opts: opts, skipBad: skipBad}
 	switch format {
 	case FormatParquet:
+		n, sum, err := hashFile(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("source: %s: %w", cfg.Path, err)
+		}
+		b.fullHash = &Identity{Path: cfg.Path, Size: st.Size(), Bytes: n, SHA256: sum}
 		r, err := openParquet(f, st.Size(), b)
 		if err != nil {
 			f.Close()
@@ -175,9 +193,26 @@ func (w window) keep(i int64) bool {
 // caller's hooks.
 type base struct {
 	path    string
+	size    int64
 	win     window
 	opts    Options
 	skipBad bool
+	// fullHash is the identity of a file hashed whole at open; hr hashes
+	// a streamed file as it is read. One of them is set.
+	fullHash *Identity
+	hr       *hashingReader
+}
+
+// Identity names the file and fingerprints what was read of it.
+func (b *base) Identity() Identity {
+	if b.fullHash != nil {
+		return *b.fullHash
+	}
+	id := Identity{Path: b.path, Size: b.size}
+	if b.hr != nil {
+		id.Bytes, id.SHA256 = b.hr.sum()
+	}
+	return id
 }
 
 // bad handles a bad row: under skip it is handed to OnReject and nil is
@@ -198,6 +233,14 @@ func (b *base) bad(err error, raw []byte) error {
 		return fmt.Errorf("source: rejecting %s: %w", rej.Where, err)
 	}
 	return nil
+}
+
+// repair replaces the invalid UTF-8 of a row and reports it.
+func (b *base) repair(where string, row []byte) []byte {
+	if b.opts.OnInvalidUTF8 != nil {
+		b.opts.OnInvalidUTF8(where)
+	}
+	return bytes.ToValidUTF8(row, replacementChar)
 }
 
 // skip reports whether the caller's Skip hook passes over row i.

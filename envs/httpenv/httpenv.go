@@ -37,13 +37,19 @@ const (
 )
 
 func init() {
-	envs.Register(Name, func(opts envs.Options) (envs.Env, error) {
-		var c Config
-		if err := opts.Decode(&c); err != nil {
-			return nil, err
-		}
-		c.Section = opts.Section
-		return New(c)
+	envs.RegisterSpec(Name, envs.Spec{
+		New: func(opts envs.Options) (envs.Env, error) {
+			var c Config
+			if err := opts.Decode(&c); err != nil {
+				return nil, err
+			}
+			c.Section = opts.Section
+			return New(c)
+		},
+		// Time limits and retries change how reliably, not what.
+		Operational: []string{"request_timeout", "max_attempts", "backoff"},
+		// Header values carry bearer tokens and API keys.
+		Secret: []string{"headers"},
 	})
 }
 

@@ -33,18 +33,25 @@ const (
 )
 
 func init() {
-	envs.RegisterValidated(Name, func(opts envs.Options) (envs.Env, error) {
-		c, err := decode(opts)
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	}, func(opts envs.Options) error {
-		c, err := decode(opts)
-		if err != nil {
-			return err
-		}
-		return c.check()
+	envs.RegisterSpec(Name, envs.Spec{
+		New: func(opts envs.Options) (envs.Env, error) {
+			c, err := decode(opts)
+			if err != nil {
+				return nil, err
+			}
+			return New(c)
+		},
+		Validate: func(opts envs.Options) error {
+			c, err := decode(opts)
+			if err != nil {
+				return err
+			}
+			return c.check()
+		},
+		// The pool's size and time limits change how fast, not what.
+		Operational: []string{"workers", "step_timeout", "shutdown_grace"},
+		// Variables handed to the processes often hold keys.
+		Secret: []string{"env"},
 	})
 }
 

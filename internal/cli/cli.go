@@ -128,9 +128,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
 	}
+	// Everything printed from here on passes the config's redactor: errors
+	// may quote a URL, a header or a server's echo of a key.
+	red := cfg.Redactor()
+	stdout, stderr = red.Writer(stdout), red.Writer(stderr)
 	sum, err := runner.Run(ctx, cfg, runner.Options{Stderr: stderr, AllowConfigChange: allowChange})
 	if sum != nil {
-		fmt.Fprint(stdout, sum)
+		fmt.Fprint(stdout, sum.String())
 	}
 	var invalid *config.ValidationError
 	switch {

@@ -175,6 +175,12 @@ func TestBadConfigExits2BeforeCreatingAnything(t *testing.T) {
 			[]string{"b.yaml: line 4: prompt.user: unterminated {", "b.yaml: line 5: env.answer_fieldd: unknown option (have answer_field)"}},
 		{"subprocess env without command", []string{write("c.yaml", head+"env: {name: subprocess, workers: 2}\n")},
 			[]string{"c.yaml: line 3: env.command: required"}},
+		{"n: 0", []string{write("e.yaml", head+"repeat: {n: 0}\n")},
+			[]string{"e.yaml: line 3: repeat.n: must be >= 1, got 0"}},
+		{"endpoints: []", []string{write("f.yaml", head+"generate:\n  endpoints: []\n")},
+			[]string{"f.yaml: line 4: generate.endpoints: empty list"}},
+		{"--set value read as a mapping shows the quoting", []string{write("g.yaml", head), "--set", "prompt.user=Compute: {question}"},
+			[]string{`--set prompt.user=Compute: {question}: prompt.user: cannot unmarshal !!map into string`, `--set 'prompt.user="Compute: {question}"'`}},
 		{"--set errors name the flag", []string{write("d.yaml", head), "--set", "repeat.nn=3", "--set", "env.name=x"},
 			[]string{"--set repeat.nn=3: repeat.nn: unknown key", `--set env.name=x: env.name: unknown environment "x"`}},
 	}

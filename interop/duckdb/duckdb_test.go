@@ -79,8 +79,12 @@ func quickstart(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	// Task 0 holds invalid UTF-8 (a Latin-1 byte, a lone continuation
+	// byte): trajflow replaces it and the files stay readable by DuckDB,
+	// which refuses a file with one invalid string.
+	raw := bytes.Replace(tasks.Bytes(), []byte("What is"), []byte("What\xe9 is\x80"), 1)
 	taskPath := filepath.Join(dir, "tasks.jsonl")
-	if err := os.WriteFile(taskPath, tasks.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(taskPath, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out")
@@ -178,6 +182,15 @@ func TestDuckDBReadsOutput(t *testing.T) {
 		if rows != numTasks*groupN || keys != rows || groups != numTasks {
 			t.Errorf("rows %d, distinct keys %d, groups %d; want %d, %d, %d",
 				rows, keys, groups, numTasks*groupN, numTasks*groupN, numTasks)
+		}
+	})
+
+	t.Run("invalid UTF-8 in the input", func(t *testing.T) {
+		var n int64
+		var task, content string
+		query(`SELECT count(*), any_value(task), any_value(messages[-2].content) FROM SRC WHERE task_index = 0`, &n, &task, &content)
+		if n != groupN || !strings.Contains(task, "What\uFFFD is\uFFFD") || !strings.Contains(content, "What\uFFFD is\uFFFD") {
+			t.Errorf("task 0: %d rows, task %q, prompt %q", n, task, content)
 		}
 	})
 

@@ -70,6 +70,11 @@ type Options struct {
 	// version, config fingerprint, run id...). trajflow.schema_version is
 	// set to schema.Version unless given.
 	Metadata map[string]string
+	// CommitMetadata, when set, is called as each file is finished, just
+	// before its footer is written; the pairs it returns are added to the
+	// file's key-value metadata (over Metadata's). For values that grow as
+	// a run goes, such as how much of the input was read.
+	CommitMetadata func() map[string]string
 	// OnCommit, when set, is called after each file is committed with the
 	// file's path and row count.
 	OnCommit func(path string, rows int)
@@ -318,6 +323,17 @@ func (w *Writer) open() error {
 
 // commit finishes the open file and renames it into place.
 func (w *Writer) commit() error {
+	if w.opts.CommitMetadata != nil {
+		extra := w.opts.CommitMetadata()
+		keys := make([]string, 0, len(extra))
+		for k := range extra {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			w.pw.SetKeyValueMetadata(k, extra[k])
+		}
+	}
 	if err := w.pw.Close(); err != nil {
 		return w.failCommit("close", err)
 	}

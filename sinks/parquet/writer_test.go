@@ -140,7 +140,10 @@ func TestRoundTrip(t *testing.T) {
 				Compression:  compression,
 				RowGroupRows: 7,
 				Metadata:     map[string]string{pqsink.KeyRunID: "run-test", pqsink.KeyConfigFingerprint: "abc"},
-				OnCommit:     func(path string, rows int) { commits = append(commits, fmt.Sprint(filepath.Base(path), ":", rows)) },
+				CommitMetadata: func() map[string]string {
+					return map[string]string{"trajflow.at_commit": fmt.Sprint(len(commits) + 1)}
+				},
+				OnCommit: func(path string, rows int) { commits = append(commits, fmt.Sprint(filepath.Base(path), ":", rows)) },
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -182,6 +185,7 @@ func TestRoundTrip(t *testing.T) {
 				pqsink.KeySchemaVersion:     schema.Version,
 				pqsink.KeyRunID:             "run-test",
 				pqsink.KeyConfigFingerprint: "abc",
+				"trajflow.at_commit":        "1",
 			} {
 				if meta[k] != v {
 					t.Errorf("metadata %s = %q, want %q", k, meta[k], v)

@@ -1,9 +1,12 @@
 package collate
 
 import (
+	"bytes"
 	"github.com/trajflow/trajflow/schema"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -297,6 +300,25 @@ func SeqTokens(r *pipeline.Rollout) (gen, total int) {
 	return gen, len(r.ResponseTokenIDs)
 }
 
+// validUTF8 returns s with each maximal run of invalid UTF-8 bytes replaced
+// by U+FFFD: every string column is valid UTF-8, whatever a server, an
+// environment or an input row produced, so that every reader (DuckDB
+// refuses a file with one bad string) reads every file.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// validUTF8Bytes is validUTF8 for a byte slice.
+func validUTF8Bytes(b []byte) []byte {
+	if utf8.Valid(b) {
+		return b
+	}
+	return bytes.ToValidUTF8(b, []byte("\uFFFD"))
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (c *Collator) appendRollout(r *pipeline.Rollout) {
@@ -308,18 +330,18 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		raw = r.Task.Raw
 	}
 	st := &c.stage
-	st.str[schema.ColRunID] = append(st.str[schema.ColRunID], r.RunID)
+	st.str[schema.ColRunID] = append(st.str[schema.ColRunID], validUTF8(r.RunID))
 	st.i64[schema.ColTaskIndex] = append(st.i64[schema.ColTaskIndex], taskIndex)
 	st.i32[schema.ColAttempt] = append(st.i32[schema.ColAttempt], int32(r.Attempt))
 	st.i32[schema.ColRolloutIndex] = append(st.i32[schema.ColRolloutIndex], int32(r.RolloutIndex))
-	st.str[schema.ColGroupID] = append(st.str[schema.ColGroupID], r.GroupID)
-	st.str[schema.ColTrajID] = append(st.str[schema.ColTrajID], r.TrajID)
+	st.str[schema.ColGroupID] = append(st.str[schema.ColGroupID], validUTF8(r.GroupID))
+	st.str[schema.ColTrajID] = append(st.str[schema.ColTrajID], validUTF8(r.TrajID))
 	st.i64[schema.ColSeed] = append(st.i64[schema.ColSeed], r.Seed)
 	st.i32[schema.ColGroupSize] = append(st.i32[schema.ColGroupSize], int32(r.GroupSize))
-	st.str[schema.ColEnv] = append(st.str[schema.ColEnv], r.Env)
-	st.str[schema.ColModel] = append(st.str[schema.ColModel], r.Model)
-	st.str[schema.ColStatus] = append(st.str[schema.ColStatus], string(r.Status))
-	st.str[schema.ColErrorClass] = append(st.str[schema.ColErrorClass], r.ErrorClass)
+	st.str[schema.ColEnv] = append(st.str[schema.ColEnv], validUTF8(r.Env))
+	st.str[schema.ColModel] = append(st.str[schema.ColModel], validUTF8(r.Model))
+	st.str[schema.ColStatus] = append(st.str[schema.ColStatus], validUTF8(string(r.Status)))
+	st.str[schema.ColErrorClass] = append(st.str[schema.ColErrorClass], validUTF8(r.ErrorClass))
 	st.f64[schema.ColReward] = append(st.f64[schema.ColReward], r.Reward)
 
 	st.list[schema.ColTurnRewards] = append(st.list[schema.ColTurnRewards], int32(c.turnRewardsVals.Len()))
@@ -333,12 +355,12 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		}
 		slices.Sort(c.metricKeys)
 		for _, k := range c.metricKeys {
-			st.metricName = append(st.metricName, k)
+			st.metricName = append(st.metricName, validUTF8(k))
 			st.metricValue = append(st.metricValue, r.Metrics[k])
 		}
 	}
 
-	st.str[schema.ColFinishReason] = append(st.str[schema.ColFinishReason], r.FinishReason)
+	st.str[schema.ColFinishReason] = append(st.str[schema.ColFinishReason], validUTF8(r.FinishReason))
 	st.bool[schema.ColTerminated] = append(st.bool[schema.ColTerminated], r.Terminated)
 	st.bool[schema.ColTruncated] = append(st.bool[schema.ColTruncated], r.Truncated)
 	st.bool[schema.ColMaxTurnsReached] = append(st.bool[schema.ColMaxTurnsReached], r.MaxTurnsReached)
@@ -350,7 +372,7 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.f64[schema.ColGroupRewardStd] = append(st.f64[schema.ColGroupRewardStd], r.GroupRewardStd)
 	st.f64[schema.ColAdvantage] = append(st.f64[schema.ColAdvantage], r.Advantage)
 	st.bool[schema.ColKept] = append(st.bool[schema.ColKept], r.Kept)
-	st.str[schema.ColFilterReason] = append(st.str[schema.ColFilterReason], r.FilterReason)
+	st.str[schema.ColFilterReason] = append(st.str[schema.ColFilterReason], validUTF8(r.FilterReason))
 	st.i64[schema.ColPromptTokens] = append(st.i64[schema.ColPromptTokens], int64(r.PromptTokens))
 	st.i64[schema.ColCompletionTokens] = append(st.i64[schema.ColCompletionTokens], int64(r.CompletionTokens))
 	gen, total := SeqTokens(r)
@@ -360,24 +382,24 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.f64[schema.ColGenMS] = append(st.f64[schema.ColGenMS], ms(r.GenTime))
 	st.f64[schema.ColEnvMS] = append(st.f64[schema.ColEnvMS], ms(r.EnvTime))
 	st.f64[schema.ColTotalMS] = append(st.f64[schema.ColTotalMS], ms(r.TotalTime))
-	st.str[schema.ColError] = append(st.str[schema.ColError], r.Error)
-	st.task = append(st.task, raw)
+	st.str[schema.ColError] = append(st.str[schema.ColError], validUTF8(r.Error))
+	st.task = append(st.task, validUTF8Bytes(raw))
 
 	st.list[schema.ColMessages] = append(st.list[schema.ColMessages], int32(len(st.msgTurn)))
 	for i := range r.Messages {
 		m := &r.Messages[i]
-		st.msgRole = append(st.msgRole, m.Role)
-		st.msgContent = append(st.msgContent, m.Content)
+		st.msgRole = append(st.msgRole, validUTF8(m.Role))
+		st.msgContent = append(st.msgContent, validUTF8(m.Content))
 		st.msgTools = append(st.msgTools, int32(c.tool.Len()))
 		for _, tc := range m.ToolCalls {
 			c.tool.Append(true)
-			c.toolID.Append(tc.ID)
-			c.toolType.Append(tc.Type)
-			c.toolName.Append(tc.Name)
-			c.toolArgs.Append(tc.Arguments)
+			c.toolID.Append(validUTF8(tc.ID))
+			c.toolType.Append(validUTF8(tc.Type))
+			c.toolName.Append(validUTF8(tc.Name))
+			c.toolArgs.Append(validUTF8(tc.Arguments))
 		}
-		st.msgToolCID = append(st.msgToolCID, m.ToolCallID)
-		st.msgName = append(st.msgName, m.Name)
+		st.msgToolCID = append(st.msgToolCID, validUTF8(m.ToolCallID))
+		st.msgName = append(st.msgName, validUTF8(m.Name))
 		st.msgTokStart = append(st.msgTokStart, m.TokenStart)
 		st.msgTokEnd = append(st.msgTokEnd, m.TokenEnd)
 		st.msgTurn = append(st.msgTurn, int32(m.Turn))

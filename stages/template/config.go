@@ -12,6 +12,11 @@ type Config struct {
 	// MessagesField names a row field holding OpenAI messages (default
 	// "messages"; NeMo Gym rows' responses_create_params.input is always read).
 	MessagesField string `yaml:"messages_field"`
+	// OverrideRowInput lets the templates replace the messages a row
+	// carries (NeMo Gym's responses_create_params.input, or its messages
+	// field). Without it a template meeting such a row is an error naming
+	// both, as NeMo Gym refuses the combination.
+	OverrideRowInput bool `yaml:"override_row_input"`
 }
 
 // SetDefaults fills the keys left unset.

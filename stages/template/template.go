@@ -16,14 +16,20 @@ import (
 type Template struct {
 	system, user  []segment // nil when not set
 	messagesField string
+	override      bool
 }
 
 // segment is literal text or a placeholder.
 type segment struct {
-	lit   string
-	field string   // placeholder as written (trimmed); "" for literal text
-	path  []string // field split on "."
+	lit    string
+	field  string   // placeholder's field as written (trimmed); "" for literal text
+	path   []string // field split on "."
+	format string   // "" (plain) or FormatJSON
 }
+
+// FormatJSON is the placeholder format that inserts a value as compact
+// JSON: {field:json}. It is the only way to insert an object or a list.
+const FormatJSON = "json"
 
 // FieldError is a placeholder whose field the row does not have.
 type FieldError struct {
@@ -42,7 +48,7 @@ func (e *FieldError) Error() string {
 // New parses the prompt config's templates once. Errors name the key
 // relative to the prompt section (system, user) as *pipeline.KeyError.
 func New(cfg Config) (*Template, error) {
-	t := &Template{messagesField: cfg.MessagesField}
+	t := &Template{messagesField: cfg.MessagesField, override: cfg.OverrideRowInput}
 	if t.messagesField == "" {
 		t.messagesField = "messages"
 	}
@@ -100,6 +106,16 @@ func parse(s, key string) ([]segment, error) {
 			if name == "" {
 				return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("empty placeholder {} at byte %d (write {{}} for literal braces)", i)}
 			}
+			var form string
+			if k := strings.LastIndexByte(name, ':'); k >= 0 {
+				name, form = strings.TrimSpace(name[:k]), strings.TrimSpace(name[k+1:])
+				if form != FormatJSON {
+					return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("placeholder {%s} at byte %d: unknown format %q (want {field:json})", s[i+1:j], i, form)}
+				}
+				if name == "" {
+					return nil, &pipeline.KeyError{Key: key, Msg: fmt.Sprintf("placeholder {%s} at byte %d: no field before the format", s[i+1:j], i)}
+				}
+			}
 			path := strings.Split(name, ".")
 			for _, p := range path {
 				if p == "" {
@@ -107,7 +123,7 @@ func parse(s, key string) ([]segment, error) {
 				}
 			}
 			flush()
-			segs = append(segs, segment{field: name, path: path})
+			segs = append(segs, segment{field: name, path: path, format: form})
 			i = j + 1
 		case '}':
 			if i+1 < len(s) && s[i+1] == '}' {
@@ -131,12 +147,17 @@ func (t *Template) Enabled() bool { return t.user != nil }
 
 // Render sets task.Messages. With templates it renders the system message
 // (when set) and the user message from the task's fields; a missing field
-// is a *FieldError. Without, the task keeps its own messages (read from
-// prompt.messages_field when that is not "messages"), and a task without
-// any is an error naming the row.
+// is a *FieldError, and a row that carries its own input is an error
+// unless the config sets override_row_input. Without templates, the task
+// keeps its own messages (read from prompt.messages_field when that is not
+// "messages"), and a task without any is an error naming the row.
 func (t *Template) Render(task *pipeline.Task) error {
 	if !t.Enabled() {
 		return t.ownMessages(task)
+	}
+	if field := t.rowInput(task); field != "" && !t.override {
+		return fmt.Errorf("%s: prompt.user is set and the row carries its own input (%s): "+
+			"set prompt.override_row_input: true to replace the row's input with the template, or leave prompt.user out to use the row's", task.Source, field)
 	}
 	msgs := make([]pipeline.Message, 0, 2)
 	if t.system != nil {
@@ -152,6 +173,23 @@ func (t *Template) Render(task *pipeline.Task) error {
 	}
 	task.Messages = append(msgs, pipeline.Message{Role: pipeline.RoleUser, Content: user})
 	return nil
+}
+
+// rowInput names the field holding the row's own input ("" when it has
+// none): NeMo Gym's responses_create_params.input, or the messages field.
+func (t *Template) rowInput(task *pipeline.Task) string {
+	if _, ok := task.Fields["responses_create_params"]; ok && len(task.Messages) > 0 {
+		return "responses_create_params.input"
+	}
+	if len(task.Messages) > 0 {
+		return "messages"
+	}
+	if v, ok := task.Fields[t.messagesField]; ok && v != nil {
+		if l, isList := v.([]any); !isList || len(l) > 0 {
+			return t.messagesField
+		}
+	}
+	return ""
 }
 
 func (t *Template) ownMessages(task *pipeline.Task) error {
@@ -184,6 +222,14 @@ func (t *Template) render(segs []segment, task *pipeline.Task, key string) (stri
 		v, ok := lookup(task.Fields, s)
 		if !ok {
 			return "", &FieldError{Row: task.Source, Field: s.field, Key: key}
+		}
+		if s.format == "" {
+			switch v.(type) {
+			case map[string]any:
+				return "", fmt.Errorf("%s: %s: field %q is an object: write {%s:json} to insert it as JSON, or {%s.KEY} for one of its fields", task.Source, key, s.field, s.field, s.field)
+			case []any:
+				return "", fmt.Errorf("%s: %s: field %q is a list: write {%s:json} to insert it as JSON, or {%s.0} for its first element", task.Source, key, s.field, s.field, s.field)
+			}
 		}
 		text, err := format(v, task.Raw, s)
 		if err != nil {
@@ -225,12 +271,17 @@ func lookup(fields map[string]any, s segment) (any, bool) {
 	return cur, true
 }
 
-// format writes a value into a prompt: strings as they are, other values as
-// compact JSON. Objects and lists are taken from the raw row when it has
-// them, so keys keep their order and numbers their text.
+// format writes a value into a prompt: strings as they are (as a JSON
+// string under {field:json}), numbers, true, false and null as written.
+// Objects and lists (only under {field:json}) are compact JSON taken from
+// the raw row when it has them, so keys keep their order and numbers their
+// text.
 func format(v any, raw json.RawMessage, s segment) (string, error) {
 	switch x := v.(type) {
 	case string:
+		if s.format == FormatJSON {
+			break
+		}
 		return x, nil
 	case json.Number:
 		return x.String(), nil

@@ -41,8 +41,10 @@ func TestRender(t *testing.T) {
 		{"dotted path", "id={meta.a.id}", "id=x7"},
 		{"list index", "{meta.tags.1} {list.1.k}", "q v"},
 		{"field with a dot in its name", "{dotted.name}", "flat"},
-		{"object keeps key order", "{meta}", `{"z":1,"a":{"id":"x7"},"tags":["p","q"]}`},
-		{"nested list", "{meta.tags}", `["p","q"]`},
+		{"object as JSON keeps key order", "{meta:json}", `{"z":1,"a":{"id":"x7"},"tags":["p","q"]}`},
+		{"nested list as JSON", "{meta.tags:json}", `["p","q"]`},
+		{"string as JSON", "{ question : json }", `"2+2?"`},
+		{"number as JSON", "{n:json} {ok:json} {none:json}", `1.50 true null`},
 		{"escaped braces", "{{\"answer\": {question}}}", `{"answer": 2+2?}`},
 		{"adjacent", "{question}{question}", "2+2?2+2?"},
 		{"unicode", "é {question} ✓", "é 2+2? ✓"},
@@ -65,8 +67,68 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// A placeholder on an object or a list is an error unless a format is
+// asked for: pasting JSON into a prompt is seldom what a template meant.
+func TestObjectNeedsFormat(t *testing.T) {
+	for _, tt := range []struct{ tmpl, want string }{
+		{"{meta}", `tasks.jsonl:5: prompt.user: field "meta" is an object: write {meta:json}`},
+		{"{meta.tags}", `tasks.jsonl:5: prompt.user: field "meta.tags" is a list: write {meta.tags:json}`},
+		{"{list}", `field "list" is a list`},
+	} {
+		tp, err := New(Config{User: tt.tmpl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Render(task(t, row)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want %q", tt.tmpl, err, tt.want)
+		}
+	}
+}
+
+// A template meeting a row that carries its own input is an error naming
+// both, unless override_row_input is set.
+func TestTemplateAndRowInput(t *testing.T) {
+	tests := []struct {
+		name, row string
+		override  bool
+		want      string // "" : renders
+	}{
+		{"plain row", `{"question": "q", "meta": {"a": 1}}`, false, ""},
+		{"messages field", `{"question": "q", "messages": [{"role": "user", "content": "hi"}]}`, false,
+			"tasks.jsonl:5: prompt.user is set and the row carries its own input (messages): set prompt.override_row_input: true"},
+		{"nemo gym input", `{"question": "q", "responses_create_params": {"input": "hi"}}`, false,
+			"the row carries its own input (responses_create_params.input)"},
+		{"nemo gym overridden", `{"question": "q", "responses_create_params": {"input": "hi"}}`, true, ""},
+		{"empty messages", `{"question": "q", "messages": []}`, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tp, err := New(Config{User: "{question}", OverrideRowInput: tt.override})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := task(t, tt.row)
+			if _, ok := tk.Fields["messages"]; ok || tk.Fields["responses_create_params"] != nil {
+				if l, _ := tk.Fields["messages"].([]any); len(l) > 0 || tk.Fields["responses_create_params"] != nil {
+					tk.Messages = []pipeline.Message{{Role: "user", Content: "hi"}}
+				}
+			}
+			err = tp.Render(tk)
+			if tt.want == "" {
+				if err != nil || tk.Messages[len(tk.Messages)-1].Content != "q" {
+					t.Fatalf("err %v, messages %+v", err, tk.Messages)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestRenderSystemAndReplacesRowMessages(t *testing.T) {
-	tp, err := New(Config{System: "You solve {meta.a.id} problems.", User: "{question}"})
+	tp, err := New(Config{System: "You solve {meta.a.id} problems.", User: "{question}", OverrideRowInput: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +184,8 @@ func TestParseErrors(t *testing.T) {
 		{Config{User: "{a{b}}"}, "user: { inside the placeholder at byte 0 (write {{ for a literal brace)"},
 		{Config{User: "{a..b}"}, "user: placeholder {a..b} at byte 0: empty name between dots"},
 		{Config{System: "hi"}, "user: required when system is set"},
+		{Config{User: "{meta:yaml}"}, `user: placeholder {meta:yaml} at byte 0: unknown format "yaml" (want {field:json})`},
+		{Config{User: "x {:json}"}, "user: placeholder {:json} at byte 2: no field before the format"},
 		{Config{User: "{", System: "}"}, "user: unterminated { at byte 0 (write {{ for a literal brace)\nsystem: single } at byte 0 (write }} for a literal brace)"},
 	}
 	for _, tt := range tests {
@@ -189,6 +253,7 @@ func FuzzTemplate(f *testing.F) {
 	f.Add("{a.b.c", `{"a": {"b": [1, 2]}}`)
 	f.Add("}{", `[]`)
 	f.Add("{x.99999999999999999999}", `{"x": [1]}`)
+	f.Add("{meta:json} {a : json} {b:}", row)
 	f.Fuzz(func(t *testing.T, tmpl, rowJSON string) {
 		tp, err := New(Config{User: tmpl, System: tmpl})
 		if err != nil {

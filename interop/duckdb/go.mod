@@ -49,7 +49,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20251029180050-ab9386a59fda // indirect
 	google.golang.org/grpc v1.78.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
 )
 
 replace github.com/trajflow/trajflow => ../..

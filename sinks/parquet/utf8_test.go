@@ -11,7 +11,6 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
-	"github.com/trajflow/trajflow/internal/outread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
@@ -62,7 +61,7 @@ func writeHostile(t testing.TB, ss []string) {
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := outread.File(filepath.Join(dir, "part-00000.parquet"))
+	got, err := pqsink.ReadFile(filepath.Join(dir, "part-00000.parquet"))
 	if err != nil {
 		t.Fatalf("Arrow's reader: %v", err)
 	}

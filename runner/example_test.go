@@ -83,7 +83,7 @@ run: {progress: 0}
 func ExampleCheck() {
 	cfg, err := config.Decode([]byte(`
 source: {path: tasks.jsonl}
-repeat: {n: -2}
+repeat: {n: 0}
 env: {name: maths}
 `), "run.yaml", []string{"groups.keep=sometimes"})
 	if err != nil {
@@ -92,7 +92,7 @@ env: {name: maths}
 	}
 	fmt.Println(runner.Check(cfg, runner.Options{}))
 	// Output:
-	// run.yaml: line 3: repeat.n: must be >= 1, got -2
+	// run.yaml: line 3: repeat.n: must be >= 1, got 0 (leave n out for the default, 1)
 	// --set groups.keep=sometimes: groups.keep: "sometimes" is not one of all, nonzero_std, mean_in
 	// run.yaml: line 4: env.name: unknown environment "maths" (have guess, http, math, sim, subprocess, tools)
 }

@@ -46,6 +46,14 @@ type HTTPOptions struct {
 	MaxRetryAfter time.Duration
 	// MaxResponseBytes bounds a response body. Default 256 MiB.
 	MaxResponseBytes int64
+	// BreakAfter is the number of consecutive attempts failing for a cause
+	// no retry fixes (401, 403, 404, connection refused), on every
+	// endpoint, that opens the circuit breaker: every request then fails at
+	// once. Default DefaultBreakAfter; negative: no breaker.
+	BreakAfter int
+	// OnBreak is called once, when the breaker opens, with its error (which
+	// names the cause). A run stops on it.
+	OnBreak func(err error)
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -66,6 +74,7 @@ type HTTPClient struct {
 	closeMu sync.Mutex
 	closed  bool
 	bufPool sync.Pool
+	brk     *breaker // nil: none
 }
 
 var _ inference.Client = (*HTTPClient)(nil)
@@ -183,6 +192,12 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 		c.client = &http.Client{Transport: c.owned}
 	}
 	c.fleet = newFleet(eps, cfg.EndpointConcurrency, opts.AffinitySlack, opts.EjectAfter, opts.Now, opts.Logf)
+	if opts.BreakAfter == 0 {
+		opts.BreakAfter = DefaultBreakAfter
+	}
+	if opts.BreakAfter > 0 {
+		c.brk = newBreaker(opts.BreakAfter, len(eps), opts.OnBreak)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	c.wg.Add(1)
@@ -222,6 +237,9 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 	}
 	if req == nil {
 		return nil, errors.New("llm: nil request")
+	}
+	if err := c.brk.open(); err != nil {
+		return nil, brokenError(err)
 	}
 	model := req.Model
 	if model == "" {
@@ -264,6 +282,7 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		}
 		c.fleet.release(ep, aerr, retryAfter)
 		<-c.sem
+		broken := c.brk.record(ep.idx, aerr)
 		if aerr == nil {
 			resp.Endpoint = ep.name
 			return resp, nil
@@ -272,6 +291,9 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		last = aerr
 		if !retryable(aerr.Class) {
 			return nil, aerr
+		}
+		if broken != nil {
+			return nil, brokenError(broken)
 		}
 		if attempt >= c.cfg.MaxAttempts {
 			aerr.Msg = fmt.Sprintf("%s (after %d attempts)", aerr.Msg, attempt)

@@ -55,11 +55,18 @@ func (c *committed) skip(taskIndex int64, maxAttempts int, resample bool) (skip 
 var ErrConfigChanged = errors.New("the output directory holds work of a different config")
 
 // loadCommitted reads the keys of the part files in the data and filtered
-// directories, and checks that they were produced by this config.
+// directories (and errors, with run.resume_errors: keep), and checks that
+// they were produced by this config.
 func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	c := &committed{tasks: map[int64]taskState{}}
 	fp, _ := r.cfg.Fingerprint()
-	for _, dest := range []string{DataDir, FilteredDir} {
+	// Groups with a failed member (errors/) are not done: a rerun redoes
+	// them, unless run.resume_errors is keep.
+	dirs := []string{DataDir, FilteredDir}
+	if r.cfg.Run.ResumeErrors == "keep" {
+		dirs = append(dirs, ErrorsDir)
+	}
+	for _, dest := range dirs {
 		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, "part-*.parquet"))
 		if err != nil {
 			return nil, err

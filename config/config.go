@@ -49,6 +49,17 @@ type Run struct {
 	ID string `yaml:"id"`
 	// Progress is the interval of the progress line on stderr; 0 turns it off.
 	Progress Duration `yaml:"progress"`
+	// OnSignal is what a stop (SIGINT, SIGTERM, SIGHUP, or a fatal error)
+	// does with the rollouts in flight: cancel (default) or drain.
+	OnSignal string `yaml:"on_signal"`
+	// Grace bounds a stop, from the signal to the exit. Default 30s.
+	Grace Duration `yaml:"grace"`
+	// MaxErrorRate is the largest share of error rollouts a run may have;
+	// beyond it the run stops and fails. Default 0.5; 1 turns it off.
+	MaxErrorRate *float64 `yaml:"max_error_rate"`
+	// ResumeErrors is what a resumed run does with groups that failed
+	// before: redo (default) or keep.
+	ResumeErrors string `yaml:"resume_errors"`
 }
 
 // Generate is the generate section: the inference contract's keys and the
@@ -95,6 +106,7 @@ func (c *Config) SetDefaults() {
 	if c.Run.Progress == 0 {
 		c.Run.Progress = Duration(5 * time.Second)
 	}
+	c.Run.setDefaults()
 }
 
 // Validate reports every problem of the config's own keys at once, each
@@ -103,6 +115,7 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	var p pipeline.Problems
 	p.Section("", errors.Join(c.unknown...))
+	p.Section("run", c.Run.validate())
 	p.Section("source", c.Source.Validate())
 	p.Section("prompt", c.Prompt.Validate())
 	p.Section("repeat", c.Repeat.Validate())

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/reugn/go-streams"
 	"golang.org/x/sync/errgroup"
@@ -84,6 +85,9 @@ type Stage[In, Out any] struct {
 	name  string
 	out   chan any
 	flush Flush[Out]
+	// tick, when set, runs every tickEvery between items (one worker only).
+	tick      Flush[Out]
+	tickEvery time.Duration
 }
 
 // Flush produces a stage's last outputs once its input is closed and every
@@ -103,8 +107,12 @@ func NewStage[In, Out any](g *Graph, name string, workers, buffer int, fn Func[I
 	g.Go(name, func(ctx context.Context) error {
 		eg, wctx := errgroup.WithContext(ctx)
 		in := s.Input()
-		for range workers {
-			eg.Go(func() error { return work(wctx, in, s.out, fn) })
+		if s.tick != nil {
+			eg.Go(func() error { return workTicking(wctx, in, s.out, fn, s.tick, s.tickEvery) })
+		} else {
+			for range workers {
+				eg.Go(func() error { return work(wctx, in, s.out, fn) })
+			}
 		}
 		if err := eg.Wait(); err != nil {
 			return err
@@ -130,6 +138,61 @@ func NewStage[In, Out any](g *Graph, name string, workers, buffer int, fn Func[I
 func (s *Stage[In, Out]) OnFlush(f Flush[Out]) *Stage[In, Out] {
 	s.flush = f
 	return s
+}
+
+// OnTick makes the stage call f every interval, between items, and send
+// what it returns downstream in order with the other outputs (a collator
+// flushing a partial batch on a timer). A ticking stage runs one worker,
+// whatever NewStage was given, so f never runs beside fn. Call it while
+// building the graph; an interval <= 0 leaves the stage untimed.
+func (s *Stage[In, Out]) OnTick(interval time.Duration, f Flush[Out]) *Stage[In, Out] {
+	if interval > 0 {
+		s.tick, s.tickEvery = f, interval
+	}
+	return s
+}
+
+// workTicking is work with a timer: tick runs every interval between
+// items.
+func workTicking[In, Out any](ctx context.Context, in <-chan any, out chan<- any, fn Func[In, Out], tick Flush[Out], every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	send := func(outs []Out) error {
+		for _, o := range outs {
+			if err := Send[any](ctx, out, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		var outs []Out
+		select {
+		case v, ok := <-in:
+			if !ok {
+				return nil
+			}
+			item, ok := v.(In)
+			if !ok {
+				var want In
+				return fmt.Errorf("got %T, want %T", v, want)
+			}
+			var err error
+			if outs, err = fn(ctx, item); err != nil {
+				return err
+			}
+		case <-t.C:
+			var err error
+			if outs, err = tick(ctx); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := send(outs); err != nil {
+			return err
+		}
+	}
 }
 
 func work[In, Out any](ctx context.Context, in <-chan any, out chan<- any, fn Func[In, Out]) error {

@@ -29,7 +29,7 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 	if err := sim.ParseFaults("429=0.08,500=0.06,503=0.04,reset=0.04,malformed=0.04,truncate=0.02,stall=0.02,stall_for=50ms,retry_after=10ms", &faults); err != nil {
 		t.Fatal(err)
 	}
-	s := sim.New(sim.Options{Seed: 11, Preset: "short", Accuracy: 0.5, Faults: faults})
+	s := sim.New(sim.Options{Seed: 11, Preset: "short", Accuracy: 0.5, Faults: faults, Model: "sim-math"})
 	defer s.Close()
 	var requests atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,9 +46,17 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	// Groups with a failed member go to errors/, the rest to data/: every
+	// rollout is in exactly one of them.
+	data := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := append(data, readBack(t, cfg.Output.Dir, runner.ErrorsDir)...)
 	if len(rows) != 240 {
 		t.Fatalf("%d rows, want 240", len(rows))
+	}
+	for _, r := range data {
+		if r.Status != pipeline.StatusOK {
+			t.Fatalf("%s in data/: status %s", r, r.Status)
+		}
 	}
 	seen := map[string]bool{}
 	var errs int
@@ -59,7 +67,7 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 		}
 		seen[k] = true
 		switch r.Status {
-		case pipeline.StatusOK:
+		case pipeline.StatusOK, pipeline.StatusFiltered:
 		case pipeline.StatusError:
 			errs++
 			if r.ErrorClass == "" || r.Error == "" {
@@ -69,7 +77,7 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 			t.Fatalf("%s: status %s", r, r.Status)
 		}
 	}
-	if int64(errs) != sum.Errors || sum.OK+sum.Errors != 240 {
+	if int64(errs) != sum.Errors || sum.OK+sum.Errors+sum.Filtered != 240 {
 		t.Fatalf("%d error rows; summary %+v", errs, sum)
 	}
 	if n := requests.Load(); n > 240*attempts || n <= 240 {
@@ -84,7 +92,7 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 
 func TestSampleRetriesRecoverFailedRollouts(t *testing.T) {
 	defer leak.Check(t)()
-	s := sim.New(sim.Options{Seed: 11, Preset: "short", Faults: sim.Faults{Errors: map[int]float64{500: 0.3}}})
+	s := sim.New(sim.Options{Seed: 11, Preset: "short", Faults: sim.Faults{Errors: map[int]float64{500: 0.3}}, Model: "sim-math"})
 	defer s.Close()
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
@@ -114,7 +122,7 @@ func TestSimServerCommandServesARun(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- sim.Main(ctx, []string{"--addr", "127.0.0.1:0", "--seed", "5"}, pw, io.Discard)
+		done <- sim.Main(ctx, []string{"--addr", "127.0.0.1:0", "--seed", "5", "--model", "sim-math"}, pw, io.Discard)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')

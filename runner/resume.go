@@ -104,13 +104,16 @@ var ErrConfigChanged = errors.New("the output directory holds work of a differen
 var ErrSchemaVersion = errors.New("the output directory holds files of another schema version")
 
 // loadCommitted reads the keys of the part files in the data and filtered
-// directories, and checks that they were produced by this config, and
-// that every part file (surplus too) is in the schema version this run
-// writes.
+// directories (and errors, with run.resume_errors: keep), checks that they
+// were produced by this config, and that every part file (surplus and
+// errors too) is in the schema version this run writes.
 func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	c := &committed{tasks: map[int64]taskState{}}
 	fp, _ := r.cfg.Fingerprint()
-	for _, dest := range []string{DataDir, FilteredDir, SurplusDir} {
+	// Groups with a failed member (errors/) are not done: a rerun redoes
+	// them, unless run.resume_errors is keep.
+	keepErrors := r.cfg.Run.ResumeErrors == "keep"
+	for _, dest := range []string{DataDir, FilteredDir, SurplusDir, ErrorsDir} {
 		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, "part-*.parquet"))
 		if err != nil {
 			return nil, err
@@ -120,7 +123,7 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if dest == SurplusDir {
+			if dest == SurplusDir || dest == ErrorsDir && !keepErrors {
 				if err := checkVersion(p); err != nil {
 					return nil, err
 				}

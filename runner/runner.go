@@ -53,6 +53,10 @@ type Options struct {
 	// AllowConfigChange resumes an output directory even when its committed
 	// work came from a config whose semantic keys differ.
 	AllowConfigChange bool
+	// Abort, when closed after the run's context was cancelled, stops the
+	// graceful stop at once (the command's second signal): what is not
+	// committed yet is dropped, as under kill -9.
+	Abort <-chan struct{}
 }
 
 // Output layout under output.dir.
@@ -64,11 +68,21 @@ const (
 	RejectsFile = "rejects.jsonl"
 	// FailuresFile logs every rollout that resolved as an error.
 	FailuresFile = "failures.jsonl"
+	// ErrorsDir holds the groups with a member that resolved as an error:
+	// never kept, and redone by a resumed run (unless run.resume_errors is
+	// keep), so data/ holds each rollout at most once.
+	ErrorsDir = "errors"
 )
 
 // Run runs the pipeline the config describes and returns its summary. The
 // summary is returned with the error too, where the run got far enough to
 // have one.
+//
+// Cancelling ctx stops the run gracefully (run.on_signal, run.grace): no
+// more work is admitted, what is in flight is cancelled or drained, every
+// finished group is committed and metrics.json written, and Run returns an
+// error wrapping ErrInterrupted. A fatal error (a bad input row or page,
+// the circuit breaker, run.max_error_rate) stops the run the same way.
 func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error) {
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
@@ -87,7 +101,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	}
 	red := cfg.Redactor()
 	opts.Stderr = red.Writer(opts.Stderr)
-	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red}
+	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red, stopper: newStopper(ctx)}
+	defer r.stopper.release()
 	defer r.cleanup()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
@@ -98,8 +113,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	}
 	r.done = done
 	err = r.execute(ctx)
-	if err == nil || errors.Is(err, ErrShortOfData) {
-		if merr := r.writeMetrics(ctx); merr != nil {
+	// Whatever stopped the run, the committed files are whole: their
+	// metrics are written, unless the stop overran its grace or was aborted.
+	if r.stopper.hard.Err() == nil {
+		if merr := r.writeMetrics(r.stopper.hard); merr != nil {
 			err = errors.Join(err, merr)
 		}
 	}
@@ -166,6 +183,7 @@ type run struct {
 	exp     *repeat.Expander
 	loop    *loop.Loop
 	done    *committed
+	stopper *stopper
 
 	failures *lines.Writer
 	interop  []namedSink
@@ -216,12 +234,18 @@ func (r *run) provision(ctx context.Context) error {
 		if cfg.Generate.APIKeyEnv != "" {
 			key = os.Getenv(cfg.Generate.APIKeyEnv)
 		}
-		c, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{APIKey: key})
+		hopts := openai.HTTPOptions{APIKey: key, OnBreak: func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) }}
+		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
 		if err != nil {
 			return err
 		}
 		r.client = c
 		r.closers = append(r.closers, c.Close)
+		// Fail fast: a broken endpoint set-up stops the run before any data
+		// is read, instead of filling the output with error rows.
+		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
+			return fmt.Errorf("%w: %w", ErrEndpoint, err)
+		}
 	}
 
 	if r.gen, err = generate.New(r.client, generate.Options{
@@ -296,9 +320,11 @@ func (r *run) cleanup() {
 	}
 }
 
-// execute builds the graph and runs it.
-func (r *run) execute(ctx context.Context) error {
+// execute builds the graph and runs it on the stopper's hard context; a
+// cancel of ctx begins the graceful stop.
+func (r *run) execute(parent context.Context) error {
 	cfg := r.cfg
+	ctx := r.stopper.hard
 	g := pipeline.NewGraph()
 	r.started = time.Now()
 	stopProgress := r.progress(ctx)
@@ -317,7 +343,24 @@ func (r *run) execute(ctx context.Context) error {
 		Via(r.groupsStage(g)).
 		Via(r.collateStage(g)).
 		To(r.sinkStage(g))
+	watched := make(chan struct{})
+	go r.watch(parent, r.opts.Abort, watched)
+	defer close(watched)
 	if err := g.Run(ctx); err != nil {
+		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
+			// The stop overran run.grace, or was aborted.
+			err = cause
+			if stop := r.stopper.err(); stop != nil {
+				err = fmt.Errorf("%w: %w", stop, cause)
+			}
+			return fmt.Errorf("%w; what was not committed is dropped (a rerun redoes it)", err)
+		}
+		return err
+	}
+	if err := r.stopper.err(); err != nil {
+		return err
+	}
+	if err := r.checkErrorRate(true); err != nil {
 		return err
 	}
 	if kept, short := r.ctl.ShortOfTarget(); short {
@@ -332,14 +375,20 @@ type routed struct {
 	dest  string
 }
 
-// batch is a record batch for one output directory. It releases its record
-// when the graph drops it unconsumed.
+// batch is a record batch for one output directory, or (commit) the
+// commit timer's mark: the sinks commit their open files. It releases its
+// record when the graph drops it unconsumed.
 type batch struct {
-	dest string
-	rec  arrow.Record
+	dest   string
+	rec    arrow.Record
+	commit bool
 }
 
-func (b batch) Release() { b.rec.Release() }
+func (b batch) Release() {
+	if b.rec != nil {
+		b.rec.Release()
+	}
+}
 
 // writer returns the Parquet writer of an output directory, opening it on
 // first use.
@@ -349,7 +398,10 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 	}
 	popts := r.parquetOptions()
 	if dest == DataDir {
-		popts.OnCommit = func(path string, rows int) { r.files = append(r.files, path) }
+		popts.OnCommit = func(path string, rows int) {
+			r.files = append(r.files, path)
+			r.stats.written.Add(int64(rows))
+		}
 	}
 	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)
 	if err != nil {

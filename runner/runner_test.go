@@ -164,7 +164,7 @@ func (c *capture) Write(b []byte) (int, error) {
 
 func TestGenerateOverHTTP(t *testing.T) {
 	defer leak.Check(t)()
-	s := sim.New(sim.Options{Seed: 3, Preset: "short", Accuracy: 0.5})
+	s := sim.New(sim.Options{Seed: 3, Preset: "short", Accuracy: 0.5, Model: "sim-math"})
 	defer s.Close()
 	rec := &recorder{ids: map[float64][]int32{}, h: s.Handler()}
 	srv := httptest.NewServer(rec)

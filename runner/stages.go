@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/reugn/go-streams"
@@ -38,7 +39,13 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 					continue
 				}
 				if err != nil {
-					return err
+					if ctx.Err() != nil {
+						return err
+					}
+					// A bad row or page: stop admitting, commit what finished.
+					ctl.ReadDone(false)
+					r.fail(fmt.Errorf("source: %w", err))
+					continue
 				}
 				ctl.ReadDone(true)
 				r.stats.tasks.Add(1)
@@ -65,10 +72,12 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			return []groups.Job{j}, nil
 		}
 		if err := r.tmpl.Render(j.Task); err != nil {
-			if r.cfg.Source.OnBadRow != "skip" {
-				return nil, err
-			}
 			r.ctl.Abandon()
+			if r.cfg.Source.OnBadRow != "skip" {
+				// Stop admitting, commit what finished.
+				r.fail(fmt.Errorf("template: %w", err))
+				return nil, nil
+			}
 			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
 		}
 		return []groups.Job{j}, nil
@@ -107,6 +116,10 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
 	collector := groups.NewCollector()
 	rule := groups.NewRule(cfg.Groups)
+	// A group with a failed member is never kept: it goes to errors/ and a
+	// resumed run redoes it (run.resume_errors), so data/ holds every
+	// rollout at most once.
+	rule.DropErrors = true
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
 		ro.Error = r.red.String(ro.Error) // servers and environments may echo a URL or a key
 		r.stats.resolve(ro)
@@ -114,10 +127,17 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
 				return nil, err
 			}
+			r.checkErrorRate(false)
 		}
 		gr, err := collector.Add(ro)
 		if err != nil || gr == nil {
 			return nil, err
+		}
+		if r.cutOff(gr) {
+			// Unfinished work of a stop: not committed, redone on resume.
+			r.stats.cutOff(gr)
+			r.ctl.Abandon()
+			return nil, nil
 		}
 		rule.Apply(gr)
 		v := r.ctl.GroupDone(gr, ro.Task)
@@ -130,6 +150,8 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			return []routed{{gr, DataDir}}, nil
 		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
 			return []routed{{gr, SurplusDir}}, nil
+		case gr.FilterReason == groups.ReasonError:
+			return []routed{{gr, ErrorsDir}}, nil
 		case cfg.Output.Filtered:
 			return []routed{{gr, FilteredDir}}, nil
 		}
@@ -145,26 +167,34 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			c.Release()
 		}
 	})
-	return pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
+	stage := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
 		c := collators[rg.dest]
 		if c == nil {
 			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
 			collators[rg.dest] = c
 		}
 		if rec := c.Add(rg.group); rec != nil {
-			return []batch{{rg.dest, rec}}, nil
+			return []batch{{dest: rg.dest, rec: rec}}, nil
 		}
 		return nil, nil
-	}).OnFlush(func(ctx context.Context) ([]batch, error) {
+	})
+	flush := func(ctx context.Context) ([]batch, error) {
 		var out []batch
 		for _, dest := range outputDirs {
 			if c := collators[dest]; c != nil {
 				if rec := c.Flush(); rec != nil {
-					out = append(out, batch{dest, rec})
+					out = append(out, batch{dest: dest, rec: rec})
 				}
 			}
 		}
 		return out, nil
+	}
+	// output.commit_interval: on the timer, the partial batches go out and
+	// the sinks commit their open files, so that a kill -9 loses at most
+	// that much finished work.
+	return stage.OnFlush(flush).OnTick(r.cfg.Output.Parquet.CommitInterval.D(), func(ctx context.Context) ([]batch, error) {
+		out, err := flush(ctx)
+		return append(out, batch{commit: true}), err
 	})
 }
 
@@ -172,13 +202,22 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 // kept rows to the interop sinks), and commits them all at the end.
 func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 	return pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
+		if b.commit {
+			for _, dest := range outputDirs {
+				if w := r.writers[dest]; w != nil {
+					if err := w.Commit(ctx); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
 		defer b.rec.Release()
 		w, err := r.writer(b.dest)
 		if err != nil {
 			return err
 		}
 		if b.dest == DataDir {
-			r.stats.written.Add(b.rec.NumRows())
 			if err := r.writeInterop(ctx, b.rec); err != nil {
 				return err
 			}
@@ -200,4 +239,4 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 }
 
 // outputDirs are the directories of Parquet output, in commit order.
-var outputDirs = []string{DataDir, FilteredDir, SurplusDir}
+var outputDirs = []string{DataDir, FilteredDir, SurplusDir, ErrorsDir}

@@ -27,6 +27,7 @@ type stats struct {
 	rewardSum    float64
 	rewardN      int
 	errClasses   map[string]int
+	lastError    string
 }
 
 func newStats() *stats {
@@ -43,6 +44,7 @@ func (s *stats) resolve(r *pipeline.Rollout) {
 		s.errored.Add(1)
 		s.mu.Lock()
 		s.errClasses[r.ErrorClass]++
+		s.lastError = r.Error
 		s.mu.Unlock()
 	case pipeline.StatusCancelled:
 		s.cancelled.Add(1)
@@ -71,6 +73,22 @@ func (s *stats) group(g *pipeline.Group) {
 			s.rewardSum += r.Reward
 			s.rewardN++
 		}
+	}
+}
+
+// cutOff counts a group a stop cut off: it is not committed, so each of
+// its members, whatever it resolved as, counts as cancelled.
+func (s *stats) cutOff(g *pipeline.Group) {
+	for _, r := range g.Rollouts {
+		switch r.Status {
+		case pipeline.StatusOK:
+			s.ok.Add(-1)
+		case pipeline.StatusError:
+			s.errored.Add(-1)
+		case pipeline.StatusCancelled:
+			continue
+		}
+		s.cancelled.Add(1)
 	}
 }
 
@@ -106,7 +124,7 @@ func (r *run) progressLine() string {
 	el := time.Since(r.started)
 	resolved := s.ok.Load() + s.errored.Load() + s.cancelled.Load()
 	rate := float64(resolved) / el.Seconds()
-	return fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows written %d, %.1f rollouts/s",
+	return fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
 }
 
@@ -124,7 +142,8 @@ type Summary struct {
 	InvalidUTF8 int64
 	// Rollouts dispatched into the pipeline and how each resolved.
 	Dispatched, OK, Errors, Cancelled, Filtered int64
-	// Rows committed to the data files.
+	// Rows committed to the data files: rows of a file not committed when
+	// the run ended (an abort) are not counted.
 	Rows int64
 	// Groups finished, kept, and dropped by reason.
 	Groups, Kept int
@@ -136,6 +155,10 @@ type Summary struct {
 	CompletionTokens, KeptTokens int64
 	// Interrupted is true when the run stopped before its input ended.
 	Interrupted bool
+	// Stop says why the run stopped before its input ended ("" when it
+	// did not stop early): a signal, a fatal error, the circuit breaker or
+	// run.max_error_rate.
+	Stop string
 }
 
 func (r *run) summary(err error) *Summary {
@@ -151,6 +174,9 @@ func (r *run) summary(err error) *Summary {
 		Groups: s.groups, Kept: s.kept, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
 		Interrupted: err != nil,
+	}
+	if cause := r.stopper.err(); cause != nil {
+		sum.Stop = cause.Error()
 	}
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
@@ -187,6 +213,9 @@ func (s *Summary) String() string {
 			fmt.Fprintf(&b, " %s=%d", k, s.ErrorClasses[k])
 		}
 		b.WriteString("\n")
+	}
+	if s.Stop != "" {
+		fmt.Fprintf(&b, "stopped early: %s\n", s.Stop)
 	}
 	if s.Resumed > 0 {
 		fmt.Fprintf(&b, "resumed: %d tasks already committed were skipped\n", s.Resumed)

@@ -47,6 +47,14 @@ type HTTPOptions struct {
 	MaxRetryAfter time.Duration
 	// MaxResponseBytes bounds a response body. Default 256 MiB.
 	MaxResponseBytes int64
+	// BreakAfter is the number of consecutive attempts failing for a cause
+	// no retry fixes (401, 403, 404, connection refused), on every
+	// endpoint, that opens the circuit breaker: every request then fails at
+	// once. Default DefaultBreakAfter; negative: no breaker.
+	BreakAfter int
+	// OnBreak is called once, when the breaker opens, with its error (which
+	// names the cause). A run stops on it.
+	OnBreak func(err error)
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -67,6 +75,7 @@ type HTTPClient struct {
 	closeMu sync.Mutex
 	closed  bool
 	bufPool sync.Pool
+	brk     *breaker // nil: none
 }
 
 var _ inference.Client = (*HTTPClient)(nil)
@@ -184,6 +193,12 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 		c.client = &http.Client{Transport: c.owned}
 	}
 	c.fleet = newFleet(eps, cfg.EndpointConcurrency, opts.AffinitySlack, opts.EjectAfter, opts.Now, opts.Logf)
+	if opts.BreakAfter == 0 {
+		opts.BreakAfter = DefaultBreakAfter
+	}
+	if opts.BreakAfter > 0 {
+		c.brk = newBreaker(opts.BreakAfter, len(eps), opts.OnBreak)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	c.wg.Add(1)
@@ -223,6 +238,9 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 	}
 	if req == nil {
 		return nil, errors.New("llm: nil request")
+	}
+	if err := c.brk.open(); err != nil {
+		return nil, brokenError(err)
 	}
 	if req.Model == "" {
 		r := *req
@@ -353,6 +371,7 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 		}
 		c.fleet.release(ep, aerr, retryAfter)
 		<-c.sem
+		broken := c.brk.record(ep.idx, aerr)
 		if aerr == nil {
 			return ep.name, nil
 		}
@@ -360,6 +379,9 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 		last = aerr
 		if !retryable(aerr.Class) {
 			return "", aerr
+		}
+		if broken != nil {
+			return "", brokenError(broken)
 		}
 		if attempt >= c.cfg.MaxAttempts {
 			aerr.Msg = fmt.Sprintf("%s (after %d attempts)", aerr.Msg, attempt)

@@ -9,19 +9,25 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/runner"
 )
 
-// Exit codes.
+// Exit codes. Whatever the code, committed files are whole and a rerun
+// resumes.
 const (
 	ExitOK          = 0
-	ExitFailed      = 1 // the run failed (a sink, an environment set-up, ...)
+	ExitFailed      = 1 // the run failed (a sink, a bad input row, an environment set-up, ...)
 	ExitUsage       = 2 // bad arguments or a bad config
 	ExitShortOfData = 3 // the data ran out before groups.target kept groups
-	ExitInterrupted = 130
+	// ExitErrors: the rollouts kept failing: an inference endpoint failed
+	// the check before the run, the circuit breaker opened, or the share of
+	// error rollouts exceeded run.max_error_rate.
+	ExitErrors      = 4
+	ExitInterrupted = 130 // a signal stopped the run
 )
 
 const usage = `trajflow turns datasets of tasks into reinforcement-learning rollouts.
@@ -43,11 +49,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, abort, stop := signals(stderr)
 	defer stop()
 	switch args[0] {
 	case "run":
-		return runCmd(ctx, args[1:], stdout, stderr)
+		return runCmd(ctx, abort, args[1:], stdout, stderr)
 	case "sim-server":
 		if err := sim.Main(ctx, args[1:], stdout, stderr); err != nil && !errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "trajflow sim-server:", err)
@@ -78,9 +84,18 @@ const runUsage = `Usage: trajflow run CONFIG.yaml [--set section.key=value ...]
   --quiet                   no progress line
   --allow-config-change     resume an output directory whose committed work
                             came from a config with other semantic keys
+  --keep-errors             a resume keeps the groups that failed before
+                            (run.resume_errors=keep) instead of redoing them
+
+On SIGINT, SIGTERM or SIGHUP the run stops admitting work, cancels (or,
+with run.on_signal=drain, finishes) what is in flight, commits every
+finished group and writes metrics.json, within run.grace; a second signal
+exits at once. Exit codes: 0 done, 1 failed, 2 bad config, 3 short of
+groups.target, 4 too many failures (endpoint check, circuit breaker,
+run.max_error_rate), 130 interrupted.
 `
 
-func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
 	var path string
 	var sets []string
 	quiet, allowChange := false, false
@@ -103,6 +118,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			quiet = true
 		case a == "--allow-config-change":
 			allowChange = true
+		case a == "--keep-errors":
+			sets = append(sets, "run.resume_errors=keep")
 		case strings.HasPrefix(a, "-"):
 			fmt.Fprintf(stderr, "trajflow run: unknown flag %s\n\n%s", a, runUsage)
 			return ExitUsage
@@ -132,7 +149,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// may quote a URL, a header or a server's echo of a key.
 	red := cfg.Redactor()
 	stdout, stderr = red.Writer(stdout), red.Writer(stderr)
-	sum, err := runner.Run(ctx, cfg, runner.Options{Stderr: stderr, AllowConfigChange: allowChange})
+	sum, err := runner.Run(ctx, cfg, runner.Options{Stderr: stderr, AllowConfigChange: allowChange, Abort: abort})
 	if sum != nil {
 		fmt.Fprint(stdout, sum.String())
 	}
@@ -146,11 +163,54 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, runner.ErrShortOfData):
 		fmt.Fprintln(stderr, "trajflow run:", err)
 		return ExitShortOfData
+	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate):
+		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitErrors
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		fmt.Fprintln(stderr, "trajflow run: interrupted; committed files are complete, run again to resume")
+		fmt.Fprintf(stderr, "trajflow run: %v; committed files are complete, run again to resume\n", err)
 		return ExitInterrupted
 	default:
 		fmt.Fprintln(stderr, "trajflow run:", err)
 		return ExitFailed
 	}
 }
+
+// signals returns a context cancelled by the first SIGINT, SIGTERM or
+// SIGHUP (its cause names the signal) and a channel closed by the second.
+// After the second, the process exits with 130 if it has not ended within
+// abortExit. stop releases the signals.
+func signals(stderr io.Writer) (ctx context.Context, abort <-chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	aborted := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(fmt.Errorf("signal %v", s))
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "trajflow: second signal (%v): exiting at once; what was not committed is dropped\n", s)
+			close(aborted)
+		case <-done:
+			return
+		}
+		select {
+		case <-time.After(abortExit):
+			os.Exit(ExitInterrupted)
+		case <-done:
+		}
+	}()
+	return ctx, aborted, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// abortExit is how long a second signal waits for the run to end.
+const abortExit = 3 * time.Second

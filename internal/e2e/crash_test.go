@@ -19,12 +19,12 @@ import (
 // Workload of the crash test: enough simulated time that a run lasts a few
 // seconds and commits tens of files.
 const (
-	crashTasks     = 3000
+	crashTasks     = 4000
 	crashN         = 4
 	crashTimeScale = 0.05
 	crashFileRows  = 200
 	crashBatchRows = 64
-	crashKills     = 4
+	crashKills     = 20
 	crashSeed      = 20261101
 )
 
@@ -58,14 +58,14 @@ func TestCrashResume(t *testing.T) {
 	landed, planted := 0, false
 	for k := range crashKills {
 		before := len(parts(t, crashData))
-		// Even kills wait for 1 to 8 new commits, then a random moment; odd
+		// Even kills wait for 1 or 2 new commits, then a random moment; odd
 		// kills strike at a random moment after start, resume scan included.
 		afterCommit := k%2 == 0
-		wantFiles := before + 1 + rng.IntN(8)
+		wantFiles := before + 1 + rng.IntN(2)
 		delay := time.Duration(rng.IntN(300)) * time.Millisecond
 		if !afterCommit {
 			wantFiles = 0
-			delay = time.Duration(50+rng.IntN(1500)) * time.Millisecond
+			delay = time.Duration(50+rng.IntN(700)) * time.Millisecond
 		}
 		killed, res := runAndKill(t, crashCfg, crashData, wantFiles, delay)
 		after := parts(t, crashData)

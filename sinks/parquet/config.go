@@ -1,6 +1,17 @@
 package parquet
 
-import "github.com/trajflow/trajflow/pipeline"
+import (
+	"time"
+
+	"github.com/trajflow/trajflow/pipeline"
+)
+
+// DefaultCommitInterval is output.commit_interval's default.
+const DefaultCommitInterval = time.Minute
+
+// MaxCommitInterval bounds output.commit_interval: the finished work a
+// kill -9 may lose.
+const MaxCommitInterval = 24 * time.Hour
 
 // Config is the Parquet sink's part of the output section.
 type Config struct {
@@ -13,6 +24,10 @@ type Config struct {
 	RowGroupRows int `yaml:"row_group_rows"`
 	// Compression is zstd, snappy, gzip or none.
 	Compression string `yaml:"compression"`
+	// CommitInterval commits the open part file (and the partial record
+	// batch collate holds) at least this often, whatever FileRows, so that
+	// a crash loses at most this much finished work. Default 1m.
+	CommitInterval pipeline.Duration `yaml:"commit_interval"`
 }
 
 // SetDefaults fills the keys left unset.
@@ -22,6 +37,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Compression == "" {
 		c.Compression = "zstd"
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = pipeline.Duration(DefaultCommitInterval)
 	}
 }
 
@@ -38,6 +56,9 @@ func (c *Config) Validate() error {
 		p.Add("row_group_rows", "must be >= 0, got %d", c.RowGroupRows)
 	}
 	p.OneOf("compression", c.Compression, "zstd", "snappy", "gzip", "none")
+	if d := c.CommitInterval.D(); d < 0 || d > MaxCommitInterval {
+		p.Add("commit_interval", "must be > 0 and at most %s, got %s", MaxCommitInterval, d)
+	}
 	return p.Err()
 }
 

@@ -379,6 +379,22 @@ func syncDir(dir string) error {
 	return err
 }
 
+// Commit commits the open file now, if any, whatever its size; the next
+// Write opens a new one. A run calls it on a timer (output.commit_interval)
+// so that a crash loses at most that much finished work.
+func (w *Writer) Commit(ctx context.Context) error {
+	if w.closed {
+		return errors.New("parquet: commit after Close or Abort")
+	}
+	if w.pw == nil {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return w.commit()
+}
+
 // Close commits the open file, if any. It commits even when ctx is done:
 // the open file holds only whole records, so an interrupted run keeps
 // them; call Abort instead to discard them. After Close the Writer accepts

@@ -588,3 +588,43 @@ func TestLargeRows(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitClosesOpenFile: Commit commits the open file whatever its
+// size, is a no-op without one, and the next Write opens a new file.
+func TestCommitClosesOpenFile(t *testing.T) {
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer alloc.AssertSize(t, 0)
+	dir := t.TempDir()
+	var committed []int
+	w, err := pqsink.New(dir, pqsink.Options{FileRows: 1000, OnCommit: func(_ string, rows int) { committed = append(committed, rows) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := w.Commit(ctx); err != nil {
+		t.Fatalf("Commit with no open file: %v", err)
+	}
+	writeGroups(t, w, alloc, 2, 4, 8, 64)
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, dir); !slices.Equal(got, []string{"part-00000.parquet"}) {
+		t.Fatalf("after Commit: %v", got)
+	}
+	writeGroups(t, w, alloc, 1, 4, 8, 64)
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, dir); !slices.Equal(got, []string{"part-00000.parquet", "part-00001.parquet"}) {
+		t.Fatalf("after Close: %v", got)
+	}
+	if !slices.Equal(committed, []int{8, 4}) {
+		t.Fatalf("commits of %v rows, want [8 4]", committed)
+	}
+	for _, p := range parts(t, dir) {
+		readRollouts(t, p, alloc)
+	}
+	if err := w.Commit(ctx); err == nil {
+		t.Fatal("Commit after Close succeeded")
+	}
+}

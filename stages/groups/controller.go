@@ -36,6 +36,7 @@ type Controller struct {
 	again     []Job
 	exhausted bool
 	reached   bool
+	stopped   bool
 }
 
 // NewController returns the controller of the groups config: at most
@@ -86,7 +87,7 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 	for {
 		c.mu.Lock()
 		switch {
-		case c.reached:
+		case c.reached || c.stopped:
 			c.mu.Unlock()
 			return ActDone, Job{}, nil
 		case len(c.again) > 0:
@@ -191,6 +192,17 @@ func (c *Controller) GroupDone(g *pipeline.Group, task *pipeline.Task) Verdict {
 func (c *Controller) Abandon() {
 	c.mu.Lock()
 	c.inflight--
+	c.mu.Unlock()
+	c.signal()
+}
+
+// Stop ends admission: Next hands out no more groups and returns ActDone,
+// at once where it waits. Groups already handed out go on (a run stopping
+// on a signal or a fatal error lets them finish or cancels them).
+func (c *Controller) Stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.again = nil
 	c.mu.Unlock()
 	c.signal()
 }

@@ -29,6 +29,10 @@ type Rule struct {
 	Lo, Hi float64
 	// LeaveOneOut uses each member's leave-one-out mean as its baseline.
 	LeaveOneOut bool
+	// DropErrors drops a group with a failed member under keep: all too
+	// (reason error), as every other rule does: such a group is redone
+	// rather than kept (a run's default; see run.resume_errors).
+	DropErrors bool
 }
 
 // NewRule returns the rule of the groups config section.
@@ -78,6 +82,9 @@ func (rule Rule) Apply(g *pipeline.Group) {
 
 	g.Kept, g.FilterReason = true, ""
 	switch {
+	case rule.Keep == "all" && !rule.DropErrors:
+	case failed > 0 && hasError(g):
+		g.Kept, g.FilterReason = false, ReasonError
 	case rule.Keep == "all":
 	case failed > 0:
 		g.Kept, g.FilterReason = false, ReasonError
@@ -97,6 +104,16 @@ func (rule Rule) Apply(g *pipeline.Group) {
 			r.Status = pipeline.StatusFiltered
 		}
 	}
+}
+
+// hasError reports whether a member of g resolved as an error.
+func hasError(g *pipeline.Group) bool {
+	for _, r := range g.Rollouts {
+		if r.Status == pipeline.StatusError {
+			return true
+		}
+	}
+	return false
 }
 
 // allSame reports whether every member has the same reward (or value of

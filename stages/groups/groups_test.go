@@ -1,9 +1,11 @@
 package groups_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/groups"
@@ -124,5 +126,63 @@ func TestCollectorEmitsWholeGroupsAndForgetsThem(t *testing.T) {
 	c.Add(&pipeline.Rollout{Task: tasks[0], RolloutIndex: 1, GroupSize: 3, Attempt: 1})
 	if _, err := c.Add(&pipeline.Rollout{Task: tasks[0], RolloutIndex: 1, GroupSize: 3, Attempt: 1}); err == nil {
 		t.Fatal("a member resolved twice should fail")
+	}
+}
+
+// TestDropErrors: with DropErrors a failed member drops its group under
+// every rule, keep: all included; without errors nothing changes.
+func TestDropErrors(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		keep    string
+		rewards []float64
+		kept    bool
+		reason  string
+	}{
+		{"all", []float64{1, nan}, false, groups.ReasonError},
+		{"all", []float64{1, 0}, true, ""},
+		{"nonzero_std", []float64{1, 0, nan}, false, groups.ReasonError},
+		{"nonzero_std", []float64{1, 1}, false, groups.ReasonZeroStd},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.keep, tt.rewards), func(t *testing.T) {
+			g := group(tt.rewards...)
+			rule := groups.NewRule(groups.Config{Keep: tt.keep})
+			rule.DropErrors = true
+			rule.Apply(g)
+			if g.Kept != tt.kept || g.FilterReason != tt.reason {
+				t.Fatalf("kept %v reason %q, want %v %q", g.Kept, g.FilterReason, tt.kept, tt.reason)
+			}
+		})
+	}
+}
+
+// TestStopEndsAdmission: after Stop, Next returns ActDone at once, also to
+// a caller already waiting.
+func TestStopEndsAdmission(t *testing.T) {
+	c := groups.NewController(groups.Config{Keep: "all", MaxAttempts: 1}, 1, 0, nil)
+	ctx := context.Background()
+	if act, _, err := c.Next(ctx); err != nil || act != groups.ActRead {
+		t.Fatalf("first Next: %v %v", act, err)
+	}
+	c.ReadDone(true)
+	done := make(chan groups.Action)
+	go func() { act, _, _ := c.Next(ctx); done <- act }() // waits: one group in flight of one
+	select {
+	case act := <-done:
+		t.Fatalf("Next returned %v with the budget spent", act)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.Stop()
+	select {
+	case act := <-done:
+		if act != groups.ActDone {
+			t.Fatalf("after Stop: %v, want ActDone", act)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop did not wake Next")
+	}
+	if act, _, _ := c.Next(ctx); act != groups.ActDone {
+		t.Fatalf("Next after Stop: %v", act)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/trajflow/trajflow/internal/cli"
@@ -127,8 +128,8 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		return p
 	}
 	// Every sink writes: data, filtered, JSONL, an Arrow stream, failures.
-	// keep: all writes every row (errors included) to data/ and
-	// metrics.json; nonzero_std drops the groups with a failed member
+	// keep: all writes the groups without a failed member to data/ and
+	// metrics.json, those with one to errors/; nonzero_std drops groups
 	// into filtered/.
 	keep := "all"
 	head := func(out string) string {
@@ -147,7 +148,9 @@ output: {dir: %s, filtered: true, jsonl: true, arrow_stream: %s}
 
 	t.Run("http env headers and URL, params, API key variable", func(t *testing.T) {
 		// The environment server echoes the Authorization header back in
-		// the errors of odd trajectories.
+		// the errors of two odd trajectories (their groups go to errors/,
+		// the others to data/, and the resume redoes the two).
+		var echoed atomic.Int32
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/reset" {
 				w.Write([]byte(`{}`))
@@ -157,7 +160,7 @@ output: {dir: %s, filtered: true, jsonl: true, arrow_stream: %s}
 				TrajID string `json:"traj_id"`
 			}
 			json.NewDecoder(r.Body).Decode(&req)
-			if strings.HasSuffix(req.TrajID, "r1") {
+			if strings.HasSuffix(req.TrajID, "r1") && echoed.Add(1) <= 2 {
 				json.NewEncoder(w).Encode(map[string]string{"error": "token refused: " + r.Header.Get("Authorization")})
 				return
 			}
@@ -234,8 +237,8 @@ env:
 			// Config errors quote the endpoint.
 			{"scheme", gen("ftp://user:" + secretURLPass + "@h/v1?api-key=" + secretURLQuery), []int{cli.ExitUsage}},
 			{"query", gen(withPass + "/v1?api-key=" + secretURLQuery), []int{cli.ExitUsage, cli.ExitFailed}},
-			// A real run whose every request fails with the echo.
-			{"run", gen(withPass + "/v1"), []int{cli.ExitOK, cli.ExitFailed}},
+			// A real run whose endpoint check fails with the echo (exit 4).
+			{"run", gen(withPass + "/v1"), []int{cli.ExitErrors}},
 		}
 		for _, tt := range tests {
 			out := filepath.Join(dir, "out-endpoint-"+tt.name)

@@ -17,6 +17,13 @@ type Graph struct {
 	started bool
 	procs   []proc
 	chans   []chan any
+	queues  []queue
+}
+
+// queue is the channel after a named component, for QueueDepths.
+type queue struct {
+	after string
+	ch    <-chan any
 }
 
 type proc struct {
@@ -47,6 +54,25 @@ func (g *Graph) Chan(buffer int) chan any {
 	g.chans = append(g.chans, ch)
 	g.mu.Unlock()
 	return ch
+}
+
+// QueueDepths returns how many items wait in each queue between
+// components now, keyed by the name of the component that fills it. Safe
+// to call while the graph runs.
+func (g *Graph) QueueDepths() map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]int, len(g.queues))
+	for _, q := range g.queues {
+		out[q.after] = len(q.ch)
+	}
+	return out
+}
+
+func (g *Graph) addQueue(after string, ch <-chan any) {
+	g.mu.Lock()
+	g.queues = append(g.queues, queue{after: after, ch: ch})
+	g.mu.Unlock()
 }
 
 // Releaser is an item that holds resources until released (an Arrow record).

@@ -24,6 +24,7 @@ type binder interface {
 // goroutine that closes the inlet when the outlet closes. Components that
 // implement go-streams' Via and To call it.
 func Link(g *Graph, name string, from <-chan any, to streams.Inlet) {
+	g.addQueue(name, from)
 	if b, ok := to.(binder); ok {
 		b.Bind(from)
 		return

@@ -51,6 +51,8 @@ type Loop struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	inside   atomic.Int64
+	genBusy  atomic.Int64
+	envBusy  atomic.Int64
 	admitted atomic.Int64
 	retried  atomic.Int64
 }
@@ -96,6 +98,9 @@ func (l *Loop) Stop() { l.stopOnce.Do(func() { close(l.stop) }) }
 
 // Inside is the number of trajectories inside the loop now.
 func (l *Loop) Inside() int { return int(l.inside.Load()) }
+
+// Busy returns the generations and the environment calls in flight now.
+func (l *Loop) Busy() (gen, env int) { return int(l.genBusy.Load()), int(l.envBusy.Load()) }
 
 // Admitted is the number of trajectories admitted so far.
 func (l *Loop) Admitted() int64 { return l.admitted.Load() }
@@ -224,6 +229,7 @@ func (l *Loop) run(ctx context.Context) error {
 				cctx, cancel := callCtx(r)
 				var done bool
 				var err error
+				l.envBusy.Add(1)
 				if step {
 					done, err = l.env.Step(cctx, r)
 				} else {
@@ -234,6 +240,7 @@ func (l *Loop) run(ctx context.Context) error {
 					// The last observation's token ids.
 					err = l.gen.Observe(cctx, r)
 				}
+				l.envBusy.Add(-1)
 				cancel()
 				switch {
 				case err != nil:
@@ -260,7 +267,9 @@ func (l *Loop) run(ctx context.Context) error {
 					return ctx.Err()
 				}
 				cctx, cancel := callCtx(r)
+				l.genBusy.Add(1)
 				err := l.gen.Turn(cctx, r)
+				l.genBusy.Add(-1)
 				cancel()
 				switch {
 				case err != nil:

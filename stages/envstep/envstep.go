@@ -130,4 +130,3 @@ func (s *Stepper) turnContext(ctx context.Context) (context.Context, context.Can
 	}
 	return ctx, func() {}
 }
-

@@ -17,9 +17,9 @@ import (
 type stats struct {
 	tasks, rejected, skipped, dispatched, written atomic.Int64
 	// invalidUTF8 counts input rows whose invalid UTF-8 was replaced.
-	invalidUTF8 atomic.Int64
-	ok, errored, cancelled, filtered              atomic.Int64
-	completionTokens, keptTokens                  atomic.Int64
+	invalidUTF8                      atomic.Int64
+	ok, errored, cancelled, filtered atomic.Int64
+	completionTokens, keptTokens     atomic.Int64
 
 	mu           sync.Mutex
 	groups, kept int
@@ -169,7 +169,7 @@ func (r *run) summary(err error) *Summary {
 		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Files: r.files, Duration: time.Since(r.started),
 		Tasks: s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		InvalidUTF8: s.invalidUTF8.Load(),
-		Dispatched: s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
+		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
 		Groups: s.groups, Kept: s.kept, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),

@@ -60,6 +60,9 @@ type Run struct {
 	// ResumeErrors is what a resumed run does with groups that failed
 	// before: redo (default) or keep.
 	ResumeErrors string `yaml:"resume_errors"`
+	// MetricsAddr, when set (host:port), serves Prometheus metrics at
+	// http://MetricsAddr/metrics while the run goes.
+	MetricsAddr string `yaml:"metrics_addr"`
 }
 
 // Generate is the generate section: the inference contract's keys and the

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net"
 	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -41,6 +42,11 @@ func (r *Run) validate() error {
 		p.Add("max_error_rate", "must be in [0, 1], got %v", *r.MaxErrorRate)
 	}
 	p.OneOf("resume_errors", r.ResumeErrors, "redo", "keep")
+	if r.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(r.MetricsAddr); err != nil || port == "" {
+			p.Add("metrics_addr", "%q: want host:port, e.g. 127.0.0.1:9464", r.MetricsAddr)
+		}
+	}
 	return p.Err()
 }
 

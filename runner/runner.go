@@ -40,6 +40,10 @@ var Version = "0.1.0"
 type Options struct {
 	// Stderr receives the progress line and warnings; nil discards them.
 	Stderr io.Writer
+	// Progress, when set, receives the run's progress every run.progress
+	// (and once at the end) instead of the plain progress line on Stderr:
+	// the command line draws a live view with it on a terminal.
+	Progress func(Snapshot)
 	// Client, when set, is the inference client: the config's endpoints are
 	// not contacted (an embedder's own backend, or a test's).
 	Client inference.Client
@@ -182,6 +186,12 @@ type run struct {
 	ctl     *groups.Controller
 	exp     *repeat.Expander
 	loop    *loop.Loop
+	graph   *pipeline.Graph
+	// prom and scraper are the run's Prometheus metrics
+	// (run.metrics_addr) and the poller of the endpoints' own metrics;
+	// nil when off.
+	prom    *promMetrics
+	scraper *scraper
 	done    *committed
 	stopper *stopper
 
@@ -216,6 +226,14 @@ func (r *run) provision(ctx context.Context) error {
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })
+	if cfg.Run.MetricsAddr != "" {
+		r.prom = newPromMetrics(r.snapshot)
+		stop, err := r.prom.serve(ctx, cfg.Run.MetricsAddr)
+		if err != nil {
+			return err
+		}
+		r.closers = append(r.closers, stop)
+	}
 
 	switch {
 	case r.opts.Client != nil:
@@ -235,6 +253,12 @@ func (r *run) provision(ctx context.Context) error {
 			key = os.Getenv(cfg.Generate.APIKeyEnv)
 		}
 		hopts := openai.HTTPOptions{APIKey: key, OnBreak: func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) }}
+		if r.prom != nil {
+			hopts.OnAttempt = r.prom.attempt
+		}
+		if r.prom != nil || r.opts.Progress != nil {
+			r.scraper = newScraper(cfg.Generate.Endpoints)
+		}
 		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
 		if err != nil {
 			return err
@@ -268,6 +292,9 @@ func (r *run) provision(ctx context.Context) error {
 		if c, ok := env.(io.Closer); ok {
 			r.closers = append(r.closers, func() { c.Close() })
 		}
+	}
+	if r.prom != nil {
+		r.env = timedEnv{Env: r.env, steps: r.prom.envStep}
 	}
 
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
@@ -326,6 +353,7 @@ func (r *run) execute(parent context.Context) error {
 	cfg := r.cfg
 	ctx := r.stopper.hard
 	g := pipeline.NewGraph()
+	r.graph = g
 	r.started = time.Now()
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
@@ -401,6 +429,7 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 		popts.OnCommit = func(path string, rows int) {
 			r.files = append(r.files, path)
 			r.stats.written.Add(int64(rows))
+			r.stats.filesCommitted.Add(1)
 		}
 	}
 	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)

@@ -16,6 +16,7 @@ import (
 // line while the pipeline writes them.
 type stats struct {
 	tasks, rejected, skipped, dispatched, written atomic.Int64
+	filesCommitted                                atomic.Int64
 	// invalidUTF8 counts input rows whose invalid UTF-8 was replaced.
 	invalidUTF8                      atomic.Int64
 	ok, errored, cancelled, filtered atomic.Int64
@@ -92,31 +93,47 @@ func (s *stats) cutOff(g *pipeline.Group) {
 	}
 }
 
-// progress prints a line to stderr every run.progress until stopped.
+// progress reports the run's progress every run.progress until stopped:
+// to Options.Progress when set (once more when stopped), else as a line on
+// stderr. It also polls the endpoints' own metrics when asked to.
 func (r *run) progress(ctx context.Context) (stop func()) {
 	every := r.cfg.Run.Progress.D()
-	if every <= 0 {
-		return func() {}
-	}
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				fmt.Fprintln(r.opts.Stderr, r.progressLine())
+	if r.scraper != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.scraper.run(ctx, max(every, time.Second))
+		}()
+	}
+	if every > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if r.opts.Progress != nil {
+						r.opts.Progress(r.snapshot())
+					} else {
+						fmt.Fprintln(r.opts.Stderr, r.progressLine())
+					}
+				}
 			}
+		}()
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		if r.opts.Progress != nil {
+			r.opts.Progress(r.snapshot())
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+	}
 }
 
 func (r *run) progressLine() string {

@@ -55,6 +55,10 @@ type HTTPOptions struct {
 	// OnBreak is called once, when the breaker opens, with its error (which
 	// names the cause). A run stops on it.
 	OnBreak func(err error)
+	// OnAttempt, when set, is told of every HTTP attempt once its outcome
+	// is known: the endpoint, how long it took, its error (nil on
+	// success) and whether the client tries again (metrics).
+	OnAttempt func(endpoint string, took time.Duration, err *inference.Error, retrying bool)
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -358,7 +362,14 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 			<-c.sem
 			return "", c.ctxErr(ctx, last, attempt-1)
 		}
+		start := c.opts.Now()
 		aerr, retryAfter := c.attempt(ctx, ep, url(ep), body, decode)
+		took := c.opts.Now().Sub(start)
+		observe := func(retrying bool) {
+			if c.opts.OnAttempt != nil {
+				c.opts.OnAttempt(ep.name, took, aerr, retrying)
+			}
+		}
 		if aerr != nil && c.opts.APIKey != "" {
 			// A server may echo the request's headers back.
 			aerr.Msg = strings.ReplaceAll(aerr.Msg, c.opts.APIKey, "[redacted]")
@@ -367,23 +378,28 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 			// The caller's cancel or the overall deadline, not the endpoint's fault.
 			c.fleet.release(ep, &inference.Error{Class: inference.ClassCancelled}, 0)
 			<-c.sem
+			observe(false)
 			return "", c.ctxErr(ctx, last, attempt)
 		}
 		c.fleet.release(ep, aerr, retryAfter)
 		<-c.sem
 		broken := c.brk.record(ep.idx, aerr)
 		if aerr == nil {
+			observe(false)
 			return ep.name, nil
 		}
 		tried[ep.idx] = true
 		last = aerr
 		if !retryable(aerr.Class) {
+			observe(false)
 			return "", aerr
 		}
 		if broken != nil {
+			observe(false)
 			return "", brokenError(broken)
 		}
 		if attempt >= c.cfg.MaxAttempts {
+			observe(false)
 			aerr.Msg = fmt.Sprintf("%s (after %d attempts)", aerr.Msg, attempt)
 			return "", aerr
 		}
@@ -392,9 +408,11 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 			wait = retryAfter
 		}
 		if dl, ok := ctx.Deadline(); ok && c.opts.Now().Add(wait).After(dl) {
+			observe(false)
 			aerr.Msg = fmt.Sprintf("%s (after %d attempts; no time left to retry)", aerr.Msg, attempt)
 			return "", aerr
 		}
+		observe(true)
 		if c.opts.Logf != nil {
 			c.opts.Logf("llm: attempt %d on %s failed (%s); retrying in %s", attempt, ep.name, aerr.Error(), wait.Round(time.Millisecond))
 		}

@@ -148,8 +148,20 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	// Everything printed from here on passes the config's redactor: errors
 	// may quote a URL, a header or a server's echo of a key.
 	red := cfg.Redactor()
+	opts := runner.Options{AllowConfigChange: allowChange, Abort: abort}
+	var view *liveView
+	if !quiet && cfg.Run.Progress > 0 && isTerminal(stderr) {
+		// On a terminal, a live view instead of the periodic line; the
+		// snapshot it draws holds no secret (endpoints are redacted).
+		view = newLiveView(stderr)
+		opts.Progress = view.update
+	}
 	stdout, stderr = red.Writer(stdout), red.Writer(stderr)
-	sum, err := runner.Run(ctx, cfg, runner.Options{Stderr: stderr, AllowConfigChange: allowChange, Abort: abort})
+	opts.Stderr = stderr
+	sum, err := runner.Run(ctx, cfg, opts)
+	if view != nil {
+		view.done()
+	}
 	if sum != nil {
 		fmt.Fprint(stdout, sum.String())
 	}

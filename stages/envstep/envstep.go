@@ -170,4 +170,3 @@ func (s *Stepper) turnContext(ctx context.Context) (context.Context, context.Can
 	}
 	return ctx, func() {}
 }
-

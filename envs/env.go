@@ -40,3 +40,21 @@ type Step struct {
 	// State replaces the trajectory's state for the next turn.
 	State any
 }
+
+// Ender is an optional interface of an Env with a last word on a
+// trajectory that leaves the loop without the environment ending it:
+// max_turns reached, or the sequence full. Its Step's reward is added to
+// the last turn's, its metrics to the rollout's; an error fails the
+// rollout. The nemo_gym environment verifies then, as NeMo Gym's agent
+// always does after its loop.
+type Ender interface {
+	End(ctx context.Context, r *pipeline.Rollout) (*Step, error)
+}
+
+// Finisher is an optional interface of an Env with a result for the whole
+// run (the nemo_gym environment's /aggregate_metrics). The runner asks it
+// once, after the last group, and writes a non-nil result next to
+// metrics.json. An error is reported, and does not fail the run's data.
+type Finisher interface {
+	Finish(ctx context.Context) (json.RawMessage, error)
+}

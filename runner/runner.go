@@ -123,6 +123,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 		if merr := r.writeMetrics(r.stopper.hard); merr != nil {
 			err = errors.Join(err, merr)
 		}
+		if aerr := r.writeAggregate(r.stopper.hard); aerr != nil {
+			fmt.Fprintf(r.opts.Stderr, "trajflow: %v\n", aerr)
+		}
 	}
 	sum := r.summary(err)
 	return sum, err

@@ -80,9 +80,15 @@ type Env struct {
 	cfg    Config
 	base   string
 	client *http.Client
+	// verified are the run's verify answers (nemo_gym), for Finish.
+	verified verified
 }
 
-var _ envs.Env = (*Env)(nil)
+var (
+	_ envs.Env      = (*Env)(nil)
+	_ envs.Ender    = (*Env)(nil)
+	_ envs.Finisher = (*Env)(nil)
+)
 
 // New validates c and returns the environment. It does not contact the server.
 func New(c Config) (*Env, error) {
@@ -192,10 +198,24 @@ type result struct {
 	cookies []*http.Cookie
 }
 
+// errTimeout is an attempt that got no answer within request_timeout.
+var errTimeout = errors.New("no answer within request_timeout")
+
 // post sends body (JSON, or raw bytes when it is json.RawMessage) to path,
 // retrying connection errors, timeouts, 429 and 5xx. Other statuses are
 // returned for the caller to judge.
 func (e *Env) post(ctx context.Context, path string, body any, cookies map[string]string) (*result, error) {
+	return e.send(ctx, path, body, cookies, true)
+}
+
+// postGym is post as NeMo Gym's server client does it (server_utils.py,
+// request): only connection errors are retried; every answer, whatever
+// its status, and a timeout (the server may have acted) go to the caller.
+func (e *Env) postGym(ctx context.Context, path string, body any, cookies map[string]string) (*result, error) {
+	return e.send(ctx, path, body, cookies, false)
+}
+
+func (e *Env) send(ctx context.Context, path string, body any, cookies map[string]string, retryStatus bool) (*result, error) {
 	u := e.base + path
 	var payload []byte
 	if raw, ok := body.(json.RawMessage); ok {
@@ -211,12 +231,14 @@ func (e *Env) post(ctx context.Context, path string, body any, cookies map[strin
 	for attempt := 1; ; attempt++ {
 		res, err := e.once(ctx, u, payload, cookies)
 		switch {
-		case err == nil && res.status != http.StatusTooManyRequests && res.status < 500:
+		case err == nil && (!retryStatus || res.status != http.StatusTooManyRequests && res.status < 500):
 			return res, nil
 		case err == nil:
 			last = fmt.Errorf("HTTP %d: %s", res.status, snippet(res.body))
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("http env: POST %s: %w", u, ctx.Err())
+		case !retryStatus && errors.Is(err, errTimeout):
+			return nil, fmt.Errorf("http env: POST %s: %v", u, err)
 		default:
 			last = err
 		}
@@ -258,7 +280,7 @@ func (e *Env) once(ctx context.Context, u string, payload []byte, cookies map[st
 	resp, err := e.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-			return nil, fmt.Errorf("no answer within request_timeout %s", e.cfg.RequestTimeout.D())
+			return nil, fmt.Errorf("%w %s", errTimeout, e.cfg.RequestTimeout.D())
 		}
 		return nil, err
 	}

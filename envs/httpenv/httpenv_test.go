@@ -373,10 +373,10 @@ func TestNeMoGym(t *testing.T) {
 		t.Fatalf("unknown tool = %+v", m)
 	}
 	before := g.calls.Load()
-	if m := call(a, "c5", "incr", `{"by": `); !strings.Contains(m.Content, "not valid JSON") {
+	if m := call(a, "c5", "incr", `{"by": `); !strings.Contains(m.Content, `{"error": "Invalid tool call arguments: JSONDecodeError(`) {
 		t.Fatalf("bad arguments = %+v", m)
 	}
-	if m := call(a, "c6", "verify", `{}`); !strings.Contains(m.Content, "unknown tool") {
+	if m := call(a, "c6", "verify", `{}`); !strings.Contains(m.Content, "is not available") {
 		t.Fatalf("reserved name = %+v", m)
 	}
 	if g.calls.Load() != before {
@@ -420,10 +420,10 @@ func TestNeMoGymVerifyErrors(t *testing.T) {
 		body   string
 		want   string
 	}{
-		{200, `{"score": 1}`, "verify answer has no reward"},
+		{200, `{"score": 1}`, "verify answer has no numeric reward"},
 		{200, `<html>`, "bad verify answer"},
 		{422, `{"detail": "invalid"}`, "HTTP 422"},
-		{500, `oops`, "after 2 attempts"},
+		{500, `oops`, "HTTP 500"},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/seed_session" {

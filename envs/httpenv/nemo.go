@@ -1,18 +1,19 @@
 package httpenv
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/envs/internal/wire"
+	"github.com/trajflow/trajflow/nemogym"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -55,15 +56,35 @@ func session(state any) (Session, bool) {
 	return Session{}, false
 }
 
-// reserved are the resources server's own endpoints, never a tool.
-var reserved = map[string]bool{"seed_session": true, "verify": true}
+// reserved are the resources server's own endpoints (Gym's
+// RESERVED_MCP_TOOL_NAMES in nemo_gym/base_resources_server.py), never a
+// tool.
+var reserved = map[string]bool{"seed_session": true, "verify": true, "aggregate_metrics": true, "mcp": true}
+
+// verified collects the stripped verify answers of the run for
+// /aggregate_metrics, as Gym's rollout collection does
+// (_call_aggregate_metrics): each answer without response and
+// responses_create_params, with response.usage kept.
+type verified struct {
+	mu   sync.Mutex
+	rows []map[string]any
+}
+
+func (v *verified) add(row map[string]any) {
+	v.mu.Lock()
+	v.rows = append(v.rows, row)
+	v.mu.Unlock()
+}
 
 func (e *Env) nemoReset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, error) {
-	task, err := wire.TaskJSON(r.Task)
+	req, err := nemogym.Request(r)
 	if err != nil {
 		return nil, fmt.Errorf("http env: reset: %w", err)
 	}
-	res, err := e.post(ctx, "/seed_session", task, nil)
+	if err := nemogym.CheckTools(req[nemogym.ParamsKey].(map[string]any)); err != nil {
+		return nil, fmt.Errorf("http env: reset: task %s: %w", taskSource(r), err)
+	}
+	res, err := e.postGym(ctx, "/seed_session", req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -73,39 +94,88 @@ func (e *Env) nemoReset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, 
 	return &envs.Reset{State: Session{}.merge(res.cookies)}, nil
 }
 
+// nemoStep is one step of Gym's simple agent loop
+// (responses_api_agents/simple_agent/app.py): a cut reply ends the loop
+// (verify, without running its tool calls), tool calls are run, a reply
+// with text and no tool call ends the loop (verify). A reply with only
+// reasoning asks the model again, as Gym's loop does.
 func (e *Env) nemoStep(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
 	sess, ok := session(r.State)
 	if !ok {
 		return nil, fmt.Errorf("http env: step: the trajectory has no nemo_gym session (state %T); was it reset by this environment?", r.State)
 	}
+	if nemogym.IncompleteDetails(r.FinishReason) != nil {
+		return e.nemoVerify(ctx, sess, r, action)
+	}
 	if len(action.ToolCalls) > 0 {
 		return e.nemoTools(ctx, sess, action)
+	}
+	if reasoning, text := nemogym.SplitThink(action.Content); len(reasoning) > 0 && text == "" {
+		return &envs.Step{State: sess}, nil
 	}
 	return e.nemoVerify(ctx, sess, r, action)
 }
 
+// End implements envs.Ender: a trajectory that max_turns or a full
+// sequence ended is verified, as Gym's agent verifies after max_steps.
+// Other protocols have nothing to add.
+func (e *Env) End(ctx context.Context, r *pipeline.Rollout) (*envs.Step, error) {
+	if e.cfg.Protocol != ProtocolNeMoGym {
+		return nil, nil
+	}
+	sess, ok := session(r.State)
+	if !ok || len(r.Messages) == 0 {
+		return nil, nil
+	}
+	return e.nemoVerify(ctx, sess, r, r.Messages[len(r.Messages)-1])
+}
+
+// Finish implements envs.Finisher: with protocol nemo_gym it posts the
+// run's verify answers to {url}/aggregate_metrics and returns the answer.
+func (e *Env) Finish(ctx context.Context) (json.RawMessage, error) {
+	if e.cfg.Protocol != ProtocolNeMoGym {
+		return nil, nil
+	}
+	e.verified.mu.Lock()
+	rows := e.verified.rows
+	e.verified.mu.Unlock()
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		return fmt.Sprint(rows[i][nemogym.TaskIndexKey], "/", rows[i][nemogym.RolloutIndexKey]) < fmt.Sprint(rows[j][nemogym.TaskIndexKey], "/", rows[j][nemogym.RolloutIndexKey])
+	})
+	res, err := e.postGym(ctx, "/aggregate_metrics", map[string]any{"verify_responses": rows}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if res.status/100 != 2 {
+		return nil, fmt.Errorf("http env: POST %s: HTTP %d: %s", res.url, res.status, snippet(res.body))
+	}
+	if !json.Valid(res.body) {
+		return nil, fmt.Errorf("http env: POST %s: bad answer %s", res.url, snippet(res.body))
+	}
+	return json.RawMessage(res.body), nil
+}
+
 // nemoTools posts each tool call to {url}/<name> and answers with one tool
-// message per call.
+// message per call. Like Gym's agent, the answer's body is the tool's
+// output whatever its status ("Resource-server errors are valid
+// model-visible tool outputs"), and a call is never posted twice.
 func (e *Env) nemoTools(ctx context.Context, sess Session, action pipeline.Message) (*envs.Step, error) {
 	obs := make([]pipeline.Message, 0, len(action.ToolCalls))
 	for _, call := range action.ToolCalls {
 		msg := pipeline.Message{Role: pipeline.RoleTool, ToolCallID: call.ID, Name: call.Name}
-		args := strings.TrimSpace(call.Arguments)
-		if args == "" {
-			args = "{}"
-		}
-		switch {
+		switch err := argumentsError(call.Arguments); {
+		case err != "":
+			msg.Content = err
 		case call.Name == "" || reserved[call.Name] || strings.ContainsAny(call.Name, "/?#%\\ \t\r\n"):
-			msg.Content = fmt.Sprintf("error: unknown tool %q", call.Name)
-		case !json.Valid([]byte(args)):
-			msg.Content = fmt.Sprintf("error: the arguments of %s are not valid JSON", call.Name)
+			msg.Content = toolError(fmt.Sprintf("Tool %q is not available", call.Name))
 		default:
-			res, err := e.post(ctx, "/"+url.PathEscape(call.Name), json.RawMessage(args), sess.Cookies)
+			res, err := e.postGym(ctx, "/"+url.PathEscape(call.Name), json.RawMessage(call.Arguments), sess.Cookies)
 			if err != nil {
 				return nil, err
 			}
-			// Like NeMo Gym's agents, a 4xx answer is the tool's output:
-			// the model may have called it wrongly.
 			sess = sess.merge(res.cookies)
 			msg.Content = string(res.body)
 		}
@@ -114,86 +184,123 @@ func (e *Env) nemoTools(ctx context.Context, sess Session, action pipeline.Messa
 	return &envs.Step{Observations: obs, State: sess}, nil
 }
 
+// argumentsError is Gym's tool output for arguments that are not JSON
+// (simple_agent/app.py: {"error": "Invalid tool call arguments: <repr>"});
+// "" when they are JSON. Empty arguments are not JSON, as in Gym.
+func argumentsError(args string) string {
+	var v any
+	err := json.Unmarshal([]byte(args), &v)
+	if err == nil {
+		return ""
+	}
+	if args == "" {
+		err = fmt.Errorf("Expecting value: line 1 column 1 (char 0)")
+	}
+	return toolError(fmt.Sprintf("Invalid tool call arguments: JSONDecodeError('%s')", err.Error()))
+}
+
+// toolError is a tool output {"error": msg}, spaced as Python's json.dumps.
+func toolError(msg string) string {
+	b, _ := json.Marshal(msg)
+	return `{"error": ` + string(b) + `}`
+}
+
 // nemoVerify posts the whole trajectory to {url}/verify and ends it with
-// the reward of the answer.
+// the reward of the answer. The answer's other new numeric fields become
+// metrics (a reward_components object's as reward_components.NAME).
 func (e *Env) nemoVerify(ctx context.Context, sess Session, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
 	body, err := VerifyRequest(r, action, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("http env: verify: %w", err)
 	}
-	res, err := e.post(ctx, "/verify", body, sess.Cookies)
+	res, err := e.postGym(ctx, "/verify", body, sess.Cookies)
 	if err != nil {
 		return nil, err
 	}
 	if res.status/100 != 2 {
 		return nil, fmt.Errorf("http env: POST %s: HTTP %d: %s", res.url, res.status, snippet(res.body))
 	}
-	var answer struct {
-		Reward *float64 `json:"reward"`
-	}
-	if err := json.Unmarshal(res.body, &answer); err != nil {
+	var answer map[string]any
+	if err := json.Unmarshal(res.body, &answer); err != nil || answer == nil {
 		return nil, fmt.Errorf("http env: POST %s: bad verify answer %s: %v", res.url, snippet(res.body), err)
 	}
-	if answer.Reward == nil {
-		return nil, fmt.Errorf("http env: POST %s: verify answer has no reward: %s", res.url, snippet(res.body))
+	reward, ok := answer[nemogym.RewardKey].(float64)
+	if !ok {
+		return nil, fmt.Errorf("http env: POST %s: verify answer has no numeric reward: %s", res.url, snippet(res.body))
 	}
-	return &envs.Step{Reward: *answer.Reward, Terminated: true, State: sess.merge(res.cookies)}, nil
+	metrics := map[string]float64{}
+	for k, v := range answer {
+		if _, sent := body[k]; sent || k == nemogym.RewardKey {
+			continue
+		}
+		switch x := v.(type) {
+		case float64:
+			metrics[k] = x
+		case bool:
+			metrics[k] = b2f(x)
+		case map[string]any:
+			if k == "reward_components" {
+				for name, c := range x {
+					if f, ok := c.(float64); ok {
+						metrics[k+"."+name] = f
+					}
+				}
+			}
+		}
+	}
+	e.verified.add(stripped(answer, body))
+	step := &envs.Step{Reward: reward, Terminated: true, State: sess.merge(res.cookies)}
+	if len(metrics) > 0 {
+		step.Metrics = metrics
+	}
+	return step, nil
 }
 
-// VerifyRequest builds the body of a NeMo Gym /verify request: the task's
-// fields, with responses_create_params.input set to the prompt (the
-// messages of turn 0) and response holding the rest of the trajectory as
-// Responses API output items (the action included).
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// stripped is a verify answer as Gym's rollout collection sends it to
+// /aggregate_metrics: without response and responses_create_params, with
+// response.usage, the rollout's indices and agent_ref.
+func stripped(answer, req map[string]any) map[string]any {
+	out := make(map[string]any, len(answer)+3)
+	for k, v := range answer {
+		if k != nemogym.ResponseKey && k != nemogym.ParamsKey {
+			out[k] = v
+		}
+	}
+	for _, k := range []string{nemogym.TaskIndexKey, nemogym.RolloutIndexKey, nemogym.AgentRefKey} {
+		if v, ok := req[k]; ok {
+			out[k] = v
+		}
+	}
+	if resp, ok := req[nemogym.ResponseKey].(map[string]any); ok && resp["usage"] != nil {
+		out[nemogym.ResponseKey] = map[string]any{"usage": resp["usage"]}
+	}
+	return out
+}
+
+// VerifyRequest builds the body of a NeMo Gym /verify request as Gym's
+// simple agent does (run: body.model_dump() | {"response": ...}): the
+// row's fields with its responses_create_params unchanged,
+// _ng_task_index and _ng_rollout_index, and response, the trajectory after
+// the prompt in the Responses API shape (nemogym.Response), the action
+// last.
 func VerifyRequest(r *pipeline.Rollout, action pipeline.Message, now time.Time) (map[string]any, error) {
-	task, err := wire.TaskJSON(r.Task)
+	req, err := nemogym.Request(r)
 	if err != nil {
 		return nil, err
-	}
-	var fields map[string]any
-	dec := json.NewDecoder(bytes.NewReader(task))
-	dec.UseNumber()
-	if err := dec.Decode(&fields); err != nil || fields == nil {
-		return nil, fmt.Errorf("task %s is not a JSON object", taskSource(r))
 	}
 	msgs := r.Messages
 	if n := len(msgs); n == 0 || !sameMessage(msgs[n-1], action) {
 		msgs = append(msgs[:n:n], action)
 	}
-	var input, output []any
-	for i, m := range msgs {
-		if m.Turn == 0 && i < len(msgs)-1 { // the last is the action
-			input = append(input, items(m, i, false)...)
-		} else {
-			output = append(output, items(m, i, true)...)
-		}
-	}
-	if input == nil {
-		input = []any{}
-	}
-	if output == nil {
-		output = []any{}
-	}
-	rcp := map[string]any{}
-	if old, ok := fields["responses_create_params"].(map[string]any); ok {
-		rcp = maps.Clone(old)
-	}
-	rcp["input"] = input
-	fields["responses_create_params"] = rcp
-	tools, ok := rcp["tools"]
-	if !ok {
-		tools = []any{}
-	}
-	fields["response"] = map[string]any{
-		"id":                  "resp_" + r.TrajID,
-		"object":              "response",
-		"created_at":          float64(now.UnixMilli()) / 1000,
-		"model":               r.Model,
-		"output":              output,
-		"parallel_tool_calls": true,
-		"tool_choice":         "auto",
-		"tools":               tools,
-	}
-	return fields, nil
+	req[nemogym.ResponseKey] = nemogym.Response(r, msgs, req[nemogym.ParamsKey].(map[string]any), now)
+	return req, nil
 }
 
 func taskSource(r *pipeline.Rollout) string {
@@ -205,34 +312,4 @@ func taskSource(r *pipeline.Rollout) string {
 
 func sameMessage(a, b pipeline.Message) bool {
 	return a.Role == b.Role && a.Content == b.Content && len(a.ToolCalls) == len(b.ToolCalls)
-}
-
-// items converts a message to Responses API items: output items for the
-// model's turns, input items for the prompt.
-func items(m pipeline.Message, i int, output bool) []any {
-	switch m.Role {
-	case pipeline.RoleTool:
-		return []any{map[string]any{"type": "function_call_output", "call_id": m.ToolCallID, "output": m.Content}}
-	case pipeline.RoleAssistant:
-		var out []any
-		if m.Content != "" || len(m.ToolCalls) == 0 {
-			if output {
-				out = append(out, map[string]any{
-					"id": fmt.Sprintf("msg_%d", i), "type": "message", "role": "assistant", "status": "completed",
-					"content": []any{map[string]any{"type": "output_text", "text": m.Content, "annotations": []any{}}},
-				})
-			} else {
-				out = append(out, map[string]any{"type": "message", "role": "assistant", "content": m.Content})
-			}
-		}
-		for _, tc := range m.ToolCalls {
-			out = append(out, map[string]any{
-				"type": "function_call", "id": "fc_" + tc.ID, "call_id": tc.ID,
-				"name": tc.Name, "arguments": tc.Arguments, "status": "completed",
-			})
-		}
-		return out
-	default:
-		return []any{map[string]any{"type": "message", "role": m.Role, "content": m.Content}}
-	}
 }

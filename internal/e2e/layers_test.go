@@ -48,7 +48,7 @@ func TestLayers(t *testing.T) {
 		allowed func(imp string) bool
 	}{
 		{"pipeline imports nothing of trajflow's", func(p string) bool { return p == "pipeline" }, func(string) bool { return false }},
-		{"schema and inference stand on pipeline alone", func(p string) bool { return p == "schema" || p == "inference" },
+		{"schema, inference and nemogym stand on pipeline alone", func(p string) bool { return p == "schema" || p == "inference" || p == "nemogym" },
 			func(i string) bool { return i == "pipeline" }},
 		{"components import no config, runner, command line or sibling implementation",
 			func(p string) bool { return under(p, "sources", "stages", "envs", "sinks", "inference") },

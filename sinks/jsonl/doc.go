@@ -1,14 +1,15 @@
-// Package jsonl writes rollouts as NeMo Gym-shaped JSON lines, one per
-// rollout, from Arrow records in the collate schema or from groups.
+// Package jsonl writes rollouts as JSON lines in NeMo Gym's rollout shape,
+// one per rollout, from Arrow records in the collate schema or from groups.
 //
-// A line:
+// A line is what Gym's rollout collection writes: the input row's fields
+// at the top level (verifier fields, agent_ref), responses_create_params
+// as sent (the row's own, unchanged; built from the rendered prompt for a
+// row without one), _ng_task_index, _ng_rollout_index, reward, and
+// response in the Responses API shape (reasoning, message, function_call
+// and function_call_output items, usage, status), built by package
+// nemogym, as the nemo_gym environment sends it to /verify. trajflow's own
+// fields (run_id, traj_id, attempt, seed, status, error, finish_reason,
+// metrics, turn_rewards, num_turns, ...) are under "trajflow".
 //
-//	{"_ng_task_index":0,"_ng_rollout_index":1,"reward":1,
-//	 "responses_create_params":{"input":[{"role":"user","content":"..."}]},
-//	 "response":{"output":[{"role":"assistant","content":"..."}]},
-//	 "status":"ok","metrics":{"acc":1},...}
-//
-// input holds the prompt messages (turn 0), output every later message
-// (assistant turns, tool answers, environment observations) in chat
-// completions shape (role, content, tool_calls, tool_call_id, name).
+// A line fed back as input renders the same prompt.
 package jsonl

@@ -6,13 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
-	"github.com/trajflow/trajflow/sinks"
 	"io"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
+	"github.com/trajflow/trajflow/nemogym"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sinks"
 )
 
 // The sink contract.
@@ -20,84 +22,48 @@ var (
 	_ sinks.Sink = (*Writer)(nil)
 )
 
-// Line is one JSON line.
-type Line struct {
-	TaskIndex             int64              `json:"_ng_task_index"`
-	RolloutIndex          int                `json:"_ng_rollout_index"`
-	Attempt               int                `json:"attempt"`
-	Reward                float64            `json:"reward"`
-	ResponsesCreateParams Params             `json:"responses_create_params"`
-	Response              Response           `json:"response"`
-	Status                string             `json:"status"`
-	Error                 string             `json:"error,omitempty"`
-	ErrorClass            string             `json:"error_class,omitempty"`
-	FinishReason          string             `json:"finish_reason,omitempty"`
-	Metrics               map[string]float64 `json:"metrics,omitempty"`
-	TurnRewards           []float64          `json:"turn_rewards,omitempty"`
-	NumTurns              int                `json:"num_turns"`
-	RunID                 string             `json:"run_id,omitempty"`
-	TrajID                string             `json:"traj_id,omitempty"`
-	Seed                  int64              `json:"seed"`
-	Model                 string             `json:"model,omitempty"`
-	Env                   string             `json:"env,omitempty"`
-	Task                  json.RawMessage    `json:"task,omitempty"`
+// TrajflowKey is the key of trajflow's own fields in a line.
+const TrajflowKey = "trajflow"
+
+// Trajflow is trajflow's own part of a line: what NeMo Gym's rollout shape
+// has no field for.
+type Trajflow struct {
+	RunID        string             `json:"run_id,omitempty"`
+	TrajID       string             `json:"traj_id,omitempty"`
+	Attempt      int                `json:"attempt"`
+	Seed         int64              `json:"seed"`
+	Model        string             `json:"model,omitempty"`
+	Env          string             `json:"env,omitempty"`
+	Status       string             `json:"status"`
+	Error        string             `json:"error,omitempty"`
+	ErrorClass   string             `json:"error_class,omitempty"`
+	FinishReason string             `json:"finish_reason,omitempty"`
+	Metrics      map[string]float64 `json:"metrics,omitempty"`
+	TurnRewards  []float64          `json:"turn_rewards,omitempty"`
+	NumTurns     int                `json:"num_turns"`
 }
 
-// Params holds the request's input messages.
-type Params struct {
-	Input []Message `json:"input"`
-}
-
-// Response holds the messages after the prompt.
-type Response struct {
-	Output []Message `json:"output"`
-}
-
-// Message is a chat message without token data.
-type Message struct {
-	Role       string              `json:"role"`
-	Content    string              `json:"content"`
-	ToolCalls  []pipeline.ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string              `json:"tool_call_id,omitempty"`
-	Name       string              `json:"name,omitempty"`
-}
-
-// NewLine builds the line of one rollout.
-func NewLine(r *pipeline.Rollout) Line {
-	l := Line{
-		RolloutIndex:          r.RolloutIndex,
-		Attempt:               r.Attempt,
-		Reward:                r.Reward,
-		Status:                string(r.Status),
-		Error:                 r.Error,
-		ErrorClass:            r.ErrorClass,
-		FinishReason:          r.FinishReason,
-		Metrics:               r.Metrics,
-		TurnRewards:           r.TurnRewards,
-		NumTurns:              r.NumTurns,
-		RunID:                 r.RunID,
-		TrajID:                r.TrajID,
-		Seed:                  r.Seed,
-		Model:                 r.Model,
-		Env:                   r.Env,
-		ResponsesCreateParams: Params{Input: []Message{}},
-		Response:              Response{Output: []Message{}},
+// NewLine builds the line of one rollout in NeMo Gym's rollout shape: the
+// input row's fields, responses_create_params as sent (the row's own,
+// unchanged), _ng_task_index, _ng_rollout_index, reward, the Responses API
+// response (package nemogym), and trajflow's own fields under "trajflow".
+func NewLine(r *pipeline.Rollout) (map[string]any, error) {
+	line, err := nemogym.Request(r)
+	if err != nil {
+		return nil, err
 	}
-	if r.Task != nil {
-		l.TaskIndex = r.Task.Index
-		if json.Valid(r.Task.Raw) {
-			l.Task = r.Task.Raw
-		}
+	created := r.Started
+	if created.IsZero() {
+		created = time.Unix(0, 0)
 	}
-	for _, m := range r.Messages {
-		msg := Message{Role: m.Role, Content: m.Content, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
-		if m.Turn == 0 {
-			l.ResponsesCreateParams.Input = append(l.ResponsesCreateParams.Input, msg)
-		} else {
-			l.Response.Output = append(l.Response.Output, msg)
-		}
+	line[nemogym.ResponseKey] = nemogym.Response(r, nil, line[nemogym.ParamsKey].(map[string]any), created)
+	line[nemogym.RewardKey] = r.Reward
+	line[TrajflowKey] = Trajflow{
+		RunID: r.RunID, TrajID: r.TrajID, Attempt: r.Attempt, Seed: r.Seed, Model: r.Model, Env: r.Env,
+		Status: string(r.Status), Error: r.Error, ErrorClass: r.ErrorClass, FinishReason: r.FinishReason,
+		Metrics: r.Metrics, TurnRewards: r.TurnRewards, NumTurns: r.NumTurns,
 	}
-	return l
+	return line, nil
 }
 
 // Writer writes lines to an io.Writer. It is not safe for concurrent use.
@@ -123,7 +89,11 @@ func (w *Writer) WriteGroup(ctx context.Context, g *pipeline.Group) error {
 		if r == nil {
 			continue
 		}
-		if err := w.enc.Encode(NewLine(r)); err != nil {
+		line, err := NewLine(r)
+		if err != nil {
+			return fmt.Errorf("jsonl: %s: %w", r, err)
+		}
+		if err := w.enc.Encode(line); err != nil {
 			return fmt.Errorf("jsonl: %s: %w", r, err)
 		}
 	}

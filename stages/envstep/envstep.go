@@ -118,10 +118,50 @@ func (s *Stepper) Step(ctx context.Context, r *pipeline.Rollout) (done bool, err
 		r.Messages = append(r.Messages, m)
 	}
 	if r.Terminated || r.Truncated || r.MaxTurnsReached {
+		if !r.Terminated {
+			if err := s.end(ctx, r); err != nil {
+				return false, err
+			}
+		}
 		r.Resolve(pipeline.StatusOK)
 		return true, nil
 	}
 	return false, nil
+}
+
+// end gives an envs.Ender its last word on a trajectory the environment
+// did not end. It returns an error only when ctx is done.
+func (s *Stepper) end(ctx context.Context, r *pipeline.Rollout) error {
+	e, ok := s.env.(envs.Ender)
+	if !ok {
+		return nil
+	}
+	cctx, cancel := s.turnContext(ctx)
+	start := time.Now()
+	st, err := e.End(cctx, r)
+	cancel()
+	r.EnvTime += time.Since(start)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.Fail("env", fmt.Errorf("env %s end (turn %d): %w", s.name, r.NumTurns, err))
+		return nil
+	}
+	if st == nil {
+		return nil
+	}
+	r.Reward += st.Reward
+	if n := len(r.TurnRewards); n > 0 {
+		r.TurnRewards[n-1] += st.Reward
+	} else {
+		r.TurnRewards = append(r.TurnRewards, st.Reward)
+	}
+	for k, v := range st.Metrics {
+		r.AddMetric(k, v)
+	}
+	r.State = st.State
+	return nil
 }
 
 func (s *Stepper) turnContext(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -127,3 +127,53 @@ func TestRewardsSumOverTurns(t *testing.T) {
 		t.Fatalf("reward %g turn rewards %v", r.Reward, r.TurnRewards)
 	}
 }
+
+// endingEnv is an envs.Ender: it sees every trajectory the loop ends
+// without it, with the turn's observations already appended.
+type endingEnv struct {
+	fixedEnv
+	end  *envs.Step
+	err  error
+	seen *[]int
+}
+
+func (e endingEnv) End(_ context.Context, r *pipeline.Rollout) (*envs.Step, error) {
+	*e.seen = append(*e.seen, len(r.Messages))
+	return e.end, e.err
+}
+
+func TestEnder(t *testing.T) {
+	more := &envs.Step{Observations: []pipeline.Message{{Role: "tool", Content: "out"}}, Reward: 0.25}
+	tests := []struct {
+		name    string
+		limits  envstep.Limits
+		step    *envs.Step
+		end     *envs.Step
+		err     error
+		ended   []int // len(r.Messages) at each End call
+		reward  float64
+		status  pipeline.Status
+		metrics map[string]float64
+	}{
+		{"max turns ends on a tool call", envstep.Limits{MaxTurns: 1}, more, &envs.Step{Reward: 1, Metrics: map[string]float64{"acc": 1}}, nil, []int{3}, 1.25, pipeline.StatusOK, map[string]float64{"acc": 1}},
+		{"the env terminates: no End", envstep.Limits{MaxTurns: 1}, &envs.Step{Reward: 1, Terminated: true}, nil, nil, nil, 1, pipeline.StatusOK, nil},
+		{"turns left: no End", envstep.Limits{MaxTurns: 2}, more, nil, nil, nil, 0.25, "", nil},
+		{"End fails", envstep.Limits{MaxTurns: 1}, more, nil, errors.New("verify down"), []int{3}, 0.25, pipeline.StatusError, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var seen []int
+			s := envstep.New(endingEnv{fixedEnv{step: tt.step}, tt.end, tt.err, &seen}, "e", tt.limits)
+			r := after(1, "x")
+			if _, err := s.Step(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(seen, tt.ended) || r.Reward != tt.reward || r.Status != tt.status || len(r.Metrics) != len(tt.metrics) {
+				t.Fatalf("ended %v reward %v status %q metrics %v; want %v %v %q %v", seen, r.Reward, r.Status, r.Metrics, tt.ended, tt.reward, tt.status, tt.metrics)
+			}
+			if tt.end != nil && r.TurnRewards[len(r.TurnRewards)-1] != tt.reward {
+				t.Fatalf("turn rewards %v: End's reward belongs to the last turn", r.TurnRewards)
+			}
+		})
+	}
+}

@@ -1,0 +1,119 @@
+package runner_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/envs/httpenv"
+	"github.com/trajflow/trajflow/runner"
+)
+
+// A run against a NeMo Gym-shaped resources server on the simulator with a
+// small max_tokens: cut replies reach /verify as incomplete, the server's
+// aggregate metrics land in OUTPUT/aggregate_metrics.json, and the JSONL
+// output says the same as what /verify got.
+func TestNeMoGymRunOnTheSimulator(t *testing.T) {
+	var mu sync.Mutex
+	verifies := map[string]map[string]any{} // "task/rollout" -> body
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var body map[string]any
+		json.Unmarshal(b, &body)
+		switch r.URL.Path {
+		case "/seed_session":
+			fmt.Fprint(w, `{}`)
+		case "/verify":
+			mu.Lock()
+			verifies[fmt.Sprint(body["_ng_task_index"], "/", body["_ng_rollout_index"])] = body
+			mu.Unlock()
+			fmt.Fprint(w, `{"reward": 0.5, "cut": 1}`)
+		case "/aggregate_metrics":
+			n := len(body["verify_responses"].([]any))
+			fmt.Fprintf(w, `{"agent_metrics": {"n": %d}, "key_metrics": {}, "group_level_metrics": []}`, n)
+		default:
+			w.WriteHeader(404)
+		}
+	}))
+	defer srv.Close()
+	env, err := httpenv.New(httpenv.Config{URL: srv.URL, Protocol: httpenv.ProtocolNeMoGym})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"responses_create_params":{"input":"Count from one to twenty in words."},"expected_answer":"x"}
+{"responses_create_params":{"input":[{"role":"user","content":"Write a long story."}],"instructions":"Be verbose."}}
+`), 0o644)
+	out := filepath.Join(dir, "out")
+	cfg, err := config.Parse([]byte(`
+source: {path: `+tasks+`}
+repeat: {n: 2, seed: 1}
+generate: {endpoints: ["sim://"], model: sim, params: {max_tokens: 2}}
+env: {name: bank}
+output: {dir: `+out+`, jsonl: true}
+run: {progress: 0}
+`), "gym.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := runner.Run(context.Background(), cfg, runner.Options{Env: env})
+	if err != nil || sum.OK != 4 {
+		t.Fatalf("run: %v, summary %+v", err, sum)
+	}
+	if len(verifies) != 4 {
+		t.Fatalf("%d verifies, want 4", len(verifies))
+	}
+	files, _ := filepath.Glob(filepath.Join(out, "jsonl", "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("jsonl files %v", files)
+	}
+	f, _ := os.Open(files[0])
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	incomplete := 0
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprint(line["_ng_task_index"], "/", line["_ng_rollout_index"])
+		v := verifies[key]
+		vr, lr := v["response"].(map[string]any), line["response"].(map[string]any)
+		tf := line["trajflow"].(map[string]any)
+		cut := tf["finish_reason"] == "length"
+		if cut {
+			incomplete++
+		}
+		if (vr["status"] == "incomplete") != cut || vr["status"] != lr["status"] || fmt.Sprint(vr["incomplete_details"]) != fmt.Sprint(lr["incomplete_details"]) {
+			t.Errorf("%s: finish_reason %v, verify got status %v %v, the line has %v %v", key, tf["finish_reason"], vr["status"], vr["incomplete_details"], lr["status"], lr["incomplete_details"])
+		}
+		if fmt.Sprint(v["responses_create_params"]) != fmt.Sprint(line["responses_create_params"]) {
+			t.Errorf("%s: responses_create_params: verify %v, line %v", key, v["responses_create_params"], line["responses_create_params"])
+		}
+		if line["reward"] != 0.5 || tf["metrics"].(map[string]any)["cut"] != 1.0 {
+			t.Errorf("%s: reward %v metrics %v", key, line["reward"], tf["metrics"])
+		}
+	}
+	if incomplete == 0 {
+		t.Fatal("no reply was cut: max_tokens 2 should cut the simulator's replies")
+	}
+	b, err := os.ReadFile(filepath.Join(out, runner.AggregateMetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agg []map[string]any
+	if err := json.Unmarshal(b, &agg); err != nil || len(agg) != 1 || fmt.Sprint(agg[0]["agent_ref"]) != "map[name:bank]" || fmt.Sprint(agg[0]["agent_metrics"]) != "map[n:4]" {
+		t.Fatalf("aggregate_metrics.json = %s (%v)", b, err)
+	}
+}

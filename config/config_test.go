@@ -26,7 +26,12 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 			[]string{"repeat.n: must be >= 1, got -1", `groups.keep: "sometimes" is not one of all, nonzero_std, mean_in`}},
 		{"missing path", "repeat: {n: 2}\n", nil, []string{"source.path: required"}},
 		{"bad endpoint", base + "generate: {endpoints: [ftp://x]}\n", nil, []string{"generate.endpoints[0]"}},
-		{"bad duration", base + "generate: {timeout: soon}\n", nil, []string{`"soon" is not a duration`}},
+		{"bad duration", base + "generate: {timeout: soon}\n", nil, []string{`cfg.yaml: line 2: generate.timeout: "soon" is not a duration`}},
+		{"type error names the key", base + "repeat:\n  n: four\n", nil, []string{"cfg.yaml: line 3: repeat.n: cannot unmarshal !!str `four`"}},
+		{"set of an unknown section names the flag", base, []string{"outptu.dir=x"}, []string{"--set outptu.dir=x: outptu: unknown key"}},
+		{"set with an unterminated quote", base, []string{`prompt.user="Solve: {q}`},
+			[]string{`--set prompt.user="Solve: {q}: the value is not valid YAML`, `--set 'prompt.user="Solve: {q}"'`}},
+		{"set with an unclosed list", base, []string{"generate.endpoints=[sim://"}, []string{"--set generate.endpoints=[sim://: the value is not valid YAML"}},
 		{"mean_in shape", base + "groups: {keep: mean_in, mean_in: [0.9, 0.1]}\n", nil, []string{"groups.mean_in: want [lo, hi]"}},
 		{"set unknown key", base, []string{"repeat.nn=3"}, []string{"repeat.nn: unknown key"}},
 		{"set malformed", base, []string{"repeat.n"}, []string{`--set "repeat.n": want section.key=value`}},
@@ -39,7 +44,7 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 		{"set value read as a mapping", base, []string{"prompt.user=Compute: {question}"},
 			[]string{`--set prompt.user=Compute: {question}: prompt.user: cannot unmarshal !!map into string`, `quote it inside the shell's quotes: --set 'prompt.user="Compute: {question}"'`}},
 		{"set type error keeps the file's lines", base + "repeat: {seed: x}\n", []string{"repeat.n=[2]"},
-			[]string{"--set repeat.n=[2]: repeat.n: cannot unmarshal !!seq into int", "cfg.yaml: line 2: cannot unmarshal !!str `x` into int64"}},
+			[]string{"--set repeat.n=[2]: repeat.n: cannot unmarshal !!seq into int", "cfg.yaml: line 2: repeat.seed: cannot unmarshal !!str `x` into int64"}},
 		{"api key variable unset", base + "generate: {api_key_env: TRAJFLOW_TEST_UNSET_KEY}\n", nil, []string{"generate.api_key_env: environment variable TRAJFLOW_TEST_UNSET_KEY is not set"}},
 	}
 	for _, tt := range tests {

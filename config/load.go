@@ -77,6 +77,13 @@ func Decode(data []byte, name string, sets []string) (*Config, error) {
 			return nil, invalid(err)
 		}
 		cfg.where[path] = "--set " + s
+		// A section the flag created is the flag's too, so that an
+		// unknown section names the flag, not the file.
+		for p := parentKey(path); p != ""; p = parentKey(p) {
+			if _, ok := cfg.where[p]; !ok {
+				cfg.where[p] = "--set " + s
+			}
+		}
 		for k := range cfg.where { // a --set of a section replaces its keys
 			if strings.HasPrefix(k, path+".") || strings.HasPrefix(k, path+"[") {
 				cfg.where[k] = "--set " + s
@@ -134,9 +141,15 @@ func decodeErrors(data []byte, name string, sets []string, err error) []error {
 	var root yaml.Node
 	if yaml.Unmarshal(data, &root) == nil && len(root.Content) > 0 {
 		if derr := root.Content[0].Decode(&Config{}); derr != nil {
+			keys := map[int]string{}
+			valueKeys(root.Content[0], "", keys)
 			for _, m := range yamlMessages(derr) {
 				if !strings.HasPrefix(m, "line ") {
 					m = "line ?: " + m
+				} else if n, rest, ok := strings.Cut(strings.TrimPrefix(m, "line "), ": "); ok {
+					if line, err := strconv.Atoi(n); err == nil && keys[line] != "" {
+						m = fmt.Sprintf("line %d: %s: %s", line, keys[line], rest)
+					}
 				}
 				errs = append(errs, fmt.Errorf("%s: %s", name, m))
 			}
@@ -148,6 +161,30 @@ func decodeErrors(data []byte, name string, sets []string, err error) []error {
 		}
 	}
 	return errs
+}
+
+// valueKeys records, for each line where the value of a mapping key
+// starts, the deepest such key: YAML's decoding errors give only the line
+// of the value that failed, and the user needs the key.
+func valueKeys(node *yaml.Node, path string, keys map[int]string) {
+	switch node.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			k, v := node.Content[i], node.Content[i+1]
+			full := k.Value
+			if path != "" {
+				full = path + "." + k.Value
+			}
+			if len(full) > len(keys[v.Line]) {
+				keys[v.Line] = full
+			}
+			valueKeys(v, full, keys)
+		}
+	case yaml.SequenceNode:
+		for i, v := range node.Content {
+			valueKeys(v, fmt.Sprintf("%s[%d]", path, i), keys)
+		}
+	}
 }
 
 // yamlMessages splits a decoding error into its messages.
@@ -290,6 +327,17 @@ func applySet(doc *yaml.Node, set string) (string, error) {
 	}
 	var v yaml.Node
 	if err := yaml.Unmarshal([]byte(value), &v); err != nil || len(v.Content) == 0 {
+		// A value that is not YAML is taken as a string, unless it starts
+		// like a quoted string, a list or a mapping: then a quote or a
+		// bracket went missing, and taking it literally would hide that.
+		if t := strings.TrimSpace(value); err != nil && t != "" && strings.ContainsRune(`"'[{`, rune(t[0])) {
+			str := value
+			if q := t[0]; q == '"' || q == '\'' { // an unterminated quote: what it opened
+				str = strings.TrimPrefix(t, string(q))
+			}
+			return "", fmt.Errorf("--set %s: the value is not valid YAML (%s); to pass it as a string, quote it inside the shell's quotes: --set '%s'",
+				set, strings.TrimPrefix(err.Error(), "yaml: "), strings.ReplaceAll(path+"="+strconv.Quote(str), "'", `'\''`))
+		}
 		v = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: value}}}
 	}
 	node := doc

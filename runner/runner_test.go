@@ -414,7 +414,10 @@ func TestOneRunPerOutputDirectory(t *testing.T) {
 			t.Fatal("the first run took no lock")
 		}
 	}
-	_, err := runner.Run(context.Background(), cfg, runner.Options{})
+	// Its own config: Run sets the config's secret key, and the first run
+	// is reading it.
+	second := quickstart(t, "generate.sim.time_scale=1", "output.dir="+cfg.Output.Dir)
+	_, err := runner.Run(context.Background(), second, runner.Options{})
 	if err == nil || !strings.Contains(err.Error(), "in use by another trajflow run (pid ") {
 		t.Fatalf("second run: %v", err)
 	}

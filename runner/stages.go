@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/reugn/go-streams"
 	"github.com/trajflow/trajflow/pipeline"
@@ -44,7 +45,10 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 					}
 					// A bad row or page: stop admitting, commit what finished.
 					ctl.ReadDone(false)
-					r.fail(fmt.Errorf("source: %w", err))
+					if !strings.HasPrefix(err.Error(), "source: ") {
+						err = fmt.Errorf("source: %w", err)
+					}
+					r.fail(err)
 					continue
 				}
 				ctl.ReadDone(true)

@@ -1,6 +1,10 @@
 package sources
 
-import "github.com/trajflow/trajflow/pipeline"
+import (
+	"strings"
+
+	"github.com/trajflow/trajflow/pipeline"
+)
 
 // Config is the source section: where tasks come from and which of them a
 // run reads.
@@ -45,6 +49,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Format != "" {
 		p.OneOf("format", c.Format, FormatJSONL, FormatParquet)
+	} else if c.Path != "" {
+		if _, err := formatOf(*c); err != nil {
+			p.Add("path", "%s", strings.TrimPrefix(err.Error(), "source.path: "))
+		}
 	}
 	if c.Limit < 0 {
 		p.Add("limit", "must be >= 0, got %d", c.Limit)

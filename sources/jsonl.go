@@ -49,7 +49,7 @@ func openJSONL(f *os.File, b base) (*jsonlReader, error) {
 	if bytes.Equal(head, gzipMagic) {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("source: %s: gzip: %w", b.path, err)
+			return nil, fmt.Errorf("source: %s: %w", b.path, err) // "gzip: invalid header"
 		}
 		r.gz = gz
 		br = bufio.NewReaderSize(gz, 64<<10)

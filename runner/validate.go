@@ -29,8 +29,9 @@ type ValidateOptions struct {
 	// Options are a run's options: Client and Env replace the config's
 	// endpoints and environment as they do for Run; the rest is ignored.
 	Options
-	// Rows is how many rows to render (DefaultValidateRows when 0; a
-	// negative value renders none, and no environment is reset).
+	// Rows is how many rows to render and reset the environment on
+	// (DefaultValidateRows when 0; a negative value: none, the
+	// environment is only started and closed).
 	Rows int
 	// Out receives the report: the rendered requests, the endpoints and
 	// the environment checked; nil discards it.
@@ -155,8 +156,8 @@ func (v *validation) skip(sections ...string) bool {
 func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
 	cfg := v.cfg
 	nothing := func() {}
-	if v.skip("generate", "env") {
-		fmt.Fprintln(v.out, "endpoints: not checked (the generate or env section is wrong)")
+	if v.skip("generate") {
+		fmt.Fprintln(v.out, "endpoints: not checked (the generate section is wrong)")
 		return nil, nothing
 	}
 	var client inference.Client
@@ -223,7 +224,7 @@ func (v *validation) startEnv() (envs.Env, func()) {
 		fmt.Fprintf(v.out, "env %s: the embedder's environment\n", cfg.Env.Name)
 		return v.opts.Env, func() {} // the embedder's to close
 	}
-	if v.skip("env") || v.opts.Rows < 0 {
+	if v.skip("env") {
 		fmt.Fprintf(v.out, "env %s: not started\n", cfg.Env.Name)
 		return nil, func() {}
 	}

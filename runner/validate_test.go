@@ -65,7 +65,7 @@ func TestValidate(t *testing.T) {
 		{"embedder's env", nil, runner.ValidateOptions{Rows: 1, Options: runner.Options{Env: hinter{}}},
 			[]string{"user: Show your work."}, nil},
 		{"no rows", nil, runner.ValidateOptions{Rows: -1},
-			[]string{"ok: a run would start"}, nil},
+			[]string{"env math: started", "ok: a run would start"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,7 +22,9 @@ the rendered rows, closed). Exit codes: 0 all is well, 2 a problem (each
 one listed on stderr).
 
   --set section.key=value   override a config key (YAML value), repeatable
-  --rows N                  rows to render (default 3; 0 renders none)
+  --rows N                  rows to render and reset the environment on
+                            (default 3; 0: none, the environment is only
+                            started and closed)
 `
 
 func validateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -242,12 +242,7 @@ func (r *run) provision(ctx context.Context) error {
 	case r.opts.Client != nil:
 		r.client = r.opts.Client
 	case strings.HasPrefix(cfg.Generate.Endpoints[0], "sim://"):
-		so := sim.OptionsFrom(cfg.Generate.Sim)
-		if cfg.Repeat.SeedMode == "offset" {
-			// Lets the simulator tell groups apart for generate.sim.keep.
-			so.GroupSize, so.BaseSeed = cfg.Repeat.N, cfg.Repeat.Seed
-		}
-		s := sim.New(so)
+		s := newSim(cfg)
 		r.client = s
 		r.closers = append(r.closers, s.Close)
 	default:
@@ -314,6 +309,16 @@ func (r *run) provision(ctx context.Context) error {
 	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
 	r.closers = append(r.closers, func() { r.failures.Close() })
 	return r.provisionInterop()
+}
+
+// newSim is the in-process simulator behind sim:// endpoints.
+func newSim(cfg *config.Config) *sim.Server {
+	so := sim.OptionsFrom(cfg.Generate.Sim)
+	if cfg.Repeat.SeedMode == "offset" {
+		// Lets the simulator tell groups apart for generate.sim.keep.
+		so.GroupSize, so.BaseSeed = cfg.Repeat.N, cfg.Repeat.Seed
+	}
+	return sim.New(so)
 }
 
 // parquetOptions are the options of every Parquet writer of the run.

@@ -26,6 +26,8 @@ type input struct {
 	// groupSize, rolloutIndex, attempt from request extras; groupSize 0
 	// when absent.
 	groupSize, rolloutIndex, attempt int
+	// game is the number game the conversation plays; nil when none.
+	game *game
 }
 
 // reply is what the simulated model generates for one input.
@@ -96,6 +98,7 @@ func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage,
 			in.question = msgs[i].Content
 		}
 	}
+	in.game, _ = findGame(msgs)
 	return in, s.readParams(in, params)
 }
 
@@ -287,6 +290,9 @@ func (s *Server) generate(in *input) (*reply, error) {
 				n = wrongAnswer(right, key(s.seed, domWrong, in.promptKey, in.sampleKey, turn))
 			}
 			tail, sep = `The answer is \boxed{`+n+`}`, " "
+		} else if in.game != nil {
+			move := in.game.move(correct, key(s.seed, domGame, in.promptKey, in.sampleKey, turn))
+			tail, sep = in.game.tail(move), " "
 		}
 	}
 	tailTokens := len(Tokenize(tail))

@@ -40,6 +40,7 @@ const (
 	domLogprob
 	domFault
 	domNoSeed
+	domGame
 )
 
 // uniform maps a key to [0, 1).

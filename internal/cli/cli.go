@@ -34,6 +34,7 @@ const usage = `trajflow turns datasets of tasks into reinforcement-learning roll
 
 Usage:
   trajflow run CONFIG.yaml [--set section.key=value ...]
+  trajflow validate CONFIG.yaml [--set ...] [--rows N]   check a config, write nothing
   trajflow stats [--json] DIR|FILE...                 metrics from the Parquet alone
   trajflow merge --out DIR INPUT...                   combine part files into fewer
   trajflow report OUTPUT [-o report.html]             one self-contained HTML report
@@ -54,6 +55,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(ctx, abort, args[1:], stdout, stderr)
+	case "validate":
+		return validateCmd(ctx, args[1:], stdout, stderr)
 	case "sim-server":
 		if err := sim.Main(ctx, args[1:], stdout, stderr); err != nil && !errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "trajflow sim-server:", err)

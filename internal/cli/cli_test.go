@@ -37,6 +37,16 @@ func runExample(t *testing.T, name string, extra ...string) []*pipeline.Rollout 
 	if len(rows) == 0 {
 		t.Fatal("no rows")
 	}
+	// Every example means something offline: the simulator scores.
+	sum := 0.0
+	for _, r := range rows {
+		sum += r.Reward
+	}
+	if mean := sum / float64(len(rows)); mean <= 0 {
+		t.Errorf("mean reward %.4f on the simulator, want > 0", mean)
+	} else {
+		t.Logf("%s: %d rows, mean reward %.4f", name, len(rows), mean)
+	}
 	return rows
 }
 
@@ -51,6 +61,14 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 }
 
 func TestExamples(t *testing.T) {
+	// Each example has its subtest below.
+	configs, _ := filepath.Glob("../../examples/*/config.yaml")
+	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true}
+	for _, c := range configs {
+		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
+			t.Errorf("example %s has no subtest in TestExamples", name)
+		}
+	}
 	t.Run("quickstart", func(t *testing.T) {
 		rows := runExample(t, "quickstart")
 		if len(rows) != 960 || count(rows, func(r *pipeline.Rollout) bool { return r.Reward == 1 }) == 0 {

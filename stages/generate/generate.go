@@ -97,13 +97,7 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 	if err != nil || !ok {
 		return err
 	}
-	req := &inference.Request{
-		Model:    g.opts.Model,
-		Messages: r.Messages,
-		Params:   g.requestParams(r),
-		Tools:    r.Tools,
-		Affinity: r.GroupID,
-	}
+	req := g.Request(r)
 	if g.tokens() {
 		req.PromptTokenIDs = r.Tokens()
 	}
@@ -129,6 +123,20 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 	}
 	g.apply(r, resp)
 	return nil
+}
+
+// Request is the request Turn sends for r's next turn: the model, r's
+// messages and tools, and the parameters (the row's, the config's over
+// them, the rollout's seed and stop strings, max_tokens capped to the room
+// max_seq_len leaves). In tokens mode Turn adds the token-id prompt.
+func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
+	return &inference.Request{
+		Model:    g.opts.Model,
+		Messages: r.Messages,
+		Params:   g.requestParams(r),
+		Tools:    r.Tools,
+		Affinity: r.GroupID,
+	}
 }
 
 // Observe gives the observation that ended a trajectory (the messages

@@ -1,0 +1,374 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/stages/envstep"
+	"github.com/trajflow/trajflow/stages/generate"
+	"github.com/trajflow/trajflow/stages/repeat"
+	"github.com/trajflow/trajflow/stages/template"
+)
+
+// DefaultValidateRows is how many rows Validate renders by default.
+const DefaultValidateRows = 3
+
+// ValidateOptions are Validate's settings.
+type ValidateOptions struct {
+	// Options are a run's options: Client and Env replace the config's
+	// endpoints and environment as they do for Run; the rest is ignored.
+	Options
+	// Rows is how many rows to render and reset the environment on
+	// (DefaultValidateRows when 0; a negative value: none, the
+	// environment is only started and closed).
+	Rows int
+	// Out receives the report: the rendered requests, the endpoints and
+	// the environment checked; nil discards it.
+	Out io.Writer
+}
+
+// Validate checks everything a run of cfg would check, and goes as far
+// as the first requests without writing anything: no output directory, no
+// lock, no key file. It
+//
+//   - checks the config (Check: every section, the environment's name and
+//     options, the templates);
+//   - reads the first opts.Rows rows and renders each exactly as its first
+//     request would be sent (template, repeat, the environment's reset,
+//     the generate stage's parameters) and writes it to opts.Out;
+//   - checks every endpoint: reachable, the key accepted, the model served
+//     (openai.Preflight; the simulator needs none), and with generate.api:
+//     tokens, /tokenize and a token-id prompt (the run's start-up check);
+//   - starts the environment, resets it on the rendered rows, and closes
+//     it (subprocess workers are stopped).
+//
+// It reports every problem at once, as a *config.ValidationError whose
+// lines name where each key was set; a check whose section of the config
+// is already wrong is skipped rather than reported twice. nil means a run
+// would start.
+func Validate(ctx context.Context, cfg *config.Config, opts ValidateOptions) error {
+	v := &validation{cfg: cfg, opts: opts, out: opts.Out}
+	if v.out == nil {
+		v.out = io.Discard
+	}
+	v.out = cfg.Redactor().Writer(v.out)
+	if opts.Rows == 0 {
+		v.opts.Rows = DefaultValidateRows
+	}
+	if err := Check(cfg, opts.Options); err != nil {
+		v.bad = badSections(err)
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			v.problems = append(v.problems, ve.Problems...)
+		} else {
+			v.problems = append(v.problems, err)
+		}
+		fmt.Fprintf(v.out, "config: %d problem(s)\n", len(v.problems))
+	} else {
+		fmt.Fprintln(v.out, "config: ok")
+	}
+
+	client, closeClient := v.endpoints(ctx)
+	defer closeClient()
+	env, closeEnv := v.startEnv()
+	defer closeEnv()
+	v.render(ctx, client, env)
+
+	if len(v.problems) == 0 {
+		fmt.Fprintln(v.out, "ok: a run would start")
+		return nil
+	}
+	fmt.Fprintf(v.out, "%d problem(s)\n", len(v.problems))
+	return &config.ValidationError{Problems: v.problems}
+}
+
+// validation is one Validate call's state.
+type validation struct {
+	cfg  *config.Config
+	opts ValidateOptions
+	out  io.Writer
+	// bad holds the config's sections (run, source, prompt, ...) that
+	// Check found wrong: the checks that need them are skipped.
+	bad      map[string]bool
+	problems []error
+	// gen builds the requests; nil when the endpoints could not be set up.
+	gen *generate.Generator
+}
+
+// problem records a problem; its text starts with the config key it is
+// about ("generate.endpoints[0]: ..."), which locates it in the file.
+func (v *validation) problem(err error) {
+	v.problems = append(v.problems, v.cfg.Locate(err).(*config.ValidationError).Problems...)
+}
+
+// badSections are the top-level config sections named by the problems of
+// Check's error.
+func badSections(err error) map[string]bool {
+	bad := map[string]bool{}
+	for _, e := range pipeline.Unjoin(err) {
+		key := ""
+		var ke *pipeline.KeyError
+		if errors.As(e, &ke) {
+			key = ke.Key
+		} else if inner := errors.Unwrap(e); inner != nil {
+			if k, _, ok := strings.Cut(inner.Error(), ": "); ok && !strings.ContainsAny(k, " \t\n") {
+				key = k
+			}
+		}
+		if key == "" {
+			bad["*"] = true // unplaced: could be anything
+			continue
+		}
+		if i := strings.IndexAny(key, ".["); i > 0 {
+			key = key[:i]
+		}
+		bad[key] = true
+	}
+	return bad
+}
+
+// skip reports whether a check needing these sections must be skipped.
+func (v *validation) skip(sections ...string) bool {
+	if v.bad["*"] {
+		return true
+	}
+	for _, s := range sections {
+		if v.bad[s] {
+			return true
+		}
+	}
+	return false
+}
+
+// endpoints checks the endpoints and returns the client the requests are
+// built for (nil when generate is wrong), and how to release it.
+func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
+	cfg := v.cfg
+	nothing := func() {}
+	if v.skip("generate") {
+		fmt.Fprintln(v.out, "endpoints: not checked (the generate section is wrong)")
+		return nil, nothing
+	}
+	var client inference.Client
+	release := nothing
+	switch {
+	case v.opts.Client != nil:
+		client = v.opts.Client
+		fmt.Fprintln(v.out, "endpoints: the embedder's client (not checked)")
+	case strings.HasPrefix(cfg.Generate.Endpoints[0], "sim://"):
+		s := newSim(cfg)
+		client, release = s, s.Close
+		fmt.Fprintln(v.out, "endpoints: sim:// (the built-in simulator)")
+	default:
+		key := ""
+		if cfg.Generate.APIKeyEnv != "" {
+			key = os.Getenv(cfg.Generate.APIKeyEnv)
+		}
+		hopts := openai.HTTPOptions{APIKey: key}
+		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
+			// Each endpoint's problem on its own line, each naming its key.
+			n := 0
+			for _, e := range pipeline.Unjoin(err) {
+				if !errors.Is(e, openai.ErrPreflight) {
+					v.problem(e)
+					n++
+				}
+			}
+			if n == 0 {
+				v.problem(err)
+			}
+			fmt.Fprintf(v.out, "endpoints: %d of %d failed the check\n", n, len(cfg.Generate.Endpoints))
+			return nil, nothing
+		}
+		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
+		if err != nil {
+			v.problem(err)
+			return nil, nothing
+		}
+		client, release = c, c.Close
+		fmt.Fprintf(v.out, "endpoints: %d ok (reachable, key accepted, model %q served)\n", len(cfg.Generate.Endpoints), cfg.Generate.Model)
+	}
+	gen, err := generate.New(client, generate.Options{
+		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
+	})
+	if err == nil {
+		err = gen.Check(ctx)
+	}
+	if err != nil {
+		v.problem(err)
+		return client, release
+	}
+	if cfg.Generate.API == "tokens" {
+		fmt.Fprintln(v.out, "endpoints: generate.api tokens: /tokenize and a token-id prompt ok")
+	}
+	v.gen = gen
+	return client, release
+}
+
+// startEnv builds the environment (nil when it cannot be), and returns
+// how to close it.
+func (v *validation) startEnv() (envs.Env, func()) {
+	cfg := v.cfg
+	if v.opts.Env != nil {
+		fmt.Fprintf(v.out, "env %s: the embedder's environment\n", cfg.Env.Name)
+		return v.opts.Env, func() {} // the embedder's to close
+	}
+	if v.skip("env") {
+		fmt.Fprintf(v.out, "env %s: not started\n", cfg.Env.Name)
+		return nil, func() {}
+	}
+	env, err := envs.New(cfg.Env.Name, envOptions(cfg))
+	if err != nil {
+		v.problem(err)
+		fmt.Fprintf(v.out, "env %s: could not start\n", cfg.Env.Name)
+		return nil, func() {}
+	}
+	fmt.Fprintf(v.out, "env %s: started\n", cfg.Env.Name)
+	return env, func() {
+		if c, ok := env.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				v.problem(fmt.Errorf("env: closing: %w", err))
+			}
+		}
+	}
+}
+
+// render reads the first rows and writes each one's first request.
+func (v *validation) render(ctx context.Context, client inference.Client, env envs.Env) {
+	cfg := v.cfg
+	if v.opts.Rows < 0 {
+		return
+	}
+	if v.skip("source", "prompt", "repeat") {
+		fmt.Fprintln(v.out, "rows: not rendered (the source, prompt or repeat section is wrong)")
+		return
+	}
+	tmpl, err := template.New(cfg.Prompt)
+	if err != nil {
+		v.problem(err)
+		return
+	}
+	var skipped []string
+	src, err := sources.Open(cfg.Source, sources.Options{OnReject: func(r sources.Reject) error {
+		skipped = append(skipped, r.Where+": "+r.Reason)
+		return nil
+	}})
+	if err != nil {
+		v.problem(err)
+		return
+	}
+	defer src.Close()
+	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
+	var step *envstep.Stepper
+	if env != nil {
+		step = envstep.New(env, cfg.Env.Name, cfg.Env.Limits())
+	}
+	rows := 0
+	for rows < v.opts.Rows {
+		t, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			v.problem(fmt.Errorf("source: %w", err))
+			break
+		}
+		rows++
+		if tmpl.Enabled() || len(t.Messages) == 0 {
+			if err := tmpl.Render(t); err != nil {
+				var fe *template.FieldError
+				if errors.As(err, &fe) {
+					// Located at the template's key.
+					err = fmt.Errorf("%s: %s: row has no field %q", fe.Key, fe.Row, fe.Field)
+				} else {
+					err = fmt.Errorf("prompt: %w", err)
+				}
+				v.problem(err)
+				continue
+			}
+		}
+		r := exp.Expand(t, 0)[0]
+		if step != nil {
+			if err := step.Reset(ctx, r); err != nil {
+				v.problem(err)
+				return
+			}
+			if r.Status == pipeline.StatusError {
+				v.problem(fmt.Errorf("env: %s: %s", t.Source, r.Error))
+				continue
+			}
+		}
+		v.writeRequest(r)
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(v.out, "row skipped (source.on_bad_row: skip): %s\n", s)
+	}
+	if rows == 0 {
+		fmt.Fprintln(v.out, "rows: none selected")
+	}
+	if step != nil && rows > 0 {
+		fmt.Fprintf(v.out, "env %s: reset on %d row(s)\n", cfg.Env.Name, rows)
+	}
+}
+
+// writeRequest writes r's first request compactly: one line per message,
+// then the tools and the parameters.
+func (v *validation) writeRequest(r *pipeline.Rollout) {
+	fmt.Fprintf(v.out, "row %d (%s), rollout 0 of %d, seed %d:\n", r.Task.Index, r.Task.Source, r.GroupSize, r.Seed)
+	var req *inference.Request
+	if v.gen != nil {
+		req = v.gen.Request(r)
+	} else {
+		// The endpoints were not set up: the parameters as the generate
+		// stage merges them.
+		p := inference.MergeParams(r.Task.Params, v.cfg.Generate.Params)
+		p["seed"] = r.Seed
+		req = &inference.Request{Model: v.cfg.Generate.Model, Messages: r.Messages, Params: p, Tools: r.Tools}
+	}
+	for _, m := range req.Messages {
+		content := strings.ReplaceAll(m.Content, "\n", `\n`)
+		fmt.Fprintf(v.out, "  %s: %s\n", m.Role, content)
+		for _, c := range m.ToolCalls {
+			fmt.Fprintf(v.out, "    tool call %s(%s)\n", c.Name, c.Arguments)
+		}
+	}
+	if len(req.Tools) > 0 {
+		fmt.Fprintf(v.out, "  tools: %s\n", strings.Join(toolNames(req.Tools), ", "))
+	}
+	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(req.Params)))
+	fmt.Fprintf(v.out, "  model %s, params %s\n", req.Model, params)
+}
+
+// toolNames names OpenAI tool definitions.
+func toolNames(tools []json.RawMessage) []string {
+	names := make([]string, 0, len(tools))
+	for _, raw := range tools {
+		var t struct {
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		_ = json.Unmarshal(raw, &t)
+		switch {
+		case t.Function.Name != "":
+			names = append(names, t.Function.Name)
+		case t.Name != "":
+			names = append(names, t.Name)
+		default:
+			names = append(names, "?")
+		}
+	}
+	return names
+}

@@ -88,6 +88,11 @@ const (
 // error wrapping ErrInterrupted. A fatal error (a bad input row or page,
 // the circuit breaker, run.max_error_rate) stops the run the same way.
 func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error) {
+	// The run keys its fingerprint to its output directory (UseSecretKey):
+	// it works on its own copy, so the caller's config is never changed and
+	// may serve several runs at once.
+	own := *cfg
+	cfg = &own
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
 	}

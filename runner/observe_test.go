@@ -57,7 +57,10 @@ func TestMetricsEndpointAndProgress(t *testing.T) {
 	scrapes := make(chan string, 64)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var scraping sync.WaitGroup
+	scraping.Add(1)
 	go func() {
+		defer scraping.Done()
 		for ctx.Err() == nil {
 			time.Sleep(150 * time.Millisecond)
 			resp, err := http.Get("http://" + addr + "/metrics")
@@ -78,6 +81,7 @@ func TestMetricsEndpointAndProgress(t *testing.T) {
 		mu.Unlock()
 	}})
 	cancel()
+	scraping.Wait()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,12 +38,18 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	cw := httptest.NewRecorder()
 	rec.next.ServeHTTP(cw, r)
+	// Record before answering: once answered, the client may send the
+	// trajectory's next request, which must be recorded after this one.
+	rec.record(r.URL.Path, cw, body)
 	for k, v := range cw.Header() {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(cw.Code)
 	_, _ = w.Write(cw.Body.Bytes())
-	if r.URL.Path == "/tokenize" || cw.Code != http.StatusOK {
+}
+
+func (rec *recorder) record(path string, cw *httptest.ResponseRecorder, body []byte) {
+	if path == "/tokenize" || cw.Code != http.StatusOK {
 		return
 	}
 	var req struct {

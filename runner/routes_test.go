@@ -171,3 +171,117 @@ func TestRoutesCheck(t *testing.T) {
 		})
 	}
 }
+
+// metrics.json holds NeMo RL's rollout metrics, overall and per
+// environment, matching a recomputation from the Parquet rows; the Gym
+// aggregate file has one entry per environment.
+func TestNeMoRLMetricsFromParquet(t *testing.T) {
+	cfg := nemoGym(t)
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type nemo struct {
+		TotalTurns               int64   `json:"total_turns"`
+		AvgTurnsPerSample        float64 `json:"avg_turns_per_sample"`
+		MaxTurnsPerSample        int64   `json:"max_turns_per_sample"`
+		NaturalTerminationRate   float64 `json:"natural_termination_rate"`
+		TruncationRate           float64 `json:"truncation_rate"`
+		MaxTurnsReachedRate      float64 `json:"max_turns_reached_rate"`
+		MeanGenTokensPerSample   float64 `json:"mean_gen_tokens_per_sample"`
+		MeanEnvTokensPerSample   float64 `json:"mean_env_tokens_per_sample"`
+		MeanTotalTokensPerSample float64 `json:"mean_total_tokens_per_sample"`
+		PerTurn                  []struct {
+			Turn          int   `json:"turn"`
+			ActiveSamples int64 `json:"active_samples"`
+		} `json:"per_turn"`
+	}
+	var got struct {
+		nemo
+		Envs map[string]nemo `json:"envs"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	recompute := func(env string) nemo {
+		var m nemo
+		var n, term, trunc, maxT, gen, envTok, total float64
+		for _, r := range rows {
+			if env != "" && r.Env != env {
+				continue
+			}
+			n++
+			m.TotalTurns += int64(r.NumTurns)
+			m.MaxTurnsPerSample = max(m.MaxTurnsPerSample, int64(r.NumTurns))
+			for _, c := range []struct {
+				on bool
+				n  *float64
+			}{{r.Terminated, &term}, {r.Truncated, &trunc}, {r.MaxTurnsReached, &maxT}} {
+				if c.on {
+					*c.n++
+				}
+			}
+			for _, mk := range r.LossMask {
+				if mk == 1 {
+					gen++
+				} else {
+					envTok++
+				}
+			}
+			total += float64(len(r.ResponseTokenIDs))
+			for len(m.PerTurn) < r.NumTurns {
+				m.PerTurn = append(m.PerTurn, struct {
+					Turn          int   `json:"turn"`
+					ActiveSamples int64 `json:"active_samples"`
+				}{Turn: len(m.PerTurn) + 1})
+			}
+			for i := 0; i < r.NumTurns; i++ {
+				m.PerTurn[i].ActiveSamples++
+			}
+		}
+		m.AvgTurnsPerSample = float64(m.TotalTurns) / n
+		m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate = term/n, trunc/n, maxT/n
+		m.MeanGenTokensPerSample, m.MeanEnvTokensPerSample, m.MeanTotalTokensPerSample = gen/n, envTok/n, total/n
+		return m
+	}
+	check := func(name string, got, want nemo) {
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if string(gj) != string(wj) {
+			t.Errorf("%s:\nmetrics.json %s\nrecomputed   %s", name, gj, wj)
+		}
+	}
+	check("all", got.nemo, recompute(""))
+	if len(got.Envs) != 2 {
+		t.Fatalf("envs %v", got.Envs)
+	}
+	for _, env := range []string{"math", "quiz"} {
+		check(env, got.Envs[env], recompute(env))
+	}
+	if got.MaxTurnsPerSample < 2 || got.MeanGenTokensPerSample == 0 {
+		t.Errorf("too plain a run to test: %+v", got.nemo)
+	}
+
+	b, err = os.ReadFile(filepath.Join(cfg.Output.Dir, runner.AggregateMetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agg []struct {
+		AgentRef     struct{ Name string } `json:"agent_ref"`
+		AgentMetrics struct{ Rows int64 }  `json:"agent_metrics"`
+		KeyMetrics   map[string]float64    `json:"key_metrics"`
+	}
+	if err := json.Unmarshal(b, &agg); err != nil {
+		t.Fatal(err)
+	}
+	if len(agg) != 2 || agg[0].AgentRef.Name != "math" || agg[0].AgentMetrics.Rows != 16 || agg[1].AgentMetrics.Rows != 12 {
+		t.Errorf("aggregate metrics: %s", b)
+	}
+	if _, ok := agg[0].KeyMetrics["pass@1"]; !ok {
+		t.Errorf("key metrics lack pass@1: %v", agg[0].KeyMetrics)
+	}
+}

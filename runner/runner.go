@@ -162,7 +162,10 @@ func (r *run) writeMetrics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	return m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile))
+	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile)); err != nil {
+		return err
+	}
+	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, AggregateMetricsFile), m)
 }
 
 // run is one run's state, from provisioning to cleanup.

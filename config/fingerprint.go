@@ -46,6 +46,19 @@ func (c *Config) Semantic() map[string]string {
 		"groups.max_attempts": c.Groups.MaxAttempts,
 		"groups.resample":     c.Groups.Resample,
 	}
+	if c.Env.Routed() {
+		// Each route's environment, its semantic options and limits; the
+		// keys of a run without routes stay as they were.
+		sem["env.route_field"] = c.Env.RouteField
+		routes := map[string]any{}
+		for key, r := range c.Env.Routes {
+			routes[key] = map[string]any{
+				"name": r.Name, "max_turns": r.MaxTurns, "max_seq_len": r.MaxSeqLen,
+				"options": semanticOptions(r.Name, r.Options),
+			}
+		}
+		sem["env.routes"] = routes
+	}
 	out := make(map[string]string, len(sem))
 	for k, v := range sem {
 		flatten(out, k, v)

@@ -86,6 +86,9 @@ func words(s string) []string {
 // root, e.g. env, headers, Authorization) is a secret as a whole.
 // envSecret are the options the environment declares secret.
 func secretPath(path []string, envSecret []string) bool {
+	if len(path) >= 3 && path[0] == "env" && path[1] == "routes" {
+		path = append([]string{"env"}, path[3:]...) // a route is an env section
+	}
 	if len(path) >= 2 && path[0] == "env" && path[1] == "options" {
 		path = append([]string{"env"}, path[2:]...) // Semantic's spelling
 	}
@@ -212,6 +215,20 @@ func newRedactor(tree any) *Redactor {
 					envSecret = spec.Secret
 				}
 			}
+			// Every route's secret options (a route's name defaults to
+			// its key).
+			routes, _ := env["routes"].(map[string]any)
+			for key, rv := range routes {
+				name := key
+				if rm, ok := rv.(map[string]any); ok {
+					if n, ok := rm["name"].(string); ok && n != "" {
+						name = n
+					}
+				}
+				if spec, ok := envs.Lookup(name); ok {
+					envSecret = append(envSecret, spec.Secret...)
+				}
+			}
 		}
 		if gen, ok := m["generate"].(map[string]any); ok {
 			if name, ok := gen["api_key_env"].(string); ok && name != "" {
@@ -326,6 +343,11 @@ func (c *Config) redactSemantic(sem map[string]string) {
 	var envSecret []string
 	if spec, ok := envs.Lookup(c.Env.Name); ok {
 		envSecret = spec.Secret
+	}
+	for _, r := range c.Env.Routes {
+		if spec, ok := envs.Lookup(r.Name); ok {
+			envSecret = append(envSecret, spec.Secret...)
+		}
 	}
 	for k, v := range sem {
 		if secretPath(strings.Split(k, "."), envSecret) || RedactURLs(v) != v {

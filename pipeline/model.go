@@ -52,6 +52,10 @@ type Task struct {
 	Params map[string]any
 	// Tools are OpenAI function-calling tool definitions carried by the row.
 	Tools []json.RawMessage
+	// Env is the environment route that steps the task's rollouts (the
+	// env section's routes, chosen per row); empty: the run's only
+	// environment.
+	Env string
 }
 
 // ToolCall is an OpenAI function call made by the model.

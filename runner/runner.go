@@ -27,6 +27,7 @@ import (
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/stages/repeat"
@@ -145,14 +146,17 @@ func Check(cfg *config.Config, opts Options) error {
 	var p pipeline.Problems
 	p.Section("", cfg.Validate())
 	if opts.Env == nil {
-		p.Section("", envs.Validate(cfg.Env.Name, envOptions(cfg)))
+		// Every route's environment and options, before anything starts.
+		for _, rs := range cfg.Env.RouteSpecs() {
+			p.Section("", envs.Validate(rs.Config.Name, routeOptions(rs)))
+		}
 	}
 	return cfg.Locate(p.Err())
 }
 
-// envOptions are the options the config gives its environment.
-func envOptions(cfg *config.Config) envs.Options {
-	return envs.Options{Section: "env", Values: cfg.Env.Options}
+// routeOptions are the options the config gives one of its environments.
+func routeOptions(rs envstep.RouteSpec) envs.Options {
+	return envs.Options{Section: rs.Section, Values: rs.Config.Options}
 }
 
 // MetricsFile holds the run's aggregate metrics, computed from the
@@ -170,7 +174,10 @@ func (r *run) writeMetrics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	return m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile))
+	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile)); err != nil {
+		return err
+	}
+	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, AggregateMetricsFile), m)
 }
 
 // run is one run's state, from provisioning to cleanup.
@@ -186,7 +193,8 @@ type run struct {
 	client  inference.Client
 	gen     *generate.Generator
 	closers []func()
-	env     envs.Env
+	// envs are the run's environments by route (one without routes).
+	envs    map[string]envs.Env
 	tmpl    *template.Template
 	source  sources.Reader
 	rejects *lines.Writer
@@ -277,6 +285,7 @@ func (r *run) provision(ctx context.Context) error {
 
 	if r.gen, err = generate.New(r.client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
+		MaxSeqLenOf: r.maxSeqLenOf(),
 	}); err != nil {
 		return err
 	}
@@ -286,12 +295,17 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 
-	if r.env = r.opts.Env; r.env == nil {
-		env, err := envs.New(cfg.Env.Name, envOptions(cfg))
+	r.envs = map[string]envs.Env{}
+	for _, rs := range cfg.Env.RouteSpecs() {
+		if r.opts.Env != nil {
+			r.envs[rs.Route] = r.opts.Env
+			continue
+		}
+		env, err := envs.New(rs.Config.Name, routeOptions(rs))
 		if err != nil {
 			return err
 		}
-		r.env = env
+		r.envs[rs.Route] = env
 		if c, ok := env.(io.Closer); ok {
 			r.closers = append(r.closers, func() { c.Close() })
 		}
@@ -372,7 +386,7 @@ func (r *run) execute(parent context.Context) error {
 	defer stopProgress()
 
 	r.exp = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
-	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.Concurrency), r.done.kept, func() {
+	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			r.loop.Stop()
 		}

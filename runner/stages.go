@@ -12,7 +12,6 @@ import (
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/collate"
-	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/stages/repeat"
@@ -68,18 +67,27 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 	})
 }
 
-// templateStage renders a fresh task's prompt; a row it cannot render is
-// a bad row (source.on_bad_row).
+// templateStage chooses a fresh task's environment route and renders its
+// prompt; a row without a route or that it cannot render is a bad row
+// (source.on_bad_row).
 func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 	return pipeline.NewStage(g, "template", 1, 16, func(ctx context.Context, j groups.Job) ([]groups.Job, error) {
-		if !j.Fresh || !r.tmpl.Enabled() && len(j.Task.Messages) > 0 {
+		if !j.Fresh {
 			return []groups.Job{j}, nil
 		}
-		if err := r.tmpl.Render(j.Task); err != nil {
+		// A row whose route names no environment is a bad row too.
+		err := r.routeTask(j.Task)
+		fatal := err
+		if err == nil && (r.tmpl.Enabled() || len(j.Task.Messages) == 0) {
+			if err = r.tmpl.Render(j.Task); err != nil {
+				fatal = fmt.Errorf("template: %w", err)
+			}
+		}
+		if err != nil {
 			r.ctl.Abandon()
 			if r.cfg.Source.OnBadRow != "skip" {
 				// Stop admitting, commit what finished.
-				r.fail(fmt.Errorf("template: %w", err))
+				r.fail(fatal)
 				return nil, nil
 			}
 			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
@@ -100,10 +108,10 @@ func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 // loopStage runs each rollout's turns: generate ⇄ envstep.
 func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
-	step := envstep.New(r.env, cfg.Env.Name, cfg.Env.Limits())
+	step := r.stepper()
 	r.loop = loop.New(g, "loop", r.gen, step, loop.Options{
-		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.Concurrency,
-		Timeout: cfg.Env.Timeout.D(), Buffer: 64,
+		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(),
+		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
 		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
 			fresh := r.exp.Expand(f.Task, f.Attempt)[f.RolloutIndex]

@@ -76,6 +76,12 @@ func ExampleStats() {
 	// truncation rate           0.3333
 	// max turns rate            0.0000
 	// token continuity breaks   15
+	//
+	// NeMo RL (every row)  natural_termination_rate 1.0000  truncation_rate 0.2500  max_turns_reached_rate 0.0000
+	//                      turns total 40  avg 2.00  max 2;  tokens per sample gen 5.00  env 3.00  total 8.00
+	//
+	// env   rows  scored  reward  accuracy  turns  natural_term
+	// math  20    15      0.6667  0.6667    2.00   1.0000
 }
 
 func ExampleMerge() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/trajflow/trajflow/schema"
 	"io"
+	"slices"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -33,8 +34,11 @@ var statsColumns = []string{
 	"run_id", "task_index", "attempt", "status", "reward", "metrics",
 	"terminated", "truncated", "max_turns_reached", "num_turns",
 	"token_continuity_breaks", "tool_calls", "kept", "filter_reason",
-	"prompt_tokens", "completion_tokens", "env_tokens",
+	"prompt_tokens", "completion_tokens", "env_tokens", "env",
 }
+
+// statsColumnsV2 are read where the file has them (schema version 2).
+var statsColumnsV2 = []string{"gen_tokens", "total_tokens"}
 
 // Stats computes the aggregate metrics of the rows in paths (output
 // directories or Parquet files, see ResolveFiles) and prints them to out
@@ -107,7 +111,11 @@ func statsFile(ctx context.Context, path string, agg *metrics.Aggregator, opts S
 		return err
 	}
 	defer f.close()
-	leaves, err := f.fields(statsColumns)
+	cols := statsColumns
+	if f.version != schema.VersionV1 {
+		cols = append(slices.Clone(cols), statsColumnsV2...)
+	}
+	leaves, err := f.fields(cols)
 	if err != nil {
 		return err
 	}
@@ -167,6 +175,14 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 	prompt := col("prompt_tokens").(*array.Int64)
 	completion := col("completion_tokens").(*array.Int64)
 	env := col("env_tokens").(*array.Int64)
+	envName := col("env").(*array.String)
+	// Schema version 1 has no gen_tokens, total_tokens: its generated
+	// tokens are completion_tokens, its total completion + env tokens.
+	var gen, total *array.Int64
+	if idx := rec.Schema().FieldIndices("gen_tokens"); len(idx) > 0 {
+		gen = rec.Column(idx[0]).(*array.Int64)
+		total = col("total_tokens").(*array.Int64)
+	}
 
 	if d.metrics == nil {
 		d.metrics = map[string]float64{}
@@ -197,8 +213,13 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 		r.PromptTokens = int(prompt.Value(i))
 		r.CompletionTokens = int(completion.Value(i))
 		r.EnvTokens = int(env.Value(i))
-		agg.Add(r)
+		r.Env = envName.Value(i)
+		c := metrics.Counts{GenTokens: int64(r.CompletionTokens), TotalTokens: int64(r.CompletionTokens + r.EnvTokens)}
+		if gen != nil {
+			c = metrics.Counts{GenTokens: gen.Value(i), TotalTokens: total.Value(i)}
+		}
+		agg.AddCounts(r, c)
 	}
-	r.RunID, r.Status, r.FilterReason = "", "", ""
+	r.RunID, r.Status, r.FilterReason, r.Env = "", "", "", ""
 	return nil
 }

@@ -92,17 +92,80 @@ type Metrics struct {
 	Turns Dist `json:"turns"`
 	// ToolCalls is the number of tool calls per sample.
 	ToolCalls Dist `json:"tool_calls"`
-	// NaturalTerminationRate is the share of scored rows the environment
-	// ended (terminated and not truncated).
-	NaturalTerminationRate float64 `json:"natural_termination_rate"`
-	// TruncationRate is the share of scored rows cut short by a length limit.
-	TruncationRate float64 `json:"truncation_rate"`
+	// ScoredNaturalTerminationRate is the share of scored rows the
+	// environment ended (terminated and not truncated).
+	ScoredNaturalTerminationRate float64 `json:"scored_natural_termination_rate"`
+	// ScoredTruncationRate is the share of scored rows cut short by a
+	// length limit.
+	ScoredTruncationRate float64 `json:"scored_truncation_rate"`
 	// MaxTurnsRate is the share of scored rows stopped at the turn limit.
 	MaxTurnsRate float64 `json:"max_turns_rate"`
 	// TokenContinuityBreaks is the sum of token_continuity_breaks over rows.
 	TokenContinuityBreaks int64 `json:"token_continuity_breaks"`
 	// Groups counts groups (run_id, task_index, attempt) and their fate.
 	Groups Groups `json:"groups"`
+
+	// NeMo RL's rollout metrics, under its names and with its
+	// denominators: every row (sample), whatever its status.
+	NeMoRL
+	// PerTurn holds, for each turn t = 1, 2, … up to the largest
+	// num_turns, the samples that reached it (NeMo RL's
+	// active_samples_per_turn).
+	PerTurn []TurnStats `json:"per_turn"`
+	// Envs breaks every metric down per environment (the env column: the
+	// route's name), as NeMo Gym's per-agent aggregates do. Absent inside
+	// an environment's own metrics.
+	Envs map[string]*Metrics `json:"envs,omitempty"`
+}
+
+// NeMoRL are NeMo RL's rollout metrics (rollouts.py's rollout_metrics),
+// each over every row: N is the number of rows.
+type NeMoRL struct {
+	// TotalTurns is Σ num_turns.
+	TotalTurns int64 `json:"total_turns"`
+	// AvgTurnsPerSample is TotalTurns / N.
+	AvgTurnsPerSample float64 `json:"avg_turns_per_sample"`
+	// MaxTurnsPerSample is max num_turns.
+	MaxTurnsPerSample int64 `json:"max_turns_per_sample"`
+	// NaturalTerminationRate is the rows the environment ended
+	// (terminated), / N.
+	NaturalTerminationRate float64 `json:"natural_termination_rate"`
+	// TruncationRate is the rows cut short by max_seq_len (truncated), / N.
+	TruncationRate float64 `json:"truncation_rate"`
+	// MaxTurnsReachedRate is the rows stopped at max_turns, / N.
+	MaxTurnsReachedRate float64 `json:"max_turns_reached_rate"`
+	// MeanGenTokensPerSample is Σ gen_tokens / N (NeMo RL's assistant
+	// tokens).
+	MeanGenTokensPerSample float64 `json:"mean_gen_tokens_per_sample"`
+	// MeanEnvTokensPerSample is Σ env_tokens / N.
+	MeanEnvTokensPerSample float64 `json:"mean_env_tokens_per_sample"`
+	// MeanTotalTokensPerSample is Σ total_tokens / N (gen + env, no
+	// prompt, as NeMo RL's per-sample token count).
+	MeanTotalTokensPerSample float64 `json:"mean_total_tokens_per_sample"`
+}
+
+// TurnStats are the samples active at one turn.
+type TurnStats struct {
+	Turn int `json:"turn"`
+	// ActiveSamples is the rows with num_turns >= Turn.
+	ActiveSamples int64 `json:"active_samples"`
+}
+
+// Counts are a row's token counts of the training view (the Parquet's
+// gen_tokens and total_tokens columns).
+type Counts struct {
+	GenTokens, TotalTokens int64
+}
+
+// CountsOf computes a rollout's Counts from its loss mask.
+func CountsOf(r *pipeline.Rollout) Counts {
+	c := Counts{TotalTokens: int64(len(r.LossMask))}
+	for _, m := range r.LossMask {
+		if m == 1 {
+			c.GenTokens++
+		}
+	}
+	return c
 }
 
 // Moments are the count, mean, population standard deviation, minimum and
@@ -281,11 +344,17 @@ type Aggregator struct {
 	rewardRows           int64
 	natural, trunc, maxT int64
 	breaks               int64
-	prompt, compl, env   dist
-	turns, tools         dist
-	runs                 map[string]int32
-	reasons              []string
-	reasonIndex          map[string]groupState
+	// Over every row (NeMo RL's).
+	allTerm, allTrunc, allMaxT int64
+	genTok, totalTok           int64
+	turnCount                  map[int32]int64 // rows by num_turns
+	envs                       map[string]*Aggregator
+	sub                        bool // an environment's own aggregator
+	prompt, compl, env         dist
+	turns, tools               dist
+	runs                       map[string]int32
+	reasons                    []string
+	reasonIndex                map[string]groupState
 
 	// Without Options.Contiguous: every task's counts to the end.
 	tasks  map[taskKey]taskCount
@@ -351,10 +420,50 @@ func (a *Aggregator) state(r *pipeline.Rollout) groupState {
 // Add counts one rollout. It keeps no reference to r or to its strings, so
 // r may point into reused or freed memory once Add returns.
 func (a *Aggregator) Add(r *pipeline.Rollout) {
+	if r == nil {
+		return
+	}
+	a.AddCounts(r, CountsOf(r))
+}
+
+// AddCounts is Add with the row's token counts given (a row read back
+// from Parquet has no loss mask).
+func (a *Aggregator) AddCounts(r *pipeline.Rollout, c Counts) {
 	if r == nil || a.err != nil {
 		return
 	}
+	if !a.sub {
+		env, ok := a.envs[r.Env]
+		if !ok {
+			env = NewWithOptions(a.opts)
+			env.sub = true
+			if a.envs == nil {
+				a.envs = map[string]*Aggregator{}
+			}
+			a.envs[strings.Clone(r.Env)] = env
+		}
+		env.AddCounts(r, c)
+		if env.err != nil {
+			a.err = env.err
+			return
+		}
+	}
 	a.rows++
+	a.genTok += c.GenTokens
+	a.totalTok += c.TotalTokens
+	if r.Terminated {
+		a.allTerm++
+	}
+	if r.Truncated {
+		a.allTrunc++
+	}
+	if r.MaxTurnsReached {
+		a.allMaxT++
+	}
+	if a.turnCount == nil {
+		a.turnCount = map[int32]int64{}
+	}
+	a.turnCount[int32(r.NumTurns)]++
 	status := string(r.Status)
 	if status == "" {
 		status = "pending"
@@ -530,13 +639,43 @@ func (a *Aggregator) Result() *Metrics {
 		Tokens: Tokens{
 			Prompt: a.prompt.result(), Completion: a.compl.result(), Env: a.env.result(),
 		},
-		Turns:                  a.turns.result(),
-		ToolCalls:              a.tools.result(),
-		NaturalTerminationRate: ratio(a.natural, a.scored),
-		TruncationRate:         ratio(a.trunc, a.scored),
-		MaxTurnsRate:           ratio(a.maxT, a.scored),
-		TokenContinuityBreaks:  a.breaks,
-		Groups:                 Groups{DroppedBy: map[string]int64{}},
+		Turns:                        a.turns.result(),
+		ToolCalls:                    a.tools.result(),
+		ScoredNaturalTerminationRate: ratio(a.natural, a.scored),
+		ScoredTruncationRate:         ratio(a.trunc, a.scored),
+		MaxTurnsRate:                 ratio(a.maxT, a.scored),
+		TokenContinuityBreaks:        a.breaks,
+		Groups:                       Groups{DroppedBy: map[string]int64{}},
+		NeMoRL: NeMoRL{
+			TotalTurns:               a.turns.sum,
+			AvgTurnsPerSample:        ratio(a.turns.sum, a.rows),
+			MaxTurnsPerSample:        a.turns.max,
+			NaturalTerminationRate:   ratio(a.allTerm, a.rows),
+			TruncationRate:           ratio(a.allTrunc, a.rows),
+			MaxTurnsReachedRate:      ratio(a.allMaxT, a.rows),
+			MeanGenTokensPerSample:   ratio(a.genTok, a.rows),
+			MeanEnvTokensPerSample:   ratio(a.env.sum, a.rows),
+			MeanTotalTokensPerSample: ratio(a.totalTok, a.rows),
+		},
+	}
+	var maxTurn int32
+	for t := range a.turnCount {
+		maxTurn = max(maxTurn, t)
+	}
+	for t := int32(1); t <= maxTurn; t++ {
+		var active int64
+		for n, c := range a.turnCount {
+			if n >= t {
+				active += c
+			}
+		}
+		m.PerTurn = append(m.PerTurn, TurnStats{Turn: int(t), ActiveSamples: active})
+	}
+	if len(a.envs) > 0 {
+		m.Envs = make(map[string]*Metrics, len(a.envs))
+		for name, env := range a.envs {
+			m.Envs[name] = env.Result()
+		}
 	}
 	for k, v := range a.status {
 		m.Status[k] = v

@@ -118,12 +118,12 @@ func TestAggregator(t *testing.T) {
 			Completion: Dist{Total: 5500, Mean: 550, Max: 1000, P95: 1000},
 			Env:        Dist{Total: 9, Mean: 0.9, Max: 2, P95: 2},
 		},
-		Turns:                  Dist{Total: 55, Mean: 5.5, Max: 10, P95: 10},
-		ToolCalls:              Dist{Total: 5, Mean: 0.5, Max: 1, P95: 1},
-		NaturalTerminationRate: 5.0 / 9, // rows 1,4,5,7,8 (row 2 truncated)
-		TruncationRate:         1.0 / 9,
-		MaxTurnsRate:           3.0 / 9,
-		TokenContinuityBreaks:  2,
+		Turns:                        Dist{Total: 55, Mean: 5.5, Max: 10, P95: 10},
+		ToolCalls:                    Dist{Total: 5, Mean: 0.5, Max: 1, P95: 1},
+		ScoredNaturalTerminationRate: 5.0 / 9, // rows 1,4,5,7,8 (row 2 truncated)
+		ScoredTruncationRate:         1.0 / 9,
+		MaxTurnsRate:                 3.0 / 9,
+		TokenContinuityBreaks:        2,
 		Groups: Groups{Count: 4, Kept: 2, Dropped: 2,
 			DroppedBy: map[string]int64{"zero_std": 1, UnspecifiedReason: 1}},
 	}
@@ -137,7 +137,7 @@ func checkMetrics(t *testing.T, got, want *Metrics) {
 	floats := func(m *Metrics) []*float64 {
 		fs := []*float64{&m.Reward.Mean, &m.Reward.Std, &m.Correctness.Accuracy, &m.TaskCompletion,
 			&m.Tokens.Prompt.Mean, &m.Tokens.Completion.Mean, &m.Tokens.Env.Mean, &m.Turns.Mean, &m.ToolCalls.Mean,
-			&m.NaturalTerminationRate, &m.TruncationRate, &m.MaxTurnsRate}
+			&m.ScoredNaturalTerminationRate, &m.ScoredTruncationRate, &m.MaxTurnsRate}
 		for i := range m.AtK {
 			fs = append(fs, &m.AtK[i].PassAtK, &m.AtK[i].PassHatK, &m.AtK[i].MeanAtK)
 		}
@@ -145,6 +145,25 @@ func checkMetrics(t *testing.T, got, want *Metrics) {
 	}
 	g.AtK = append([]AtK(nil), g.AtK...)
 	w.AtK = append([]AtK(nil), w.AtK...)
+	// The NeMo RL metrics, per-turn and per-env breakdowns have tests of
+	// their own (nemorl_test.go); a want without them ignores them.
+	if w.NeMoRL == (NeMoRL{}) {
+		g.NeMoRL = NeMoRL{}
+	}
+	if w.PerTurn == nil {
+		g.PerTurn = nil
+	}
+	if w.Envs != nil {
+		if len(g.Envs) != len(w.Envs) {
+			t.Errorf("%d envs, want %d", len(g.Envs), len(w.Envs))
+		}
+		for n, we := range w.Envs {
+			if ge := g.Envs[n]; ge != nil {
+				checkMetrics(t, ge, we)
+			}
+		}
+	}
+	g.Envs, w.Envs = nil, nil
 	gf, wf := floats(&g), floats(&w)
 	if len(gf) == len(wf) {
 		for i := range gf {

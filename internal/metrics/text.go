@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -38,10 +39,30 @@ func (m *Metrics) WriteText(w io.Writer) error {
 	dist("turns", m.Turns)
 	dist("tool calls", m.ToolCalls)
 	p("")
-	p("natural termination rate\t%.4f", m.NaturalTerminationRate)
-	p("truncation rate\t%.4f", m.TruncationRate)
+	p("natural termination rate\t%.4f", m.ScoredNaturalTerminationRate)
+	p("truncation rate\t%.4f", m.ScoredTruncationRate)
 	p("max turns rate\t%.4f", m.MaxTurnsRate)
 	p("token continuity breaks\t%d", m.TokenContinuityBreaks)
+	p("")
+	p("NeMo RL (every row)\tnatural_termination_rate %.4f  truncation_rate %.4f  max_turns_reached_rate %.4f",
+		m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate)
+	p("\tturns total %d  avg %.2f  max %d;  tokens per sample gen %.2f  env %.2f  total %.2f",
+		m.TotalTurns, m.AvgTurnsPerSample, m.MaxTurnsPerSample,
+		m.MeanGenTokensPerSample, m.MeanEnvTokensPerSample, m.MeanTotalTokensPerSample)
+	if len(m.Envs) > 0 {
+		p("")
+		p("env\trows\tscored\treward\taccuracy\tturns\tnatural_term")
+		names := make([]string, 0, len(m.Envs))
+		for n := range m.Envs {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			e := m.Envs[n]
+			p("%s\t%d\t%d\t%.4f\t%.4f\t%.2f\t%.4f", cmp.Or(n, "(none)"), e.Rows, e.ScoredRows, e.Reward.Mean,
+				e.Correctness.Accuracy, e.AvgTurnsPerSample, e.NaturalTerminationRate)
+		}
+	}
 	return tw.Flush()
 }
 

@@ -16,25 +16,121 @@ type Limits struct {
 	MaxTurns int
 	// TurnTimeout bounds one environment call; 0: none.
 	TurnTimeout time.Duration
+	// Timeout bounds one trajectory from admission (the loop applies it,
+	// through Stepper.Timeout); 0: none.
+	Timeout time.Duration
+	// MaxSeqLen bounds a trajectory's tokens (the generate stage applies
+	// it, through Stepper.MaxSeqLen); 0: none.
+	MaxSeqLen int
 }
 
-// Stepper drives one environment.
+// Route is one environment of a routed Stepper: the rollouts whose Env is
+// Name go to Env, under Limits, with at most Concurrency calls in flight
+// (0: no bound of its own).
+type Route struct {
+	Name        string
+	Env         envs.Env
+	Limits      Limits
+	Concurrency int
+}
+
+// Stepper drives the run's environments: one, or one per route.
 type Stepper struct {
+	routes map[string]*route
+	// single is the only environment of a Stepper built by New: every
+	// rollout goes to it, whatever its Env.
+	single *route
+}
+
+type route struct {
 	env    envs.Env
 	name   string
 	limits Limits
+	sem    chan struct{} // nil: no bound of its own
 }
 
 // New returns a Stepper for env (named name in the output).
 func New(env envs.Env, name string, limits Limits) *Stepper {
 	limits.MaxTurns = max(limits.MaxTurns, 0)
-	return &Stepper{env: env, name: name, limits: limits}
+	return &Stepper{single: &route{env: env, name: name, limits: limits}}
+}
+
+// NewRouted returns a Stepper that steps each rollout with the route its
+// Env names (pipeline.Rollout.Env, from its task's route). A rollout
+// whose Env names no route resolves as an error.
+func NewRouted(routes []Route) *Stepper {
+	s := &Stepper{routes: make(map[string]*route, len(routes))}
+	for _, r := range routes {
+		r.Limits.MaxTurns = max(r.Limits.MaxTurns, 0)
+		rt := &route{env: r.Env, name: r.Name, limits: r.Limits}
+		if r.Concurrency > 0 {
+			rt.sem = make(chan struct{}, r.Concurrency)
+		}
+		s.routes[r.Name] = rt
+	}
+	return s
+}
+
+// route returns r's route, nil when it names none.
+func (s *Stepper) route(r *pipeline.Rollout) *route {
+	if s.single != nil {
+		return s.single
+	}
+	return s.routes[r.Env]
+}
+
+// Timeout is r's trajectory timeout (its route's); 0: none.
+func (s *Stepper) Timeout(r *pipeline.Rollout) time.Duration {
+	if rt := s.route(r); rt != nil {
+		return rt.limits.Timeout
+	}
+	return 0
+}
+
+// MaxSeqLen is r's token bound (its route's); 0: none.
+func (s *Stepper) MaxSeqLen(r *pipeline.Rollout) int {
+	if rt := s.route(r); rt != nil {
+		return rt.limits.MaxSeqLen
+	}
+	return 0
+}
+
+// acquire takes one of the route's call slots.
+func (rt *route) acquire(ctx context.Context) error {
+	if rt.sem == nil {
+		return nil
+	}
+	select {
+	case rt.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (rt *route) release() {
+	if rt.sem != nil {
+		<-rt.sem
+	}
 }
 
 // Reset starts r's trajectory. A failing environment resolves r as an
 // error; Reset returns an error only when ctx is done.
 func (s *Stepper) Reset(ctx context.Context, r *pipeline.Rollout) error {
+	rt := s.route(r)
+	if rt == nil {
+		r.Fail("env", fmt.Errorf("env: no route %q", r.Env))
+		return nil
+	}
+	return rt.reset(ctx, r)
+}
+
+func (s *route) reset(ctx context.Context, r *pipeline.Rollout) error {
 	r.Env = s.name
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.release()
 	if r.Tools == nil {
 		r.Tools = r.Task.Tools
 	}
@@ -76,6 +172,19 @@ func (s *Stepper) Step(ctx context.Context, r *pipeline.Rollout) (done bool, err
 	if r.Done() {
 		return true, nil
 	}
+	rt := s.route(r)
+	if rt == nil {
+		r.Fail("env", fmt.Errorf("env: no route %q", r.Env))
+		return true, nil
+	}
+	if err := rt.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer rt.release()
+	return rt.step(ctx, r)
+}
+
+func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err error) {
 	action := r.Messages[len(r.Messages)-1]
 	cctx, cancel := s.turnContext(ctx)
 	start := time.Now()
@@ -131,7 +240,7 @@ func (s *Stepper) Step(ctx context.Context, r *pipeline.Rollout) (done bool, err
 
 // end gives an envs.Ender its last word on a trajectory the environment
 // did not end. It returns an error only when ctx is done.
-func (s *Stepper) end(ctx context.Context, r *pipeline.Rollout) error {
+func (s *route) end(ctx context.Context, r *pipeline.Rollout) error {
 	e, ok := s.env.(envs.Ender)
 	if !ok {
 		return nil
@@ -164,7 +273,7 @@ func (s *Stepper) end(ctx context.Context, r *pipeline.Rollout) error {
 	return nil
 }
 
-func (s *Stepper) turnContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *route) turnContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.limits.TurnTimeout > 0 {
 		return context.WithTimeout(ctx, s.limits.TurnTimeout)
 	}

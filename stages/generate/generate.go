@@ -27,6 +27,17 @@ type Options struct {
 	// MaxSeqLen bounds a trajectory's token sequence (prompt and
 	// response); 0: no bound.
 	MaxSeqLen int
+	// MaxSeqLenOf, when set, is a trajectory's own bound (its environment
+	// route's) in place of MaxSeqLen; 0: no bound.
+	MaxSeqLenOf func(r *pipeline.Rollout) int
+}
+
+// maxSeqLen is r's token bound; 0: none.
+func (g *Generator) maxSeqLen(r *pipeline.Rollout) int {
+	if g.opts.MaxSeqLenOf != nil {
+		return g.opts.MaxSeqLenOf(r)
+	}
+	return g.opts.MaxSeqLen
 }
 
 // Generator runs model turns and keeps each trajectory's token view:
@@ -173,7 +184,7 @@ func (g *Generator) Observe(ctx context.Context, r *pipeline.Rollout) error {
 func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, err error) {
 	first := r.NumTurns == 0
 	switch {
-	case first && (g.tokens() || g.opts.MaxSeqLen > 0 && g.tok != nil):
+	case first && (g.tokens() || g.maxSeqLen(r) > 0 && g.tok != nil):
 		// The first prompt's ids: needed in tokens mode, and to know the
 		// room left in chat mode.
 		ids, err := g.tokenize(ctx, r, r.Messages, r.Tools, true)
@@ -189,7 +200,7 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		}
 		r.PromptTokenIDs = ids
 		setSpans(r.Messages, 0, len(ids))
-	case !first && (g.tokens() || g.opts.MaxSeqLen > 0 && g.tok != nil):
+	case !first && (g.tokens() || g.maxSeqLen(r) > 0 && g.tok != nil):
 		ids, err := g.observationIDs(ctx, r)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -201,20 +212,20 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 			}
 			break
 		}
-		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) > g.opts.MaxSeqLen {
+		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) > g.maxSeqLen(r) {
 			// Chat mode appends only what overflows: the trajectory ends
 			// here, and the next render would have given these ids.
 			g.appendObservation(r, ids)
 		}
 	}
-	if g.opts.MaxSeqLen > 0 {
+	if msl := g.maxSeqLen(r); msl > 0 {
 		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-		if n > g.opts.MaxSeqLen {
-			cutTokens(r, g.opts.MaxSeqLen)
-			n = g.opts.MaxSeqLen
+		if n > msl {
+			cutTokens(r, msl)
+			n = msl
 			r.Truncated = true
 		}
-		if r.Truncated || n >= g.opts.MaxSeqLen {
+		if r.Truncated || n >= msl {
 			r.Truncated = true
 			r.Resolve(pipeline.StatusOK)
 			return false, nil
@@ -318,7 +329,7 @@ func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int3
 // a cut ends the trajectory truncated.
 func (g *Generator) appendObservation(r *pipeline.Rollout, ids []int32) {
 	start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-	if m := g.opts.MaxSeqLen; m > 0 && start+len(ids) > m {
+	if m := g.maxSeqLen(r); m > 0 && start+len(ids) > m {
 		ids = ids[:max(m-start, 0)]
 		r.Truncated = true
 		r.Resolve(pipeline.StatusOK)
@@ -336,7 +347,7 @@ func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
 	if len(r.StopStrings) > 0 {
 		p["stop"] = r.StopStrings
 	}
-	if m := g.opts.MaxSeqLen; m > 0 && (g.tokens() || len(r.PromptTokenIDs) > 0) {
+	if m := g.maxSeqLen(r); m > 0 && (g.tokens() || len(r.PromptTokenIDs) > 0) {
 		capMaxTokens(p, m-len(r.PromptTokenIDs)-len(r.ResponseTokenIDs))
 	}
 	return p
@@ -409,7 +420,7 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response) {
 	}
 	r.Messages = append(r.Messages, msg)
 
-	if m := g.opts.MaxSeqLen; m > 0 {
+	if m := g.maxSeqLen(r); m > 0 {
 		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
 		if n > m {
 			// Only where the server's render was longer than measured

@@ -26,6 +26,9 @@ type Options struct {
 	MaxInflight int
 	// Timeout bounds one trajectory from admission; 0: none.
 	Timeout time.Duration
+	// TimeoutOf, when set, is a trajectory's own timeout (its environment
+	// route's) in place of Timeout; 0: none.
+	TimeoutOf func(r *pipeline.Rollout) time.Duration
 	// Buffer is the output channel's size.
 	Buffer int
 	// SampleRetries is how many times a rollout that failed is tried again
@@ -159,9 +162,15 @@ func (l *Loop) run(ctx context.Context) error {
 	}
 	// callCtx bounds one call by the loop's work context and the
 	// trajectory's deadline.
+	timeout := func(r *pipeline.Rollout) time.Duration {
+		if l.opts.TimeoutOf != nil {
+			return l.opts.TimeoutOf(r)
+		}
+		return l.opts.Timeout
+	}
 	callCtx := func(r *pipeline.Rollout) (context.Context, context.CancelFunc) {
-		if l.opts.Timeout > 0 {
-			return context.WithDeadline(work, r.Started.Add(l.opts.Timeout))
+		if d := timeout(r); d > 0 {
+			return context.WithDeadline(work, r.Started.Add(d))
 		}
 		return work, func() {}
 	}
@@ -173,7 +182,7 @@ func (l *Loop) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if work.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			r.Fail("timeout", fmt.Errorf("trajectory exceeded its timeout of %s", l.opts.Timeout))
+			r.Fail("timeout", fmt.Errorf("trajectory exceeded its timeout of %s", timeout(r)))
 		} else {
 			r.Resolve(pipeline.StatusCancelled)
 		}

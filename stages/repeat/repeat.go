@@ -39,6 +39,10 @@ func (e *Expander) N() int { return e.n }
 // index order. Each rollout owns a copy of the task's messages.
 func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout {
 	group := GroupID(task.Index, attempt)
+	env := e.env
+	if task.Env != "" {
+		env = task.Env // the row's environment route
+	}
 	out := make([]*pipeline.Rollout, e.n)
 	for i := range out {
 		out[i] = &pipeline.Rollout{
@@ -50,7 +54,7 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 			GroupID:      group,
 			TrajID:       group + "-r" + strconv.Itoa(i),
 			Seed:         e.Seed(task.Index, attempt, i),
-			Env:          e.env,
+			Env:          env,
 			Model:        e.model,
 			Messages:     cloneMessages(task.Messages),
 		}

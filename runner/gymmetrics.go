@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/trajflow/trajflow/internal/metrics"
+)
+
+// AggregateMetricsFile is NeMo Gym's aggregate-metrics layout
+// (rollout_collection.py's _aggregate_metrics.json): one entry per
+// environment (Gym's agent), with its metrics.
+const AggregateMetricsFile = "_aggregate_metrics.json"
+
+// gymAgentMetrics is one entry of AggregateMetricsFile.
+type gymAgentMetrics struct {
+	AgentRef struct {
+		Name string `json:"name"`
+	} `json:"agent_ref"`
+	// AgentMetrics are trajflow's metrics of the environment's rows (the
+	// same object as metrics.json's envs.NAME).
+	AgentMetrics *metrics.Metrics `json:"agent_metrics"`
+	// KeyMetrics are the headline numbers.
+	KeyMetrics map[string]float64 `json:"key_metrics"`
+	// GroupLevelMetrics are the at-k metrics (per group of a task's samples).
+	GroupLevelMetrics []metrics.AtK `json:"group_level_metrics"`
+}
+
+// writeAggregateMetrics writes m's per-environment metrics in NeMo Gym's
+// layout, atomically.
+func writeAggregateMetrics(path string, m *metrics.Metrics) error {
+	names := make([]string, 0, len(m.Envs))
+	for n := range m.Envs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]gymAgentMetrics, 0, len(names))
+	for _, n := range names {
+		e := m.Envs[n]
+		var a gymAgentMetrics
+		a.AgentRef.Name = n
+		a.AgentMetrics = e
+		a.KeyMetrics = map[string]float64{
+			"mean/reward": e.Reward.Mean, "accuracy": e.Correctness.Accuracy,
+			"natural_termination_rate": e.NaturalTerminationRate, "avg_turns_per_sample": e.AvgTurnsPerSample,
+			"mean_gen_tokens_per_sample": e.MeanGenTokensPerSample,
+		}
+		for _, k := range e.AtK {
+			a.KeyMetrics[fmt.Sprintf("pass@%d", k.K)] = k.PassAtK
+			a.KeyMetrics[fmt.Sprintf("mean@%d", k.K)] = k.MeanAtK
+		}
+		a.GroupLevelMetrics = e.AtK
+		out = append(out, a)
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".aggregate_metrics.*.tmp")
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	_, err = tmp.Write(append(data, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("metrics: %s: %w", path, err)
+	}
+	return nil
+}

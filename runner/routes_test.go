@@ -1,0 +1,287 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/runner"
+)
+
+// nemoGym is the NeMo Gym example's config (math and a subprocess env,
+// routed by agent_ref.name), rooted at the repository.
+func nemoGym(t *testing.T, sets ...string) *config.Config {
+	t.Helper()
+	root, _ := filepath.Abs("..")
+	sets = append([]string{
+		"source.path=" + filepath.Join(root, "examples/nemo-gym/tasks.jsonl"),
+		"output.dir=" + t.TempDir(),
+		"run.progress=0",
+	}, sets...)
+	cfg, err := config.Load(filepath.Join(root, "examples/nemo-gym/config.yaml"), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Env.Routes["quiz"].Options["command"] = []any{"python3", filepath.Join(root, "examples/python-env/env.py")}
+	return cfg
+}
+
+// routedConfig is a sim run over tasks with the given env section (YAML).
+func routedConfig(t *testing.T, tasks, env string, sets ...string) *config.Config {
+	t.Helper()
+	cfg, err := loadRouted(t, tasks, env, sets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func loadRouted(t *testing.T, tasks, env string, sets ...string) (*config.Config, error) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	y := "source: {path: " + tasks + "}\nprompt: {user: \"Solve: {question}\"}\nrepeat: {n: 2, seed: 1}\n" +
+		"generate: {endpoints: [\"sim://\"], model: sim}\nenv:\n" + env + "output: {dir: " + filepath.Join(dir, "out") + "}\nrun: {progress: 0}\n"
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config.Load(path, sets)
+}
+
+const twoRoutes = `  route_field: agent_ref.name
+  routes:
+    math: {answer_field: expected_answer}
+    other: {name: math, answer_field: expected_answer}
+`
+
+func TestRoutesPerRow(t *testing.T) {
+	cfg := nemoGym(t)
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	if len(rows) != 28 || sum.OK != 28 {
+		t.Fatalf("%d rows, summary %+v", len(rows), sum)
+	}
+	byEnv := map[string]int{}
+	for _, r := range rows {
+		var task struct {
+			AgentRef struct{ Name string } `json:"agent_ref"`
+		}
+		if err := json.Unmarshal(r.Task.Raw, &task); err != nil {
+			t.Fatal(err)
+		}
+		if r.Env != task.AgentRef.Name {
+			t.Errorf("task %d: env %q, agent_ref.name %q", r.Task.Index, r.Env, task.AgentRef.Name)
+		}
+		byEnv[r.Env]++
+		switch r.Env {
+		case "math":
+			// The math env scores one turn.
+			if r.NumTurns != 1 {
+				t.Errorf("math task %d: %d turns", r.Task.Index, r.NumTurns)
+			}
+		case "quiz":
+			// The subprocess env opened with its question (an observation
+			// of Reset) and ran up to the route's max_turns (4).
+			if !strings.Contains(r.Messages[1].Content, "How many times") {
+				t.Errorf("quiz task %d: second message %q, want the env's question", r.Task.Index, r.Messages[1].Content)
+			}
+			if r.NumTurns > 4 {
+				t.Errorf("quiz task %d: %d turns, route max_turns is 4", r.Task.Index, r.NumTurns)
+			}
+		}
+	}
+	if byEnv["math"] != 16 || byEnv["quiz"] != 12 {
+		t.Errorf("rows by env %v, want math 16, quiz 12", byEnv)
+	}
+}
+
+func TestRouteBadRow(t *testing.T) {
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"question":"1+1","expected_answer":"2","agent_ref":{"name":"math"}}
+{"question":"2+2","expected_answer":"4","agent_ref":{"name":"chess"}}
+{"question":"3+3","expected_answer":"6"}
+`), 0o644)
+	for _, tc := range []struct {
+		name    string
+		onBad   string
+		wantErr string
+		rejects []string
+	}{
+		{name: "error", onBad: "error", wantErr: `agent_ref.name "chess" has no route (routes: math, other)`},
+		{name: "skip", onBad: "skip", rejects: []string{`agent_ref.name \"chess\" has no route (routes: math, other)`, `the row has no agent_ref.name`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := routedConfig(t, tasks, twoRoutes, "source.on_bad_row="+tc.onBad)
+			_, err := run(t, cfg, runner.Options{})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.RejectsFile))
+			for _, want := range tc.rejects {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("rejects lack %q:\n%s", want, b)
+				}
+			}
+			if rows := readBack(t, cfg.Output.Dir, runner.DataDir); len(rows) != 2 || rows[0].Env != "math" {
+				t.Errorf("%d rows", len(rows))
+			}
+		})
+	}
+}
+
+func TestRoutesCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sets []string
+		want string
+	}{
+		{"unknown env", []string{"env.routes.a.name=nosuch"}, "env.routes.a.name: unknown environment"},
+		{"bad option", []string{"env.routes.a.bogus=1"}, "env.routes.a.bogus: unknown option"},
+		{"bad limit", []string{"env.routes.a.max_turns=-1"}, "env.routes.a.max_turns: must be >= 0"},
+		{"name and routes", []string{"env.name=math"}, "env.name: give either name"},
+		{"option beside routes", []string{"env.answer_field=x"}, "env.answer_field: an environment option beside routes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// config.Load checks the keys; runner.Check the environments.
+			cfg, err := loadRouted(t, "tasks.jsonl", "  routes: {a: {name: math}}\n", tc.sets...)
+			if err == nil {
+				err = runner.Check(cfg, runner.Options{})
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+			if cfg != nil {
+				if _, serr := os.Stat(cfg.Output.Dir); serr == nil {
+					t.Error("Check created the output directory")
+				}
+			}
+		})
+	}
+}
+
+// metrics.json holds NeMo RL's rollout metrics, overall and per
+// environment, matching a recomputation from the Parquet rows; the Gym
+// aggregate file has one entry per environment.
+func TestNeMoRLMetricsFromParquet(t *testing.T) {
+	cfg := nemoGym(t)
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type nemo struct {
+		TotalTurns               int64   `json:"total_turns"`
+		AvgTurnsPerSample        float64 `json:"avg_turns_per_sample"`
+		MaxTurnsPerSample        int64   `json:"max_turns_per_sample"`
+		NaturalTerminationRate   float64 `json:"natural_termination_rate"`
+		TruncationRate           float64 `json:"truncation_rate"`
+		MaxTurnsReachedRate      float64 `json:"max_turns_reached_rate"`
+		MeanGenTokensPerSample   float64 `json:"mean_gen_tokens_per_sample"`
+		MeanEnvTokensPerSample   float64 `json:"mean_env_tokens_per_sample"`
+		MeanTotalTokensPerSample float64 `json:"mean_total_tokens_per_sample"`
+		PerTurn                  []struct {
+			Turn          int   `json:"turn"`
+			ActiveSamples int64 `json:"active_samples"`
+		} `json:"per_turn"`
+	}
+	var got struct {
+		nemo
+		Envs map[string]nemo `json:"envs"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	recompute := func(env string) nemo {
+		var m nemo
+		var n, term, trunc, maxT, gen, envTok, total float64
+		for _, r := range rows {
+			if env != "" && r.Env != env {
+				continue
+			}
+			n++
+			m.TotalTurns += int64(r.NumTurns)
+			m.MaxTurnsPerSample = max(m.MaxTurnsPerSample, int64(r.NumTurns))
+			for _, c := range []struct {
+				on bool
+				n  *float64
+			}{{r.Terminated, &term}, {r.Truncated, &trunc}, {r.MaxTurnsReached, &maxT}} {
+				if c.on {
+					*c.n++
+				}
+			}
+			for _, mk := range r.LossMask {
+				if mk == 1 {
+					gen++
+				} else {
+					envTok++
+				}
+			}
+			total += float64(len(r.ResponseTokenIDs))
+			for len(m.PerTurn) < r.NumTurns {
+				m.PerTurn = append(m.PerTurn, struct {
+					Turn          int   `json:"turn"`
+					ActiveSamples int64 `json:"active_samples"`
+				}{Turn: len(m.PerTurn) + 1})
+			}
+			for i := 0; i < r.NumTurns; i++ {
+				m.PerTurn[i].ActiveSamples++
+			}
+		}
+		m.AvgTurnsPerSample = float64(m.TotalTurns) / n
+		m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate = term/n, trunc/n, maxT/n
+		m.MeanGenTokensPerSample, m.MeanEnvTokensPerSample, m.MeanTotalTokensPerSample = gen/n, envTok/n, total/n
+		return m
+	}
+	check := func(name string, got, want nemo) {
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if string(gj) != string(wj) {
+			t.Errorf("%s:\nmetrics.json %s\nrecomputed   %s", name, gj, wj)
+		}
+	}
+	check("all", got.nemo, recompute(""))
+	if len(got.Envs) != 2 {
+		t.Fatalf("envs %v", got.Envs)
+	}
+	for _, env := range []string{"math", "quiz"} {
+		check(env, got.Envs[env], recompute(env))
+	}
+	if got.MaxTurnsPerSample < 2 || got.MeanGenTokensPerSample == 0 {
+		t.Errorf("too plain a run to test: %+v", got.nemo)
+	}
+
+	b, err = os.ReadFile(filepath.Join(cfg.Output.Dir, runner.AggregateMetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agg []struct {
+		AgentRef     struct{ Name string } `json:"agent_ref"`
+		AgentMetrics struct{ Rows int64 }  `json:"agent_metrics"`
+		KeyMetrics   map[string]float64    `json:"key_metrics"`
+	}
+	if err := json.Unmarshal(b, &agg); err != nil {
+		t.Fatal(err)
+	}
+	if len(agg) != 2 || agg[0].AgentRef.Name != "math" || agg[0].AgentMetrics.Rows != 16 || agg[1].AgentMetrics.Rows != 12 {
+		t.Errorf("aggregate metrics: %s", b)
+	}
+	if _, ok := agg[0].KeyMetrics["pass@1"]; !ok {
+		t.Errorf("key metrics lack pass@1: %v", agg[0].KeyMetrics)
+	}
+}

@@ -1,0 +1,107 @@
+package envstep_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/envstep"
+)
+
+// namedEnv rewards 1 in the env named "one", 2 in "two", and never ends.
+type namedEnv struct{ reward float64 }
+
+func (e namedEnv) Reset(context.Context, *pipeline.Rollout) (*envs.Reset, error) { return nil, nil }
+func (e namedEnv) Step(context.Context, *pipeline.Rollout, pipeline.Message) (*envs.Step, error) {
+	return &envs.Step{Reward: e.reward}, nil
+}
+
+func TestRouted(t *testing.T) {
+	s := envstep.NewRouted([]envstep.Route{
+		{Name: "one", Env: namedEnv{1}, Limits: envstep.Limits{MaxTurns: 1, Timeout: time.Second, MaxSeqLen: 10}, Concurrency: 1},
+		{Name: "two", Env: namedEnv{2}, Limits: envstep.Limits{MaxTurns: 3}},
+	})
+	for _, tc := range []struct {
+		env     string
+		reward  float64
+		done    bool
+		timeout time.Duration
+		seqLen  int
+		err     string
+	}{
+		{env: "one", reward: 1, done: true, timeout: time.Second, seqLen: 10},
+		{env: "two", reward: 2, done: false},
+		{env: "three", done: true, err: `no route "three"`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			r := after(1, "x")
+			r.Env = tc.env
+			if err := s.Reset(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if tc.err != "" {
+				if !strings.Contains(r.Error, tc.err) || r.Status != pipeline.StatusError {
+					t.Fatalf("status %s error %q, want %q", r.Status, r.Error, tc.err)
+				}
+				return
+			}
+			done, err := s.Step(context.Background(), r)
+			if err != nil || done != tc.done || r.Reward != tc.reward || r.Env != tc.env {
+				t.Fatalf("done %v err %v reward %v env %q", done, err, r.Reward, r.Env)
+			}
+			if s.Timeout(r) != tc.timeout || s.MaxSeqLen(r) != tc.seqLen {
+				t.Errorf("timeout %v max_seq_len %d", s.Timeout(r), s.MaxSeqLen(r))
+			}
+		})
+	}
+}
+
+func TestRouteOf(t *testing.T) {
+	routes := map[string]*envstep.Config{"math": {}, "quiz": {}}
+	for _, tc := range []struct {
+		name   string
+		field  string
+		fields map[string]any
+		want   string
+		err    string
+	}{
+		{name: "task_name first", fields: map[string]any{"task_name": "math", "agent_ref": map[string]any{"name": "quiz"}}, want: "math"},
+		{name: "agent_ref by default", fields: map[string]any{"agent_ref": map[string]any{"name": "quiz"}}, want: "quiz"},
+		{name: "route_field", field: "agent_ref.name", fields: map[string]any{"task_name": "x", "agent_ref": map[string]any{"name": "quiz"}}, want: "quiz"},
+		{name: "unknown value", field: "agent_ref.name", fields: map[string]any{"agent_ref": map[string]any{"name": "chess"}}, err: `agent_ref.name "chess" has no route (routes: math, quiz)`},
+		{name: "missing", fields: map[string]any{}, err: "the row has no task_name or agent_ref.name to choose its environment by (routes: math, quiz)"},
+		{name: "not a name", field: "kind", fields: map[string]any{"kind": []any{}}, err: "field kind is a []interface {}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := envstep.Config{RouteField: tc.field, Routes: routes}
+			got, err := c.RouteOf(tc.fields)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRouteDefaults(t *testing.T) {
+	c := envstep.Config{MaxTurns: 3, Concurrency: 8, Routes: map[string]*envstep.Config{"math": {}, "quiz": {Name: "subprocess", MaxTurns: 5, Concurrency: 2}}}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m, q := c.Routes["math"], c.Routes["quiz"]
+	if m.Name != "math" || m.MaxTurns != 3 || m.Concurrency != 8 || q.MaxTurns != 5 || q.Concurrency != 2 {
+		t.Errorf("math %+v quiz %+v", m, q)
+	}
+	if c.TotalConcurrency() != 10 || c.Name != "" {
+		t.Errorf("total concurrency %d, name %q", c.TotalConcurrency(), c.Name)
+	}
+}

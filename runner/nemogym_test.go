@@ -108,7 +108,7 @@ run: {progress: 0}
 	if incomplete == 0 {
 		t.Fatal("no reply was cut: max_tokens 2 should cut the simulator's replies")
 	}
-	b, err := os.ReadFile(filepath.Join(out, runner.AggregateMetricsFile))
+	b, err := os.ReadFile(filepath.Join(out, runner.ServerAggregateMetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -311,7 +311,9 @@ func (r *run) provision(ctx context.Context) error {
 		}
 	}
 	if r.prom != nil {
-		r.env = timedEnv{Env: r.env, steps: r.prom.envStep}
+		for name, env := range r.envs {
+			r.envs[name] = timedEnv{Env: env, steps: r.prom.envStep}
+		}
 	}
 
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {

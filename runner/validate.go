@@ -81,9 +81,9 @@ func Validate(ctx context.Context, cfg *config.Config, opts ValidateOptions) err
 
 	client, closeClient := v.endpoints(ctx)
 	defer closeClient()
-	env, closeEnv := v.startEnv()
+	step, closeEnv := v.startEnvs()
 	defer closeEnv()
-	v.render(ctx, client, env)
+	v.render(ctx, client, step)
 
 	if len(v.problems) == 0 {
 		fmt.Fprintln(v.out, "ok: a run would start")
@@ -216,36 +216,50 @@ func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
 	return client, release
 }
 
-// startEnv builds the environment (nil when it cannot be), and returns
-// how to close it.
-func (v *validation) startEnv() (envs.Env, func()) {
+// startEnvs builds the environment, or each route's, and returns the
+// stepper that resets rows on them (nil when one cannot be built) and how
+// to close them.
+func (v *validation) startEnvs() (*envstep.Stepper, func()) {
 	cfg := v.cfg
 	if v.opts.Env != nil {
 		fmt.Fprintf(v.out, "env %s: the embedder's environment\n", cfg.Env.Name)
-		return v.opts.Env, func() {} // the embedder's to close
+		return envstep.New(v.opts.Env, cfg.Env.Name, cfg.Env.Limits()), func() {} // the embedder's to close
 	}
 	if v.skip("env") {
 		fmt.Fprintf(v.out, "env %s: not started\n", cfg.Env.Name)
 		return nil, func() {}
 	}
-	env, err := envs.New(cfg.Env.Name, envOptions(cfg))
-	if err != nil {
-		v.problem(err)
-		fmt.Fprintf(v.out, "env %s: could not start\n", cfg.Env.Name)
-		return nil, func() {}
-	}
-	fmt.Fprintf(v.out, "env %s: started\n", cfg.Env.Name)
-	return env, func() {
-		if c, ok := env.(io.Closer); ok {
-			if err := c.Close(); err != nil {
-				v.problem(fmt.Errorf("env: closing: %w", err))
+	built := map[string]envs.Env{}
+	closeAll := func() {
+		for name, env := range built {
+			if c, ok := env.(io.Closer); ok {
+				if err := c.Close(); err != nil {
+					v.problem(fmt.Errorf("env %s: closing: %w", name, err))
+				}
 			}
 		}
 	}
+	var routes []envstep.Route
+	for _, rs := range cfg.Env.RouteSpecs() {
+		env, err := envs.New(rs.Config.Name, routeOptions(rs))
+		if err != nil {
+			v.problem(err)
+			fmt.Fprintf(v.out, "env %s: could not start\n", rs.Route)
+			closeAll()
+			return nil, func() {}
+		}
+		fmt.Fprintf(v.out, "env %s: started\n", rs.Route)
+		built[rs.Route] = env
+		routes = append(routes, envstep.Route{Name: rs.Route, Env: env, Limits: rs.Config.Limits(), Concurrency: rs.Config.Concurrency})
+	}
+	if !cfg.Env.Routed() {
+		return envstep.New(built[cfg.Env.Name], cfg.Env.Name, cfg.Env.Limits()), closeAll
+	}
+	return envstep.NewRouted(routes), closeAll
 }
 
 // render reads the first rows and writes each one's first request.
-func (v *validation) render(ctx context.Context, client inference.Client, env envs.Env) {
+func (v *validation) render(ctx context.Context, client inference.Client, step *envstep.Stepper) {
 	cfg := v.cfg
 	if v.opts.Rows < 0 {
 		return
@@ -270,10 +284,6 @@ func (v *validation) render(ctx context.Context, client inference.Client, env en
 	}
 	defer src.Close()
 	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
-	var step *envstep.Stepper
-	if env != nil {
-		step = envstep.New(env, cfg.Env.Name, cfg.Env.Limits())
-	}
 	rows := 0
 	for rows < v.opts.Rows {
 		t, err := src.Next(ctx)
@@ -285,6 +295,14 @@ func (v *validation) render(ctx context.Context, client inference.Client, env en
 			break
 		}
 		rows++
+		if cfg.Env.Routed() {
+			route, err := cfg.Env.RouteOf(t.Fields)
+			if err != nil {
+				v.problem(fmt.Errorf("%s: %w", t.Source, err))
+				continue
+			}
+			t.Env = route
+		}
 		if tmpl.Enabled() || len(t.Messages) == 0 {
 			if err := tmpl.Render(t); err != nil {
 				var fe *template.FieldError

@@ -63,11 +63,21 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 func TestExamples(t *testing.T) {
 	// Each example has its subtest below.
 	configs, _ := filepath.Glob("../../examples/*/config.yaml")
-	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true}
+	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true}
 	for _, c := range configs {
 		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
 			t.Errorf("example %s has no subtest in TestExamples", name)
 		}
+	}
+	// The migration examples: their metrics are checked in
+	// TestMigrationExamples; here, that they score.
+	for _, name := range []string{"nemo-rl", "nemo-gym"} {
+		t.Run(name, func(t *testing.T) {
+			if name == "nemo-gym" && testing.Short() {
+				t.Skip("slow: the full suite runs it")
+			}
+			runExample(t, name)
+		})
 	}
 	t.Run("quickstart", func(t *testing.T) {
 		rows := runExample(t, "quickstart")

@@ -226,7 +226,7 @@ func (v *validation) startEnvs() (*envstep.Stepper, func()) {
 		return envstep.New(v.opts.Env, cfg.Env.Name, cfg.Env.Limits()), func() {} // the embedder's to close
 	}
 	if v.skip("env") {
-		fmt.Fprintf(v.out, "env %s: not started\n", cfg.Env.Name)
+		fmt.Fprintf(v.out, "env %s: not started\n", envLabel(cfg))
 		return nil, func() {}
 	}
 	built := map[string]envs.Env{}
@@ -336,7 +336,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 		fmt.Fprintln(v.out, "rows: none selected")
 	}
 	if step != nil && rows > 0 {
-		fmt.Fprintf(v.out, "env %s: reset on %d row(s)\n", cfg.Env.Name, rows)
+		fmt.Fprintf(v.out, "env %s: reset on %d row(s)\n", envLabel(cfg), rows)
 	}
 }
 
@@ -389,4 +389,16 @@ func toolNames(tools []json.RawMessage) []string {
 		}
 	}
 	return names
+}
+
+// envLabel names the run's environment, or its routes, for the report.
+func envLabel(cfg *config.Config) string {
+	if !cfg.Env.Routed() {
+		return cfg.Env.Name
+	}
+	var names []string
+	for _, rs := range cfg.Env.RouteSpecs() {
+		names = append(names, rs.Route)
+	}
+	return strings.Join(names, ", ")
 }

@@ -15,6 +15,10 @@ type Config struct {
 	// SeedMode is offset (seed + rollout_index, attempts shifted by n) or
 	// hash (a hash of seed, task_index, attempt and rollout_index).
 	SeedMode string `yaml:"seed_mode"`
+	// OverrideRowSeed sends the rollout's seed even to a row that carries
+	// its own (a seed in its responses_create_params). Left false, such a
+	// row's seed is kept and sent on each of its rollouts.
+	OverrideRowSeed bool `yaml:"override_row_seed"`
 
 	// nSet records that a config file wrote n, so that an explicit 0 is
 	// not mistaken for "unset".

@@ -102,13 +102,16 @@ func TestFingerprint(t *testing.T) {
 	}
 	a, canon := load().Fingerprint()
 	// Speed and place do not change what a run produces.
-	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3"} {
+	if b, _ := load("repeat.override_row_seed=true").Fingerprint(); b == a {
+		t.Error("repeat.override_row_seed kept the fingerprint")
+	}
+	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3", "source.task_index=line", "repeat.override_row_seed=false"} {
 		if b, _ := load(set).Fingerprint(); b != a {
 			t.Errorf("%s changed the fingerprint", set)
 		}
 	}
 	// What is sampled does.
-	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl"} {
+	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl", "source.task_index=dedup"} {
 		c := load(set)
 		if b, _ := c.Fingerprint(); b == a {
 			t.Errorf("%s kept the fingerprint", set)

@@ -18,7 +18,8 @@ type Config struct {
 	// OverrideRowSeed sends the rollout's seed even to a row that carries
 	// its own (a seed in its responses_create_params). Left false, such a
 	// row's seed is kept and sent on each of its rollouts.
-	OverrideRowSeed bool `yaml:"override_row_seed"`
+	// (omitempty: the fingerprints of outputs made before the key stay.)
+	OverrideRowSeed bool `yaml:"override_row_seed" json:",omitempty"`
 
 	// nSet records that a config file wrote n, so that an explicit 0 is
 	// not mistaken for "unset".

@@ -102,6 +102,13 @@ func TestFingerprint(t *testing.T) {
 	}
 	a, canon := load().Fingerprint()
 	// Speed and place do not change what a run produces.
+	// seed: 0 is a configured seed (sent), unlike a seed left out.
+	if !load("repeat.seed=0").Repeat.SeedConfigured() {
+		t.Error("--set repeat.seed=0: seed not configured")
+	}
+	if b, _ := load("repeat.seed=0").Fingerprint(); b == a {
+		t.Error("repeat.seed=0 kept the fingerprint of a config without a seed")
+	}
 	if b, _ := load("repeat.override_row_seed=true").Fingerprint(); b == a {
 		t.Error("repeat.override_row_seed kept the fingerprint")
 	}

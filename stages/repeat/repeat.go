@@ -21,6 +21,7 @@ type Expander struct {
 	seed              int64
 	hash              bool
 	overrideRowSeed   bool
+	sendSeed          bool // a seed is configured
 	runID, env, model string
 }
 
@@ -32,7 +33,7 @@ func New(cfg Config, runID, env, model string) *Expander {
 	if n < 1 {
 		n = 1
 	}
-	return &Expander{n: n, seed: cfg.Seed, hash: cfg.SeedMode == SeedHash, overrideRowSeed: cfg.OverrideRowSeed, runID: runID, env: env, model: model}
+	return &Expander{n: n, seed: cfg.Seed, hash: cfg.SeedMode == SeedHash, overrideRowSeed: cfg.OverrideRowSeed, sendSeed: cfg.SeedConfigured(), runID: runID, env: env, model: model}
 }
 
 // N is the group size.
@@ -63,6 +64,7 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 			GroupID:      group,
 			TrajID:       group + "-r" + strconv.Itoa(i),
 			Seed:         seed,
+			NoSeed:       !hasRowSeed && !e.sendSeed,
 			Env:          env,
 			Model:        e.model,
 			Messages:     cloneMessages(task.Messages),

@@ -190,3 +190,45 @@ func TestOverrideRowSeedYAML(t *testing.T) {
 		t.Error("override_row_seed not read")
 	}
 }
+
+// TestSeedConfigured checks when a seed counts as configured (distinguishing
+// an unset seed from seed: 0), and that Expand marks rollouts with no seed
+// to send.
+func TestSeedConfigured(t *testing.T) {
+	tests := []struct {
+		name   string
+		yaml   string // decoded when not empty
+		cfg    Config // else used as is
+		set    bool   // call SetSeed(0) on cfg
+		params map[string]any
+		want   bool // a seed is sent
+	}{
+		{"yaml: seed left out", "n: 2\n", Config{}, false, nil, false},
+		{"yaml: seed: 0", "n: 2\nseed: 0\n", Config{}, false, nil, true},
+		{"yaml: seed: 7", "seed: 7\n", Config{}, false, nil, true},
+		{"go: zero Seed", "", Config{N: 2}, false, nil, false},
+		{"go: non-zero Seed", "", Config{N: 2, Seed: 3}, false, nil, true},
+		{"go: SetSeed(0)", "", Config{N: 2}, true, nil, true},
+		{"unset, row's own seed", "", Config{N: 2}, false, map[string]any{"seed": 4}, true},
+		{"unset, row seed overridden", "", Config{N: 2, OverrideRowSeed: true}, false, map[string]any{"seed": 4}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.cfg
+			if tt.yaml != "" {
+				if err := yaml.Unmarshal([]byte(tt.yaml), &c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.set {
+				c.SetSeed(0)
+			}
+			c.SetDefaults()
+			for _, r := range New(c, "run", "math", "m").Expand(&pipeline.Task{Params: tt.params}, 0) {
+				if r.NoSeed == tt.want {
+					t.Errorf("rollout %d: NoSeed %v, want a seed sent: %v", r.RolloutIndex, r.NoSeed, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,5 +86,75 @@ func TestRowSeedKept(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readInputs reads OUTPUT/inputs.jsonl.
+func readInputs(t *testing.T, dir string) []runner.Input {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, runner.InputsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []runner.Input
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var in runner.Input
+		if err := json.Unmarshal([]byte(line), &in); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// TestMaterializedInputs checks OUTPUT/inputs.jsonl: each task's rendered
+// request once, with the merged params, and no task twice across a resume
+// (a torn last line included).
+func TestMaterializedInputs(t *testing.T) {
+	cfg := quickstart(t, "source.limit=20", "output.batch_rows=8", "output.file_rows=8")
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ins := readInputs(t, cfg.Output.Dir)
+	if len(ins) != 20 {
+		t.Fatalf("%d inputs, want 20", len(ins))
+	}
+	idx := map[int64]bool{}
+	for _, in := range ins {
+		idx[in.TaskIndex] = true
+	}
+	if len(idx) != 20 {
+		t.Fatalf("task indexes not unique: %d distinct", len(idx))
+	}
+	in := ins[0]
+	if len(in.Messages) != 2 || in.Messages[0].Role != "system" || !strings.HasPrefix(in.Messages[1].Content, "Solve: ") {
+		t.Errorf("messages %+v", in.Messages)
+	}
+	if in.Params["temperature"] != 1.0 || in.Params["max_tokens"] != 256.0 {
+		t.Errorf("params %v", in.Params)
+	}
+	if _, ok := in.Params["seed"]; ok {
+		t.Errorf("a per-task line holds a seed: %v", in.Params)
+	}
+
+	// Drop committed work and tear the last line; the resume renders those
+	// tasks again but writes none twice.
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.DataDir, "part-*.parquet"))
+	for _, p := range paths[len(paths)/2:] {
+		os.Remove(p)
+	}
+	f, _ := os.OpenFile(filepath.Join(cfg.Output.Dir, runner.InputsFile), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"task_index": 3, "mess`)
+	f.Close()
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Resumed == 0 {
+		t.Fatalf("summary %+v: nothing resumed", sum)
+	}
+	again := readInputs(t, cfg.Output.Dir)
+	if len(again) != 20 {
+		t.Fatalf("%d inputs after the resume, want 20", len(again))
 	}
 }

@@ -102,13 +102,23 @@ func TestFingerprint(t *testing.T) {
 	}
 	a, canon := load().Fingerprint()
 	// Speed and place do not change what a run produces.
-	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3"} {
+	// seed: 0 is a configured seed (sent), unlike a seed left out.
+	if !load("repeat.seed=0").Repeat.SeedConfigured() {
+		t.Error("--set repeat.seed=0: seed not configured")
+	}
+	if b, _ := load("repeat.seed=0").Fingerprint(); b == a {
+		t.Error("repeat.seed=0 kept the fingerprint of a config without a seed")
+	}
+	if b, _ := load("repeat.override_row_seed=true").Fingerprint(); b == a {
+		t.Error("repeat.override_row_seed kept the fingerprint")
+	}
+	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3", "source.task_index=line", "repeat.override_row_seed=false"} {
 		if b, _ := load(set).Fingerprint(); b != a {
 			t.Errorf("%s changed the fingerprint", set)
 		}
 	}
 	// What is sampled does.
-	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl"} {
+	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl", "source.task_index=dedup"} {
 		c := load(set)
 		if b, _ := c.Fingerprint(); b == a {
 			t.Errorf("%s kept the fingerprint", set)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/sources"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -45,6 +46,17 @@ func (c *Config) Semantic() map[string]string {
 		"groups.target":       c.Groups.Target,
 		"groups.max_attempts": c.Groups.MaxAttempts,
 		"groups.resample":     c.Groups.Resample,
+	}
+	// With no seed configured none is sent (a row's own excepted); the
+	// key is present only then, so configs that set repeat.seed keep their
+	// fingerprints.
+	if !c.Repeat.SeedConfigured() {
+		sem["repeat.seed"] = "none sent" // (a zero value would be dropped)
+	}
+	// task_index: dedup renumbers the tasks; the default (line) is left
+	// out so that the fingerprints of outputs made before the key stay.
+	if ti := c.Source.TaskIndex; ti != "" && ti != sources.TaskIndexLine {
+		sem["source.task_index"] = ti
 	}
 	if c.Env.Routed() {
 		// Each route's environment, its semantic options and limits; the

@@ -1,22 +1,17 @@
 package inference
 
-// MergeParams merges request parameters with NeMo Gym's semantics: the
-// row's values, then the config's on top (the config wins). Where both hold
-// a map under the same key, the maps are merged key by key, recursively. The
-// result is a new map; neither input is modified, and maps from either input
-// are copied, not shared.
+// MergeParams merges request parameters with NeMo Gym's semantics
+// (`row | overrides`, a shallow merge): the row's values, then the
+// config's on top, key by key at the top level. A config key replaces the
+// row's whole value, a map included (extra_body: {top_k: 50} drops the
+// row's extra_body.min_p). The result is a new map; neither input is
+// modified, and maps and slices from either input are copied, not shared.
 func MergeParams(row, cfg map[string]any) map[string]any {
 	out := make(map[string]any, len(row)+len(cfg))
 	for k, v := range row {
 		out[k] = copyValue(v)
 	}
 	for k, v := range cfg {
-		if cm, ok := v.(map[string]any); ok {
-			if rm, ok := out[k].(map[string]any); ok {
-				out[k] = MergeParams(rm, cm)
-				continue
-			}
-		}
 		out[k] = copyValue(v)
 	}
 	return out

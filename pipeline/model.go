@@ -102,9 +102,15 @@ type Rollout struct {
 	GroupSize int
 	GroupID   string
 	TrajID    string
-	Seed      int64
-	Env       string
-	Model     string
+	// Seed is the rollout's seed: the row's own, or one derived from
+	// repeat.seed (see stages/repeat).
+	Seed int64
+	// NoSeed: no seed is sent with the rollout's requests (no repeat.seed
+	// configured and no seed of the row's own); Seed is then trajflow's
+	// derived seed, kept for retries and the output's seed column.
+	NoSeed bool
+	Env    string
+	Model  string
 
 	Messages []Message
 	// PromptTokenIDs are the token ids of the initial prompt as the server

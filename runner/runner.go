@@ -198,6 +198,8 @@ type run struct {
 	tmpl    *template.Template
 	source  sources.Reader
 	rejects *lines.Writer
+	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
+	inputs  *inputsWriter
 	writers map[string]*parquet.Writer
 	ctl     *groups.Controller
 	exp     *repeat.Expander
@@ -242,6 +244,10 @@ func (r *run) provision(ctx context.Context) error {
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })
+	if r.inputs, err = openInputs(filepath.Join(cfg.Output.Dir, InputsFile)); err != nil {
+		return err
+	}
+	r.closers = append(r.closers, func() { r.inputs.Close() })
 	if cfg.Run.MetricsAddr != "" {
 		r.prom = newPromMetrics(r.snapshot)
 		stop, err := r.prom.serve(ctx, cfg.Run.MetricsAddr)

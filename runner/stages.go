@@ -92,6 +92,9 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
 		}
+		if err := r.inputs.write(j.Task, r.cfg.Generate.Params); err != nil {
+			return nil, err
+		}
 		return []groups.Job{j}, nil
 	})
 }

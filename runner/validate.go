@@ -343,7 +343,11 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 // writeRequest writes r's first request compactly: one line per message,
 // then the tools and the parameters.
 func (v *validation) writeRequest(r *pipeline.Rollout) {
-	fmt.Fprintf(v.out, "row %d (%s), rollout 0 of %d, seed %d:\n", r.Task.Index, r.Task.Source, r.GroupSize, r.Seed)
+	seed := fmt.Sprintf("seed %d", r.Seed)
+	if r.NoSeed {
+		seed = "no seed sent"
+	}
+	fmt.Fprintf(v.out, "row %d (%s), rollout 0 of %d, %s:\n", r.Task.Index, r.Task.Source, r.GroupSize, seed)
 	var req *inference.Request
 	if v.gen != nil {
 		req = v.gen.Request(r)
@@ -351,7 +355,9 @@ func (v *validation) writeRequest(r *pipeline.Rollout) {
 		// The endpoints were not set up: the parameters as the generate
 		// stage merges them.
 		p := inference.MergeParams(r.Task.Params, v.cfg.Generate.Params)
-		p["seed"] = r.Seed
+		if !r.NoSeed {
+			p["seed"] = r.Seed
+		}
 		req = &inference.Request{Model: v.cfg.Generate.Model, Messages: r.Messages, Params: p, Tools: r.Tools}
 	}
 	for _, m := range req.Messages {

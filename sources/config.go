@@ -22,7 +22,18 @@ type Config struct {
 	OnBadRow string `yaml:"on_bad_row"`
 	// Shard selects rows with task_index % shard.count == shard.index.
 	Shard Shard `yaml:"shard"`
+	// TaskIndex numbers the tasks: line (default: the row's 0-based
+	// position) or dedup (NeMo Gym's _ng_task_index: identical rows, by
+	// canonical JSON, are one task numbered in order of first appearance;
+	// a later copy is passed over).
+	TaskIndex string `yaml:"task_index"`
 }
+
+// Task index modes.
+const (
+	TaskIndexLine  = "line"
+	TaskIndexDedup = "dedup"
+)
 
 // Shard selects a subset of the input's rows.
 type Shard struct {
@@ -37,6 +48,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Shard.Count == 0 {
 		c.Shard.Count = 1
+	}
+	if c.TaskIndex == "" {
+		c.TaskIndex = TaskIndexLine
 	}
 }
 
@@ -61,6 +75,9 @@ func (c *Config) Validate() error {
 		p.Add("offset", "must be >= 0, got %d", c.Offset)
 	}
 	p.OneOf("on_bad_row", c.OnBadRow, "error", "skip")
+	if c.TaskIndex != "" {
+		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup)
+	}
 	if c.Shard.Count < 1 {
 		p.Add("shard.count", "must be >= 1, got %d", c.Shard.Count)
 	} else if c.Shard.Index < 0 || c.Shard.Index >= c.Shard.Count {

@@ -119,13 +119,14 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 		}
 		i := r.rows
 		r.rows++
-		if !r.win.keep(i) || r.skip(i) {
+		idx, dup := r.taskIndex(i, line)
+		if dup || !r.win.keep(i) || r.skip(idx) {
 			continue
 		}
 		if !utf8.Valid(line) {
 			line = r.repair(r.where(r.line), line)
 		}
-		task, err := parseRow(r.where(r.line), i, line)
+		task, err := parseRow(r.where(r.line), idx, line)
 		if err != nil {
 			if err := r.bad(err, line); err != nil {
 				r.err = err

@@ -52,7 +52,9 @@ func openParquet(f *os.File, size int64, b base) (r *parquetReader, err error) {
 	r.tree, ncols = buildSchemaTree(r.schema)
 	r.cols = make([][]parquet.Value, ncols)
 	r.rows = parquet.NewReader(pf)
-	if b.win.offset > 0 {
+	// Under task_index: dedup the rows before the offset are read too:
+	// they number the tasks.
+	if b.win.offset > 0 && b.seen == nil {
 		if b.win.offset >= pf.NumRows() {
 			r.err = io.EOF
 			return r, nil
@@ -87,21 +89,38 @@ func (r *parquetReader) Next(ctx context.Context) (*pipeline.Task, error) {
 			continue
 		}
 		row := r.buf[r.i]
-		idx := r.next
+		line := r.next
 		r.i++
 		r.next++
-		if !r.win.keep(idx) || r.skip(idx) {
+		idx := line
+		var raw []byte
+		var err error
+		if r.seen != nil { // dedup: every row is converted to be numbered
+			raw, err = r.rowJSON(row)
+			dup := false
+			if err == nil {
+				idx, dup = r.taskIndex(line, raw)
+			} else {
+				idx = r.taskIndexUnique()
+			}
+			if dup {
+				continue
+			}
+		}
+		if !r.win.keep(line) || r.skip(idx) {
 			continue
 		}
-		raw, err := r.rowJSON(row)
+		if r.seen == nil {
+			raw, err = r.rowJSON(row)
+		}
 		if err == nil {
 			var task *pipeline.Task
-			task, err = parseRow(r.where(idx), idx, raw)
+			task, err = parseRow(r.where(line), idx, raw)
 			if err == nil {
 				return task, nil
 			}
 		} else {
-			err = &RowError{Where: r.where(idx), Reason: err.Error()}
+			err = &RowError{Where: r.where(line), Reason: err.Error()}
 		}
 		if err := r.bad(err, raw); err != nil {
 			r.err = err

@@ -3,8 +3,11 @@ package sources
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -101,6 +104,14 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		return nil, fmt.Errorf("source: %s is a directory, want a file", cfg.Path)
 	}
 	b := base{path: cfg.Path, size: st.Size(), win: win, opts: opts, skipBad: skipBad}
+	switch cfg.TaskIndex {
+	case "", TaskIndexLine:
+	case TaskIndexDedup:
+		b.seen = map[[sha256.Size]byte]int64{}
+	default:
+		f.Close()
+		return nil, fmt.Errorf("source.task_index: %q is not one of line, dedup", cfg.TaskIndex)
+	}
 	switch format {
 	case FormatParquet:
 		n, sum, err := hashFile(f)
@@ -201,6 +212,48 @@ type base struct {
 	// a streamed file as it is read. One of them is set.
 	fullHash *Identity
 	hr       *hashingReader
+	// seen maps each distinct row's canonical-JSON hash to its task index
+	// under task_index: dedup; nil under line.
+	seen     map[[sha256.Size]byte]int64
+	distinct int64 // task indices given under dedup
+}
+
+// taskIndex numbers row i (its 0-based position among the rows). Under
+// task_index: line it is i. Under dedup it is the number of distinct rows
+// before the row's first appearance, and dup reports a later copy. Every
+// row must be passed, in order, selected or not, so that the numbering
+// does not depend on the window.
+func (b *base) taskIndex(i int64, row []byte) (index int64, dup bool) {
+	if b.seen == nil {
+		return i, false
+	}
+	k := sha256.Sum256(canonicalJSON(row))
+	if idx, ok := b.seen[k]; ok {
+		return idx, true
+	}
+	idx := b.taskIndexUnique()
+	b.seen[k] = idx
+	return idx, false
+}
+
+// canonicalJSON is a row's JSON with sorted object keys and no
+// insignificant whitespace (numbers as written); a row that is not valid
+// JSON is returned trimmed, as it is.
+func canonicalJSON(row []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(row))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return bytes.TrimSpace(row)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bytes.TrimSpace(row)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return bytes.TrimSpace(row)
+	}
+	return out
 }
 
 // Identity names the file and fingerprints what was read of it.
@@ -245,3 +298,10 @@ func (b *base) repair(where string, row []byte) []byte {
 
 // skip reports whether the caller's Skip hook passes over row i.
 func (b *base) skip(i int64) bool { return b.opts.Skip != nil && b.opts.Skip(i) }
+
+// taskIndexUnique numbers a row that could not be read as JSON under
+// task_index: dedup: it is a task of its own.
+func (b *base) taskIndexUnique() int64 {
+	b.distinct++
+	return b.distinct - 1
+}

@@ -28,7 +28,7 @@ func ExampleMergeParams() {
 	out, _ := json.Marshal(merged) // keys sorted
 	fmt.Println(string(out))
 	// Output:
-	// {"extra_body":{"min_p":0.05,"top_k":50},"logprobs":true,"max_tokens":512,"temperature":0.6}
+	// {"extra_body":{"top_k":50},"logprobs":true,"max_tokens":512,"temperature":0.6}
 }
 
 func ExampleNewHTTP() {

@@ -45,7 +45,7 @@ func TestRequestBodyChat(t *testing.T) {
 	want := map[string]any{
 		"model": "test-model", "temperature": 0.7, "max_tokens": 64.0, "seed": 7.0,
 		"logprobs": true, "return_token_ids": true,
-		"extra_body": map[string]any{"top_k": 20.0, "min_p": 0.1},
+		"extra_body": map[string]any{"top_k": 20.0}, // the config's whole value (shallow merge)
 	}
 	for k, v := range want {
 		if !reflect.DeepEqual(b[k], v) {

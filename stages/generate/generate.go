@@ -339,11 +339,13 @@ func (g *Generator) appendObservation(r *pipeline.Rollout, ids []int32) {
 }
 
 // requestParams merges the row's parameters, the config's, and the
-// rollout's own seed and stop strings, and caps max_tokens to the room
+// rollout's own seed (unless it has none to send) and stop strings, and caps max_tokens to the room
 // max_seq_len leaves.
 func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
 	p := inference.MergeParams(r.Task.Params, g.opts.Params) // a new map
-	p["seed"] = r.Seed
+	if !r.NoSeed {
+		p["seed"] = r.Seed
+	}
 	if len(r.StopStrings) > 0 {
 		p["stop"] = r.StopStrings
 	}

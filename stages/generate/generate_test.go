@@ -109,6 +109,42 @@ func TestRequestParams(t *testing.T) {
 	}
 }
 
+// TestRequestSeed checks that the rollout's seed is sent unless it has none
+// to send (NoSeed), when a seed in the row's or the config's params goes as is.
+func TestRequestSeed(t *testing.T) {
+	tests := []struct {
+		name     string
+		noSeed   bool
+		row, cfg map[string]any
+		want     any // nil: no seed key
+	}{
+		{"sent", false, nil, nil, int64(42)},
+		{"not sent", true, nil, nil, nil},
+		{"row's own when none sent", true, map[string]any{"seed": 5}, nil, 5},
+		{"config's own when none sent", true, nil, map[string]any{"seed": 9}, 9},
+		{"rollout's wins", false, map[string]any{"seed": 5}, map[string]any{"seed": 9}, int64(42)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &scripted{resps: []*inference.Response{resp(nil, nil)}}
+			r := rollout()
+			r.NoSeed = tt.noSeed
+			r.Task.Params = tt.row
+			if err := newGen(c, tt.cfg).Turn(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := c.reqs[0].Params["seed"]
+			if tt.want == nil {
+				if ok {
+					t.Errorf("seed %v sent", got)
+				}
+			} else if got != tt.want {
+				t.Errorf("seed %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestFailures(t *testing.T) {
 	tests := []struct {
 		err       error

@@ -10,16 +10,33 @@ type Config struct {
 	// N is the number of rollouts per task (the group size). Left out, it
 	// is 1; written as 0 it is an error (see UnmarshalYAML).
 	N int `yaml:"n"`
-	// Seed is the base seed.
+	// Seed is the base seed. A seed is sent with each request only when
+	// one is configured: a config file that writes seed (0 included), or a
+	// Go caller's non-zero Seed (or SetSeed); otherwise only a row's own
+	// seed is sent (see SeedConfigured).
 	Seed int64 `yaml:"seed"`
 	// SeedMode is offset (seed + rollout_index, attempts shifted by n) or
 	// hash (a hash of seed, task_index, attempt and rollout_index).
 	SeedMode string `yaml:"seed_mode"`
+	// OverrideRowSeed sends the rollout's seed even to a row that carries
+	// its own (a seed in its responses_create_params). Left false, such a
+	// row's seed is kept and sent on each of its rollouts.
+	// (omitempty: the fingerprints of outputs made before the key stay.)
+	OverrideRowSeed bool `yaml:"override_row_seed" json:",omitempty"`
 
 	// nSet records that a config file wrote n, so that an explicit 0 is
 	// not mistaken for "unset".
 	nSet bool
+	// seedSet records that a config file wrote seed (seed: 0 included).
+	seedSet bool
 }
+
+// SeedConfigured reports whether a seed is configured: a config file wrote
+// seed (0 included), SetSeed was called, or Seed is non-zero.
+func (c *Config) SeedConfigured() bool { return c.seedSet || c.Seed != 0 }
+
+// SetSeed configures the base seed, 0 included.
+func (c *Config) SetSeed(seed int64) { c.Seed, c.seedSet = seed, true }
 
 // UnmarshalYAML decodes the section and records whether it wrote n: an
 // explicit "n: 0" is then an error instead of becoming the default.
@@ -30,8 +47,11 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == "n" {
+			switch n.Content[i].Value {
+			case "n":
 				c.nSet = true
+			case "seed":
+				c.seedSet = true
 			}
 		}
 	}

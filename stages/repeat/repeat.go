@@ -1,6 +1,8 @@
 package repeat
 
 import (
+	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -18,6 +20,8 @@ type Expander struct {
 	n                 int
 	seed              int64
 	hash              bool
+	overrideRowSeed   bool
+	sendSeed          bool // a seed is configured
 	runID, env, model string
 }
 
@@ -29,7 +33,7 @@ func New(cfg Config, runID, env, model string) *Expander {
 	if n < 1 {
 		n = 1
 	}
-	return &Expander{n: n, seed: cfg.Seed, hash: cfg.SeedMode == SeedHash, runID: runID, env: env, model: model}
+	return &Expander{n: n, seed: cfg.Seed, hash: cfg.SeedMode == SeedHash, overrideRowSeed: cfg.OverrideRowSeed, sendSeed: cfg.SeedConfigured(), runID: runID, env: env, model: model}
 }
 
 // N is the group size.
@@ -43,8 +47,14 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 	if task.Env != "" {
 		env = task.Env // the row's environment route
 	}
+	rowSeed, hasRowSeed := RowSeed(task)
+	hasRowSeed = hasRowSeed && !e.overrideRowSeed
 	out := make([]*pipeline.Rollout, e.n)
 	for i := range out {
+		seed := rowSeed
+		if !hasRowSeed {
+			seed = e.Seed(task.Index, attempt, i)
+		}
 		out[i] = &pipeline.Rollout{
 			RunID:        e.runID,
 			Task:         task,
@@ -53,13 +63,38 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 			GroupSize:    e.n,
 			GroupID:      group,
 			TrajID:       group + "-r" + strconv.Itoa(i),
-			Seed:         e.Seed(task.Index, attempt, i),
+			Seed:         seed,
+			NoSeed:       !hasRowSeed && !e.sendSeed,
 			Env:          env,
 			Model:        e.model,
 			Messages:     cloneMessages(task.Messages),
 		}
 	}
 	return out
+}
+
+// RowSeed is the task's own seed: an integer seed among its request
+// params (a NeMo Gym row's responses_create_params.seed). A missing, null
+// or non-integer seed is no row seed.
+func RowSeed(task *pipeline.Task) (int64, bool) {
+	if task == nil {
+		return 0, false
+	}
+	switch x := task.Params["seed"].(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<63 {
+			return int64(x), true
+		}
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n, true
+		}
+	}
+	return 0, false
 }
 
 // Seed is the seed of one rollout. Offset mode: seed + attempt·n +

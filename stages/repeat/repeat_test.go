@@ -1,10 +1,12 @@
 package repeat
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestOffsetSeeds(t *testing.T) {
@@ -143,5 +145,90 @@ func TestRetrySeed(t *testing.T) {
 			}
 			seen[s] = true
 		}
+	}
+}
+
+// TestRowSeed checks which row params count as the row's own seed, and that
+// Expand keeps it unless override_row_seed is set.
+func TestRowSeed(t *testing.T) {
+	tests := []struct {
+		name     string
+		params   map[string]any
+		override bool
+		want     []int64 // the seeds of rollouts 0..2
+	}{
+		{"no row seed", nil, false, []int64{100, 101, 102}},
+		{"json number kept", map[string]any{"seed": json.Number("7")}, false, []int64{7, 7, 7}},
+		{"float kept", map[string]any{"seed": 7.0}, false, []int64{7, 7, 7}},
+		{"int kept", map[string]any{"seed": 9}, false, []int64{9, 9, 9}},
+		{"zero kept", map[string]any{"seed": json.Number("0")}, false, []int64{0, 0, 0}},
+		{"overridden", map[string]any{"seed": json.Number("7")}, true, []int64{100, 101, 102}},
+		{"null is no seed", map[string]any{"seed": nil}, false, []int64{100, 101, 102}},
+		{"non-integer is no seed", map[string]any{"seed": json.Number("1.5")}, false, []int64{100, 101, 102}},
+		{"string is no seed", map[string]any{"seed": "7"}, false, []int64{100, 101, 102}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(Config{N: 3, Seed: 100, SeedMode: SeedOffset, OverrideRowSeed: tt.override}, "run", "math", "m")
+			var got []int64
+			for _, r := range e.Expand(&pipeline.Task{Index: 4, Params: tt.params}, 0) {
+				got = append(got, r.Seed)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("seeds = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOverrideRowSeedYAML(t *testing.T) {
+	var c Config
+	if err := yaml.Unmarshal([]byte("n: 2\noverride_row_seed: true\n"), &c); err != nil {
+		t.Fatal(err)
+	}
+	if !c.OverrideRowSeed {
+		t.Error("override_row_seed not read")
+	}
+}
+
+// TestSeedConfigured checks when a seed counts as configured (distinguishing
+// an unset seed from seed: 0), and that Expand marks rollouts with no seed
+// to send.
+func TestSeedConfigured(t *testing.T) {
+	tests := []struct {
+		name   string
+		yaml   string // decoded when not empty
+		cfg    Config // else used as is
+		set    bool   // call SetSeed(0) on cfg
+		params map[string]any
+		want   bool // a seed is sent
+	}{
+		{"yaml: seed left out", "n: 2\n", Config{}, false, nil, false},
+		{"yaml: seed: 0", "n: 2\nseed: 0\n", Config{}, false, nil, true},
+		{"yaml: seed: 7", "seed: 7\n", Config{}, false, nil, true},
+		{"go: zero Seed", "", Config{N: 2}, false, nil, false},
+		{"go: non-zero Seed", "", Config{N: 2, Seed: 3}, false, nil, true},
+		{"go: SetSeed(0)", "", Config{N: 2}, true, nil, true},
+		{"unset, row's own seed", "", Config{N: 2}, false, map[string]any{"seed": 4}, true},
+		{"unset, row seed overridden", "", Config{N: 2, OverrideRowSeed: true}, false, map[string]any{"seed": 4}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.cfg
+			if tt.yaml != "" {
+				if err := yaml.Unmarshal([]byte(tt.yaml), &c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.set {
+				c.SetSeed(0)
+			}
+			c.SetDefaults()
+			for _, r := range New(c, "run", "math", "m").Expand(&pipeline.Task{Params: tt.params}, 0) {
+				if r.NoSeed == tt.want {
+					t.Errorf("rollout %d: NoSeed %v, want a seed sent: %v", r.RolloutIndex, r.NoSeed, tt.want)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,124 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
+)
+
+// InputsFile holds each task's rendered request once (NeMo Gym's
+// _materialized_inputs.jsonl), appended as tasks are rendered.
+const InputsFile = "inputs.jsonl"
+
+// Input is one line of InputsFile: a task's first request as rendered.
+type Input struct {
+	TaskIndex int64              `json:"task_index"`
+	Source    string             `json:"source"`
+	Env       string             `json:"env,omitempty"`
+	Messages  []pipeline.Message `json:"messages"`
+	Tools     []json.RawMessage  `json:"tools,omitempty"`
+	// Params are the row's params with generate.params merged over them
+	// (secret-named keys redacted); the per-rollout seed is not among them.
+	Params map[string]any `json:"params,omitempty"`
+}
+
+// inputsWriter appends Input lines, each task index once across resumes:
+// the indexes a file already holds are read when it is opened, and a last
+// line a crash cut short is cut off.
+type inputsWriter struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+	seen map[int64]bool
+}
+
+// openInputs reads what the file at path already holds (none: a new
+// file, created on the first line).
+func openInputs(path string) (*inputsWriter, error) {
+	w := &inputsWriter{path: path, seen: map[int64]bool{}}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return w, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", InputsFile, err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var good int64 // bytes up to the end of the last whole line
+	for {
+		line, err := br.ReadBytes('\n')
+		if err == io.EOF {
+			break // a last line without its newline was cut short
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", InputsFile, err)
+		}
+		var in struct {
+			TaskIndex *int64 `json:"task_index"`
+		}
+		if json.Unmarshal(bytes.TrimSpace(line), &in) != nil || in.TaskIndex == nil {
+			break // a torn write: what follows is dropped and rewritten
+		}
+		w.seen[*in.TaskIndex] = true
+		good += int64(len(line))
+	}
+	if st, err := f.Stat(); err == nil && st.Size() > good {
+		if err := os.Truncate(path, good); err != nil {
+			return nil, fmt.Errorf("%s: %w", InputsFile, err)
+		}
+	}
+	return w, nil
+}
+
+// write appends the task's rendered request unless the file holds it.
+func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen[t.Index] {
+		return nil
+	}
+	p := inference.MergeParams(t.Params, params)
+	red, _ := config.RedactValue([]string{"generate", "params"}, p).(map[string]any)
+	if len(red) == 0 {
+		red = nil
+	}
+	b, err := json.Marshal(Input{TaskIndex: t.Index, Source: t.Source, Env: t.Env, Messages: t.Messages, Tools: t.Tools, Params: red})
+	if err != nil {
+		return fmt.Errorf("%s: %w", InputsFile, err)
+	}
+	if w.f == nil {
+		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(w.path), err)
+		}
+		w.f = f
+	}
+	if _, err := w.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("%s: %w", InputsFile, err)
+	}
+	w.seen[t.Index] = true
+	return nil
+}
+
+// Close closes the file, if one was opened.
+func (w *inputsWriter) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return nil
+	}
+	err := w.f.Close()
+	w.f = nil
+	return err
+}

@@ -39,13 +39,18 @@ type inputsWriter struct {
 	path string
 	mu   sync.Mutex
 	f    *os.File
-	seen map[int64]bool
+	bw   *bufio.Writer
+	// written is the highest task index the file held when opened (-1:
+	// none). Tasks are rendered in input order, once a run, so a resumed
+	// run skips exactly the tasks up to it: O(1) memory whatever the
+	// number of tasks.
+	written int64
 }
 
 // openInputs reads what the file at path already holds (none: a new
 // file, created on the first line).
 func openInputs(path string) (*inputsWriter, error) {
-	w := &inputsWriter{path: path, seen: map[int64]bool{}}
+	w := &inputsWriter{path: path, written: -1}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return w, nil
@@ -70,7 +75,7 @@ func openInputs(path string) (*inputsWriter, error) {
 		if json.Unmarshal(bytes.TrimSpace(line), &in) != nil || in.TaskIndex == nil {
 			break // a torn write: what follows is dropped and rewritten
 		}
-		w.seen[*in.TaskIndex] = true
+		w.written = max(w.written, *in.TaskIndex)
 		good += int64(len(line))
 	}
 	if st, err := f.Stat(); err == nil && st.Size() > good {
@@ -85,7 +90,7 @@ func openInputs(path string) (*inputsWriter, error) {
 func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.seen[t.Index] {
+	if t.Index <= w.written {
 		return nil
 	}
 	p := inference.MergeParams(t.Params, params)
@@ -102,12 +107,24 @@ func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", filepath.Base(w.path), err)
 		}
-		w.f = f
+		w.f, w.bw = f, bufio.NewWriterSize(f, 64<<10)
 	}
-	if _, err := w.f.Write(append(b, '\n')); err != nil {
+	if _, err := w.bw.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("%s: %w", InputsFile, err)
 	}
-	w.seen[t.Index] = true
+	return nil
+}
+
+// flush writes the buffered lines to the file.
+func (w *inputsWriter) flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bw == nil {
+		return nil
+	}
+	if err := w.bw.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", InputsFile, err)
+	}
 	return nil
 }
 
@@ -118,7 +135,13 @@ func (w *inputsWriter) Close() error {
 	if w.f == nil {
 		return nil
 	}
-	err := w.f.Close()
-	w.f = nil
-	return err
+	err := w.bw.Flush()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f, w.bw = nil, nil
+	if err != nil {
+		return fmt.Errorf("%s: %w", InputsFile, err)
+	}
+	return nil
 }

@@ -370,6 +370,11 @@ func (r *run) parquetOptions() parquet.Options {
 		// What was read of the input when the file is committed: a resume
 		// checks that its input starts with the same bytes.
 		CommitMetadata: func() map[string]string {
+			// The tasks of the file being committed were rendered, so their
+			// lines of inputs.jsonl are written before the file is visible.
+			if err := r.inputs.flush(); err != nil {
+				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
+			}
 			id, _ := json.Marshal(r.source.Identity())
 			return map[string]string{KeySource: string(id)}
 		},

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -177,6 +178,31 @@ func (r *Rollout) Tokens() []int32 {
 	out := make([]int32, 0, len(r.PromptTokenIDs)+len(r.ResponseTokenIDs))
 	out = append(out, r.PromptTokenIDs...)
 	return append(out, r.ResponseTokenIDs...)
+}
+
+// TurnGenTokens appends to dst[:0] the tokens the model generated in
+// each turn t = 1, 2, …: entry t-1 is the sum of TokenEnd - TokenStart
+// over the assistant messages of turn t (their spans in the token
+// sequence; 0 where the sequence does not hold them). It has an entry per
+// turn up to the larger of NumTurns and the last assistant turn. Collate
+// writes it as the turn_gen_tokens column; summed over rows it is NeMo
+// RL's total_gen_tokens_per_turn.
+func (r *Rollout) TurnGenTokens(dst []int32) []int32 {
+	n := max(r.NumTurns, 0)
+	for i := range r.Messages {
+		if m := &r.Messages[i]; m.Role == RoleAssistant {
+			n = max(n, m.Turn)
+		}
+	}
+	dst = slices.Grow(dst[:0], n)[:n]
+	clear(dst)
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		if m.Role == RoleAssistant && m.Turn >= 1 && m.TokenEnd > m.TokenStart {
+			dst[m.Turn-1] += m.TokenEnd - m.TokenStart
+		}
+	}
+	return dst
 }
 
 // Key identifies a rollout across runs and resumes.

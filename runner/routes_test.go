@@ -185,20 +185,22 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type turnStats struct {
+		Turn          int   `json:"turn"`
+		ActiveSamples int64 `json:"active_samples"`
+		GenTokens     int64 `json:"gen_tokens"`
+	}
 	type nemo struct {
-		TotalTurns               int64   `json:"total_turns"`
-		AvgTurnsPerSample        float64 `json:"avg_turns_per_sample"`
-		MaxTurnsPerSample        int64   `json:"max_turns_per_sample"`
-		NaturalTerminationRate   float64 `json:"natural_termination_rate"`
-		TruncationRate           float64 `json:"truncation_rate"`
-		MaxTurnsReachedRate      float64 `json:"max_turns_reached_rate"`
-		MeanGenTokensPerSample   float64 `json:"mean_gen_tokens_per_sample"`
-		MeanEnvTokensPerSample   float64 `json:"mean_env_tokens_per_sample"`
-		MeanTotalTokensPerSample float64 `json:"mean_total_tokens_per_sample"`
-		PerTurn                  []struct {
-			Turn          int   `json:"turn"`
-			ActiveSamples int64 `json:"active_samples"`
-		} `json:"per_turn"`
+		TotalTurns               int64       `json:"total_turns"`
+		AvgTurnsPerSample        float64     `json:"avg_turns_per_sample"`
+		MaxTurnsPerSample        int64       `json:"max_turns_per_sample"`
+		NaturalTerminationRate   float64     `json:"natural_termination_rate"`
+		TruncationRate           float64     `json:"truncation_rate"`
+		MaxTurnsReachedRate      float64     `json:"max_turns_reached_rate"`
+		MeanGenTokensPerSample   float64     `json:"mean_gen_tokens_per_sample"`
+		MeanEnvTokensPerSample   float64     `json:"mean_env_tokens_per_sample"`
+		MeanTotalTokensPerSample float64     `json:"mean_total_tokens_per_sample"`
+		PerTurn                  []turnStats `json:"per_turn"`
 	}
 	var got struct {
 		nemo
@@ -233,14 +235,22 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 				}
 			}
 			total += float64(len(r.ResponseTokenIDs))
-			for len(m.PerTurn) < r.NumTurns {
-				m.PerTurn = append(m.PerTurn, struct {
-					Turn          int   `json:"turn"`
-					ActiveSamples int64 `json:"active_samples"`
-				}{Turn: len(m.PerTurn) + 1})
+			grow := func(n int) {
+				for len(m.PerTurn) < n {
+					m.PerTurn = append(m.PerTurn, turnStats{Turn: len(m.PerTurn) + 1})
+				}
 			}
+			grow(r.NumTurns)
 			for i := 0; i < r.NumTurns; i++ {
 				m.PerTurn[i].ActiveSamples++
+			}
+			// Generated tokens of turn t: the spans of the turn's
+			// assistant messages.
+			for _, msg := range r.Messages {
+				if msg.Role == "assistant" && msg.Turn >= 1 {
+					grow(msg.Turn)
+					m.PerTurn[msg.Turn-1].GenTokens += int64(msg.TokenEnd - msg.TokenStart)
+				}
 			}
 		}
 		m.AvgTurnsPerSample = float64(m.TotalTurns) / n
@@ -262,7 +272,8 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 	for _, env := range []string{"math", "quiz"} {
 		check(env, got.Envs[env], recompute(env))
 	}
-	if got.MaxTurnsPerSample < 2 || got.MeanGenTokensPerSample == 0 {
+	if got.MaxTurnsPerSample < 2 || got.MeanGenTokensPerSample == 0 ||
+		len(got.PerTurn) < 2 || got.PerTurn[0].GenTokens == 0 || got.PerTurn[1].GenTokens == 0 {
 		t.Errorf("too plain a run to test: %+v", got.nemo)
 	}
 

@@ -62,8 +62,9 @@ func sameLayout(a, b arrow.DataType) bool {
 // written field. Tasks carry only Index and Raw; durations are rounded to
 // the nanosecond. Rollouts of one task share one *pipeline.Task.
 // EnvTokens gets env_tokens, which collate computes from the loss mask;
-// gen_tokens and total_tokens, also derived from the training view, have
-// no field and are not decoded.
+// gen_tokens and total_tokens, also derived from the training view, and
+// turn_gen_tokens, derived from the messages' spans
+// (pipeline.Rollout.TurnGenTokens), have no field and are not decoded.
 //
 // Each message gets its span (TokenStart, TokenEnd) and, when the span is
 // not empty, its TokenIDs restored from the sequence PromptTokenIDs ++

@@ -12,7 +12,8 @@ import (
 // (prompt_token_ids, response_token_ids, loss_mask, response_logprobs):
 // each message records its span in that sequence (token_start, token_end)
 // where version 1 kept a copy of its token ids and logprobs. It also adds
-// the per-sample counts gen_tokens and total_tokens.
+// the per-sample counts gen_tokens and total_tokens, and turn_gen_tokens,
+// the tokens generated in each turn.
 const Version = "2"
 
 // Column indices of Schema, in order. Keys and light columns come first,
@@ -52,6 +53,7 @@ const (
 	ColEnvTokens
 	ColGenTokens
 	ColTotalTokens
+	ColTurnGenTokens
 	ColGenMS
 	ColEnvMS
 	ColTotalMS
@@ -158,6 +160,7 @@ var (
 		ColEnvTokens:             field("env_tokens", arrow.PrimitiveTypes.Int64),
 		ColGenTokens:             field("gen_tokens", arrow.PrimitiveTypes.Int64),
 		ColTotalTokens:           field("total_tokens", arrow.PrimitiveTypes.Int64),
+		ColTurnGenTokens:         field("turn_gen_tokens", ListOf(arrow.PrimitiveTypes.Int32)),
 		ColGenMS:                 field("gen_ms", arrow.PrimitiveTypes.Float64),
 		ColEnvMS:                 field("env_ms", arrow.PrimitiveTypes.Float64),
 		ColTotalMS:               field("total_ms", arrow.PrimitiveTypes.Float64),

@@ -22,10 +22,10 @@ func TestFileVersion(t *testing.T) {
 		{"v1", map[string]string{schema.MetadataKey: "1"}, v1, "1", ""},
 		{"v2 unrecorded", nil, v2, "2", ""},
 		{"v1 unrecorded", nil, v1, "1", ""},
-		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 43 (schema version 2)"},
-		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 43 columns, want 41 (schema version 1)"},
+		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 44 (schema version 2)"},
+		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 44 columns, want 41 (schema version 1)"},
 		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1 and 2)`},
-		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 43 (schema version 2)"},
+		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 44 (schema version 2)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,15 +37,15 @@ func TestFileVersion(t *testing.T) {
 	}
 }
 
-// Version 1's light columns are the current ones less gen_tokens and
-// total_tokens, with the same names and types: readers of light columns
+// Version 1's light columns are the current ones less gen_tokens,
+// total_tokens and turn_gen_tokens, with the same names and types: readers of light columns
 // read both versions.
 func TestV1LightColumns(t *testing.T) {
 	v1 := schema.ForVersion(schema.VersionV1)
 	for _, name := range schema.LightColumns() {
 		cur := schema.Schema().Field(schema.Schema().FieldIndices(name)[0])
 		idx := v1.FieldIndices(name)
-		if name == "gen_tokens" || name == "total_tokens" {
+		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" {
 			if len(idx) != 0 {
 				t.Errorf("v1 has %s", name)
 			}

@@ -13,8 +13,9 @@ const MetadataKey = "trajflow.schema_version"
 
 // VersionV1 is the first schema version: every message kept a copy of its
 // token ids and logprobs (messages.token_ids, messages.logprobs), and
-// gen_tokens and total_tokens did not exist. Its light columns are those
-// of the current version less gen_tokens and total_tokens, with the same
+// gen_tokens, total_tokens and turn_gen_tokens did not exist. Its light
+// columns are those of the current version less gen_tokens, total_tokens
+// and turn_gen_tokens, with the same
 // names and types, so readers of light columns read both.
 const VersionV1 = "1"
 

@@ -38,7 +38,7 @@ var statsColumns = []string{
 }
 
 // statsColumnsV2 are read where the file has them (schema version 2).
-var statsColumnsV2 = []string{"gen_tokens", "total_tokens"}
+var statsColumnsV2 = []string{"gen_tokens", "total_tokens", "turn_gen_tokens"}
 
 // Stats computes the aggregate metrics of the rows in paths (output
 // directories or Parquet files, see ResolveFiles) and prints them to out
@@ -176,12 +176,17 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 	completion := col("completion_tokens").(*array.Int64)
 	env := col("env_tokens").(*array.Int64)
 	envName := col("env").(*array.String)
-	// Schema version 1 has no gen_tokens, total_tokens: its generated
-	// tokens are completion_tokens, its total completion + env tokens.
+	// Schema version 1 has no gen_tokens, total_tokens, turn_gen_tokens:
+	// its generated tokens are completion_tokens, its total completion +
+	// env tokens, and its tokens per turn are unknown.
 	var gen, total *array.Int64
+	var turnGen *array.List
+	var turnGenVals []int32
 	if idx := rec.Schema().FieldIndices("gen_tokens"); len(idx) > 0 {
 		gen = rec.Column(idx[0]).(*array.Int64)
 		total = col("total_tokens").(*array.Int64)
+		turnGen = col("turn_gen_tokens").(*array.List)
+		turnGenVals = turnGen.ListValues().(*array.Int32).Int32Values()
 	}
 
 	if d.metrics == nil {
@@ -216,7 +221,8 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 		r.Env = envName.Value(i)
 		c := metrics.Counts{GenTokens: int64(r.CompletionTokens), TotalTokens: int64(r.CompletionTokens + r.EnvTokens)}
 		if gen != nil {
-			c = metrics.Counts{GenTokens: gen.Value(i), TotalTokens: total.Value(i)}
+			s, e := turnGen.ValueOffsets(i)
+			c = metrics.Counts{GenTokens: gen.Value(i), TotalTokens: total.Value(i), TurnGenTokens: turnGenVals[s:e:e]}
 		}
 		agg.AddCounts(r, c)
 	}

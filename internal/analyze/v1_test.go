@@ -77,8 +77,9 @@ func TestStatsReadsV1(t *testing.T) {
 			if got.Rows != int64(20*len(tt.paths)) || got.Status["error"] == 0 || got.Groups.Dropped == 0 {
 				t.Fatalf("fixture too plain: %+v", got)
 			}
-			// Version 1 has no gen_tokens, total_tokens: its NeMo RL token
-			// means come from completion_tokens (docs/metrics.md).
+			// Version 1 has no gen_tokens, total_tokens, turn_gen_tokens:
+			// its NeMo RL token means come from completion_tokens and its
+			// per-turn generated tokens are 0 (docs/metrics.md).
 			noTokenMeans(got)
 			noTokenMeans(want)
 			if !reflect.DeepEqual(got, want) {
@@ -90,9 +91,13 @@ func TestStatsReadsV1(t *testing.T) {
 	}
 }
 
-// noTokenMeans zeroes the NeMo RL token means of m and its envs.
+// noTokenMeans zeroes the NeMo RL token means and per-turn generated
+// tokens of m and its envs.
 func noTokenMeans(m *metrics.Metrics) {
 	m.MeanGenTokensPerSample, m.MeanTotalTokensPerSample = 0, 0
+	for i := range m.PerTurn {
+		m.PerTurn[i].GenTokens = 0
+	}
 	for _, e := range m.Envs {
 		noTokenMeans(e)
 	}

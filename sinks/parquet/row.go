@@ -43,6 +43,7 @@ type row struct {
 	EnvTokens             int64     `parquet:"env_tokens"`
 	GenTokens             int64     `parquet:"gen_tokens"`
 	TotalTokens           int64     `parquet:"total_tokens"`
+	TurnGenTokens         []int32   `parquet:"turn_gen_tokens,list"`
 	GenMS                 float64   `parquet:"gen_ms"`
 	EnvMS                 float64   `parquet:"env_ms"`
 	TotalMS               float64   `parquet:"total_ms"`
@@ -111,6 +112,8 @@ func (c *converter) convert(rec arrow.Record) []row {
 
 	turnRewards := lst(schema.ColTurnRewards)
 	turnRewardVals := turnRewards.ListValues().(*array.Float64).Float64Values()
+	turnGen := lst(schema.ColTurnGenTokens)
+	turnGenVals := turnGen.ListValues().(*array.Int32).Int32Values()
 	metrics := lst(schema.ColMetrics)
 	metricSt := metrics.ListValues().(*array.Struct)
 	metricName := metricSt.Field(schema.MetricName).(*array.String)
@@ -206,6 +209,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 			EnvTokens:             et[i],
 			GenTokens:             gt[i],
 			TotalTokens:           tt[i],
+			TurnGenTokens:         listSlice(turnGen, turnGenVals, i),
 			GenMS:                 genMS[i],
 			EnvMS:                 envMS[i],
 			TotalMS:               totalMS[i],

@@ -247,7 +247,8 @@ func TestNoTokenCopies(t *testing.T) {
 			int32Lists = append(int32Lists, c.Path())
 		}
 	}
-	want := []string{"prompt_token_ids.list.element", "response_token_ids.list.element", "loss_mask.list.element"}
+	// turn_gen_tokens holds counts (one per turn), not token ids.
+	want := []string{"turn_gen_tokens.list.element", "prompt_token_ids.list.element", "response_token_ids.list.element", "loss_mask.list.element"}
 	if !reflect.DeepEqual(int32Lists, want) {
 		t.Errorf("int32 list columns %v, want %v", int32Lists, want)
 	}

@@ -34,6 +34,10 @@ type Collator struct {
 	turnRewards     *array.ListBuilder
 	turnRewardsVals *array.Float64Builder
 
+	turnGen     *array.ListBuilder
+	turnGenVals *array.Int32Builder
+	turnGenBuf  []int32
+
 	metrics      *array.ListBuilder
 	metricStruct *array.StructBuilder
 	metricName   *array.StringBuilder
@@ -128,6 +132,8 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	}
 	c.turnRewards = c.b.Field(schema.ColTurnRewards).(*array.ListBuilder)
 	c.turnRewardsVals = c.turnRewards.ValueBuilder().(*array.Float64Builder)
+	c.turnGen = c.b.Field(schema.ColTurnGenTokens).(*array.ListBuilder)
+	c.turnGenVals = c.turnGen.ValueBuilder().(*array.Int32Builder)
 
 	c.metrics = c.b.Field(schema.ColMetrics).(*array.ListBuilder)
 	c.metricStruct = c.metrics.ValueBuilder().(*array.StructBuilder)
@@ -235,7 +241,7 @@ func (c *Collator) unstage() {
 		s.task = s.task[:0]
 	}
 	for i, lb := range []*array.ListBuilder{
-		schema.ColTurnRewards: c.turnRewards, schema.ColMetrics: c.metrics, schema.ColMessages: c.msgs,
+		schema.ColTurnRewards: c.turnRewards, schema.ColTurnGenTokens: c.turnGen, schema.ColMetrics: c.metrics, schema.ColMessages: c.msgs,
 		schema.ColPromptTokenIDs: c.promptIDs, schema.ColResponseTokenIDs: c.respIDs, schema.ColLossMask: c.lossMask, schema.ColResponseLogprobs: c.respLP,
 	} {
 		if v := s.list[i]; lb != nil && len(v) > 0 {
@@ -379,6 +385,9 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.i64[schema.ColEnvTokens] = append(st.i64[schema.ColEnvTokens], int64(total-gen))
 	st.i64[schema.ColGenTokens] = append(st.i64[schema.ColGenTokens], int64(gen))
 	st.i64[schema.ColTotalTokens] = append(st.i64[schema.ColTotalTokens], int64(total))
+	st.list[schema.ColTurnGenTokens] = append(st.list[schema.ColTurnGenTokens], int32(c.turnGenVals.Len()))
+	c.turnGenBuf = r.TurnGenTokens(c.turnGenBuf)
+	c.turnGenVals.AppendValues(c.turnGenBuf, nil)
 	st.f64[schema.ColGenMS] = append(st.f64[schema.ColGenMS], ms(r.GenTime))
 	st.f64[schema.ColEnvMS] = append(st.f64[schema.ColEnvMS], ms(r.EnvTime))
 	st.f64[schema.ColTotalMS] = append(st.f64[schema.ColTotalMS], ms(r.TotalTime))

@@ -99,43 +99,25 @@ run.max_error_rate), 130 interrupted.
 `
 
 func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
-	var path string
-	var sets []string
-	quiet, allowChange := false, false
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "-h" || a == "--help":
-			fmt.Fprint(stdout, runUsage)
-			return ExitOK
-		case a == "--set" || a == "-set":
-			if i+1 >= len(args) {
-				fmt.Fprintf(stderr, "trajflow run: --set needs section.key=value\n\n%s", runUsage)
-				return ExitUsage
-			}
-			i++
-			sets = append(sets, args[i])
-		case strings.HasPrefix(a, "--set="):
-			sets = append(sets, strings.TrimPrefix(a, "--set="))
-		case a == "--quiet" || a == "-q":
+	quiet, allowChange, keepErrors := false, false, false
+	path, sets, code := configArgs("run", runUsage, args, stdout, stderr, func(a string, _ func() (string, bool)) (bool, int) {
+		switch a {
+		case "--quiet", "-q":
 			quiet = true
-		case a == "--allow-config-change":
+		case "--allow-config-change":
 			allowChange = true
-		case a == "--keep-errors":
-			sets = append(sets, "run.resume_errors=keep")
-		case strings.HasPrefix(a, "-"):
-			fmt.Fprintf(stderr, "trajflow run: unknown flag %s\n\n%s", a, runUsage)
-			return ExitUsage
-		case path == "":
-			path = a
+		case "--keep-errors":
+			keepErrors = true
 		default:
-			fmt.Fprintf(stderr, "trajflow run: one config file, got %q and %q\n", path, a)
-			return ExitUsage
+			return false, -1
 		}
+		return true, -1
+	})
+	if code >= 0 {
+		return code
 	}
-	if path == "" {
-		fmt.Fprint(stderr, runUsage)
-		return ExitUsage
+	if keepErrors {
+		sets = append(sets, "run.resume_errors=keep")
 	}
 	if quiet {
 		sets = append(sets, "run.progress=0")
@@ -229,3 +211,56 @@ func signals(stderr io.Writer) (ctx context.Context, abort <-chan struct{}, stop
 
 // abortExit is how long a second signal waits for the run to end.
 const abortExit = 3 * time.Second
+
+// configArgs parses a command's arguments: one config file, --set
+// section.key=value (repeatable, also --set=…), -h, and the command's own
+// flags through own, which reports whether it took a flag (next reads the
+// flag's value) and an exit code to stop with (-1: go on). code is -1 when
+// the arguments are complete, else the exit code.
+func configArgs(cmd, usage string, args []string, stdout, stderr io.Writer, own func(a string, next func() (string, bool)) (bool, int)) (path string, sets []string, code int) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		next := func() (string, bool) {
+			if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "--") {
+				return v, true
+			}
+			if i+1 >= len(args) {
+				return "", false
+			}
+			i++
+			return args[i], true
+		}
+		name, _, _ := strings.Cut(a, "=")
+		switch {
+		case a == "-h" || a == "--help":
+			fmt.Fprint(stdout, usage)
+			return "", nil, ExitOK
+		case name == "--set" || a == "-set":
+			v, ok := next()
+			if !ok {
+				fmt.Fprintf(stderr, "trajflow %s: --set needs section.key=value\n\n%s", cmd, usage)
+				return "", nil, ExitUsage
+			}
+			sets = append(sets, v)
+		case strings.HasPrefix(a, "-"):
+			took, c := own(a, next)
+			if c >= 0 {
+				return "", nil, c
+			}
+			if !took {
+				fmt.Fprintf(stderr, "trajflow %s: unknown flag %s\n\n%s", cmd, a, usage)
+				return "", nil, ExitUsage
+			}
+		case path == "":
+			path = a
+		default:
+			fmt.Fprintf(stderr, "trajflow %s: one config file, got %q and %q\n", cmd, path, a)
+			return "", nil, ExitUsage
+		}
+	}
+	if path == "" {
+		fmt.Fprint(stderr, usage)
+		return "", nil, ExitUsage
+	}
+	return path, sets, -1
+}

@@ -28,53 +28,22 @@ one listed on stderr).
 `
 
 func validateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var path string
-	var sets []string
 	rows := runner.DefaultValidateRows
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		flagValue := func(name string) (string, bool) {
-			if v, ok := strings.CutPrefix(a, name+"="); ok {
-				return v, true
-			}
-			if i+1 >= len(args) {
-				return "", false
-			}
-			i++
-			return args[i], true
+	path, sets, code := configArgs("validate", validateUsage, args, stdout, stderr, func(a string, next func() (string, bool)) (bool, int) {
+		if name, _, _ := strings.Cut(a, "="); name != "--rows" {
+			return false, -1
 		}
-		switch {
-		case a == "-h" || a == "--help":
-			fmt.Fprint(stdout, validateUsage)
-			return ExitOK
-		case a == "--set" || a == "-set" || strings.HasPrefix(a, "--set="):
-			v, ok := flagValue("--set")
-			if !ok {
-				fmt.Fprintf(stderr, "trajflow validate: --set needs section.key=value\n\n%s", validateUsage)
-				return ExitUsage
-			}
-			sets = append(sets, v)
-		case a == "--rows" || strings.HasPrefix(a, "--rows="):
-			v, ok := flagValue("--rows")
-			n, err := strconv.Atoi(v)
-			if !ok || err != nil || n < 0 {
-				fmt.Fprintf(stderr, "trajflow validate: --rows needs a whole number >= 0\n\n%s", validateUsage)
-				return ExitUsage
-			}
-			rows = n
-		case strings.HasPrefix(a, "-"):
-			fmt.Fprintf(stderr, "trajflow validate: unknown flag %s\n\n%s", a, validateUsage)
-			return ExitUsage
-		case path == "":
-			path = a
-		default:
-			fmt.Fprintf(stderr, "trajflow validate: one config file, got %q and %q\n", path, a)
-			return ExitUsage
+		v, ok := next()
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			fmt.Fprintf(stderr, "trajflow validate: --rows needs a whole number >= 0\n\n%s", validateUsage)
+			return true, ExitUsage
 		}
-	}
-	if path == "" {
-		fmt.Fprint(stderr, validateUsage)
-		return ExitUsage
+		rows = n
+		return true, -1
+	})
+	if code >= 0 {
+		return code
 	}
 	cfg, err := config.Read(path, sets)
 	if err != nil {

@@ -485,3 +485,25 @@ func TestResumeRefusesV1(t *testing.T) {
 		})
 	}
 }
+
+// The summary names metrics.json only when the run left one on disk.
+func TestSummaryNamesMetricsOnlyWhenWritten(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte(`{"question": "What is 1 + 1?"`+"\n"), 0o644)
+	sum, err := run(t, quickstart(t, "source.path="+bad), runner.Options{})
+	if err == nil || sum == nil {
+		t.Fatalf("summary %v, err %v: want both", sum, err)
+	}
+	if sum.Metrics != "" || !strings.Contains(sum.String(), "metrics: none (nothing committed)") {
+		t.Errorf("nothing committed, yet the summary names %q:\n%s", sum.Metrics, sum)
+	}
+	cfg := quickstart(t, "source.limit=4")
+	sum, err = run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, serr := os.Stat(sum.Metrics); sum.Metrics == "" || serr != nil || !strings.Contains(sum.String(), "metrics: "+sum.Metrics) {
+		t.Errorf("summary names %q (stat: %v):\n%s", sum.Metrics, serr, sum)
+	}
+}

@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -151,6 +153,9 @@ type Summary struct {
 	Dir      string
 	Files    []string
 	Duration time.Duration
+	// Metrics is the path of metrics.json, "" when none was written (no
+	// committed data).
+	Metrics string
 	// Tasks read, bad rows skipped into the rejects file, and tasks skipped
 	// because an earlier run of the output directory committed them.
 	Tasks, Rejected, Resumed int64
@@ -184,7 +189,8 @@ func (r *run) summary(err error) *Summary {
 	defer s.mu.Unlock()
 	sum := &Summary{
 		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Files: r.files, Duration: time.Since(r.started),
-		Tasks: s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
+		Metrics: existing(filepath.Join(r.cfg.Output.Dir, MetricsFile)),
+		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
@@ -244,7 +250,11 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
-	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s/%s\n", s.Dir, DataDir, len(s.Files), s.Dir, MetricsFile)
+	metrics := "none (nothing committed)"
+	if s.Metrics != "" {
+		metrics = s.Metrics
+	}
+	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, DataDir, len(s.Files), metrics)
 	return b.String()
 }
 
@@ -255,4 +265,12 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// existing is path when a file is there, else "".
+func existing(path string) string {
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
 }

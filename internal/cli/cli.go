@@ -38,6 +38,7 @@ Usage:
   trajflow stats [--json] DIR|FILE...                 metrics from the Parquet alone
   trajflow merge --out DIR INPUT...                   combine part files into fewer
   trajflow report OUTPUT [-o report.html]             one self-contained HTML report
+  trajflow slurm CONFIG.yaml --shards N [--submit] [flags]   a Slurm array job and its merge job
   trajflow sim-server [--addr 127.0.0.1:8000] [flags]   (--help for the flags)
   trajflow version
 
@@ -69,6 +70,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return mergeCmd(ctx, args[1:], stdout, stderr)
 	case "report":
 		return reportCmd(ctx, args[1:], stdout, stderr)
+	case "slurm":
+		return slurmCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "trajflow", runner.Version)
 		return ExitOK

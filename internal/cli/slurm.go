@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/internal/slurm"
+	"github.com/trajflow/trajflow/runner"
+)
+
+const slurmUsage = `Usage: trajflow slurm CONFIG.yaml --shards N [--max-parallel M] [--submit]
+                     [--out DIR] [--set section.key=value ...] [--sbatch OPT ...] [-- SBATCH OPTIONS]
+
+Writes two Slurm batch scripts for a sharded run: DIR/array.sh, an array
+job of N tasks (--array=0-(N-1)%M) each running
+  trajflow run CONFIG --set source.shard=auto [--set ...]
+and DIR/merge.sh, which runs trajflow merge on the run's output once every
+task completed (submitted with --dependency=afterok:ARRAY_JOB_ID). Tasks
+are requeueable: a preempted or requeued task stops gracefully and resumes
+where it stopped. The config is checked first (as trajflow run would, with
+source.shard=auto); nothing is written when it is bad.
+
+  --shards N              array tasks, one per shard (required)
+  --max-parallel M        tasks running at once (default: no limit)
+  --submit                submit both with sbatch and print the job ids;
+                          without it, print the sbatch commands to run
+  --out DIR               where the scripts go (default: CONFIG's name
+                          + "-slurm", in the working directory); the jobs'
+                          logs go to DIR/logs
+  --merge-out DIR         where the merge job writes the merged dataset
+                          (default: OUTPUT/merged, OUTPUT being output.dir)
+  --set section.key=value passed to trajflow run, repeatable
+  --sbatch OPT            an sbatch option for both jobs, repeatable
+                          (--sbatch --partition=cpu --sbatch --time=4:00:00)
+  --binary PATH           the trajflow binary the jobs run (default: this one)
+  -- OPTIONS              every word after -- is sbatch options for both jobs
+
+Run "trajflow slurm" where the cluster's nodes see the same paths: the jobs
+start in the current directory and use absolute paths. See docs/slurm.md.
+`
+
+func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var sbatchWords []string
+	if i := indexOf(args, "--"); i >= 0 {
+		sbatchWords = append(sbatchWords, args[i+1:]...)
+		args = args[:i]
+	}
+	var (
+		shards, maxParallel   int
+		submit                bool
+		outDir, mergeOut, bin string
+		badFlag               string
+	)
+	intFlag := func(name, v string, ok bool, min int) (int, bool) {
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < min {
+			badFlag = fmt.Sprintf("%s needs a whole number >= %d", name, min)
+			return 0, false
+		}
+		return n, true
+	}
+	path, sets, code := configArgs("slurm", slurmUsage, args, stdout, stderr, func(a string, next func() (string, bool)) (bool, int) {
+		name, _, _ := strings.Cut(a, "=")
+		str := func(dst *string) (bool, int) {
+			v, ok := next()
+			if !ok || v == "" {
+				badFlag = name + " needs a value"
+				return true, ExitUsage
+			}
+			*dst = v
+			return true, -1
+		}
+		switch name {
+		case "--shards":
+			v, ok := next()
+			if n, ok := intFlag(name, v, ok, 1); ok {
+				shards = n
+				return true, -1
+			}
+			return true, ExitUsage
+		case "--max-parallel":
+			v, ok := next()
+			if n, ok := intFlag(name, v, ok, 1); ok {
+				maxParallel = n
+				return true, -1
+			}
+			return true, ExitUsage
+		case "--submit":
+			submit = true
+			return true, -1
+		case "--out":
+			return str(&outDir)
+		case "--merge-out":
+			return str(&mergeOut)
+		case "--binary":
+			return str(&bin)
+		case "--sbatch":
+			var v string
+			took, c := str(&v)
+			sbatchWords = append(sbatchWords, v)
+			return took, c
+		}
+		return false, -1
+	})
+	if badFlag != "" {
+		fmt.Fprintf(stderr, "trajflow slurm: %s\n\n%s", badFlag, slurmUsage)
+		return ExitUsage
+	}
+	if code >= 0 {
+		return code
+	}
+	if shards == 0 {
+		fmt.Fprintf(stderr, "trajflow slurm: --shards N is required\n\n%s", slurmUsage)
+		return ExitUsage
+	}
+	opts, err := slurm.ParseOptions(sbatchWords)
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow slurm:", err)
+		return ExitUsage
+	}
+
+	// The config as every task will run it.
+	runSets := append([]string{"source.shard=auto"}, sets...)
+	cfg, err := config.Read(path, runSets)
+	if err == nil {
+		err = runner.Check(cfg, runner.Options{})
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow slurm:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	}
+	if cfg.Source.Shard.Count > 0 && cfg.Source.Shard.Count != shards {
+		fmt.Fprintf(stderr, "trajflow slurm: source.shard.count is %d but --shards is %d; leave source.shard.count unset (the array gives it)\n", cfg.Source.Shard.Count, shards)
+		return ExitUsage
+	}
+
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow slurm:", err)
+		return ExitFailed
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(wd, p)
+	}
+	if bin == "" {
+		if bin, err = os.Executable(); err == nil {
+			bin, err = filepath.EvalSymlinks(bin)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "trajflow slurm: the trajflow binary's path:", err, "(give --binary)")
+			return ExitFailed
+		}
+	}
+	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	if outDir == "" {
+		outDir = name + "-slurm"
+	}
+	output := abs(cfg.Output.Dir)
+	if mergeOut == "" {
+		mergeOut = filepath.Join(output, "merged")
+	}
+	grace := int(math.Ceil(cfg.Run.Grace.D().Seconds()))
+	job := &slurm.Job{
+		Name:          "trajflow-" + name,
+		Binary:        abs(bin),
+		Config:        abs(path),
+		Sets:          sets,
+		Shards:        shards,
+		MaxParallel:   maxParallel,
+		Dir:           wd,
+		Logs:          filepath.Join(abs(outDir), "logs"),
+		Output:        output,
+		MergeOut:      abs(mergeOut),
+		SignalSeconds: max(60, grace+30),
+		Options:       opts,
+	}
+	array, err := job.Array()
+	var merge string
+	if err == nil {
+		merge, err = job.Merge()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow slurm:", err)
+		return ExitUsage
+	}
+	arrayPath, mergePath := filepath.Join(abs(outDir), "array.sh"), filepath.Join(abs(outDir), "merge.sh")
+	if err := os.MkdirAll(job.Logs, 0o755); err != nil {
+		fmt.Fprintln(stderr, "trajflow slurm:", err)
+		return ExitFailed
+	}
+	for _, f := range []struct{ path, text string }{{arrayPath, array}, {mergePath, merge}} {
+		if err := writeFileAtomic(f.path, []byte(f.text), 0o755); err != nil {
+			fmt.Fprintln(stderr, "trajflow slurm:", err)
+			return ExitFailed
+		}
+	}
+	if !submit {
+		fmt.Fprintf(stdout, "wrote %s (%d tasks) and %s; logs go to %s\nsubmit them with:\n", arrayPath, shards, mergePath, job.Logs)
+		fmt.Fprintf(stdout, "  jid=$(sbatch --parsable %s) && sbatch --dependency=afterok:${jid%%%%;*} %s\n",
+			slurm.ShellQuote(arrayPath), slurm.ShellQuote(mergePath))
+		return ExitOK
+	}
+	sbatch, err := exec.LookPath("sbatch")
+	if err != nil {
+		fmt.Fprintf(stderr, "trajflow slurm: --submit: %v; the scripts are %s and %s\n", err, arrayPath, mergePath)
+		return ExitFailed
+	}
+	arrayID, err := slurm.Submit(ctx, sbatch, arrayPath, "")
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow slurm:", err)
+		return ExitFailed
+	}
+	mergeID, err := slurm.Submit(ctx, sbatch, mergePath, arrayID)
+	if err != nil {
+		fmt.Fprintf(stderr, "trajflow slurm: the array job %s is submitted, the merge job is not: %v\n  submit it with: sbatch --dependency=afterok:%s %s\n",
+			arrayID, err, arrayID, slurm.ShellQuote(mergePath))
+		return ExitFailed
+	}
+	fmt.Fprintf(stdout, "array job %s (%d tasks): %s\nmerge job %s (after array job %s): %s\nlogs: %s\n",
+		arrayID, shards, arrayPath, mergeID, arrayID, mergePath, job.Logs)
+	return ExitOK
+}
+
+// indexOf returns the index of s in list, or -1.
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// writeFileAtomic writes a file under a temporary name and renames it, so
+// that a script being submitted is never seen half-written.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

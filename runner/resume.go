@@ -55,7 +55,31 @@ func secretKey(dir string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+	// Shards of one run may start at once: the key is written beside its
+	// place and linked into it, which fails when another got there first;
+	// then that one's key is the run's.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, SecretKeyFile+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(hex.EncodeToString(key) + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("output.dir: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return secretKey(dir)
+		}
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
 	return key, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
+	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
@@ -62,6 +63,18 @@ type Options struct {
 	// graceful stop at once (the command's second signal): what is not
 	// committed yet is dropped, as under kill -9.
 	Abort <-chan struct{}
+	// LookupEnv reads the environment variables that source.shard: auto
+	// takes the shard from (see sources.Shard.Resolve). Default
+	// os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// lookupEnv is opts.LookupEnv or os.LookupEnv.
+func (o Options) lookupEnv() func(string) (string, bool) {
+	if o.LookupEnv != nil {
+		return o.LookupEnv
+	}
+	return os.LookupEnv
 }
 
 // Output layout under output.dir.
@@ -109,9 +122,18 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	if err := Check(cfg, opts); err != nil {
 		return nil, err
 	}
+	// A sharded run works in its shard's directory under the root
+	// (ShardDir); the root keeps what every shard shares.
+	if err := cfg.ResolveShard(opts.lookupEnv()); err != nil {
+		return nil, err
+	}
+	root := cfg.Output.Dir
+	if cfg.Source.Shard.Sharded() {
+		cfg.Output.Dir = ShardDir(root, cfg.Source.Shard.Index, cfg.Source.Shard.Count)
+	}
 	red := cfg.Redactor()
 	opts.Stderr = red.Writer(opts.Stderr)
-	r := &run{cfg: cfg, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red, stopper: newStopper(ctx)}
+	r := &run{cfg: cfg, root: root, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red, stopper: newStopper(ctx)}
 	defer r.stopper.release()
 	defer r.cleanup()
 	if err := r.provision(ctx); err != nil {
@@ -145,6 +167,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 func Check(cfg *config.Config, opts Options) error {
 	var p pipeline.Problems
 	p.Section("", cfg.Validate())
+	if cfg.Source.Shard.Auto {
+		if _, err := cfg.Source.Shard.Resolve(opts.lookupEnv()); err != nil {
+			p.Section("source", err)
+		}
+	}
 	if opts.Env == nil {
 		// Every route's environment and options, before anything starts.
 		for _, rs := range cfg.Env.RouteSpecs() {
@@ -180,9 +207,17 @@ func (r *run) writeMetrics(ctx context.Context) error {
 	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, AggregateMetricsFile), m)
 }
 
+// ShardDir is the output directory of shard index of count under a
+// sharded run's root: ROOT/shards/00003-of-00016 (5-digit, zero-padded).
+// A root with a scheme (s3://bucket/prefix) is joined as a URL path.
+func ShardDir(root string, index, count int) string { return shards.Dir(root, index, count) }
+
 // run is one run's state, from provisioning to cleanup.
 type run struct {
-	cfg   *config.Config
+	cfg *config.Config
+	// root is the output directory the config named: cfg.Output.Dir
+	// itself, or for a sharded run the directory of its shards.
+	root  string
 	opts  Options
 	stats *stats
 	// batchAlloc is the collators' allocator.
@@ -231,7 +266,9 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.closers = append(r.closers, unlock)
-	key, err := secretKey(cfg.Output.Dir)
+	// Every shard of a run keys its fingerprint with the root's key, so
+	// that they agree on the run's identity.
+	key, err := secretKey(r.root)
 	if err != nil {
 		return err
 	}

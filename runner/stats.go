@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/trajflow/trajflow/sources"
+
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -149,8 +151,14 @@ func (r *run) progressLine() string {
 
 // Summary is what a run did.
 type Summary struct {
-	RunID    string
-	Dir      string
+	RunID string
+	// Dir is the directory the run wrote: the output directory, or for a
+	// sharded run its shard's directory under it.
+	Dir string
+	// Shard is the shard the run read (index, count, and the environment
+	// variables it came from with source.shard: auto); its Count is 1 for
+	// a run that is not sharded.
+	Shard    sources.Shard
 	Files    []string
 	Duration time.Duration
 	// Metrics is the path of metrics.json, "" when none was written (no
@@ -188,7 +196,7 @@ func (r *run) summary(err error) *Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := &Summary{
-		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Files: r.files, Duration: time.Since(r.started),
+		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
 		Metrics: existing(filepath.Join(r.cfg.Output.Dir, MetricsFile)),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		InvalidUTF8: s.invalidUTF8.Load(),
@@ -225,6 +233,13 @@ func (s *Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "run %s: %d tasks, %d rollouts (%d ok, %d error, %d cancelled, %d filtered) in %s\n",
 		s.RunID, s.Tasks, s.Dispatched, s.OK, s.Errors, s.Cancelled, s.Filtered, s.Duration.Round(time.Millisecond))
+	if s.Shard.Count > 1 {
+		fmt.Fprintf(&b, "shard: %d of %d", s.Shard.Index, s.Shard.Count)
+		if s.Shard.From != "" {
+			fmt.Fprintf(&b, " (%s)", s.Shard.From)
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "groups: %d finished, %d kept", s.Groups, s.Kept)
 	for _, k := range sortedKeys(s.Dropped) {
 		fmt.Fprintf(&b, ", %d dropped (%s)", s.Dropped[k], k)

@@ -21,6 +21,8 @@ type Config struct {
 	// rejects file and go on).
 	OnBadRow string `yaml:"on_bad_row"`
 	// Shard selects rows with task_index % shard.count == shard.index.
+	// "auto" takes the index and count from the scheduler's environment
+	// (Shard.Resolve).
 	Shard Shard `yaml:"shard"`
 	// TaskIndex numbers the tasks: line (default: the row's 0-based
 	// position) or dedup (NeMo Gym's _ng_task_index: identical rows, by
@@ -35,18 +37,13 @@ const (
 	TaskIndexDedup = "dedup"
 )
 
-// Shard selects a subset of the input's rows.
-type Shard struct {
-	Index int `yaml:"index"`
-	Count int `yaml:"count"`
-}
 
 // SetDefaults fills the keys left unset.
 func (c *Config) SetDefaults() {
 	if c.OnBadRow == "" {
 		c.OnBadRow = "error"
 	}
-	if c.Shard.Count == 0 {
+	if c.Shard.Count == 0 && !c.Shard.Auto {
 		c.Shard.Count = 1
 	}
 	if c.TaskIndex == "" {
@@ -78,10 +75,6 @@ func (c *Config) Validate() error {
 	if c.TaskIndex != "" {
 		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup)
 	}
-	if c.Shard.Count < 1 {
-		p.Add("shard.count", "must be >= 1, got %d", c.Shard.Count)
-	} else if c.Shard.Index < 0 || c.Shard.Index >= c.Shard.Count {
-		p.Add("shard.index", "must be in [0, %d), got %d", c.Shard.Count, c.Shard.Index)
-	}
+	c.Shard.validate(&p)
 	return p.Err()
 }

@@ -131,7 +131,10 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	runSets := append([]string{"source.shard=auto"}, sets...)
 	cfg, err := config.Read(path, runSets)
 	if err == nil {
-		err = runner.Check(cfg, runner.Options{})
+		// Checked as the array's first task will see it: its shard from
+		// Slurm's variables alone.
+		task := map[string]string{"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": strconv.Itoa(shards)}
+		err = runner.Check(cfg, runner.Options{LookupEnv: func(k string) (string, bool) { v, ok := task[k]; return v, ok }})
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "trajflow slurm:", strings.ReplaceAll(err.Error(), "\n", "\n  "))

@@ -146,3 +146,32 @@ func waitFile(t *testing.T, path string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestMergeScriptArgs runs the merge script with a fake trajflow and
+// checks that it names every shard directory, in order, under a root
+// whose path has a space.
+func TestMergeScriptArgs(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash:", err)
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "trajflow")
+	if err := os.WriteFile(fake, []byte("#!/bin/bash\nprintf '%s\\n' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j := testJob()
+	j.Binary, j.Shards, j.Output, j.MergeOut = fake, 3, "/data/my run", "/data/my run/merged"
+	script, err := j.Merge()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bash, "-c", script).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "merge\n--out\n/data/my run/merged\n/data/my run/shards/00000-of-00003\n/data/my run/shards/00001-of-00003\n/data/my run/shards/00002-of-00003\n"
+	if string(out) != want {
+		t.Errorf("trajflow got\n%s\nwant\n%s", out, want)
+	}
+}

@@ -127,6 +127,18 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return ExitUsage
 	}
 
+	for _, s := range sets {
+		if k, _, _ := strings.Cut(s, "="); k == "source.shard" || strings.HasPrefix(k, "source.shard.") {
+			fmt.Fprintf(stderr, "trajflow slurm: --set %s: each array task takes its shard from Slurm (source.shard=auto); leave source.shard out\n", s)
+			return ExitUsage
+		}
+	}
+	// A config sharded by hand would be sharded again by the array.
+	if own, err := config.Read(path, sets); err == nil && !own.Source.Shard.Auto && own.Source.Shard.Count > 1 {
+		fmt.Fprintf(stderr, "trajflow slurm: %s: source.shard is index %d of %d; the array gives each task its shard (source.shard=auto): remove source.shard\n",
+			path, own.Source.Shard.Index, own.Source.Shard.Count)
+		return ExitUsage
+	}
 	// The config as every task will run it.
 	runSets := append([]string{"source.shard=auto"}, sets...)
 	cfg, err := config.Read(path, runSets)
@@ -138,10 +150,6 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "trajflow slurm:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-		return ExitUsage
-	}
-	if cfg.Source.Shard.Count > 0 && cfg.Source.Shard.Count != shards {
-		fmt.Fprintf(stderr, "trajflow slurm: source.shard.count is %d but --shards is %d; leave source.shard.count unset (the array gives it)\n", cfg.Source.Shard.Count, shards)
 		return ExitUsage
 	}
 

@@ -155,6 +155,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 			fmt.Fprintf(r.opts.Stderr, "trajflow: %v\n", aerr)
 		}
 	}
+	if serr := r.writeShardStatus(err); serr != nil {
+		err = errors.Join(err, serr)
+	}
 	sum := r.summary(err)
 	return sum, err
 }
@@ -258,6 +261,19 @@ type run struct {
 // even when a later step fails.
 func (r *run) provision(ctx context.Context) error {
 	cfg := r.cfg
+	if err := os.MkdirAll(r.root, 0o755); err != nil {
+		return fmt.Errorf("output.dir: %w", err)
+	}
+	// Every shard of a run keys its fingerprint with the root's key, so
+	// that they agree on the run's identity (the manifest's fingerprint).
+	key, err := secretKey(r.root)
+	if err != nil {
+		return err
+	}
+	cfg.UseSecretKey(key)
+	if err := r.checkManifest(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
@@ -266,13 +282,6 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.closers = append(r.closers, unlock)
-	// Every shard of a run keys its fingerprint with the root's key, so
-	// that they agree on the run's identity.
-	key, err := secretKey(r.root)
-	if err != nil {
-		return err
-	}
-	cfg.UseSecretKey(key)
 	// What a crashed run left half-written goes before anything is read.
 	for _, dest := range outputDirs {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {

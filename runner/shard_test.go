@@ -1,11 +1,15 @@
 package runner_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trajflow/trajflow/schema"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/runner"
@@ -87,5 +91,79 @@ func TestShardAutoWithoutEnvironmentIsRefused(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(cfg.Output.Dir); len(entries) != 0 {
 		t.Errorf("the refused run created %d entries in the output directory", len(entries))
+	}
+}
+
+func TestManifestRefusesAnotherRun(t *testing.T) {
+	base := quickstart(t, "source.limit=8")
+	root := base.Output.Dir
+	sharded := func(index, count int, sets ...string) *config.Config {
+		return quickstart(t, append([]string{"source.limit=8", "output.dir=" + root,
+			fmt.Sprintf("source.shard={index: %d, count: %d}", index, count)}, sets...)...)
+	}
+	if _, err := run(t, sharded(0, 4), runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, runner.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Shards            int    `json:"shards"`
+		ConfigFingerprint string `json:"config_fingerprint"`
+		SchemaVersion     string `json:"schema_version"`
+		RunID             string `json:"run_id"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Shards != 4 || m.ConfigFingerprint == "" || m.SchemaVersion != schema.Version || m.RunID != filepath.Base(root) {
+		t.Errorf("manifest %s", b)
+	}
+	// Another shard of the same run is welcome; with its own index.
+	if _, err := run(t, sharded(1, 4), runner.Options{}); err != nil {
+		t.Fatalf("shard 1 of the same run: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  *config.Config
+		want []string
+	}{
+		{"another count", sharded(1, 8), []string{"shard count: 4 → 8", runner.ManifestFile}},
+		{"another config", sharded(2, 4, "repeat.n=2"), []string{"repeat.n", runner.ManifestFile}},
+		{"not sharded", quickstart(t, "source.limit=8", "output.dir="+root), []string{"run of 4 shards", "not sharded"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, tc.cfg, runner.Options{})
+			if !errors.Is(err, runner.ErrManifest) {
+				t.Fatalf("error %v, want ErrManifest", err)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not name %q", err, s)
+				}
+			}
+		})
+	}
+	entries, _ := os.ReadDir(filepath.Join(root, "shards"))
+	if len(entries) != 2 {
+		t.Errorf("%d shard directories, want the 2 accepted ones", len(entries))
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(root, "shards", e.Name(), runner.ShardStatusFile))
+		if err != nil || !strings.Contains(string(b), `"complete": true`) {
+			t.Errorf("%s: status %s, %v", e.Name(), b, err)
+		}
+	}
+}
+
+func TestShardedRunOnUnshardedOutputIsRefused(t *testing.T) {
+	cfg := quickstart(t, "source.limit=4")
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	again := quickstart(t, "source.limit=4", "output.dir="+cfg.Output.Dir, "source.shard={index: 0, count: 2}")
+	if _, err := run(t, again, runner.Options{}); !errors.Is(err, runner.ErrManifest) || !strings.Contains(err.Error(), "not sharded") {
+		t.Fatalf("error %v, want ErrManifest naming the unsharded run", err)
 	}
 }

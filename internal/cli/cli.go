@@ -157,7 +157,7 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &invalid):
+	case errors.As(err, &invalid) || errors.Is(err, runner.ErrManifest):
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
 	case errors.Is(err, runner.ErrShortOfData):

@@ -182,6 +182,9 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		mergeOut = filepath.Join(output, "merged")
 	}
 	grace := int(math.Ceil(cfg.Run.Grace.D().Seconds()))
+	if grace >= 30 {
+		fmt.Fprintf(stderr, "trajflow slurm: note: run.grace is %s; Slurm kills a requeued or preempted task KillWait (default 30s) or GraceTime after its SIGTERM, so a stop may not finish its last commit (it is redone on resume); a shorter run.grace, e.g. --set run.grace=20s, avoids it (docs/slurm.md)\n", cfg.Run.Grace.D())
+	}
 	job := &slurm.Job{
 		Name:          "trajflow-" + name,
 		Binary:        abs(bin),

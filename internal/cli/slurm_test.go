@@ -55,6 +55,9 @@ func TestSlurmWritesScripts(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
+	if !strings.Contains(stderr, "note: run.grace is 45s; Slurm kills a requeued or preempted task KillWait") {
+		t.Errorf("no note on run.grace 45s:\n%s", stderr)
+	}
 	scripts := filepath.Join(dir, "math-slurm")
 	array, merge := filepath.Join(scripts, "array.sh"), filepath.Join(scripts, "merge.sh")
 	for _, want := range []string{
@@ -217,5 +220,23 @@ func TestSlurmSubmitWithoutSbatch(t *testing.T) {
 	code, _, stderr := slurmMain(t, dir, cfg, "--shards", "2", "--submit", "--binary", "/opt/tf/trajflow")
 	if code != cli.ExitFailed || !strings.Contains(stderr, "--submit:") || !strings.Contains(stderr, "array.sh") {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func TestSlurmShortGrace(t *testing.T) {
+	dir, cfg := slurmConfig(t)
+	code, _, stderr := slurmMain(t, dir, cfg, "--shards", "2", "--set", "run.grace=20s", "--out", "jobs")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if stderr != "" {
+		t.Errorf("stderr: %s", stderr)
+	}
+	a := readFile(t, filepath.Join(dir, "jobs", "array.sh"))
+	// Slurm may signal up to 60 s early; no shorter time is asked for.
+	for _, want := range []string{"#SBATCH --signal=B:USR1@60\n", "--set source.shard=auto --set run.grace=20s &\n", "#SBATCH --array=0-1\n"} {
+		if !strings.Contains(a, want) {
+			t.Errorf("array.sh lacks %q:\n%s", want, a)
+		}
 	}
 }

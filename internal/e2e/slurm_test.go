@@ -273,8 +273,8 @@ func tail(path string, n int) string {
 // TestSlurmArray runs `trajflow slurm --shards 4 --submit` on a
 // single-node Slurm cluster the test starts: four array tasks on two
 // CPUs, one requeued by scontrol while it runs (Slurm sends SIGTERM, as on
-// preemption) and one asked to stop and requeue itself (SIGUSR1 to the
-// batch shell, as --signal=B:USR1 does before the time limit). Both must
+// preemption) and another asked to stop and requeue itself (SIGUSR1 to
+// the batch shell, as --signal=B:USR1 does before the time limit). Both must
 // resume from their committed files, every task must complete, and the
 // merge job must then write exactly the rows of an unsharded run.
 func TestSlurmArray(t *testing.T) {
@@ -321,7 +321,7 @@ func TestSlurmArray(t *testing.T) {
 	logs := filepath.Join(dir, "slurm jobs", "logs")
 	taskLog := func(i int) string { return filepath.Join(logs, fmt.Sprintf("trajflow-math-%s_%d.out", arrayID, i)) }
 	defer func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("TRAJFLOW_SLURM_TEST_LOGS") != "" {
 			entries, _ := os.ReadDir(logs)
 			for _, e := range entries {
 				t.Logf("==> %s <==\n%s", e.Name(), tail(filepath.Join(logs, e.Name()), 40))
@@ -331,23 +331,58 @@ func TestSlurmArray(t *testing.T) {
 		}
 	}()
 
-	// Stop two running shards once they committed something: shard 0 by
-	// scontrol requeue, shard 1 by SIGUSR1 to its batch shell.
+	// Stop two running shards midway (2 to 12 of their ~20 files
+	// committed): the first by scontrol requeue, the second by SIGUSR1
+	// to its batch shell.
 	committed := func(shard int) int {
 		m, _ := filepath.Glob(filepath.Join(out, "shards", fmt.Sprintf("%05d-of-00004", shard), "data", "part-*.parquet"))
 		return len(m)
 	}
-	for shard := range 2 {
-		task := fmt.Sprintf("%s_%d", arrayID, shard)
-		c.waitFor("shard "+strconv.Itoa(shard)+" to commit", 90*time.Second, func() bool {
-			return committed(shard) >= 2 && c.jobStates(task)[task] == "RUNNING"
+	stopped := map[int]string{} // shard → how
+	var requeued, selfRequeued int
+	for _, how := range []string{"scontrol requeue", "SIGUSR1"} {
+		shard := -1
+		c.waitFor("a running shard to be midway", 90*time.Second, func() bool {
+			states := c.jobStates(arrayID)
+			for i := range 4 {
+				task := fmt.Sprintf("%s_%d", arrayID, i)
+				if k := committed(i); stopped[i] == "" && states[task] == "RUNNING" && k >= 2 && k <= 12 {
+					shard = i
+					return true
+				}
+			}
+			return false
 		})
-		if shard == 0 {
+		task := fmt.Sprintf("%s_%d", arrayID, shard)
+		k := committed(shard)
+		if how == "scontrol requeue" {
 			c.mustCmd("scontrol", "requeue", task)
+			requeued = shard
 		} else {
-			c.mustCmd("scancel", "--batch", "--signal=USR1", task)
+			// scancel delivers the signal at once but, when the task
+			// requeues itself before scancel's answer, it retries for a
+			// while and exits non-zero: it is not waited for, and the
+			// task's log tells what happened.
+			sc := exec.Command("scancel", "--batch", "--signal=USR1", task)
+			sc.Env = c.env
+			if err := sc.Start(); err != nil {
+				t.Fatal(err)
+			}
+			scancelDone := make(chan error, 1)
+			go func() { scancelDone <- sc.Wait() }()
+			defer func() {
+				select {
+				case err := <-scancelDone:
+					t.Logf("scancel --batch --signal=USR1 %s: %v", task, err)
+				case <-time.After(30 * time.Second):
+					sc.Process.Kill()
+					<-scancelDone
+				}
+			}()
+			selfRequeued = shard
 		}
-		t.Logf("shard %d stopped after %d committed files (%v)", shard, committed(shard), time.Since(start).Round(time.Millisecond))
+		stopped[shard] = how
+		t.Logf("shard %d stopped by %s after %d committed files (%v)", shard, how, k, time.Since(start).Round(time.Millisecond))
 	}
 
 	c.waitFor("the merge job to end", 150*time.Second, func() bool {
@@ -382,22 +417,25 @@ func TestSlurmArray(t *testing.T) {
 		}
 		log := string(b)
 		starts := strings.Count(log, "trajflow-slurm: task "+strconv.Itoa(i)+" of 4,")
-		if i < 2 {
+		if stopped[i] != "" {
 			if starts != 2 || !strings.Contains(log, "start 2,") || !strings.Contains(log, "trajflow exited 130") {
-				t.Errorf("shard %d: want two starts, the first stopped with 130; log:\n%s", i, log)
+				t.Errorf("shard %d (%s): want two starts, the first stopped with 130; log:\n%s", i, stopped[i], log)
 			}
 			mr := resumed.FindStringSubmatch(log)
 			k, _ := strconv.Atoi(safe(mr, 1))
 			if k == 0 {
-				t.Errorf("shard %d: its second run did not resume committed tasks; log:\n%s", i, log)
+				t.Errorf("shard %d (%s): its second run did not resume committed tasks; log:\n%s", i, stopped[i], log)
 			}
-			t.Logf("shard %d: its second run skipped %d committed tasks of %d", i, k, tasks/4)
+			t.Logf("shard %d (%s): its second run skipped %d committed tasks of %d", i, stopped[i], k, tasks/4)
 		} else if starts != 1 || resumed.MatchString(log) {
 			t.Errorf("shard %d: want one start without a resume; log:\n%s", i, log)
 		}
 	}
-	if b, _ := os.ReadFile(taskLog(1)); !strings.Contains(string(b), "requeueing "+arrayID+"_1") {
-		t.Errorf("shard 1 did not requeue itself on SIGUSR1:\n%s", b)
+	if b, _ := os.ReadFile(taskLog(selfRequeued)); !strings.Contains(string(b), fmt.Sprintf("requeueing %s_%d", arrayID, selfRequeued)) {
+		t.Errorf("shard %d did not requeue itself on SIGUSR1:\n%s", selfRequeued, b)
+	}
+	if b, _ := os.ReadFile(taskLog(requeued)); strings.Contains(string(b), "requeueing") {
+		t.Errorf("shard %d, requeued by scontrol, requeued itself too:\n%s", requeued, b)
 	}
 
 	// The merged dataset is the unsharded run's, row for row.

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
+	"github.com/trajflow/trajflow/internal/shards"
 )
 
 // DefaultBatchRows is the number of rows per record batch read when an
@@ -21,8 +22,10 @@ import (
 const DefaultBatchRows = 4096
 
 // ResolveFiles expands paths into Parquet files: a file stands for itself;
-// a directory for every data/part-*.parquet under it or, when there is
-// none, every *.parquet directly in it (hidden names skipped). Files are
+// a directory for every data/part-*.parquet under it, or, for a sharded
+// run's root, under each of its shards (ROOT/shards/SSSSS-of-NNNNN/data,
+// see Shards), or, when there is neither, every *.parquet directly in it
+// (hidden names skipped). Files are
 // sorted by name within each directory and listed once. A missing path, or
 // a directory without Parquet files, is an error naming it.
 func ResolveFiles(paths []string) ([]string, error) {
@@ -55,7 +58,7 @@ func ResolveFiles(paths []string) ([]string, error) {
 			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("analyze: %s: no Parquet files (looked for data/part-*.parquet and *.parquet)", p)
+			return nil, fmt.Errorf("analyze: %s: no Parquet files (looked for data/part-*.parquet, shards/*/data/part-*.parquet and *.parquet)", p)
 		}
 		for _, f := range files {
 			add(f)
@@ -78,6 +81,21 @@ func dirFiles(dir string) ([]string, error) {
 	parts, err := filepath.Glob(filepath.Join(globEscape(dir), "data", "part-*.parquet"))
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %s: %w", dir, err)
+	}
+	if len(parts) == 0 {
+		set, ok, err := shards.Scan(dir)
+		if err != nil {
+			return nil, fmt.Errorf("analyze: %s: %w", dir, err)
+		}
+		if ok {
+			for _, sh := range set.Shards {
+				p, err := filepath.Glob(filepath.Join(globEscape(sh.Dir), "data", "part-*.parquet"))
+				if err != nil {
+					return nil, fmt.Errorf("analyze: %s: %w", sh.Dir, err)
+				}
+				parts = append(parts, p...)
+			}
+		}
 	}
 	if len(parts) == 0 {
 		entries, err := os.ReadDir(dir)
@@ -167,4 +185,24 @@ func (f *pqFile) records(ctx context.Context, fields []int, fn func(arrow.Record
 		return err
 	}
 	return fmt.Errorf("analyze: %w", err)
+}
+
+// Shards reports, for each of paths that is a sharded run's root (it holds
+// manifest.json or a shards directory), which shards it holds against its
+// manifest: missing and incomplete shards, those of another count.
+func Shards(paths []string) ([]*shards.Set, error) {
+	var out []*shards.Set
+	for _, p := range paths {
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			continue
+		}
+		set, ok, err := shards.Scan(p)
+		if err != nil {
+			return nil, fmt.Errorf("analyze: %s: %w", p, err)
+		}
+		if ok {
+			out = append(out, set)
+		}
+	}
+	return out, nil
 }

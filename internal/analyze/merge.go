@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"fmt"
 	"github.com/trajflow/trajflow/schema"
 	"math"
@@ -28,8 +29,20 @@ type MergeOptions struct {
 	RowGroupRows int
 	// Compression is zstd (default), snappy, gzip or none.
 	Compression string
-	// Force adds files to an output data directory that already holds
-	// part files (they stay; new files are numbered after them).
+	// EvenFiles spreads the rows evenly over ceil(rows / FileRows) files
+	// (each cut at the group boundary nearest its share) instead of
+	// filling each file to FileRows and leaving the rest to the last.
+	EvenFiles bool
+	// TargetFileBytes, when > 0, aims at files of about this many bytes:
+	// the rows are spread evenly over max(1, round(input bytes /
+	// TargetFileBytes)) files, the input bytes being the sizes of the input
+	// Parquet files (files written with the same compression come out
+	// close to that size). It takes the place of FileRows.
+	TargetFileBytes int64
+	// Force adds files to an output directory that is not empty (part
+	// files already in its data directory stay; new files are numbered
+	// after them). The files are then committed one by one into it, not
+	// as one dataset.
 	Force bool
 	// AllowDuplicates merges rows whose (run_id, task_index, attempt,
 	// rollout_index) key appears more than once instead of failing.
@@ -38,7 +51,8 @@ type MergeOptions struct {
 	Allocator memory.Allocator
 	// BatchRows is the number of rows per record batch read. Default 4096.
 	BatchRows int
-	// OnCommit, when set, is called after each output file is committed.
+	// OnCommit, when set, is called after each output file is committed
+	// (into the temporary directory, when the dataset is committed whole).
 	OnCommit func(path string, rows int)
 }
 
@@ -58,24 +72,33 @@ type MergeResult struct {
 }
 
 // Merge copies every row of the Parquet files in inputs (output
-// directories or files, see ResolveFiles), unchanged and in order, into
-// fewer, larger part files in outDir/data, committed atomically by
-// sinks/parquet. A file is cut only between groups (rows of one run_id,
-// task_index and attempt), once it holds at least opts.FileRows rows.
+// directories, sharded runs' roots or files, see ResolveFiles), unchanged
+// and in order, into fewer, larger part files in outDir/data. A file is cut
+// only between groups (rows of one run_id, task_index and attempt), once it
+// holds at least opts.FileRows rows, or, with opts.EvenFiles or
+// opts.TargetFileBytes, at the group boundary nearest its even share.
+//
+// The dataset is committed whole: Merge writes into a temporary directory
+// beside outDir and renames it to outDir at the end, so a reader sees no
+// outDir, or every file of it; if anything fails, nothing is left. outDir
+// must not exist or be empty, unless opts.Force: then the files are added
+// to outDir/data one by one, each committed atomically by sinks/parquet.
 //
 // Before writing anything Merge checks every input: its schema, that it
 // is in the schema version merge writes (schema.Version; a file of schema
 // version 1 is refused, alone or with others, naming the file and its
 // version: v1 rows hold token ids per message, which cannot be rewritten
 // as spans), and, unless opts.AllowDuplicates, that no (task_index, attempt,
-// rollout_index) key repeats within a run_id. It refuses an outDir/data
-// that already holds part files unless opts.Force, and an input inside
+// rollout_index) key repeats within a run_id. It refuses an input inside
 // outDir/data. Key-value metadata is kept where all inputs agree; a key
 // with several values is written as a JSON list of the distinct values,
-// sorted. If writing fails, the files this call committed are removed.
+// sorted.
 func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOptions) (*MergeResult, error) {
 	if opts.FileRows < 0 {
 		return nil, fmt.Errorf("analyze: merge file_rows %d: must be >= 0", opts.FileRows)
+	}
+	if opts.TargetFileBytes < 0 {
+		return nil, fmt.Errorf("analyze: merge target file size %d: must be >= 0", opts.TargetFileBytes)
 	}
 	if opts.FileRows == 0 {
 		opts.FileRows = pqsink.DefaultFileRows
@@ -87,30 +110,100 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	if err != nil {
 		return nil, err
 	}
+	entries, err := os.ReadDir(outDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("analyze: %s: %w", outDir, unwrapPath(err))
+	}
+	whole := len(entries) == 0 // a new dataset, committed by one rename
+	if !whole && !opts.Force {
+		return nil, fmt.Errorf("analyze: %s exists and is not empty (%s...); merge into a new or empty directory, or force adding to it",
+			outDir, entries[0].Name())
+	}
 	dataDir := filepath.Join(outDir, "data")
 	existing, err := filepath.Glob(filepath.Join(globEscape(dataDir), pqsink.DefaultPrefix+"-*.parquet"))
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %s: %w", dataDir, err)
 	}
 	slices.Sort(existing)
-	if len(existing) > 0 && !opts.Force {
-		return nil, fmt.Errorf("analyze: %s already holds %d part files (%s...); merge into an empty directory or force adding to it",
-			dataDir, len(existing), filepath.Base(existing[0]))
-	}
 	if err := checkNotInside(files, dataDir); err != nil {
 		return nil, err
 	}
 
 	res := &MergeResult{Inputs: files}
-	metas, err := checkInputs(ctx, existing, files, &opts, res)
+	metas, rows, err := checkInputs(ctx, existing, files, &opts, res)
 	if err != nil {
 		return nil, err
 	}
 	res.Metadata = mergeMetadata(metas)
-	if err := copyRows(ctx, files, dataDir, &opts, res); err != nil {
+	plan := cutPlan{fileRows: opts.FileRows}
+	if opts.TargetFileBytes > 0 || opts.EvenFiles {
+		plan.rows = rows
+		if opts.TargetFileBytes > 0 {
+			var size int64
+			for _, f := range files {
+				if st, err := os.Stat(f); err == nil {
+					size += st.Size()
+				}
+			}
+			plan.files = max(1, int64(math.Round(float64(size)/float64(opts.TargetFileBytes))))
+		} else {
+			plan.files = max(1, (rows+int64(opts.FileRows)-1)/int64(opts.FileRows))
+		}
+	}
+	if !whole {
+		if err := copyRows(ctx, files, dataDir, &opts, plan, res); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	parent := filepath.Dir(filepath.Clean(outDir))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("analyze: merge: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(filepath.Clean(outDir))+".merging-")
+	if err != nil {
+		return nil, fmt.Errorf("analyze: merge: %w", err)
+	}
+	defer os.RemoveAll(tmp) // nothing is left there once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("analyze: merge: %w", err)
+	}
+	if err := copyRows(ctx, files, filepath.Join(tmp, "data"), &opts, plan, res); err != nil {
 		return nil, err
 	}
+	if entries != nil { // an empty directory is replaced
+		if err := os.Remove(outDir); err != nil {
+			return nil, fmt.Errorf("analyze: merge: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, outDir); err != nil {
+		return nil, fmt.Errorf("analyze: merge: %w", err)
+	}
+	for i, f := range res.Files {
+		res.Files[i] = filepath.Join(dataDir, filepath.Base(f))
+	}
 	return res, nil
+}
+
+// cutPlan says where copyRows cuts files: after fileRows rows, or, when
+// files > 0, at the group boundaries nearest k*rows/files for k = 1 ..
+// files-1.
+type cutPlan struct {
+	fileRows    int
+	rows, files int64
+}
+
+// need is the number of rows the file being written must hold before it
+// is cut, given the rows written before it and the files committed.
+func (p cutPlan) need(before int64, committed int) int {
+	if p.files == 0 {
+		return p.fileRows
+	}
+	k := int64(committed) + 1
+	if k >= p.files {
+		return math.MaxInt
+	}
+	return int(max(1, (k*p.rows+p.files/2)/p.files-before))
 }
 
 // checkNotInside refuses inputs that lie in the output data directory.
@@ -137,13 +230,12 @@ type rowKey struct {
 // checkInputs opens every file (the part files already in the output,
 // then the inputs), checks schemas and schema versions and looks for
 // duplicate keys. It returns the inputs' metadata.
-func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptions, res *MergeResult) ([]map[string]string, error) {
+func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptions, res *MergeResult) (metas []map[string]string, rows int64, err error) {
 	all := append(slices.Clone(existing), files...)
 	if err := checkVersions(all, opts); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var (
-		metas      []map[string]string
 		runs       = map[string]int32{}
 		seen       = map[rowKey]int32{} // key -> index in all of the first file holding it
 		firstDup   error
@@ -152,9 +244,10 @@ func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptio
 	for fi, path := range all {
 		f, err := openFile(path, opts.Allocator, opts.BatchRows)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if fi >= len(existing) {
+		input := fi >= len(existing)
+		if input {
 			metas = append(metas, f.meta)
 		}
 		leaves, err := f.fields(keyColumns)
@@ -164,6 +257,9 @@ func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptio
 				task := rec.Column(1).(*array.Int64)
 				attempt := rec.Column(2).(*array.Int32)
 				ri := rec.Column(3).(*array.Int32)
+				if input {
+					rows += rec.NumRows()
+				}
 				for i := 0; i < int(rec.NumRows()); i++ {
 					run, ok := runs[runID.Value(i)]
 					if !ok {
@@ -186,14 +282,14 @@ func checkInputs(ctx context.Context, existing, files []string, opts *MergeOptio
 		}
 		f.close()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if firstDup != nil && !opts.AllowDuplicates {
-		return nil, fmt.Errorf("analyze: %d duplicate rows (key run_id, task_index, attempt, rollout_index), first: %w; allow duplicates to merge anyway",
+		return nil, 0, fmt.Errorf("analyze: %d duplicate rows (key run_id, task_index, attempt, rollout_index), first: %w; allow duplicates to merge anyway",
 			res.Duplicates, firstDup)
 	}
-	return metas, nil
+	return metas, rows, nil
 }
 
 // checkVersions opens the footer of every file and refuses any whose
@@ -265,11 +361,13 @@ type groupKey struct {
 
 // copyRows writes every row of files into dataDir, cutting files between
 // groups once they hold opts.FileRows rows.
-func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOptions, res *MergeResult) (err error) {
+func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOptions, plan cutPlan, res *MergeResult) (err error) {
 	var (
 		w    *pqsink.Writer
 		cur  int // rows in the open file
 		prev groupKey
+		// need is the rows the open file must hold before a cut.
+		need = plan.need(0, 0)
 	)
 	wopts := pqsink.Options{
 		FileRows:     math.MaxInt, // cuts are made here, between groups
@@ -327,6 +425,7 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 		}
 		err := w.Close(ctx)
 		w, cur = nil, 0
+		need = plan.need(res.Rows, len(res.Files))
 		if err != nil {
 			return fmt.Errorf("analyze: merge: %w", err)
 		}
@@ -353,7 +452,7 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 				return task[i] != task[i-1] || attempt[i] != attempt[i-1] || runID.Value(i) != runID.Value(i-1)
 			}
 			start := 0
-			for i := start + max(0, opts.FileRows-cur); i < n; {
+			for i := start + min(n, max(0, need-cur)); i < n; {
 				if cur+i-start > 0 && groupStart(i) {
 					if err := write(rec, start, i); err != nil {
 						return err
@@ -362,7 +461,7 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 						return err
 					}
 					start = i
-					i = start + opts.FileRows
+					i = start + min(n, need)
 					continue
 				}
 				i++

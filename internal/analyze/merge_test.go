@@ -275,7 +275,7 @@ func TestMergeExistingOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Merge(context.Background(), []string{b}, out, MergeOptions{})
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(out, "data")) {
+	if err == nil || !strings.Contains(err.Error(), out+" exists and is not empty") {
 		t.Fatalf("err = %v, want a refusal naming the output", err)
 	}
 	res, err := Merge(context.Background(), []string{b}, out, MergeOptions{Force: true})

@@ -5,17 +5,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/internal/shards"
 )
 
 const statsUsage = `Usage: trajflow stats [--json] [--metric NAME] [--threshold X] [--use-reward] DIR|FILE...
 
 Computes a run's metrics (reward, pass@k, pass^k, mean@k, completion, token
 and turn statistics) from its Parquet files alone. A DIR is an output
-directory (its data/part-*.parquet) or a directory of Parquet files.
+directory (its data/part-*.parquet), a sharded run's root (every shard's
+data, with a line on stderr saying how many shards it holds and which are
+missing or incomplete against its manifest.json), or a directory of
+Parquet files.
 `
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -33,6 +38,10 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, statsUsage)
 		return ExitUsage
 	}
+	if _, err := reportShards("stats", paths, stderr); err != nil {
+		fmt.Fprintln(stderr, "trajflow stats:", err)
+		return ExitFailed
+	}
 	_, err := analyze.Stats(ctx, paths, stdout, analyze.StatsOptions{
 		JSON:        *asJSON,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
@@ -44,40 +53,115 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return ExitOK
 }
 
-const mergeUsage = `Usage: trajflow merge --out DIR [--file-rows N] [--compression C] [--force] [--allow-duplicates] INPUT...
+const mergeUsage = `Usage: trajflow merge [flags] INPUT... DEST
+       trajflow merge --out DEST [flags] INPUT...
 
-Combines the part files of one or several runs or shards (output directories
-or Parquet files) into fewer, larger files in DIR/data without changing a row.
+Combines the part files of one or several runs or shards (output
+directories, a sharded run's root, or Parquet files) into fewer, larger
+files in DEST/data without changing a row. The dataset is committed whole:
+it is written beside DEST and renamed into place at the end, so a reader
+sees no DEST or all of it. DEST must not exist or be empty, unless --force.
+
+A sharded run's root (ROOT/manifest.json, ROOT/shards/*/) stands for every
+shard; merge refuses a root whose shards are missing or incomplete against
+its manifest, unless --allow-partial.
+
+  --rows-per-file N        spread the rows evenly over ceil(rows/N) files
+  --target-file-size SIZE  files of about SIZE (256MB, 1GiB): the rows are
+                           spread evenly over (input bytes / SIZE) files
+  --file-rows N            cut a file once it holds N rows (default 100000;
+                           the last file takes what is left)
+  --compression C          zstd (default), snappy, gzip or none
+  --force                  add to a DEST that is not empty (files are then
+                           committed one by one)
+  --allow-duplicates       merge rows whose key repeats instead of failing
+  --allow-partial          merge a sharded root with missing or incomplete
+                           shards
+Files are cut only between groups.
 `
 
 func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("merge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	out := fs.String("out", "", "output directory (required)")
+	out := fs.String("out", "", "output directory (default: the last argument)")
 	fileRows := fs.Int("file-rows", 100_000, "rows per output file (cut between groups)")
+	rowsPerFile := fs.Int("rows-per-file", 0, "spread the rows evenly over ceil(rows/N) files")
+	targetSize := fs.String("target-file-size", "", "aim at files of about this size")
 	compression := fs.String("compression", "zstd", "zstd, snappy, gzip or none")
-	force := fs.Bool("force", false, "add to an output directory that already holds part files")
+	force := fs.Bool("force", false, "add to an output directory that is not empty")
 	dups := fs.Bool("allow-duplicates", false, "merge rows whose key repeats instead of failing")
+	partial := fs.Bool("allow-partial", false, "merge a sharded root with missing or incomplete shards")
 	inputs, code := parse(fs, args, mergeUsage, stdout, stderr)
 	if code >= 0 {
 		return code
+	}
+	if *out == "" && len(inputs) >= 2 {
+		*out, inputs = inputs[len(inputs)-1], inputs[:len(inputs)-1]
 	}
 	if *out == "" || len(inputs) == 0 {
 		fmt.Fprint(stderr, mergeUsage)
 		return ExitUsage
 	}
-	res, err := analyze.Merge(ctx, inputs, *out, analyze.MergeOptions{
+	opts := analyze.MergeOptions{
 		FileRows: *fileRows, Compression: *compression, Force: *force, AllowDuplicates: *dups,
-	})
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["rows-per-file"] && set["target-file-size"] || set["file-rows"] && (set["rows-per-file"] || set["target-file-size"]) {
+		fmt.Fprintf(stderr, "trajflow merge: --file-rows, --rows-per-file and --target-file-size are alternatives: give one\n")
+		return ExitUsage
+	}
+	if set["rows-per-file"] {
+		if *rowsPerFile < 1 {
+			fmt.Fprintf(stderr, "trajflow merge: --rows-per-file %d: must be >= 1\n", *rowsPerFile)
+			return ExitUsage
+		}
+		opts.FileRows, opts.EvenFiles = *rowsPerFile, true
+	}
+	if set["target-file-size"] {
+		size, err := analyze.ParseSize(*targetSize)
+		if err != nil {
+			fmt.Fprintf(stderr, "trajflow merge: --target-file-size: %v\n", err)
+			return ExitUsage
+		}
+		opts.TargetFileBytes = size
+	}
+	sets, err := reportShards("merge", inputs, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "trajflow merge:", err)
 		return ExitFailed
 	}
-	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s/data\n", res.Rows, len(res.Inputs), len(res.Files), *out)
+	for _, s := range sets {
+		if !s.Whole() && !*partial {
+			fmt.Fprintf(stderr, "trajflow merge: %s is not whole (%s); run the missing or incomplete shards again (they resume), or --allow-partial to merge what is there\n",
+				s.Root, s.Summary())
+			return ExitFailed
+		}
+	}
+	res, err := analyze.Merge(ctx, inputs, *out, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow merge:", err)
+		return ExitFailed
+	}
+	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s\n", res.Rows, len(res.Inputs), len(res.Files), filepath.Join(*out, "data"))
 	if res.Duplicates > 0 {
 		fmt.Fprintf(stdout, "%d rows repeat an earlier key (--allow-duplicates)\n", res.Duplicates)
 	}
 	return ExitOK
+}
+
+// reportShards prints, for each of paths that is a sharded run's root, a
+// line saying how many shards it holds and which are missing or
+// incomplete against its manifest.
+func reportShards(cmd string, paths []string, stderr io.Writer) ([]*shards.Set, error) {
+	sets, err := analyze.Shards(paths)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sets {
+		fmt.Fprintf(stderr, "trajflow %s: %s: %s\n", cmd, s.Root, s.Summary())
+	}
+	return sets, nil
 }
 
 // parse parses flags given anywhere among the arguments and returns the

@@ -19,7 +19,9 @@ charts of a run's committed output: reward distribution, pass@k for every k,
 per-task solve rate, token and turn lengths, status, finish reasons, errors
 by class, throughput and keep rate over time, a per-environment breakdown,
 and a browsable sample of trajectories. OUTPUT is an output directory (its
-data/part-*.parquet, and filtered/ when the run wrote it) or a Parquet file.
+data/part-*.parquet, and filtered/ when the run wrote it), a sharded run's
+root (every shard's; a line on stderr says which shards are missing or
+incomplete), or a Parquet file.
 The default -o is OUTPUT/report.html (report.html beside a file).
 `
 
@@ -59,6 +61,10 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	inputs := []string{output}
 	if st.IsDir() {
 		inputs = report.Inputs(output)
+		if _, err := reportShards("report", []string{output}, stderr); err != nil {
+			fmt.Fprintln(stderr, "trajflow report:", err)
+			return ExitFailed
+		}
 	}
 	err = report.WriteFile(ctx, inputs, dest, report.Options{
 		Samples:     n,

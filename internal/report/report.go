@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/internal/shards"
 )
 
 // Defaults of Options.
@@ -80,9 +81,19 @@ func (o Options) withDefaults(paths []string) Options {
 // count the dropped groups.
 func Inputs(output string) []string {
 	paths := []string{output}
-	dir := filepath.Join(output, FilteredDir)
-	if files, err := filepath.Glob(filepath.Join(dir, "*.parquet")); err == nil && len(files) > 0 {
-		paths = append(paths, dir)
+	dirs := []string{output}
+	// A sharded run's root: each shard's filtered groups too.
+	if set, ok, err := shards.Scan(output); err == nil && ok {
+		dirs = nil
+		for _, sh := range set.Shards {
+			dirs = append(dirs, sh.Dir)
+		}
+	}
+	for _, d := range dirs {
+		dir := filepath.Join(d, FilteredDir)
+		if files, err := filepath.Glob(filepath.Join(dir, "*.parquet")); err == nil && len(files) > 0 {
+			paths = append(paths, dir)
+		}
 	}
 	return paths
 }

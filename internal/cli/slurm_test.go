@@ -84,8 +84,7 @@ func TestSlurmWritesScripts(t *testing.T) {
 	}
 	for _, want := range []string{
 		"#SBATCH --job-name=trajflow-math-merge\n", "#SBATCH --partition=cpu\n",
-		"root='" + filepath.Join(dir, "out") + "'\n",
-		"exec /opt/tf/trajflow merge --out '" + filepath.Join(dir, "out", "merged") + "' \"${shards[@]}\"\n",
+		"exec /opt/tf/trajflow merge --out '" + filepath.Join(dir, "out", "merged") + "' '" + filepath.Join(dir, "out") + "'\n",
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("merge.sh lacks %q:\n%s", want, m)

@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-
-	"github.com/trajflow/trajflow/internal/shards"
 )
 
 // Job is what the two scripts are made of. Paths are absolute.
@@ -195,11 +193,9 @@ func (j *Job) Merge() (string, error) {
 	b.WriteString("# Merges the shards of a trajflow run, written by `trajflow slurm`. Submit it with\n")
 	b.WriteString("# sbatch --dependency=afterok:ARRAY_JOB_ID: it runs once every array task completed.\n")
 	j.directives(&b, j.Name+"-merge", "%x-%j.out", Option{"--requeue"})
-	b.WriteString("set -u\n")
-	fmt.Fprintf(&b, "root=%s\n", shellQuote(j.Output))
-	b.WriteString("shards=()\n")
-	fmt.Fprintf(&b, "for ((i = 0; i < %d; i++)); do shards+=(\"$root/%s/$(printf '%%05d-of-%%05d' \"$i\" %d)\"); done\n", j.Shards, shards.Subdir, j.Shards)
-	b.WriteString("exec " + shellQuote(j.Binary) + " merge --out " + shellQuote(j.MergeOut) + " \"${shards[@]}\"\n")
+	b.WriteString("# trajflow merge refuses a root whose shards are missing or incomplete\n")
+	b.WriteString("# against its manifest, and commits DEST whole (written beside it, renamed).\n")
+	b.WriteString("exec " + shellQuote(j.Binary) + " merge --out " + shellQuote(j.MergeOut) + " " + shellQuote(j.Output) + "\n")
 	return b.String(), nil
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
-	"github.com/trajflow/trajflow/internal/shards"
+	shardset "github.com/trajflow/trajflow/internal/shards"
 )
 
 // DefaultBatchRows is the number of rows per record batch read when an
@@ -83,7 +83,7 @@ func dirFiles(dir string) ([]string, error) {
 		return nil, fmt.Errorf("analyze: %s: %w", dir, err)
 	}
 	if len(parts) == 0 {
-		set, ok, err := shards.Scan(dir)
+		set, ok, err := shardset.Scan(dir)
 		if err != nil {
 			return nil, fmt.Errorf("analyze: %s: %w", dir, err)
 		}
@@ -190,13 +190,13 @@ func (f *pqFile) records(ctx context.Context, fields []int, fn func(arrow.Record
 // Shards reports, for each of paths that is a sharded run's root (it holds
 // manifest.json or a shards directory), which shards it holds against its
 // manifest: missing and incomplete shards, those of another count.
-func Shards(paths []string) ([]*shards.Set, error) {
-	var out []*shards.Set
+func Shards(paths []string) ([]*shardset.Set, error) {
+	var out []*shardset.Set
 	for _, p := range paths {
 		if st, err := os.Stat(p); err != nil || !st.IsDir() {
 			continue
 		}
-		set, ok, err := shards.Scan(p)
+		set, ok, err := shardset.Scan(p)
 		if err != nil {
 			return nil, fmt.Errorf("analyze: %s: %w", p, err)
 		}

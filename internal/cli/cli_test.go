@@ -164,6 +164,10 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{[]string{"run", filepath.Join(dir, "absent.yaml")}, cli.ExitUsage, "absent.yaml"},
 		{[]string{"run", missing}, cli.ExitFailed, "nope.jsonl"},
 		{[]string{"version"}, cli.ExitOK, "trajflow "},
+		{[]string{"merge", "--target-file-size", "12XB", "a", "b"}, cli.ExitUsage, "--target-file-size: size \"12XB\""},
+		{[]string{"merge", "--rows-per-file", "10", "--target-file-size", "1MB", "a", "b"}, cli.ExitUsage, "alternatives"},
+		{[]string{"merge", "--rows-per-file", "0", "a", "b"}, cli.ExitUsage, "must be >= 1"},
+		{[]string{"merge", "only-one"}, cli.ExitUsage, "Usage: trajflow merge"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

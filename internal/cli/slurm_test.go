@@ -5,6 +5,7 @@ package cli_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -237,5 +238,38 @@ func TestSlurmShortGrace(t *testing.T) {
 		if !strings.Contains(a, want) {
 			t.Errorf("array.sh lacks %q:\n%s", want, a)
 		}
+	}
+}
+
+// The command trajflow slurm prints, run by bash with a fake sbatch that
+// answers as on a federation ("41;cluster"), submits the array job and
+// the merge job after it.
+func TestSlurmPrintedCommand(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash:", err)
+	}
+	dir, cfg := slurmConfig(t)
+	code, stdout, stderr := slurmMain(t, dir, cfg, "--shards", "2", "--out", "my jobs")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	_, line, ok := strings.Cut(stdout, "submit them with:\n")
+	if !ok {
+		t.Fatalf("no command in\n%s", stdout)
+	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "sbatch"), []byte(fakeSbatch), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, "-c", strings.TrimSpace(line))
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "FAKE_DIR="+bin, "FAKE_IDS=41;cluster 42")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+	scripts := filepath.Join(dir, "my jobs")
+	want := "--parsable " + filepath.Join(scripts, "array.sh") + "\n--dependency=afterok:41 " + filepath.Join(scripts, "merge.sh") + "\n"
+	if got := readFile(t, filepath.Join(bin, "calls")); got != want {
+		t.Errorf("sbatch calls:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/internal/slurm"
@@ -198,6 +199,16 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		MergeOut:      abs(mergeOut),
 		SignalSeconds: max(60, grace+30),
 		Options:       opts,
+	}
+	// A time limit within the signal time would signal each task as it
+	// starts (Slurm may signal up to 60 s early): every start would stop
+	// and requeue at once.
+	if v, ok := slurm.TimeLimit(opts); ok {
+		if d, err := slurm.ParseTime(v); err == nil && d > 0 && d <= time.Duration(job.SignalSeconds+60)*time.Second {
+			fmt.Fprintf(stderr, "trajflow slurm: sbatch --time %s: the tasks are signalled to stop and requeue %d s before their time limit (run.grace %s + 30 s, at least 60 s; Slurm may signal 60 s earlier): give a --time above %s\n",
+				v, job.SignalSeconds, cfg.Run.Grace.D(), time.Duration(job.SignalSeconds+60)*time.Second)
+			return ExitUsage
+		}
 	}
 	array, err := job.Array()
 	var merge string

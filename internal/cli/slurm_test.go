@@ -125,6 +125,10 @@ func TestSlurmBadInput(t *testing.T) {
 			os.WriteFile(c, []byte(strings.Replace(string(b), "source: {path: tasks.jsonl}", "source: {path: tasks.jsonl, shard: {index: 1, count: 2}}", 1)), 0o644)
 			return []string{c, "--shards", "4"}
 		}, "source.shard is index 1 of 2; the array gives each task its shard"},
+		{"time limit within the signal time", func(c string) []string { return []string{c, "--shards", "2", "--", "--time", "2:00"} },
+			"sbatch --time 2:00: the tasks are signalled to stop and requeue 75 s before their time limit (run.grace 45s + 30 s"},
+		{"short form of the time limit", func(c string) []string { return []string{c, "--shards", "2", "--sbatch", "-t=0-0:2"} },
+			"give a --time above 2m15s"},
 		{"option the script sets", func(c string) []string { return []string{c, "--shards", "2", "--", "--array=0-9"} }, "sets it in the scripts"},
 		{"short form too", func(c string) []string { return []string{c, "--shards", "2", "--sbatch", "-o", "--sbatch", "x.out"} }, "sets it in the scripts"},
 		{"value without option", func(c string) []string { return []string{c, "--shards", "2", "--", "gpu"} }, "an option starts with -"},

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Job is what the two scripts are made of. Paths are absolute.
@@ -284,4 +285,86 @@ func Submit(ctx context.Context, sbatch, script, after string) (string, error) {
 		return "", fmt.Errorf("sbatch: %w", err)
 	}
 	return ParseJobID(stdout.String())
+}
+
+// ParseTime reads a Slurm time limit (sbatch --time): "minutes",
+// "minutes:seconds", "hours:minutes:seconds", "days-hours",
+// "days-hours:minutes" or "days-hours:minutes:seconds". "UNLIMITED",
+// "INFINITE" and "-1" are no limit: 0.
+func ParseTime(s string) (time.Duration, error) {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case "UNLIMITED", "INFINITE", "-1":
+		return 0, nil
+	}
+	bad := fmt.Errorf("time limit %q: want minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes or days-hours:minutes:seconds", s)
+	num := func(v string) (int64, bool) {
+		if v == "" || len(v) > 9 || strings.Trim(v, "0123456789") != "" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	var days int64
+	rest := s
+	if d, r, ok := strings.Cut(s, "-"); ok {
+		n, ok := num(d)
+		if !ok {
+			return 0, bad
+		}
+		days, rest = n, r
+	}
+	parts := strings.Split(rest, ":")
+	vals := make([]int64, len(parts))
+	for i, p := range parts {
+		n, ok := num(p)
+		if !ok {
+			return 0, bad
+		}
+		vals[i] = n
+	}
+	var sec int64
+	switch {
+	case days > 0 || strings.Contains(s, "-"):
+		// days-hours[:minutes[:seconds]]
+		if len(vals) > 3 {
+			return 0, bad
+		}
+		mult := []int64{3600, 60, 1}
+		for i, v := range vals {
+			sec += v * mult[i]
+		}
+		sec += days * 86400
+	case len(vals) == 1: // minutes
+		sec = vals[0] * 60
+	case len(vals) == 2: // minutes:seconds
+		sec = vals[0]*60 + vals[1]
+	case len(vals) == 3: // hours:minutes:seconds
+		sec = vals[0]*3600 + vals[1]*60 + vals[2]
+	default:
+		return 0, bad
+	}
+	if sec > maxTimeLimit {
+		return 0, fmt.Errorf("time limit %q: over 100 years", s)
+	}
+	return time.Duration(sec) * time.Second, nil
+}
+
+// maxTimeLimit is the longest time limit ParseTime takes, in seconds.
+const maxTimeLimit = 100 * 365 * 86400
+
+// TimeLimit returns the --time (-t) the options give, and whether they
+// give one.
+func TimeLimit(opts []Option) (string, bool) {
+	v, found := "", false
+	for _, o := range opts {
+		if n := o.Name(); n != "--time" && n != "-t" {
+			continue
+		}
+		if _, val, ok := strings.Cut(o[0], "="); ok {
+			v, found = val, true
+		} else if len(o) > 1 {
+			v, found = o[1], true
+		}
+	}
+	return v, found
 }

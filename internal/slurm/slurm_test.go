@@ -3,6 +3,7 @@ package slurm
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func testJob() *Job {
@@ -316,6 +317,76 @@ func FuzzParseOptions(f *testing.F) {
 		}
 		if n := len(directives(s)); n < len(opts)+6 {
 			t.Fatalf("%d #SBATCH lines for %d options:\n%s", n, len(opts), s)
+		}
+	})
+}
+
+func TestParseTime(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"10", 10 * time.Minute, true},
+		{"10:30", 10*time.Minute + 30*time.Second, true},
+		{"2:00:00", 2 * time.Hour, true},
+		{"1-0", 24 * time.Hour, true},
+		{"1-2", 26 * time.Hour, true},
+		{"1-2:30", 26*time.Hour + 30*time.Minute, true},
+		{"0-0:1:30", 90 * time.Second, true},
+		{"UNLIMITED", 0, true},
+		{"infinite", 0, true},
+		{"-1", 0, true},
+		{"", 0, false},
+		{"1:2:3:4", 0, false},
+		{"1-2:3:4:5", 0, false},
+		{"x", 0, false},
+		{"1-", 0, false},
+		{"-5", 0, false},
+		{"1h", 0, false},
+		{"1:-2", 0, false},
+		{"999999999-0", 0, false},
+	} {
+		got, err := ParseTime(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestTimeLimit(t *testing.T) {
+	for _, tc := range []struct {
+		opts []Option
+		want string
+		ok   bool
+	}{
+		{nil, "", false},
+		{[]Option{{"--partition=cpu"}}, "", false},
+		{[]Option{{"--time=1:00:00"}}, "1:00:00", true},
+		{[]Option{{"--time", "30"}}, "30", true},
+		{[]Option{{"-t", "5"}, {"--time=7"}}, "7", true},
+	} {
+		got, ok := TimeLimit(tc.opts)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("TimeLimit(%q) = %q, %v; want %q, %v", tc.opts, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"10", "10:30", "2:00:00", "1-2:30:00", "UNLIMITED", "-1", "1-", "::", "999999999-999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseTime(s)
+		if err != nil {
+			if d != 0 {
+				t.Fatalf("error %v with %v", err, d)
+			}
+			return
+		}
+		if d < 0 {
+			t.Fatalf("ParseTime(%q) = %v < 0", s, d)
 		}
 	})
 }

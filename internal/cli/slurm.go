@@ -44,6 +44,9 @@ source.shard=auto); nothing is written when it is bad.
   --binary PATH           the trajflow binary the jobs run (default: this one)
   -- OPTIONS              every word after -- is sbatch options for both jobs
 
+A task is signalled to stop and requeue itself max(60, run.grace + 30) s
+before its time limit; a --time that leaves less is refused.
+
 Run "trajflow slurm" where the cluster's nodes see the same paths: the jobs
 start in the current directory and use absolute paths. See docs/slurm.md.
 `

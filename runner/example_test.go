@@ -96,3 +96,11 @@ env: {name: maths}
 	// --set groups.keep=sometimes: groups.keep: "sometimes" is not one of all, nonzero_std, mean_in
 	// run.yaml: line 4: env.name: unknown environment "maths" (have guess, http, math, sim, subprocess, tools)
 }
+
+func ExampleShardDir() {
+	fmt.Println(runner.ShardDir("out/run", 3, 16))
+	fmt.Println(runner.ShardDir("s3://bucket/runs/math", 0, 4))
+	// Output:
+	// out/run/shards/00003-of-00016
+	// s3://bucket/runs/math/shards/00000-of-00004
+}

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -165,5 +166,41 @@ func TestShardedRunOnUnshardedOutputIsRefused(t *testing.T) {
 	again := quickstart(t, "source.limit=4", "output.dir="+cfg.Output.Dir, "source.shard={index: 0, count: 2}")
 	if _, err := run(t, again, runner.Options{}); !errors.Is(err, runner.ErrManifest) || !strings.Contains(err.Error(), "not sharded") {
 		t.Fatalf("error %v, want ErrManifest naming the unsharded run", err)
+	}
+}
+
+// A shard stopped before its input ended records that it is incomplete;
+// its rerun resumes, completes it, and says so.
+func TestShardStatusAfterInterrupt(t *testing.T) {
+	cfg := quickstart(t, "source.limit=40", "source.shard={index: 1, count: 2}")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := runner.Run(ctx, cfg, runner.Options{})
+	if !errors.Is(err, runner.ErrInterrupted) {
+		t.Fatalf("error %v, want ErrInterrupted", err)
+	}
+	dir := runner.ShardDir(cfg.Output.Dir, 1, 2)
+	status := func() map[string]any {
+		b, err := os.ReadFile(filepath.Join(dir, runner.ShardStatusFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if st := status(); st["complete"] != false || st["stop"] == nil {
+		t.Errorf("status after the interrupt: %v", st)
+	}
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(); st["complete"] != true || st["index"] != 1.0 || st["count"] != 2.0 {
+		t.Errorf("status after the rerun: %v", st)
+	}
+	if got := len(readBack(t, dir, runner.DataDir)); got != 20*4 {
+		t.Errorf("%d rows, want 80", got)
 	}
 }

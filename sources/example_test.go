@@ -49,3 +49,14 @@ not json
 	// rejected tasks.jsonl:3: invalid JSON: invalid character 'o' in literal null (expecting 'u')
 	// task 3: 0 messages, params map[], answer 8
 }
+
+func ExampleShard_Resolve() {
+	env := map[string]string{"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "4"}
+	s, err := sources.Shard{Auto: true}.Resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("shard %d of %d from %s\n", s.Index, s.Count, s.From)
+	// Output: shard 2 of 4 from SLURM_ARRAY_TASK_ID=2, SLURM_ARRAY_TASK_COUNT=4
+}

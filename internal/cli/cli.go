@@ -35,8 +35,8 @@ const usage = `trajflow turns datasets of tasks into reinforcement-learning roll
 Usage:
   trajflow run CONFIG.yaml [--set section.key=value ...]
   trajflow validate CONFIG.yaml [--set ...] [--rows N]   check a config, write nothing
-  trajflow stats [--json] DIR|FILE...                 metrics from the Parquet alone
-  trajflow merge --out DIR INPUT...                   combine part files into fewer
+  trajflow stats [--json] DIR|FILE...                 metrics from the Parquet alone (a sharded root: every shard)
+  trajflow merge INPUT... DEST                        combine part files into one dataset
   trajflow report OUTPUT [-o report.html]             one self-contained HTML report
   trajflow slurm CONFIG.yaml --shards N [--submit] [flags]   a Slurm array job and its merge job
   trajflow sim-server [--addr 127.0.0.1:8000] [flags]   (--help for the flags)

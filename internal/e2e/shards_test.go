@@ -124,6 +124,12 @@ func TestShardedRunEqualsUnsharded(t *testing.T) {
 		}
 	}
 
+	// A shard run again resumes in its own directory: nothing is redone.
+	r = runEnv(t, slurm(2, 4), "run", cfg, "--set", "source.shard=auto")
+	if r.code != 0 || !strings.Contains(r.stdout, "rows written: 0") || !strings.Contains(r.stdout, "resumed:") {
+		t.Errorf("shard 2 again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
 	// stats on the root counts every shard.
 	r = run(t, "stats", "--json", root)
 	if r.code != 0 || !strings.Contains(r.stderr, "4 of 4 shards, all complete") {

@@ -124,6 +124,17 @@ func (c *Config) Validate() error {
 	p.Section("repeat", c.Repeat.Validate())
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
+	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
+		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
+	}
+	switch c.Prompt.Truncation {
+	case template.TruncLeft, template.TruncRight, template.TruncMiddle:
+		// Chat mode sends messages, and the server renders them: cut ids
+		// cannot be sent, and a cut text renders to other ids.
+		if c.Generate.API != "tokens" {
+			p.Add("prompt.truncation", "%s sends the cut token ids, which needs generate.api: tokens (generate.api is %q); with chat use truncation: error", c.Prompt.Truncation, c.Generate.API)
+		}
+	}
 	p.Section("env", c.Env.Validate())
 	p.Section("groups", c.Groups.Validate())
 	if c.Output.Dir == "" {

@@ -291,6 +291,7 @@ func (r *run) provision(ctx context.Context) error {
 
 	if r.gen, err = generate.New(r.client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
+		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
 		MaxSeqLenOf: r.maxSeqLenOf(),
 	}); err != nil {
 		return err

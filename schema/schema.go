@@ -14,7 +14,10 @@ import (
 // where version 1 kept a copy of its token ids and logprobs. It also adds
 // the per-sample counts gen_tokens and total_tokens, and turn_gen_tokens,
 // the tokens generated in each turn.
-const Version = "2"
+//
+// Version 3 adds prompt_tokens_dropped, the ids of the first prompt that
+// prompt.max_tokens cut.
+const Version = "3"
 
 // Column indices of Schema, in order. Keys and light columns come first,
 // heavy columns (task, messages, token ids) last, so that readers that
@@ -54,6 +57,7 @@ const (
 	ColGenTokens
 	ColTotalTokens
 	ColTurnGenTokens
+	ColPromptTokensDropped
 	ColGenMS
 	ColEnvMS
 	ColTotalMS
@@ -161,6 +165,7 @@ var (
 		ColGenTokens:             field("gen_tokens", arrow.PrimitiveTypes.Int64),
 		ColTotalTokens:           field("total_tokens", arrow.PrimitiveTypes.Int64),
 		ColTurnGenTokens:         field("turn_gen_tokens", ListOf(arrow.PrimitiveTypes.Int32)),
+		ColPromptTokensDropped:   field("prompt_tokens_dropped", arrow.PrimitiveTypes.Int32),
 		ColGenMS:                 field("gen_ms", arrow.PrimitiveTypes.Float64),
 		ColEnvMS:                 field("env_ms", arrow.PrimitiveTypes.Float64),
 		ColTotalMS:               field("total_ms", arrow.PrimitiveTypes.Float64),

@@ -70,10 +70,20 @@ func (s *Server) chatInput(msgs []pipeline.Message, params map[string]any, tools
 // tokenInput reduces a completions request whose prompt is token ids: the
 // messages and tools are read back from the ids (as the template rendered
 // them), so that the draws are those of the same conversation in chat.
+// Ids that hold no whole rendered message (a prompt cut by
+// prompt.truncation, say) are taken as a raw prompt, their detokenized
+// text, as a server takes any ids.
 func (s *Server) tokenInput(ids []int32, params map[string]any) (*input, error) {
+	if len(ids) == 0 {
+		return nil, &badRequest{"prompt: empty"}
+	}
 	msgs, tools := parseRendered(ids)
 	if len(msgs) == 0 {
-		return nil, &badRequest{"prompt: the token ids hold no message rendered by the chat template"}
+		in, err := s.completionInput(Detokenize(ids, false), params)
+		if in != nil {
+			in.promptIDs = ids
+		}
+		return in, err
 	}
 	return s.messagesInput(msgs, tools, ids, params)
 }

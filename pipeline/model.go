@@ -67,10 +67,31 @@ type ToolCall struct {
 	Arguments string `json:"arguments"`
 }
 
+// ContentPart is one OpenAI content part of a message that holds images:
+// a text part (Type "text", Text) or an image part (Type "image_url",
+// ImageURL: a data URL, an http(s) URL, or in output files written with
+// output.images: reference, "sha256:HEX" naming the bytes of a data URL).
+type ContentPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	ImageURL string `json:"image_url,omitempty"`
+}
+
+// Content part types.
+const (
+	PartText  = "text"
+	PartImage = "image_url"
+)
+
 // Message is one message of a trajectory.
 type Message struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content"`
+	Role string `json:"role"`
+	// Content is the message's text: a text-only message's whole content,
+	// or the texts of Parts joined with "\n".
+	Content string `json:"content"`
+	// Parts are the message's content parts, in order, when it holds an
+	// image; nil for a text-only message (then Content is everything).
+	Parts      []ContentPart `json:"parts,omitempty"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Name       string     `json:"name,omitempty"`
@@ -174,6 +195,16 @@ type Rollout struct {
 	// Tools are the tool definitions sent with every request: the task's,
 	// or the ones the environment's Reset returned. Not written out.
 	Tools []json.RawMessage
+}
+
+// HasImages reports whether m holds an image part.
+func (m *Message) HasImages() bool {
+	for _, p := range m.Parts {
+		if p.Type == PartImage {
+			return true
+		}
+	}
+	return false
 }
 
 // Tokens returns the rollout's token sequence, PromptTokenIDs ++

@@ -91,6 +91,8 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 	msg := msgs.ListValues().(*array.Struct)
 	mTools := msg.Field(MsgToolCalls).(*array.List)
 	tool := mTools.ListValues().(*array.Struct)
+	mParts := msg.Field(MsgParts).(*array.List)
+	part := mParts.ListValues().(*array.Struct)
 	metrics := lst(ColMetrics)
 	metric := metrics.ListValues().(*array.Struct)
 
@@ -180,6 +182,15 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 							Type:      tool.Field(ToolType).(*array.String).Value(k),
 							Name:      tool.Field(ToolName).(*array.String).Value(k),
 							Arguments: tool.Field(ToolArguments).(*array.String).Value(k),
+						})
+					}
+				}
+				if ps, pe := mParts.ValueOffsets(j); pe > ps {
+					for k := int(ps); k < int(pe); k++ {
+						m.Parts = append(m.Parts, pipeline.ContentPart{
+							Type:     part.Field(PartType).(*array.String).Value(k),
+							Text:     part.Field(PartText).(*array.String).Value(k),
+							ImageURL: part.Field(PartImageURL).(*array.String).Value(k),
 						})
 					}
 				}

@@ -16,7 +16,8 @@ import (
 // the tokens generated in each turn.
 //
 // Version 3 adds prompt_tokens_dropped, the ids of the first prompt that
-// prompt.max_tokens cut.
+// prompt.max_tokens cut, and messages.parts, the content parts of a
+// message that holds images.
 const Version = "3"
 
 // Column indices of Schema, in order. Keys and light columns come first,
@@ -81,6 +82,14 @@ const (
 	MsgTokenStart
 	MsgTokenEnd
 	MsgTurn
+	MsgParts
+)
+
+// Indices of the fields of a messages.parts element.
+const (
+	PartType = iota
+	PartText
+	PartImageURL
 )
 
 // Indices of the fields of a tool_calls element.
@@ -115,6 +124,11 @@ var (
 		field("name", arrow.BinaryTypes.String),
 		field("arguments", arrow.BinaryTypes.String),
 	)
+	partType = arrow.StructOf(
+		field("type", arrow.BinaryTypes.String),
+		field("text", arrow.BinaryTypes.String),
+		field("image_url", arrow.BinaryTypes.String),
+	)
 	messageType = arrow.StructOf(
 		field("role", arrow.BinaryTypes.String),
 		field("content", arrow.BinaryTypes.String),
@@ -124,6 +138,7 @@ var (
 		field("token_start", arrow.PrimitiveTypes.Int32),
 		field("token_end", arrow.PrimitiveTypes.Int32),
 		field("turn", arrow.PrimitiveTypes.Int32),
+		field("parts", ListOf(partType)),
 	)
 	metricType = arrow.StructOf(
 		field("name", arrow.BinaryTypes.String),

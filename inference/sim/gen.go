@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -16,7 +17,10 @@ type input struct {
 	promptKey uint64
 	// question is the text searched for an arithmetic question: the last
 	// user message (chat) or the prompt (completions).
-	question  string
+	question string
+	// image is the size of the first image of the last user message
+	// (ImageSize); -1 when it holds none.
+	image     int
 	turn      int
 	sampleKey uint64
 	hasSeed   bool
@@ -90,7 +94,7 @@ func (s *Server) tokenInput(ids []int32, params map[string]any) (*input, error) 
 
 // messagesInput reduces a conversation whose prompt ids are promptIDs.
 func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage, promptIDs []int32, params map[string]any) (*input, error) {
-	in := &input{promptIDs: promptIDs, tools: tools}
+	in := &input{promptIDs: promptIDs, tools: tools, image: -1}
 	h := newHasher()
 	for i := range msgs {
 		h.str(msgs[i].Role)
@@ -106,6 +110,13 @@ func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage,
 			in.turn++
 		case pipeline.RoleUser:
 			in.question = msgs[i].Content
+			in.image = -1
+			for _, p := range msgs[i].Parts {
+				if p.Type == pipeline.PartImage {
+					in.image = ImageSize(p.ImageURL)
+					break
+				}
+			}
 		}
 	}
 	in.game, _ = findGame(msgs)
@@ -116,7 +127,7 @@ func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage,
 func (s *Server) completionInput(prompt string, params map[string]any) (*input, error) {
 	h := newHasher()
 	h.str(prompt)
-	in := &input{promptIDs: Tokenize(prompt), promptKey: h.sum(), question: prompt}
+	in := &input{promptIDs: Tokenize(prompt), promptKey: h.sum(), question: prompt, image: -1}
 	return in, s.readParams(in, params)
 }
 
@@ -294,7 +305,14 @@ func (s *Server) generate(in *input) (*reply, error) {
 		}
 	}
 	if call == nil {
-		if right, ok := FindArithmetic(in.question); ok {
+		if in.image >= 0 {
+			// It "sees" the image: its size, answered like arithmetic.
+			n := strconv.Itoa(in.image)
+			if !correct {
+				n = wrongAnswer(n, key(s.seed, domWrong, in.promptKey, in.sampleKey, turn))
+			}
+			tail, sep = `The image has `+n+` bytes: \boxed{`+n+`}`, " "
+		} else if right, ok := FindArithmetic(in.question); ok {
 			n := right
 			if !correct {
 				n = wrongAnswer(right, key(s.seed, domWrong, in.promptKey, in.sampleKey, turn))

@@ -45,7 +45,7 @@ func TestSchemaHasContractColumns(t *testing.T) {
 	for _, f := range msgFields {
 		names = append(names, f.Name)
 	}
-	want := []string{"role", "content", "tool_calls", "tool_call_id", "name", "token_start", "token_end", "turn"}
+	want := []string{"role", "content", "tool_calls", "tool_call_id", "name", "token_start", "token_end", "turn", "parts"}
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("messages fields = %v, want %v", names, want)
 	}

@@ -42,6 +42,22 @@ type Options struct {
 	PromptTruncation string
 }
 
+// ClassImageUnsupported is the error class of a rollout whose messages
+// hold an image under generate.api tokens or completions, which send
+// no image parts.
+const ClassImageUnsupported = "image_unsupported"
+
+// firstImage is the index of the first message holding an image; -1 when
+// none does.
+func firstImage(msgs []pipeline.Message) int {
+	for i := range msgs {
+		if msgs[i].HasImages() {
+			return i
+		}
+	}
+	return -1
+}
+
 // ClassPromptTooLong is the error class of a rollout whose first prompt
 // is longer than Options.PromptMaxTokens with truncation error.
 const ClassPromptTooLong = "prompt_too_long"
@@ -143,6 +159,13 @@ func (g *Generator) Check(ctx context.Context) error {
 // for a context-length error or when the sequence is full); Turn itself
 // returns an error only when ctx is done.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
+	if g.opts.API == "tokens" || g.opts.API == "completions" {
+		if i := firstImage(r.Messages); i >= 0 {
+			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
+				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))
+			return nil
+		}
+	}
 	ok, err := g.prepare(ctx, r)
 	if err != nil || !ok {
 		return err

@@ -87,6 +87,10 @@ type Output struct {
 	// ArrowStream also streams kept record batches as an Arrow IPC stream
 	// to this file ("-": standard output) while the run goes.
 	ArrowStream string `yaml:"arrow_stream"`
+	// Images is how rows store data-URL images: reference (default: the
+	// bytes once under OUTPUT/images, the row holding "sha256:HEX") or
+	// inline (the data URL in the row's messages).
+	Images string `yaml:"images"`
 }
 
 // SetDefaults fills every key left unset.
@@ -102,6 +106,9 @@ func (c *Config) SetDefaults() {
 		c.Output.Dir = "out"
 	}
 	c.Output.Collate.SetDefaults()
+	if c.Output.Images == "" {
+		c.Output.Images = "reference"
+	}
 	c.Output.Parquet.SetDefaults()
 	if c.Run.ID == "" {
 		c.Run.ID = filepath.Base(filepath.Clean(c.Output.Dir))
@@ -141,6 +148,7 @@ func (c *Config) Validate() error {
 		p.Add("output.dir", "required")
 	}
 	p.Section("output", c.Output.Collate.Validate())
+	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
 	return p.Err()
 }

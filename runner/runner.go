@@ -25,6 +25,7 @@ import (
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/lines"
+	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/envstep"
@@ -77,6 +78,9 @@ const (
 	// never kept, and redone by a resumed run (unless run.resume_errors is
 	// keep), so data/ holds each rollout at most once.
 	ErrorsDir = "errors"
+	// ImagesDir holds the bytes of the rows' data-URL images, one file per
+	// distinct image named by its SHA-256 (output.images: reference).
+	ImagesDir = "images"
 )
 
 // Run runs the pipeline the config describes and returns its summary. The
@@ -201,6 +205,9 @@ type run struct {
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
 	inputs  *inputsWriter
 	writers map[string]*parquet.Writer
+	// images stores data-URL images by reference; nil with output.images
+	// inline.
+	images *images.Store
 	ctl     *groups.Controller
 	exp     *repeat.Expander
 	loop    *loop.Loop
@@ -241,6 +248,16 @@ func (r *run) provision(ctx context.Context) error {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
 			return err
 		}
+	}
+	if cfg.Output.Images == "reference" {
+		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
+		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
+		for _, f := range stale {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
+		}
+		r.images = images.New(dir)
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })

@@ -160,6 +160,15 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			groups.MarkSurplus(gr)
 		}
 		r.stats.group(gr)
+		if r.images != nil {
+			// The bytes are on disk before the rows that name them go to
+			// the sinks.
+			for _, m := range gr.Rollouts {
+				if err := r.images.Externalize(m.Messages); err != nil {
+					return nil, err
+				}
+			}
+		}
 		switch {
 		case v == groups.Keep:
 			return []routed{{gr, DataDir}}, nil

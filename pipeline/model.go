@@ -92,9 +92,9 @@ type Message struct {
 	// Parts are the message's content parts, in order, when it holds an
 	// image; nil for a text-only message (then Content is everything).
 	Parts      []ContentPart `json:"parts,omitempty"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
+	ToolCalls  []ToolCall    `json:"tool_calls,omitempty"`
+	ToolCallID string        `json:"tool_call_id,omitempty"`
+	Name       string        `json:"name,omitempty"`
 	// TokenIDs are the message's token ids when known: for assistant messages
 	// the generated ids, for others the ids the server reported for them.
 	TokenIDs []int32 `json:"token_ids,omitempty"`

@@ -24,8 +24,8 @@ import (
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/images"
+	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/envstep"
@@ -208,10 +208,10 @@ type run struct {
 	// images stores data-URL images by reference; nil with output.images
 	// inline.
 	images *images.Store
-	ctl     *groups.Controller
-	exp     *repeat.Expander
-	loop    *loop.Loop
-	graph   *pipeline.Graph
+	ctl    *groups.Controller
+	exp    *repeat.Expander
+	loop   *loop.Loop
+	graph  *pipeline.Graph
 	// prom and scraper are the run's Prometheus metrics
 	// (run.metrics_addr) and the poller of the endpoints' own metrics;
 	// nil when off.

@@ -44,6 +44,7 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 		{"bad truncation", base + "prompt:\n  max_tokens: 64\n  truncation: both\n", nil, []string{`cfg.yaml: line 4: prompt.truncation: "both" is not one of left, right, middle, error`}},
 		{"negative max_tokens", base + "prompt: {max_tokens: -1}\n", nil, []string{"cfg.yaml: line 2: prompt.max_tokens: must be >= 0 (0: no limit), got -1"}},
 		{"max_tokens with completions", base + "prompt: {max_tokens: 8}\ngenerate: {api: completions}\n", nil, []string{"prompt.max_tokens: counts the prompt with the server's chat template"}},
+		{"bad output.images", base + "output: {images: external}\n", nil, []string{`cfg.yaml: line 2: output.images: "external" is not one of reference, inline`}},
 		{"n: 0 by --set", base, []string{"repeat.n=0"}, []string{"--set repeat.n=0: repeat.n: must be >= 1, got 0"}},
 		{"empty endpoints", base + "generate: {endpoints: []}\n", nil, []string{"cfg.yaml: line 2: generate.endpoints: empty list"}},
 		{"empty endpoints by --set", base, []string{"generate.endpoints=[]"}, []string{"--set generate.endpoints=[]: generate.endpoints: empty list"}},

@@ -85,7 +85,9 @@ func TestRequests(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{}`, `{"observations":[{"role":"tool","content":"x","tool_call_id":"c"}],"state":[1]}`, `{"error":null}`, `nope`, `{"metrics":{"a":1e308}}`} {
+	for _, s := range []string{`{}`, `{"observations":[{"role":"tool","content":"x","tool_call_id":"c"}],"state":[1]}`, `{"error":null}`, `nope`, `{"metrics":{"a":1e308}}`,
+		`{"observations":[{"content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
+		`{"observations":[{"content":[{"type":"input_image","image_url":"https://h/x.png"},"y"]}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -160,6 +160,19 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			groups.MarkSurplus(gr)
 		}
 		r.stats.group(gr)
+		var dest string
+		switch {
+		case v == groups.Keep:
+			dest = DataDir
+		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
+			dest = SurplusDir
+		case gr.FilterReason == groups.ReasonError:
+			dest = ErrorsDir
+		case cfg.Output.Filtered:
+			dest = FilteredDir
+		default:
+			return nil, nil
+		}
 		if r.images != nil {
 			// The bytes are on disk before the rows that name them go to
 			// the sinks.
@@ -169,17 +182,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 				}
 			}
 		}
-		switch {
-		case v == groups.Keep:
-			return []routed{{gr, DataDir}}, nil
-		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
-			return []routed{{gr, SurplusDir}}, nil
-		case gr.FilterReason == groups.ReasonError:
-			return []routed{{gr, ErrorsDir}}, nil
-		case cfg.Output.Filtered:
-			return []routed{{gr, FilteredDir}}, nil
-		}
-		return nil, nil
+		return []routed{{gr, dest}}, nil
 	})
 }
 

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -127,4 +128,19 @@ func FuzzDecodeMessages(f *testing.F) {
 			}
 		}
 	})
+}
+
+func ExampleDecodeMessages_image() {
+	var v any
+	_ = json.Unmarshal([]byte(`[{"role": "user", "content": [
+		{"type": "text", "text": "What is this?"},
+		{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]}]`), &v)
+	msgs, err := pipeline.DecodeMessages(v, "messages")
+	if err != nil {
+		panic(err)
+	}
+	m := msgs[0]
+	mime, data, _ := pipeline.ParseDataURL(m.Parts[1].ImageURL)
+	fmt.Println(m.Content, m.HasImages(), mime, string(data))
+	// Output: What is this? true image/png hello
 }

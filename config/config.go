@@ -87,6 +87,10 @@ type Output struct {
 	// ArrowStream also streams kept record batches as an Arrow IPC stream
 	// to this file ("-": standard output) while the run goes.
 	ArrowStream string `yaml:"arrow_stream"`
+	// Images is how rows store data-URL images: reference (default: the
+	// bytes once under OUTPUT/images, the row holding "sha256:HEX") or
+	// inline (the data URL in the row's messages).
+	Images string `yaml:"images"`
 }
 
 // SetDefaults fills every key left unset.
@@ -102,6 +106,9 @@ func (c *Config) SetDefaults() {
 		c.Output.Dir = "out"
 	}
 	c.Output.Collate.SetDefaults()
+	if c.Output.Images == "" {
+		c.Output.Images = "reference"
+	}
 	c.Output.Parquet.SetDefaults()
 	if c.Run.ID == "" {
 		c.Run.ID = filepath.Base(filepath.Clean(c.Output.Dir))
@@ -124,12 +131,24 @@ func (c *Config) Validate() error {
 	p.Section("repeat", c.Repeat.Validate())
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
+	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
+		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
+	}
+	switch c.Prompt.Truncation {
+	case template.TruncLeft, template.TruncRight, template.TruncMiddle:
+		// Chat mode sends messages, and the server renders them: cut ids
+		// cannot be sent, and a cut text renders to other ids.
+		if c.Generate.API != "tokens" {
+			p.Add("prompt.truncation", "%s sends the cut token ids, which needs generate.api: tokens (generate.api is %q); with chat use truncation: error", c.Prompt.Truncation, c.Generate.API)
+		}
+	}
 	p.Section("env", c.Env.Validate())
 	p.Section("groups", c.Groups.Validate())
 	if c.Output.Dir == "" {
 		p.Add("output.dir", "required")
 	}
 	p.Section("output", c.Output.Collate.Validate())
+	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
 	return p.Err()
 }

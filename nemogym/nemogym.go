@@ -219,8 +219,27 @@ func outputItems(m pipeline.Message, i int) []any {
 		}
 		return out
 	default:
-		return []any{map[string]any{"type": "message", "role": m.Role, "content": m.Content}}
+		return []any{map[string]any{"type": "message", "role": m.Role, "content": messageContent(&m)}}
 	}
+}
+
+// messageContent is a message item's content: its text, or for a message
+// with images its parts as Responses API input parts (input_text, and
+// input_image with image_url: the URL, or the "sha256:HEX" reference of
+// output.images: reference).
+func messageContent(m *pipeline.Message) any {
+	if len(m.Parts) == 0 {
+		return m.Content
+	}
+	parts := make([]any, len(m.Parts))
+	for i, p := range m.Parts {
+		if p.Type == pipeline.PartImage {
+			parts[i] = map[string]any{"type": "input_image", "image_url": p.ImageURL, "detail": "auto"}
+		} else {
+			parts[i] = map[string]any{"type": "input_text", "text": p.Text}
+		}
+	}
+	return parts
 }
 
 // inputItems converts a prompt message to Responses API input items (Gym's
@@ -240,7 +259,7 @@ func inputItems(m pipeline.Message) []any {
 		}
 		return out
 	default:
-		return []any{map[string]any{"type": "message", "role": m.Role, "content": m.Content}}
+		return []any{map[string]any{"type": "message", "role": m.Role, "content": messageContent(&m)}}
 	}
 }
 

@@ -134,3 +134,22 @@ func TestResponse(t *testing.T) {
 		t.Fatalf("a complete reply: %v %v", resp["status"], resp["incomplete_details"])
 	}
 }
+
+// A prompt or observation with images becomes Responses API input parts.
+func TestImagePartsAsInputImage(t *testing.T) {
+	parts := []pipeline.ContentPart{{Type: "text", Text: "see"}, {Type: "image_url", ImageURL: "sha256:ab"}}
+	r := &pipeline.Rollout{
+		Task:     &pipeline.Task{Raw: json.RawMessage(`{}`)},
+		Messages: []pipeline.Message{{Role: "user", Content: "see", Parts: parts}, {Role: "assistant", Content: "ok", Turn: 1}, {Role: "user", Content: "see", Parts: parts, Turn: 1}},
+	}
+	req, _ := nemogym.Request(r)
+	b, _ := json.Marshal(req[nemogym.ParamsKey])
+	want := `{"input":[{"content":[{"text":"see","type":"input_text"},{"detail":"auto","image_url":"sha256:ab","type":"input_image"}],"role":"user","type":"message"}]}`
+	if string(b) != want {
+		t.Fatalf("params = %s\nwant     %s", b, want)
+	}
+	out, _ := json.Marshal(nemogym.Output(r.Messages[1:]))
+	if !strings.Contains(string(out), `{"content":[{"text":"see","type":"input_text"},{"detail":"auto","image_url":"sha256:ab","type":"input_image"}],"role":"user","type":"message"}`) {
+		t.Fatalf("output = %s", out)
+	}
+}

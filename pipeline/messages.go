@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -25,7 +28,9 @@ var roles = map[string]bool{
 //   - a list of OpenAI chat messages ({role, content, tool_calls,
 //     tool_call_id, name}); content is a string, null, or a list of content
 //     parts whose texts ({type: text|input_text|output_text, text}) are
-//     joined with "\n";
+//     joined with "\n" into Content; a list that holds an image part
+//     ({type: image_url, image_url: {url}}, or input_image) is also kept
+//     whole in Parts;
 //   - OpenAI Responses API input items: messages (with or without
 //     type: message), function_call items (folded into an assistant
 //     message's tool calls) and function_call_output items (tool messages);
@@ -116,7 +121,7 @@ func decodeMessage(m map[string]any, where string) (Message, error) {
 		return msg, fmt.Errorf("%s.role: unknown role %q (want system, developer, user, assistant or tool)", where, role)
 	}
 	msg.Role = role
-	if msg.Content, err = contentText(m["content"], where+".content"); err != nil {
+	if msg.Content, msg.Parts, err = content(m["content"], where+".content"); err != nil {
 		return msg, err
 	}
 	if msg.ToolCallID, err = optString(m, "tool_call_id", where); err != nil {
@@ -186,51 +191,172 @@ func arguments(v any, where string) (string, error) {
 	}
 }
 
-// contentText reads message content: a string, null, or a list of text
-// content parts joined with "\n".
+// contentText reads message content that may hold only text: a string,
+// null, or a list of text content parts joined with "\n".
 func contentText(v any, where string) (string, error) {
+	text, parts, err := content(v, where)
+	if err == nil && parts != nil {
+		err = fmt.Errorf("%s: image parts are not allowed here (only text parts)", where)
+	}
+	return text, err
+}
+
+// DecodeContent reads a decoded JSON message content: a string, null, or
+// a list of content parts, as DecodeMessages reads a message's content.
+// name is the content's place and prefixes every error.
+func DecodeContent(v any, name string) (text string, parts []ContentPart, err error) {
+	return content(v, name)
+}
+
+// content reads message content: a string, null, or a list of content
+// parts. The texts of the text parts are joined with "\n" into text;
+// parts is every part, in order, when one is an image (nil otherwise).
+// Image parts are OpenAI's {type: image_url, image_url: {url}} (or
+// image_url: URL) and the Responses API's {type: input_image, image_url:
+// URL}; the URL must be a base64 data URL of an image/* type or an
+// http(s) URL.
+func content(v any, where string) (text string, parts []ContentPart, err error) {
 	switch x := v.(type) {
 	case nil:
-		return "", nil
+		return "", nil, nil
 	case string:
-		return x, nil
+		return x, nil, nil
 	case []any:
 		var b strings.Builder
+		all := make([]ContentPart, 0, len(x))
+		images := false
 		for i, p := range x {
 			pw := fmt.Sprintf("%s[%d]", where, i)
+			var part ContentPart
 			pm, ok := p.(map[string]any)
-			if !ok {
-				if s, ok := p.(string); ok { // a bare string part
-					if i > 0 {
-						b.WriteByte('\n')
-					}
-					b.WriteString(s)
-					continue
+			switch {
+			case !ok:
+				s, ok := p.(string) // a bare string part
+				if !ok {
+					return "", nil, fmt.Errorf("%s: want a content part object, got %s", pw, JSONKind(p))
 				}
-				return "", fmt.Errorf("%s: want a content part object, got %s", pw, JSONKind(p))
-			}
-			typ, err := optString(pm, "type", pw)
-			if err != nil {
-				return "", err
-			}
-			switch typ {
-			case "text", "input_text", "output_text", "":
+				part = ContentPart{Type: PartText, Text: s}
 			default:
-				return "", fmt.Errorf("%s: unsupported content part type %q (only text parts)", pw, typ)
+				typ, err := optString(pm, "type", pw)
+				if err != nil {
+					return "", nil, err
+				}
+				switch typ {
+				case "text", "input_text", "output_text", "":
+					t, err := reqString(pm, "text", pw)
+					if err != nil {
+						return "", nil, err
+					}
+					part = ContentPart{Type: PartText, Text: t}
+				case "image_url", "input_image":
+					u, err := imageURL(pm, pw)
+					if err != nil {
+						return "", nil, err
+					}
+					part = ContentPart{Type: PartImage, ImageURL: u}
+					images = true
+				default:
+					return "", nil, fmt.Errorf("%s: unsupported content part type %q (want text or image_url)", pw, typ)
+				}
 			}
-			text, err := reqString(pm, "text", pw)
-			if err != nil {
-				return "", err
+			if part.Type == PartText {
+				if b.Len() > 0 || i > 0 && hasText(all) {
+					b.WriteByte('\n')
+				}
+				b.WriteString(part.Text)
 			}
-			if i > 0 {
-				b.WriteByte('\n')
-			}
-			b.WriteString(text)
+			all = append(all, part)
 		}
-		return b.String(), nil
+		if !images {
+			return b.String(), nil, nil
+		}
+		return b.String(), all, nil
 	default:
-		return "", fmt.Errorf("%s: want a string or a list of content parts, got %s", where, JSONKind(v))
+		return "", nil, fmt.Errorf("%s: want a string or a list of content parts, got %s", where, JSONKind(v))
 	}
+}
+
+func hasText(parts []ContentPart) bool {
+	for _, p := range parts {
+		if p.Type == PartText {
+			return true
+		}
+	}
+	return false
+}
+
+// imageURL reads an image part's URL: image_url as a string or as an
+// object {url, detail}.
+func imageURL(pm map[string]any, where string) (string, error) {
+	var u string
+	switch x := pm["image_url"].(type) {
+	case string:
+		u = x
+	case map[string]any:
+		var err error
+		if u, err = reqString(x, "url", where+".image_url"); err != nil {
+			return "", err
+		}
+	case nil:
+		return "", fmt.Errorf("%s: missing \"image_url\"", where)
+	default:
+		return "", fmt.Errorf("%s.image_url: want an object {url} or a string, got %s", where, JSONKind(x))
+	}
+	if err := CheckImageURL(u); err != nil {
+		return "", fmt.Errorf("%s.image_url: %w", where, err)
+	}
+	return u, nil
+}
+
+// CheckImageURL reports whether u is an image URL trajflow sends: a base64
+// data URL of an image/* media type whose payload decodes, or an http(s)
+// URL with a host.
+func CheckImageURL(u string) error {
+	if strings.HasPrefix(u, "data:") {
+		_, _, err := ParseDataURL(u)
+		return err
+	}
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return fmt.Errorf("want a data:image/...;base64, URL or an http(s) URL, got %q", clip(u, 40))
+	}
+	return nil
+}
+
+// ParseDataURL splits a base64 data URL of an image into its media type
+// and its decoded bytes.
+func ParseDataURL(u string) (mime string, data []byte, err error) {
+	rest, ok := strings.CutPrefix(u, "data:")
+	if !ok {
+		return "", nil, fmt.Errorf("not a data URL: %q", clip(u, 40))
+	}
+	head, payload, ok := strings.Cut(rest, ",")
+	if !ok {
+		return "", nil, errors.New("data URL without a comma")
+	}
+	mime, ok = strings.CutSuffix(head, ";base64")
+	if !ok {
+		return "", nil, fmt.Errorf("data URL %q is not base64 (want data:image/TYPE;base64,...)", clip(head, 40))
+	}
+	if !strings.HasPrefix(mime, "image/") || len(mime) == len("image/") || strings.ContainsAny(mime, ";, ") {
+		return "", nil, fmt.Errorf("data URL media type %q is not an image type (want image/png, image/jpeg, ...)", clip(mime, 40))
+	}
+	data, err = base64.StdEncoding.DecodeString(payload)
+	if err != nil {
+		return "", nil, fmt.Errorf("data URL payload: %w", err)
+	}
+	if len(data) == 0 {
+		return "", nil, errors.New("data URL holds no bytes")
+	}
+	return mime, data, nil
+}
+
+// clip shortens s to n bytes for an error (data URLs are long).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func reqString(m map[string]any, key, where string) (string, error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
@@ -90,6 +91,9 @@ const (
 	// never kept, and redone by a resumed run (unless run.resume_errors is
 	// keep), so data/ holds each rollout at most once.
 	ErrorsDir = "errors"
+	// ImagesDir holds the bytes of the rows' data-URL images, one file per
+	// distinct image named by its SHA-256 (output.images: reference).
+	ImagesDir = "images"
 )
 
 // Run runs the pipeline the config describes and returns its summary. The
@@ -239,10 +243,13 @@ type run struct {
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
 	inputs  *inputsWriter
 	writers map[string]*parquet.Writer
-	ctl     *groups.Controller
-	exp     *repeat.Expander
-	loop    *loop.Loop
-	graph   *pipeline.Graph
+	// images stores data-URL images by reference; nil with output.images
+	// inline.
+	images *images.Store
+	ctl    *groups.Controller
+	exp    *repeat.Expander
+	loop   *loop.Loop
+	graph  *pipeline.Graph
 	// prom and scraper are the run's Prometheus metrics
 	// (run.metrics_addr) and the poller of the endpoints' own metrics;
 	// nil when off.
@@ -287,6 +294,16 @@ func (r *run) provision(ctx context.Context) error {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
 			return err
 		}
+	}
+	if cfg.Output.Images == "reference" {
+		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
+		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
+		for _, f := range stale {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
+		}
+		r.images = images.New(dir)
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })
@@ -337,6 +354,7 @@ func (r *run) provision(ctx context.Context) error {
 
 	if r.gen, err = generate.New(r.client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
+		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
 		MaxSeqLenOf: r.maxSeqLenOf(),
 	}); err != nil {
 		return err

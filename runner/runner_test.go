@@ -26,6 +26,7 @@ import (
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // quickstart is the quick start's config, rooted at the repository.
@@ -469,7 +470,7 @@ func TestResumeRefusesV1(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := run(t, cfg, runner.Options{AllowConfigChange: true})
-			want := path + " has schema version 1, this trajflow writes version 2"
+			want := path + " has schema version 1, this trajflow writes version " + schema.Version
 			if !errors.Is(err, runner.ErrSchemaVersion) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("got %v, want an error with %q", err, want)
 			}

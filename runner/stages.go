@@ -160,17 +160,29 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			groups.MarkSurplus(gr)
 		}
 		r.stats.group(gr)
+		var dest string
 		switch {
 		case v == groups.Keep:
-			return []routed{{gr, DataDir}}, nil
+			dest = DataDir
 		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
-			return []routed{{gr, SurplusDir}}, nil
+			dest = SurplusDir
 		case gr.FilterReason == groups.ReasonError:
-			return []routed{{gr, ErrorsDir}}, nil
+			dest = ErrorsDir
 		case cfg.Output.Filtered:
-			return []routed{{gr, FilteredDir}}, nil
+			dest = FilteredDir
+		default:
+			return nil, nil
 		}
-		return nil, nil
+		if r.images != nil {
+			// The bytes are on disk before the rows that name them go to
+			// the sinks.
+			for _, m := range gr.Rollouts {
+				if err := r.images.Externalize(m.Messages); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return []routed{{gr, dest}}, nil
 	})
 }
 

@@ -91,6 +91,8 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 	msg := msgs.ListValues().(*array.Struct)
 	mTools := msg.Field(MsgToolCalls).(*array.List)
 	tool := mTools.ListValues().(*array.Struct)
+	mParts := msg.Field(MsgParts).(*array.List)
+	part := mParts.ListValues().(*array.Struct)
 	metrics := lst(ColMetrics)
 	metric := metrics.ListValues().(*array.Struct)
 
@@ -130,6 +132,7 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 			TokenContinuityBreaks: int(i32(ColTokenContinuityBreaks).Value(i)),
 			ToolCalls:             int(i32(ColToolCalls).Value(i)),
 			Retries:               int(i32(ColRetries).Value(i)),
+			PromptTokensDropped:   int(i32(ColPromptTokensDropped).Value(i)),
 			GroupRewardMean:       f64(ColGroupRewardMean).Value(i),
 			GroupRewardStd:        f64(ColGroupRewardStd).Value(i),
 			Advantage:             f64(ColAdvantage).Value(i),
@@ -179,6 +182,15 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 							Type:      tool.Field(ToolType).(*array.String).Value(k),
 							Name:      tool.Field(ToolName).(*array.String).Value(k),
 							Arguments: tool.Field(ToolArguments).(*array.String).Value(k),
+						})
+					}
+				}
+				if ps, pe := mParts.ValueOffsets(j); pe > ps {
+					for k := int(ps); k < int(pe); k++ {
+						m.Parts = append(m.Parts, pipeline.ContentPart{
+							Type:     part.Field(PartType).(*array.String).Value(k),
+							Text:     part.Field(PartText).(*array.String).Value(k),
+							ImageURL: part.Field(PartImageURL).(*array.String).Value(k),
 						})
 					}
 				}

@@ -14,7 +14,11 @@ import (
 // where version 1 kept a copy of its token ids and logprobs. It also adds
 // the per-sample counts gen_tokens and total_tokens, and turn_gen_tokens,
 // the tokens generated in each turn.
-const Version = "2"
+//
+// Version 3 adds prompt_tokens_dropped, the ids of the first prompt that
+// prompt.max_tokens cut, and messages.parts, the content parts of a
+// message that holds images.
+const Version = "3"
 
 // Column indices of Schema, in order. Keys and light columns come first,
 // heavy columns (task, messages, token ids) last, so that readers that
@@ -54,6 +58,7 @@ const (
 	ColGenTokens
 	ColTotalTokens
 	ColTurnGenTokens
+	ColPromptTokensDropped
 	ColGenMS
 	ColEnvMS
 	ColTotalMS
@@ -77,6 +82,14 @@ const (
 	MsgTokenStart
 	MsgTokenEnd
 	MsgTurn
+	MsgParts
+)
+
+// Indices of the fields of a messages.parts element.
+const (
+	PartType = iota
+	PartText
+	PartImageURL
 )
 
 // Indices of the fields of a tool_calls element.
@@ -111,6 +124,11 @@ var (
 		field("name", arrow.BinaryTypes.String),
 		field("arguments", arrow.BinaryTypes.String),
 	)
+	partType = arrow.StructOf(
+		field("type", arrow.BinaryTypes.String),
+		field("text", arrow.BinaryTypes.String),
+		field("image_url", arrow.BinaryTypes.String),
+	)
 	messageType = arrow.StructOf(
 		field("role", arrow.BinaryTypes.String),
 		field("content", arrow.BinaryTypes.String),
@@ -120,6 +138,7 @@ var (
 		field("token_start", arrow.PrimitiveTypes.Int32),
 		field("token_end", arrow.PrimitiveTypes.Int32),
 		field("turn", arrow.PrimitiveTypes.Int32),
+		field("parts", ListOf(partType)),
 	)
 	metricType = arrow.StructOf(
 		field("name", arrow.BinaryTypes.String),
@@ -161,6 +180,7 @@ var (
 		ColGenTokens:             field("gen_tokens", arrow.PrimitiveTypes.Int64),
 		ColTotalTokens:           field("total_tokens", arrow.PrimitiveTypes.Int64),
 		ColTurnGenTokens:         field("turn_gen_tokens", ListOf(arrow.PrimitiveTypes.Int32)),
+		ColPromptTokensDropped:   field("prompt_tokens_dropped", arrow.PrimitiveTypes.Int32),
 		ColGenMS:                 field("gen_ms", arrow.PrimitiveTypes.Float64),
 		ColEnvMS:                 field("env_ms", arrow.PrimitiveTypes.Float64),
 		ColTotalMS:               field("total_ms", arrow.PrimitiveTypes.Float64),

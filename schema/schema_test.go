@@ -10,7 +10,7 @@ import (
 )
 
 func TestFileVersion(t *testing.T) {
-	v1, v2 := schema.ForVersion("1"), schema.Schema()
+	v1, v2, v3 := schema.ForVersion("1"), schema.ForVersion("2"), schema.Schema()
 	tests := []struct {
 		name    string
 		meta    map[string]string
@@ -18,14 +18,17 @@ func TestFileVersion(t *testing.T) {
 		want    string
 		wantErr string
 	}{
+		{"v3", map[string]string{schema.MetadataKey: "3"}, v3, "3", ""},
+		{"v3 unrecorded", nil, v3, "3", ""},
+		{"recorded 3, columns of 2", map[string]string{schema.MetadataKey: "3"}, v2, "", "schema has 44 columns, want 45 (schema version 3)"},
 		{"v2", map[string]string{schema.MetadataKey: "2"}, v2, "2", ""},
 		{"v1", map[string]string{schema.MetadataKey: "1"}, v1, "1", ""},
 		{"v2 unrecorded", nil, v2, "2", ""},
 		{"v1 unrecorded", nil, v1, "1", ""},
 		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 44 (schema version 2)"},
 		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 44 columns, want 41 (schema version 1)"},
-		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1 and 2)`},
-		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 44 (schema version 2)"},
+		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3)`},
+		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 45 (schema version 3)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,14 +41,14 @@ func TestFileVersion(t *testing.T) {
 }
 
 // Version 1's light columns are the current ones less gen_tokens,
-// total_tokens and turn_gen_tokens, with the same names and types: readers of light columns
+// total_tokens, turn_gen_tokens and prompt_tokens_dropped, with the same names and types: readers of light columns
 // read both versions.
 func TestV1LightColumns(t *testing.T) {
 	v1 := schema.ForVersion(schema.VersionV1)
 	for _, name := range schema.LightColumns() {
 		cur := schema.Schema().Field(schema.Schema().FieldIndices(name)[0])
 		idx := v1.FieldIndices(name)
-		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" {
+		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" || name == "prompt_tokens_dropped" {
 			if len(idx) != 0 {
 				t.Errorf("v1 has %s", name)
 			}
@@ -58,7 +61,28 @@ func TestV1LightColumns(t *testing.T) {
 	if err := schema.CheckVersion(schema.Schema(), schema.Version); err != nil {
 		t.Error(err)
 	}
-	if got := strings.Join(schema.Versions(), ","); got != "1,2" {
+	// Version 2 is the current schema less prompt_tokens_dropped and
+	// messages.parts.
+	v2 := schema.ForVersion(schema.VersionV2)
+	var cur []arrow.Field
+	for _, f := range schema.Schema().Fields() {
+		switch f.Name {
+		case "prompt_tokens_dropped":
+			continue
+		case "messages":
+			st := f.Type.(*arrow.ListType).Elem().(*arrow.StructType)
+			fs := st.Fields()
+			if last := fs[len(fs)-1]; last.Name != "parts" {
+				t.Fatalf("the last messages field is %s", last.Name)
+			}
+			f.Type = schema.ListOf(arrow.StructOf(fs[:len(fs)-1]...))
+		}
+		cur = append(cur, f)
+	}
+	if !v2.Equal(arrow.NewSchema(cur, nil)) {
+		t.Errorf("v2 schema is not the current one less prompt_tokens_dropped and messages.parts:\n%v", v2)
+	}
+	if got := strings.Join(schema.Versions(), ","); got != "1,2,3" {
 		t.Errorf("Versions = %s", got)
 	}
 }

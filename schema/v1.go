@@ -13,9 +13,9 @@ const MetadataKey = "trajflow.schema_version"
 
 // VersionV1 is the first schema version: every message kept a copy of its
 // token ids and logprobs (messages.token_ids, messages.logprobs), and
-// gen_tokens, total_tokens and turn_gen_tokens did not exist. Its light
-// columns are those of the current version less gen_tokens, total_tokens
-// and turn_gen_tokens, with the same
+// gen_tokens, total_tokens, turn_gen_tokens and prompt_tokens_dropped did
+// not exist. Its light columns are those of the current version less
+// these, with the same
 // names and types, so readers of light columns read both.
 const VersionV1 = "1"
 
@@ -52,7 +52,7 @@ var v1Schema = func() *arrow.Schema {
 
 // Versions returns the schema versions this package reads, oldest first.
 // Only the last, Version, is written.
-func Versions() []string { return []string{VersionV1, Version} }
+func Versions() []string { return []string{VersionV1, VersionV2, Version} }
 
 // ForVersion returns the Arrow schema of version v, or nil for a version
 // this package does not know.
@@ -62,6 +62,8 @@ func ForVersion(v string) *arrow.Schema {
 		return arrowSchema
 	case VersionV1:
 		return v1Schema
+	case VersionV2:
+		return v2Schema
 	}
 	return nil
 }
@@ -71,7 +73,7 @@ func ForVersion(v string) *arrow.Schema {
 func CheckVersion(s *arrow.Schema, v string) error {
 	want := ForVersion(v)
 	if want == nil {
-		return fmt.Errorf("schema version %q is unknown (this trajflow reads versions %s)", v, strings.Join(Versions(), " and "))
+		return fmt.Errorf("schema version %q is unknown (this trajflow reads versions %s)", v, strings.Join(Versions(), ", "))
 	}
 	return check(s, want, v)
 }
@@ -92,8 +94,10 @@ func FileVersion(meta map[string]string, s *arrow.Schema) (string, error) {
 	if err == nil {
 		return Version, nil
 	}
-	if CheckVersion(s, VersionV1) == nil {
-		return VersionV1, nil
+	for _, v := range []string{VersionV2, VersionV1} {
+		if CheckVersion(s, v) == nil {
+			return v, nil
+		}
 	}
 	return "", err
 }

@@ -303,7 +303,7 @@ func TestBadRows(t *testing.T) {
 		{"4", `messages[0].role: unknown role "wizard" (want system, developer, user, assistant or tool)`},
 		{"5", "messages: want a list of messages or a string, got a number"},
 		{"6", `responses_create_params: missing "input" (the messages)`},
-		{"7", `responses_create_params.input[0].content[0]: unsupported content part type "image_url" (only text parts)`},
+		{"7", `responses_create_params.input[0].content[0].image_url: want a data:image/...;base64, URL or an http(s) URL, got "x"`},
 		{"8", "invalid JSON: more than one value on the line"},
 	}
 	t.Run("error", func(t *testing.T) {

@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// helperImage is the image observation of the "image" action.
+const helperImage = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mP4z8AAAAMBAQD3A0FDAAAAAElFTkSuQmCC"
+
 // helperEnv marks the test binary started as an environment process.
 const helperEnv = "TRAJFLOW_SUBPROCESS_TEST_HELPER"
 
@@ -37,6 +40,8 @@ func helperCommand() ([]string, map[string]string) {
 //	wrongid  answer with another request's id
 //	partial  write half a line and exit
 //	enverror answer {"error": "boom"}
+//	image    answer an image observation; metric images_sent counts the
+//	         image parts of the request
 //	anything else: count the step; reward = steps so far; "done" terminates
 //
 // The state is {"steps": n}; metrics carry the process id.
@@ -90,6 +95,17 @@ func helperMain() {
 				os.Exit(0)
 			case "enverror":
 				resp = map[string]any{"error": "boom"}
+			case "image":
+				// An image observation; the metric counts the image parts
+				// of the messages it was sent, as OpenAI content parts.
+				n := strings.Count(string(in.Bytes()), `{"type":"image_url","image_url":{"url":"data:image/png;base64,`)
+				resp = map[string]any{
+					"observations": []any{map[string]any{"role": "user", "content": []any{
+						map[string]any{"type": "text", "text": "the board:"},
+						map[string]any{"type": "image_url", "image_url": map[string]any{"url": helperImage}},
+					}}},
+					"metrics": map[string]any{"images_sent": float64(n)},
+				}
 			}
 			if resp == nil {
 				var st struct{ Steps int }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -118,6 +119,33 @@ func TestResetAndSteps(t *testing.T) {
 	e.Close()
 	if !strings.Contains(stderr.String(), "[env worker 0] helper ") {
 		t.Fatalf("stderr not prefixed: %q", stderr.String())
+	}
+}
+
+// A process environment answers image observations as OpenAI content
+// parts, and is sent them back the same way on the next step.
+func TestImageObservations(t *testing.T) {
+	e, _ := newHelperEnv(t, 1, 10*time.Second, nil)
+	defer e.Close()
+	r := rollout("traj-img", map[string]any{"word": "board"})
+	reset(t, e, r)
+	st, err := step(context.Background(), e, r, "image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []pipeline.ContentPart{{Type: "text", Text: "the board:"}, {Type: "image_url", ImageURL: helperImage}}
+	if len(st.Observations) != 1 || st.Observations[0].Content != "the board:" || !reflect.DeepEqual(st.Observations[0].Parts, want) {
+		t.Fatalf("observations %+v", st.Observations)
+	}
+	if st.Metrics["images_sent"] != 0 {
+		t.Fatalf("first step: %v images sent", st.Metrics["images_sent"])
+	}
+	// The next request's messages hold the image observation.
+	if st, err = step(context.Background(), e, r, "image"); err != nil {
+		t.Fatal(err)
+	}
+	if st.Metrics["images_sent"] != 1 {
+		t.Fatalf("second step: %v images sent, want 1", st.Metrics["images_sent"])
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -16,7 +17,10 @@ type input struct {
 	promptKey uint64
 	// question is the text searched for an arithmetic question: the last
 	// user message (chat) or the prompt (completions).
-	question  string
+	question string
+	// image is the size of the first image of the last user message
+	// (ImageSize); -1 when it holds none.
+	image     int
 	turn      int
 	sampleKey uint64
 	hasSeed   bool
@@ -70,17 +74,27 @@ func (s *Server) chatInput(msgs []pipeline.Message, params map[string]any, tools
 // tokenInput reduces a completions request whose prompt is token ids: the
 // messages and tools are read back from the ids (as the template rendered
 // them), so that the draws are those of the same conversation in chat.
+// Ids that hold no whole rendered message (a prompt cut by
+// prompt.truncation, say) are taken as a raw prompt, their detokenized
+// text, as a server takes any ids.
 func (s *Server) tokenInput(ids []int32, params map[string]any) (*input, error) {
+	if len(ids) == 0 {
+		return nil, &badRequest{"prompt: empty"}
+	}
 	msgs, tools := parseRendered(ids)
 	if len(msgs) == 0 {
-		return nil, &badRequest{"prompt: the token ids hold no message rendered by the chat template"}
+		in, err := s.completionInput(Detokenize(ids, false), params)
+		if in != nil {
+			in.promptIDs = ids
+		}
+		return in, err
 	}
 	return s.messagesInput(msgs, tools, ids, params)
 }
 
 // messagesInput reduces a conversation whose prompt ids are promptIDs.
 func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage, promptIDs []int32, params map[string]any) (*input, error) {
-	in := &input{promptIDs: promptIDs, tools: tools}
+	in := &input{promptIDs: promptIDs, tools: tools, image: -1}
 	h := newHasher()
 	for i := range msgs {
 		h.str(msgs[i].Role)
@@ -96,6 +110,13 @@ func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage,
 			in.turn++
 		case pipeline.RoleUser:
 			in.question = msgs[i].Content
+			in.image = -1
+			for _, p := range msgs[i].Parts {
+				if p.Type == pipeline.PartImage {
+					in.image = ImageSize(p.ImageURL)
+					break
+				}
+			}
 		}
 	}
 	in.game, _ = findGame(msgs)
@@ -106,7 +127,7 @@ func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage,
 func (s *Server) completionInput(prompt string, params map[string]any) (*input, error) {
 	h := newHasher()
 	h.str(prompt)
-	in := &input{promptIDs: Tokenize(prompt), promptKey: h.sum(), question: prompt}
+	in := &input{promptIDs: Tokenize(prompt), promptKey: h.sum(), question: prompt, image: -1}
 	return in, s.readParams(in, params)
 }
 
@@ -284,7 +305,14 @@ func (s *Server) generate(in *input) (*reply, error) {
 		}
 	}
 	if call == nil {
-		if right, ok := FindArithmetic(in.question); ok {
+		if in.image >= 0 {
+			// It "sees" the image: its size, answered like arithmetic.
+			n := strconv.Itoa(in.image)
+			if !correct {
+				n = wrongAnswer(n, key(s.seed, domWrong, in.promptKey, in.sampleKey, turn))
+			}
+			tail, sep = `The image has `+n+` bytes: \boxed{`+n+`}`, " "
+		} else if right, ok := FindArithmetic(in.question); ok {
 			n := right
 			if !correct {
 				n = wrongAnswer(right, key(s.seed, domWrong, in.promptKey, in.sampleKey, turn))

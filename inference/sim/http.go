@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -204,14 +205,14 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 func decodeMessages(in []wireMessage) ([]pipeline.Message, error) {
 	out := make([]pipeline.Message, 0, len(in))
 	for i, m := range in {
-		content, err := contentText(m.Content)
+		content, parts, err := contentParts(m.Content)
 		if err != nil {
 			return nil, fmt.Errorf("messages[%d].content: %v", i, err)
 		}
 		if m.Role == "" {
 			return nil, fmt.Errorf("messages[%d].role: required", i)
 		}
-		msg := pipeline.Message{Role: m.Role, Content: content, ToolCallID: m.ToolCallID, Name: m.Name}
+		msg := pipeline.Message{Role: m.Role, Content: content, Parts: parts, ToolCallID: m.ToolCallID, Name: m.Name}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, pipeline.ToolCall{ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
@@ -220,31 +221,63 @@ func decodeMessages(in []wireMessage) ([]pipeline.Message, error) {
 	return out, nil
 }
 
-// contentText reads a message content: a string, null, or a list of parts
-// whose text parts are joined.
-func contentText(raw json.RawMessage) (string, error) {
+// contentParts reads a message content: a string, null, or a list of
+// parts. Text-only lists have their texts joined (no separator); a list
+// holding an image part ({type: image_url, image_url: {url} or URL}) is
+// kept in parts, its texts joined with "\n" as trajflow joins them.
+func contentParts(raw json.RawMessage) (string, []pipeline.ContentPart, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
+		return "", nil, nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
+		return s, nil, nil
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+	var list []struct {
+		Type     string          `json:"type"`
+		Text     string          `json:"text"`
+		ImageURL json.RawMessage `json:"image_url"`
 	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("want a string or a list of content parts")
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return "", nil, errors.New("want a string or a list of content parts")
 	}
 	var b bytes.Buffer
-	for _, pt := range parts {
-		if pt.Type == "text" || pt.Type == "input_text" || pt.Type == "" {
+	var parts []pipeline.ContentPart
+	images := false
+	for i, pt := range list {
+		switch pt.Type {
+		case "text", "input_text", "":
 			b.WriteString(pt.Text)
+			parts = append(parts, pipeline.ContentPart{Type: pipeline.PartText, Text: pt.Text})
+		case "image_url", "input_image":
+			var u string
+			if json.Unmarshal(pt.ImageURL, &u) != nil {
+				var obj struct {
+					URL string `json:"url"`
+				}
+				if json.Unmarshal(pt.ImageURL, &obj) != nil {
+					return "", nil, fmt.Errorf("[%d].image_url: want {url} or a URL", i)
+				}
+				u = obj.URL
+			}
+			if err := pipeline.CheckImageURL(u); err != nil {
+				return "", nil, fmt.Errorf("[%d].image_url: %v", i, err)
+			}
+			parts = append(parts, pipeline.ContentPart{Type: pipeline.PartImage, ImageURL: u})
+			images = true
 		}
 	}
-	return b.String(), nil
+	if !images {
+		return b.String(), nil, nil
+	}
+	var texts []string
+	for _, p := range parts {
+		if p.Type == pipeline.PartText {
+			texts = append(texts, p.Text)
+		}
+	}
+	return strings.Join(texts, "\n"), parts, nil
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {

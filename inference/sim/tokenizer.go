@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -172,11 +174,15 @@ func roleToken(role string) int32 {
 // messageText is the text a message renders to: its content and, for an
 // assistant message, its tool calls.
 func messageText(m *pipeline.Message) string {
+	content := m.Content
+	if m.HasImages() {
+		content = partsText(m.Parts)
+	}
 	if len(m.ToolCalls) == 0 {
-		return m.Content
+		return content
 	}
 	var b strings.Builder
-	b.WriteString(m.Content)
+	b.WriteString(content)
 	for _, tc := range m.ToolCalls {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
@@ -184,6 +190,44 @@ func messageText(m *pipeline.Message) string {
 		b.WriteString(toolCallText(tc.Name, tc.Arguments))
 	}
 	return b.String()
+}
+
+// partsText is how the simulator's template renders a message with
+// images: its parts in order, joined with "\n", each image as a marker
+// naming what the simulator sees of it (ImageMarker).
+func partsText(parts []pipeline.ContentPart) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if p.Type == pipeline.PartImage {
+			b.WriteString(ImageMarker(p.ImageURL))
+		} else {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// ImageMarker is the text the simulator's template renders an image part
+// as (its "vision tokens"): "<image MIME N bytes sha256:HEX12>" for a data
+// URL, "<image URL>" for an http(s) URL (the simulator fetches nothing).
+func ImageMarker(u string) string {
+	if mime, data, err := pipeline.ParseDataURL(u); err == nil {
+		sum := sha256.Sum256(data)
+		return fmt.Sprintf("<image %s %d bytes sha256:%x>", mime, len(data), sum[:6])
+	}
+	return "<image " + u + ">"
+}
+
+// ImageSize is what the simulator sees of an image: a data URL's decoded
+// byte length, or an http(s) URL's length in bytes.
+func ImageSize(u string) int {
+	if _, data, err := pipeline.ParseDataURL(u); err == nil {
+		return len(data)
+	}
+	return len(u)
 }
 
 func toolCallText(name, args string) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -124,7 +125,7 @@ func TestMergeShards(t *testing.T) {
 			}
 
 			wantMeta := map[string]string{
-				pqsink.KeySchemaVersion:     "2",
+				pqsink.KeySchemaVersion:     schema.Version,
 				pqsink.KeyRunID:             "run-a",
 				pqsink.KeyModel:             "sim-model",
 				pqsink.KeyConfigFingerprint: `["fp1","fp2"]`,

@@ -117,11 +117,11 @@ func TestMergeRefusesV1(t *testing.T) {
 		want   string
 	}{
 		{"v1 alone", []string{v1File},
-			v1File + " has schema version 1; merge writes only version 2"},
+			v1File + " has schema version 1; merge writes only version " + schema.Version},
 		{"v1 first", []string{v1File, v2},
-			v1File + " has schema version 1 but " + v2File + " has 2: refusing to merge different schema versions into one output"},
+			v1File + " has schema version 1 but " + v2File + " has " + schema.Version + ": refusing to merge different schema versions into one output"},
 		{"v1 last", []string{v2, v1File},
-			v1File + " has schema version 1 but " + v2File + " has 2: refusing to merge different schema versions into one output"},
+			v1File + " has schema version 1 but " + v2File + " has " + schema.Version + ": refusing to merge different schema versions into one output"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

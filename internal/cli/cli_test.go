@@ -63,7 +63,7 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 func TestExamples(t *testing.T) {
 	// Each example has its subtest below.
 	configs, _ := filepath.Glob("../../examples/*/config.yaml")
-	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true}
+	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true}
 	for _, c := range configs {
 		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
 			t.Errorf("example %s has no subtest in TestExamples", name)
@@ -79,6 +79,18 @@ func TestExamples(t *testing.T) {
 			runExample(t, name)
 		})
 	}
+	t.Run("vlm", func(t *testing.T) {
+		rows := runExample(t, "vlm")
+		for _, r := range rows {
+			p := r.Messages[0].Parts
+			if len(p) != 2 || p[1].Type != pipeline.PartImage || !strings.HasPrefix(p[1].ImageURL, "sha256:") {
+				t.Fatalf("%s: parts %+v", r, p)
+			}
+		}
+		if len(rows) != 24 {
+			t.Fatalf("%d rows", len(rows))
+		}
+	})
 	t.Run("quickstart", func(t *testing.T) {
 		rows := runExample(t, "quickstart")
 		if len(rows) != 960 || count(rows, func(r *pipeline.Rollout) bool { return r.Reward == 1 }) == 0 {

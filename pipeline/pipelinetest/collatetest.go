@@ -127,6 +127,13 @@ func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 		r.Messages[3] = pipeline.Message{Role: pipeline.RoleTool, Content: "42", ToolCallID: fmt.Sprintf("call_%d", i),
 			Name: "calc", Turn: 1, TokenIDs: r.ResponseTokenIDs[half : half+3 : half+3], TokenStart: h, TokenEnd: h + 3}
 	}
+	if i%3 == 2 { // a prompt with an image
+		u := r.Messages[1]
+		u.Parts = []pipeline.ContentPart{{Type: pipeline.PartText, Text: u.Content},
+			{Type: pipeline.PartImage, ImageURL: fmt.Sprintf("https://img.example/%d.png", i)}}
+		r.Messages[1] = u
+		r.PromptTokensDropped = i
+	}
 	return r
 }
 

@@ -44,6 +44,7 @@ type row struct {
 	GenTokens             int64     `parquet:"gen_tokens"`
 	TotalTokens           int64     `parquet:"total_tokens"`
 	TurnGenTokens         []int32   `parquet:"turn_gen_tokens,list"`
+	PromptTokensDropped   int32     `parquet:"prompt_tokens_dropped"`
 	GenMS                 float64   `parquet:"gen_ms"`
 	EnvMS                 float64   `parquet:"env_ms"`
 	TotalMS               float64   `parquet:"total_ms"`
@@ -77,6 +78,13 @@ type message struct {
 	TokenStart int32      `parquet:"token_start"`
 	TokenEnd   int32      `parquet:"token_end"`
 	Turn       int32      `parquet:"turn"`
+	Parts      []part     `parquet:"parts,list"`
+}
+
+type part struct {
+	Type     string `parquet:"type"`
+	Text     string `parquet:"text"`
+	ImageURL string `parquet:"image_url"`
 }
 
 // converter turns records into rows. Its slices are reused between
@@ -85,6 +93,7 @@ type converter struct {
 	rows    []row
 	msgs    []message
 	tools   []toolCall
+	parts   []part
 	metrics []metric
 }
 
@@ -133,6 +142,11 @@ func (c *converter) convert(rec arrow.Record) []row {
 	mTokStart := msgSt.Field(schema.MsgTokenStart).(*array.Int32).Int32Values()
 	mTokEnd := msgSt.Field(schema.MsgTokenEnd).(*array.Int32).Int32Values()
 	mTurn := msgSt.Field(schema.MsgTurn).(*array.Int32).Int32Values()
+	mParts := msgSt.Field(schema.MsgParts).(*array.List)
+	partSt := mParts.ListValues().(*array.Struct)
+	pType := partSt.Field(schema.PartType).(*array.String)
+	pText := partSt.Field(schema.PartText).(*array.String)
+	pURL := partSt.Field(schema.PartImageURL).(*array.String)
 	promptIDs := lst(schema.ColPromptTokenIDs)
 	promptIDVals := promptIDs.ListValues().(*array.Int32).Int32Values()
 	respIDs := lst(schema.ColResponseTokenIDs)
@@ -151,6 +165,10 @@ func (c *converter) convert(rec arrow.Record) []row {
 	for j := range c.tools {
 		c.tools[j] = toolCall{ID: tID.Value(j), Type: tType.Value(j), Name: tName.Value(j), Arguments: tArgs.Value(j)}
 	}
+	c.parts = grow(c.parts, partSt.Len())
+	for j := range c.parts {
+		c.parts[j] = part{Type: pType.Value(j), Text: pText.Value(j), ImageURL: pURL.Value(j)}
+	}
 	c.msgs = grow(c.msgs, msgSt.Len())
 	for j := range c.msgs {
 		c.msgs[j] = message{
@@ -162,6 +180,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 			TokenStart: mTokStart[j],
 			TokenEnd:   mTokEnd[j],
 			Turn:       mTurn[j],
+			Parts:      listSlice(mParts, c.parts, j),
 		}
 	}
 
@@ -171,6 +190,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 	attempt, rolloutIndex, groupSize := i32(schema.ColAttempt), i32(schema.ColRolloutIndex), i32(schema.ColGroupSize)
 	numTurns, breaks, tools, retries := i32(schema.ColNumTurns), i32(schema.ColTokenContinuityBreaks), i32(schema.ColToolCalls), i32(schema.ColRetries)
 	reward, mean, std, adv := f64(schema.ColReward), f64(schema.ColGroupRewardMean), f64(schema.ColGroupRewardStd), f64(schema.ColAdvantage)
+	dropped := i32(schema.ColPromptTokensDropped)
 	genMS, envMS, totalMS := f64(schema.ColGenMS), f64(schema.ColEnvMS), f64(schema.ColTotalMS)
 
 	c.rows = grow(c.rows, n)
@@ -210,6 +230,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 			GenTokens:             gt[i],
 			TotalTokens:           tt[i],
 			TurnGenTokens:         listSlice(turnGen, turnGenVals, i),
+			PromptTokensDropped:   dropped[i],
 			GenMS:                 genMS[i],
 			EnvMS:                 envMS[i],
 			TotalMS:               totalMS[i],
@@ -230,6 +251,7 @@ func (c *converter) reset() {
 	clear(c.rows)
 	clear(c.msgs)
 	clear(c.tools)
+	clear(c.parts)
 	clear(c.metrics)
 }
 

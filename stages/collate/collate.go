@@ -58,6 +58,11 @@ type Collator struct {
 	msgTokStart *array.Int32Builder
 	msgTokEnd   *array.Int32Builder
 	msgTurn     *array.Int32Builder
+	msgParts    *array.ListBuilder
+	part        *array.StructBuilder
+	partType    *array.StringBuilder
+	partText    *array.StringBuilder
+	partURL     *array.StringBuilder
 
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
 	promptIDVals, respIDVals             *array.Int32Builder
@@ -90,6 +95,7 @@ type stage struct {
 	msgRole, msgContent, msgToolCID, msgName []string
 	msgTurn, msgTokStart, msgTokEnd          []int32
 	msgTools                                 []int32
+	msgParts                                 []int32
 
 	metricName  []string
 	metricValue []float64
@@ -155,6 +161,11 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	c.msgTokStart = c.msg.FieldBuilder(schema.MsgTokenStart).(*array.Int32Builder)
 	c.msgTokEnd = c.msg.FieldBuilder(schema.MsgTokenEnd).(*array.Int32Builder)
 	c.msgTurn = c.msg.FieldBuilder(schema.MsgTurn).(*array.Int32Builder)
+	c.msgParts = c.msg.FieldBuilder(schema.MsgParts).(*array.ListBuilder)
+	c.part = c.msgParts.ValueBuilder().(*array.StructBuilder)
+	c.partType = c.part.FieldBuilder(schema.PartType).(*array.StringBuilder)
+	c.partText = c.part.FieldBuilder(schema.PartText).(*array.StringBuilder)
+	c.partURL = c.part.FieldBuilder(schema.PartImageURL).(*array.StringBuilder)
 
 	c.promptIDs = c.b.Field(schema.ColPromptTokenIDs).(*array.ListBuilder)
 	c.respIDs = c.b.Field(schema.ColResponseTokenIDs).(*array.ListBuilder)
@@ -270,7 +281,8 @@ func (c *Collator) unstage() {
 		c.msgTokStart.AppendValues(s.msgTokStart, nil)
 		c.msgTokEnd.AppendValues(s.msgTokEnd, nil)
 		c.msgTools.AppendValues(s.msgTools, s.valid(n))
-		s.msgTurn, s.msgTokStart, s.msgTokEnd, s.msgTools = s.msgTurn[:0], s.msgTokStart[:0], s.msgTokEnd[:0], s.msgTools[:0]
+		c.msgParts.AppendValues(s.msgParts, s.valid(n))
+		s.msgTurn, s.msgTokStart, s.msgTokEnd, s.msgTools, s.msgParts = s.msgTurn[:0], s.msgTokStart[:0], s.msgTokEnd[:0], s.msgTools[:0], s.msgParts[:0]
 	}
 }
 
@@ -374,6 +386,7 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.i32[schema.ColTokenContinuityBreaks] = append(st.i32[schema.ColTokenContinuityBreaks], int32(r.TokenContinuityBreaks))
 	st.i32[schema.ColToolCalls] = append(st.i32[schema.ColToolCalls], int32(r.ToolCalls))
 	st.i32[schema.ColRetries] = append(st.i32[schema.ColRetries], int32(r.Retries))
+	st.i32[schema.ColPromptTokensDropped] = append(st.i32[schema.ColPromptTokensDropped], int32(r.PromptTokensDropped))
 	st.f64[schema.ColGroupRewardMean] = append(st.f64[schema.ColGroupRewardMean], r.GroupRewardMean)
 	st.f64[schema.ColGroupRewardStd] = append(st.f64[schema.ColGroupRewardStd], r.GroupRewardStd)
 	st.f64[schema.ColAdvantage] = append(st.f64[schema.ColAdvantage], r.Advantage)
@@ -406,6 +419,13 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 			c.toolType.Append(validUTF8(tc.Type))
 			c.toolName.Append(validUTF8(tc.Name))
 			c.toolArgs.Append(validUTF8(tc.Arguments))
+		}
+		st.msgParts = append(st.msgParts, int32(c.part.Len()))
+		for _, p := range m.Parts {
+			c.part.Append(true)
+			c.partType.Append(validUTF8(p.Type))
+			c.partText.Append(validUTF8(p.Text))
+			c.partURL.Append(validUTF8(p.ImageURL))
 		}
 		st.msgToolCID = append(st.msgToolCID, validUTF8(m.ToolCallID))
 		st.msgName = append(st.msgName, validUTF8(m.Name))

@@ -45,7 +45,7 @@ func TestSchemaHasContractColumns(t *testing.T) {
 	for _, f := range msgFields {
 		names = append(names, f.Name)
 	}
-	want := []string{"role", "content", "tool_calls", "tool_call_id", "name", "token_start", "token_end", "turn"}
+	want := []string{"role", "content", "tool_calls", "tool_call_id", "name", "token_start", "token_end", "turn", "parts"}
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("messages fields = %v, want %v", names, want)
 	}
@@ -211,7 +211,7 @@ func TestCheckSchemaNamesColumn(t *testing.T) {
 	fields := schema.Schema().Fields()
 	fields[schema.ColReward].Type = arrow.PrimitiveTypes.Float32
 	err := schema.Check(arrow.NewSchema(fields, nil))
-	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 2)` {
+	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 3)` {
 		t.Errorf("CheckSchema = %v", err)
 	}
 	if err := schema.Check(arrow.NewSchema(fields[:3], nil)); err == nil {

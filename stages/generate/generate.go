@@ -30,7 +30,37 @@ type Options struct {
 	// MaxSeqLenOf, when set, is a trajectory's own bound (its environment
 	// route's) in place of MaxSeqLen; 0: no bound.
 	MaxSeqLenOf func(r *pipeline.Rollout) int
+	// PromptMaxTokens limits the first prompt's token ids (POST /tokenize
+	// of the rendered prompt, generation prompt and tools included) to
+	// this many; 0: no limit. The client must be an inference.Tokenizer.
+	PromptMaxTokens int
+	// PromptTruncation is what a longer prompt becomes: "left" keeps its
+	// last PromptMaxTokens ids, "right" its first, "middle" its first
+	// PromptMaxTokens/2 and its last PromptMaxTokens-PromptMaxTokens/2
+	// (verl's data.truncation); these three need API tokens. "error" (or
+	// "") fails the rollout with ClassPromptTooLong.
+	PromptTruncation string
 }
+
+// ClassImageUnsupported is the error class of a rollout whose messages
+// hold an image under generate.api tokens or completions, which send
+// no image parts.
+const ClassImageUnsupported = "image_unsupported"
+
+// firstImage is the index of the first message holding an image; -1 when
+// none does.
+func firstImage(msgs []pipeline.Message) int {
+	for i := range msgs {
+		if msgs[i].HasImages() {
+			return i
+		}
+	}
+	return -1
+}
+
+// ClassPromptTooLong is the error class of a rollout whose first prompt
+// is longer than Options.PromptMaxTokens with truncation error.
+const ClassPromptTooLong = "prompt_too_long"
 
 // maxSeqLen is r's token bound; 0: none.
 func (g *Generator) maxSeqLen(r *pipeline.Rollout) int {
@@ -68,6 +98,20 @@ func New(client inference.Client, opts Options) (*Generator, error) {
 	if g.tokens() && g.tok == nil {
 		return nil, fmt.Errorf("generate.api: tokens needs a backend that tokenizes (POST /tokenize); %T cannot: use generate.api: chat", client)
 	}
+	if opts.PromptMaxTokens > 0 {
+		if g.tok == nil {
+			return nil, fmt.Errorf("prompt.max_tokens needs a backend that tokenizes (POST /tokenize); %T cannot", client)
+		}
+		switch opts.PromptTruncation {
+		case "", "error":
+		case "left", "right", "middle":
+			if !g.tokens() {
+				return nil, fmt.Errorf("prompt.truncation: %s needs generate.api: tokens", opts.PromptTruncation)
+			}
+		default:
+			return nil, fmt.Errorf("prompt.truncation: %q is not one of left, right, middle, error", opts.PromptTruncation)
+		}
+	}
 	return g, nil
 }
 
@@ -79,6 +123,17 @@ func (g *Generator) tokens() bool { return g.opts.API == "tokens" }
 // missing and to use generate.api: chat.
 func (g *Generator) Check(ctx context.Context) error {
 	if !g.tokens() {
+		if g.opts.PromptMaxTokens > 0 {
+			ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
+				Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
+			})
+			if err == nil && len(ids) == 0 {
+				err = errors.New("it returned no tokens")
+			}
+			if err != nil {
+				return fmt.Errorf("prompt.max_tokens counts the prompt with POST /tokenize: %w", err)
+			}
+		}
 		return nil
 	}
 	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
@@ -104,6 +159,13 @@ func (g *Generator) Check(ctx context.Context) error {
 // for a context-length error or when the sequence is full); Turn itself
 // returns an error only when ctx is done.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
+	if g.opts.API == "tokens" || g.opts.API == "completions" {
+		if i := firstImage(r.Messages); i >= 0 {
+			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
+				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))
+			return nil
+		}
+	}
 	ok, err := g.prepare(ctx, r)
 	if err != nil || !ok {
 		return err
@@ -183,8 +245,9 @@ func (g *Generator) Observe(ctx context.Context, r *pipeline.Rollout) error {
 // truncated. ok is false when r resolved instead.
 func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, err error) {
 	first := r.NumTurns == 0
+	limit := g.opts.PromptMaxTokens
 	switch {
-	case first && (g.tokens() || g.maxSeqLen(r) > 0 && g.tok != nil):
+	case first && (g.tokens() || limit > 0 || g.maxSeqLen(r) > 0 && g.tok != nil):
 		// The first prompt's ids: needed in tokens mode, and to know the
 		// room left in chat mode.
 		ids, err := g.tokenize(ctx, r, r.Messages, r.Tools, true)
@@ -196,7 +259,21 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the prompt: %w", err))
 				return false, nil
 			}
+			if limit > 0 {
+				r.Fail(inference.ErrorClass(err), fmt.Errorf("%s: prompt.max_tokens: POST /tokenize of the prompt: %w", rowName(r), err))
+				return false, nil
+			}
 			break // chat mode goes on without
+		}
+		if limit > 0 && len(ids) > limit {
+			// verl's truncation of raw_prompt_ids; chat mode only refuses
+			// (New allows nothing else there).
+			n := len(ids)
+			if ids, err = truncatePrompt(ids, limit, g.opts.PromptTruncation); err != nil {
+				r.Fail(ClassPromptTooLong, fmt.Errorf("%s: %w", rowName(r), err))
+				return false, nil
+			}
+			r.PromptTokensDropped = n - len(ids)
 		}
 		r.PromptTokenIDs = ids
 		setSpans(r.Messages, 0, len(ids))
@@ -232,6 +309,31 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		}
 	}
 	return true, nil
+}
+
+// rowName names r's input row for errors: its source place
+// ("tasks.jsonl:17") and task index.
+func rowName(r *pipeline.Rollout) string {
+	if r.Task.Source != "" {
+		return fmt.Sprintf("%s (task %d)", r.Task.Source, r.Task.Index)
+	}
+	return fmt.Sprintf("task %d", r.Task.Index)
+}
+
+// truncatePrompt cuts ids, longer than limit, to limit ids as mode says
+// (verl's data.truncation); "error" and "" return an error.
+func truncatePrompt(ids []int32, limit int, mode string) ([]int32, error) {
+	switch mode {
+	case "left":
+		return slices.Clone(ids[len(ids)-limit:]), nil
+	case "right":
+		return slices.Clone(ids[:limit]), nil
+	case "middle":
+		left := limit / 2
+		return slices.Concat(ids[:left], ids[len(ids)-(limit-left):]), nil
+	default:
+		return nil, fmt.Errorf("prompt.max_tokens: the prompt has %d tokens, more than %d (prompt.truncation: error)", len(ids), limit)
+	}
 }
 
 // tokenize renders msgs with the server's template. In chat mode a server

@@ -14,17 +14,90 @@ import (
 
 // Message is a message as sent to an environment: pipeline.Message without
 // token ids, logprobs and turn.
+// Its content is a string, or, for a message with images (Parts), a list
+// of OpenAI content parts: {"type": "text", "text"} and {"type":
+// "image_url", "image_url": {"url"}}. Environments may answer either
+// shape (the Responses API's input_text and input_image parts too).
 type Message struct {
 	Role       string              `json:"role"`
 	Content    string              `json:"content"`
 	ToolCalls  []pipeline.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string              `json:"tool_call_id,omitempty"`
 	Name       string              `json:"name,omitempty"`
+	// Parts are the content parts of a message with images; nil for text.
+	Parts []pipeline.ContentPart `json:"-"`
+}
+
+// messageJSON is Message's JSON shape with its content left raw.
+type messageJSON struct {
+	Role       string              `json:"role"`
+	Content    json.RawMessage     `json:"content"`
+	ToolCalls  []pipeline.ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string              `json:"tool_call_id,omitempty"`
+	Name       string              `json:"name,omitempty"`
+}
+
+type wirePart struct {
+	Type     string        `json:"type"`
+	Text     *string       `json:"text,omitempty"`
+	ImageURL *wireImageURL `json:"image_url,omitempty"`
+}
+
+type wireImageURL struct {
+	URL string `json:"url"`
+}
+
+// MarshalJSON writes the content as a string, or as content parts when
+// the message holds images.
+func (m Message) MarshalJSON() ([]byte, error) {
+	j := messageJSON{Role: m.Role, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+	var err error
+	if len(m.Parts) == 0 {
+		j.Content, err = json.Marshal(m.Content)
+	} else {
+		parts := make([]wirePart, len(m.Parts))
+		for i, p := range m.Parts {
+			if p.Type == pipeline.PartImage {
+				parts[i] = wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: p.ImageURL}}
+			} else {
+				t := p.Text
+				parts[i] = wirePart{Type: "text", Text: &t}
+			}
+		}
+		j.Content, err = json.Marshal(parts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads a message strictly (no unknown keys); its content
+// is a string, null or a list of content parts (pipeline.DecodeContent).
+func (m *Message) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var j messageJSON
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	var v any
+	if len(bytes.TrimSpace(j.Content)) > 0 {
+		if err := json.Unmarshal(j.Content, &v); err != nil {
+			return err
+		}
+	}
+	text, parts, err := pipeline.DecodeContent(v, "content")
+	if err != nil {
+		return err
+	}
+	*m = Message{Role: j.Role, Content: text, Parts: parts, ToolCalls: j.ToolCalls, ToolCallID: j.ToolCallID, Name: j.Name}
+	return nil
 }
 
 // FromMessage strips m to its wire form.
 func FromMessage(m pipeline.Message) Message {
-	return Message{Role: m.Role, Content: m.Content, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+	return Message{Role: m.Role, Content: m.Content, Parts: m.Parts, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 }
 
 // FromMessages strips every message to its wire form.
@@ -192,7 +265,7 @@ func (r *Response) messages() []pipeline.Message {
 	}
 	out := make([]pipeline.Message, len(r.Observations))
 	for i, m := range r.Observations {
-		out[i] = pipeline.Message{Role: m.Role, Content: m.Content, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+		out[i] = pipeline.Message{Role: m.Role, Content: m.Content, Parts: m.Parts, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 	}
 	return out
 }

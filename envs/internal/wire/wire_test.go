@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -84,7 +85,9 @@ func TestRequests(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{}`, `{"observations":[{"role":"tool","content":"x","tool_call_id":"c"}],"state":[1]}`, `{"error":null}`, `nope`, `{"metrics":{"a":1e308}}`} {
+	for _, s := range []string{`{}`, `{"observations":[{"role":"tool","content":"x","tool_call_id":"c"}],"state":[1]}`, `{"error":null}`, `nope`, `{"metrics":{"a":1e308}}`,
+		`{"observations":[{"content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
+		`{"observations":[{"content":[{"type":"input_image","image_url":"https://h/x.png"},"y"]}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -99,4 +102,34 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded response does not re-encode: %v", err)
 		}
 	})
+}
+
+// An observation may hold images: content parts are read from a response
+// and written back as OpenAI chat parts in the next request.
+func TestImageObservations(t *testing.T) {
+	const png = "data:image/png;base64,iVBORw0KGgo="
+	r, err := Decode([]byte(`{"observations":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"` + png + `"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.Observations[0]
+	want := []pipeline.ContentPart{{Type: "text", Text: "look"}, {Type: "image_url", ImageURL: png}}
+	if m.Content != "look" || !reflect.DeepEqual(m.Parts, want) {
+		t.Fatalf("decoded %+v", m)
+	}
+	b, err := json.Marshal(FromMessage(pipeline.Message{Role: "user", Content: "look", Parts: want}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := `{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"` + png + `"}}]}`; string(b) != got {
+		t.Errorf("encoded %s", b)
+	}
+	for _, bad := range []string{
+		`{"observations":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"file:///x.png"}}]}]}`,
+		`{"observations":[{"role":"user","content":"x","extra":1}]}`,
+	} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
 }

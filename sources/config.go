@@ -37,7 +37,6 @@ const (
 	TaskIndexDedup = "dedup"
 )
 
-
 // SetDefaults fills the keys left unset.
 func (c *Config) SetDefaults() {
 	if c.OnBadRow == "" {

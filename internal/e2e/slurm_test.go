@@ -40,7 +40,7 @@ func requireSlurm(t *testing.T) {
 	t.Helper()
 	var missing []string
 	for _, tool := range slurmTools {
-		if _, err := exec.LookPath(tool); err != nil {
+		if _, err := lookTool(tool); err != nil {
 			missing = append(missing, tool)
 		}
 	}
@@ -55,6 +55,21 @@ func requireSlurm(t *testing.T) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+// lookTool finds a Slurm or munge command on the PATH, or in /usr/sbin
+// and /sbin (where Debian puts the daemons) when the PATH lacks them.
+func lookTool(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if fi, serr := os.Stat(filepath.Join(dir, name)); serr == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return filepath.Join(dir, name), nil
+		}
+	}
+	return "", err
 }
 
 // freePort returns a TCP port nothing listens on now.
@@ -154,7 +169,11 @@ func (c *cluster) start(name string, args ...string) {
 		c.t.Fatal(err)
 	}
 	defer out.Close()
-	cmd := exec.Command(name, args...)
+	path, err := lookTool(name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

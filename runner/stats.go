@@ -30,11 +30,11 @@ type stats struct {
 	// unfiltered counts the kept groups that groups.on_exhausted:
 	// keep_unfiltered kept without the keep rule.
 	unfiltered int
-	dropped      map[string]int
-	rewardSum    float64
-	rewardN      int
-	errClasses   map[string]int
-	lastError    string
+	dropped    map[string]int
+	rewardSum  float64
+	rewardN    int
+	errClasses map[string]int
+	lastError  string
 }
 
 func newStats() *stats {

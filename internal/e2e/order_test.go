@@ -68,8 +68,8 @@ func keptGroups(t *testing.T, dir string) []string {
 // outcome is what a reference run (no target) says of each task: its
 // groups by attempt, kept or dropped.
 type outcome struct {
-	kept    map[int64]int    // task → the attempt that was kept
-	dropped map[int64][]int  // task → the attempts dropped by the rule
+	kept    map[int64]int     // task → the attempt that was kept
+	dropped map[int64][]int   // task → the attempts dropped by the rule
 	reason  map[string]string // "task/attempt" → filter reason
 }
 

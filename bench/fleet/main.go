@@ -4,7 +4,7 @@
 // in this process; trajflow runs as a child process (`trajflow run`), so
 // that its CPU time and peak RSS (getrusage of the child) are its own.
 //
-//	go run ./bench/fleet            # 32 endpoints, 16,000 in flight, 64,000 requests
+//	go run ./bench/fleet            # 32 endpoints, 16,000 in flight, 64,000 requests, ~3 min
 //	go run ./bench/fleet -quick     # smoke run, seconds
 //
 // It reports the schedule efficiency against the fleet's ideal makespan,
@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	inflight := fs.Int("inflight", 16000, "generate.concurrency: requests in flight")
 	tasks := fs.Int("tasks", 16000, "tasks (each repeat.n rollouts of one request)")
 	n := fs.Int("n", 4, "repeat.n")
-	scale := fs.Float64("scale", 1, "simulator time scale")
+	scale := fs.Float64("scale", 16, "simulator time scale (16: a request lasts about 26 s at a full batch, long enough for 16,000 in flight on a loaded 2-core machine)")
 	maxTokens := fs.Int("max-tokens", 256, "max_tokens of every request (the short preset's cap)")
 	jsonPath := fs.String("json", "", "also write the result as JSON to this file")
 	if err := fs.Parse(args); err != nil {

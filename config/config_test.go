@@ -33,6 +33,8 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 			[]string{`--set prompt.user="Solve: {q}: the value is not valid YAML`, `--set 'prompt.user="Solve: {q}"'`}},
 		{"set with an unclosed list", base, []string{"generate.endpoints=[sim://"}, []string{"--set generate.endpoints=[sim://: the value is not valid YAML"}},
 		{"mean_in shape", base + "groups: {keep: mean_in, mean_in: [0.9, 0.1]}\n", nil, []string{"groups.mean_in: want [lo, hi]"}},
+		{"groups order and on_exhausted", base + "groups: {order: random, on_exhausted: keep_unfiltered}\n", nil,
+			[]string{`cfg.yaml: line 2: groups.order: "random" is not one of completion, task`, "cfg.yaml: line 2: groups.on_exhausted: keep_unfiltered fills up to groups.target, but no target is set"}},
 		{"set unknown key", base, []string{"repeat.nn=3"}, []string{"repeat.nn: unknown key"}},
 		{"set malformed", base, []string{"repeat.n"}, []string{`--set "repeat.n": want section.key=value`}},
 		{"set into a scalar", base, []string{"source.path.x=1"}, []string{"source.path is not a section"}},

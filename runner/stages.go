@@ -35,7 +35,7 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 			if act == groups.ActRead {
 				t, err := r.source.Next(ctx)
 				if errors.Is(err, io.EOF) {
-					ctl.ReadDone(false)
+					ctl.ReadDone(nil)
 					continue
 				}
 				if err != nil {
@@ -43,19 +43,19 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 						return err
 					}
 					// A bad row or page: stop admitting, commit what finished.
-					ctl.ReadDone(false)
+					ctl.ReadDone(nil)
 					if !strings.HasPrefix(err.Error(), "source: ") {
 						err = fmt.Errorf("source: %w", err)
 					}
 					r.fail(err)
 					continue
 				}
-				ctl.ReadDone(true)
+				ctl.ReadDone(t)
 				r.stats.tasks.Add(1)
 				skip, attempt := r.done.skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
 					r.stats.skipped.Add(1)
-					ctl.Abandon()
+					ctl.Abandon(t)
 					continue
 				}
 				j = groups.Job{Task: t, Attempt: attempt, Fresh: true}
@@ -84,7 +84,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 		}
 		if err != nil {
-			r.ctl.Abandon()
+			r.ctl.Abandon(j.Task)
 			if r.cfg.Source.OnBadRow != "skip" {
 				// Stop admitting, commit what finished.
 				r.fail(fatal)
@@ -135,6 +135,42 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	// resumed run redoes it (run.resume_errors), so data/ holds every
 	// rollout at most once.
 	rule.DropErrors = true
+	// decide routes each decided group to its output directory.
+	decide := func(ds []groups.Decision) ([]routed, error) {
+		var out []routed
+		for _, d := range ds {
+			gr := d.Group
+			switch d.Verdict {
+			case groups.Surplus:
+				groups.MarkSurplus(gr)
+			case groups.KeepUnfiltered:
+				groups.MarkUnfiltered(gr)
+			}
+			r.stats.group(gr)
+			switch {
+			case d.Verdict == groups.Keep || d.Verdict == groups.KeepUnfiltered:
+				out = append(out, routed{gr, DataDir})
+			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":
+				out = append(out, routed{gr, SurplusDir})
+			case gr.FilterReason == groups.ReasonError:
+				out = append(out, routed{gr, ErrorsDir})
+			case cfg.Output.Filtered:
+				out = append(out, routed{gr, FilteredDir})
+			default:
+				continue
+			}
+			if r.images != nil {
+				// The bytes are on disk before the rows that name them go
+				// to the sinks.
+				for _, m := range gr.Rollouts {
+					if err := r.images.Externalize(m.Messages); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		return out, nil
+	}
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
 		ro.Error = r.red.String(ro.Error) // servers and environments may echo a URL or a key
 		r.stats.resolve(ro)
@@ -151,38 +187,19 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		if r.cutOff(gr) {
 			// Unfinished work of a stop: not committed, redone on resume.
 			r.stats.cutOff(gr)
-			r.ctl.Abandon()
+			r.ctl.CutOff()
 			return nil, nil
 		}
 		rule.Apply(gr)
-		v := r.ctl.GroupDone(gr, ro.Task)
-		if v == groups.Surplus {
-			groups.MarkSurplus(gr)
+		return decide(r.ctl.GroupDone(gr, ro.Task))
+	}).OnFlush(func(ctx context.Context) ([]routed, error) {
+		out, held := r.ctl.Flush()
+		for _, gr := range held {
+			// Finished, but behind a task a stop cut off (groups.order:
+			// task): not committed, redone on resume.
+			r.stats.cutOff(gr)
 		}
-		r.stats.group(gr)
-		var dest string
-		switch {
-		case v == groups.Keep:
-			dest = DataDir
-		case v == groups.Surplus && cfg.Groups.OnTarget == "drain":
-			dest = SurplusDir
-		case gr.FilterReason == groups.ReasonError:
-			dest = ErrorsDir
-		case cfg.Output.Filtered:
-			dest = FilteredDir
-		default:
-			return nil, nil
-		}
-		if r.images != nil {
-			// The bytes are on disk before the rows that name them go to
-			// the sinks.
-			for _, m := range gr.Rollouts {
-				if err := r.images.Externalize(m.Messages); err != nil {
-					return nil, err
-				}
-			}
-		}
-		return []routed{{gr, dest}}, nil
+		return decide(out)
 	})
 }
 

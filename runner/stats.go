@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/sources"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // stats counts a run's work as it goes. Counters are read by the progress
@@ -28,11 +29,14 @@ type stats struct {
 
 	mu           sync.Mutex
 	groups, kept int
-	dropped      map[string]int
-	rewardSum    float64
-	rewardN      int
-	errClasses   map[string]int
-	lastError    string
+	// unfiltered counts the kept groups that groups.on_exhausted:
+	// keep_unfiltered kept without the keep rule.
+	unfiltered int
+	dropped    map[string]int
+	rewardSum  float64
+	rewardN    int
+	errClasses map[string]int
+	lastError  string
 }
 
 func newStats() *stats {
@@ -72,6 +76,9 @@ func (s *stats) group(g *pipeline.Group) {
 		return
 	}
 	s.kept++
+	if strings.HasPrefix(g.FilterReason, groups.ReasonUnfiltered) {
+		s.unfiltered++
+	}
 	for _, r := range g.Rollouts {
 		s.keptTokens.Add(int64(r.CompletionTokens))
 		if r.Status == pipeline.StatusOK {
@@ -177,6 +184,9 @@ type Summary struct {
 	Rows int64
 	// Groups finished, kept, and dropped by reason.
 	Groups, Kept int
+	// Unfiltered counts the kept groups that groups.on_exhausted:
+	// keep_unfiltered kept without the keep rule (included in Kept).
+	Unfiltered   int
 	Dropped      map[string]int
 	ErrorClasses map[string]int
 	// MeanReward is over the ok rollouts of kept groups.
@@ -202,7 +212,7 @@ func (r *run) summary(err error) *Summary {
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
-		Groups: s.groups, Kept: s.kept, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
+		Groups: s.groups, Kept: s.kept, Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
 		Interrupted: err != nil,
 	}
@@ -241,6 +251,9 @@ func (s *Summary) String() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "groups: %d finished, %d kept", s.Groups, s.Kept)
+	if s.Unfiltered > 0 {
+		fmt.Fprintf(&b, " (%d of them unfiltered: the input ran out short of the target)", s.Unfiltered)
+	}
 	for _, k := range sortedKeys(s.Dropped) {
 		fmt.Fprintf(&b, ", %d dropped (%s)", s.Dropped[k], k)
 	}

@@ -287,6 +287,18 @@ func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *con
 	if err != nil {
 		return rows, err
 	}
+	if w.Target > 0 {
+		// The same run with groups.order: task: the cost of committing
+		// the first K passing groups in task order.
+		tc := *cfg
+		tc.Groups.Order = "task"
+		tc.Output.Dir = cfg.Output.Dir + "-order-task"
+		row, err := runTrajflow(ctx, srv, &tc, w, ideal, oracle)
+		rows = append(rows, row)
+		if err != nil {
+			return rows, err
+		}
+	}
 	if o.noRef {
 		return rows, nil
 	}
@@ -341,6 +353,9 @@ func measure(ctx context.Context, srv *harness.SimHTTP, rec *harness.Recorder, r
 
 func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, oracle []harness.OracleGroup) (Row, error) {
 	row := Row{Workload: w.Name, Schedule: "trajflow"}
+	if cfg.Groups.Order == "task" {
+		row.Schedule = "trajflow, order: task"
+	}
 	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {
 		return row, err
@@ -370,6 +385,21 @@ func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, 
 		notes = append(notes, fmt.Sprintf("committed %d groups, %d with zero std, %d rows not kept", c.Groups, c.ZeroStd, c.NotKept))
 		if c.Groups != w.Target || c.ZeroStd != 0 || c.NotKept != 0 {
 			err = fmt.Errorf("committed %d groups (%d zero std, %d rows not kept), want exactly %d kept groups with nonzero std", c.Groups, c.ZeroStd, c.NotKept, w.Target)
+		}
+		if cfg.Groups.Order == "task" {
+			// Exactly the first K passing groups in task order.
+			prefix, _ := harness.Prefix(oracle, w.Target)
+			var want []int64
+			for _, g := range prefix {
+				if g.Kept {
+					want = append(want, g.Task)
+				}
+			}
+			if fmt.Sprint(c.Tasks) != fmt.Sprint(want) {
+				err = errors.Join(err, fmt.Errorf("order: task committed the groups of tasks %v, want the first %d passing in task order %v", c.Tasks, w.Target, want))
+			} else {
+				notes = append(notes, "the first K passing in task order")
+			}
 		}
 	} else {
 		// Every trajectory ran exactly as the oracle says.

@@ -30,6 +30,17 @@ type Config struct {
 	// MaxInflight bounds the groups in flight (0: derived from the
 	// generate and env concurrency).
 	MaxInflight int `yaml:"max_inflight"`
+	// Order is completion (a group is committed as soon as it finishes)
+	// or task (groups are committed in the order their tasks were read:
+	// a group waits until every earlier task is resolved, so that the
+	// kept set under a target is the first passing groups in task order,
+	// the same in every run).
+	Order string `yaml:"order"`
+	// OnExhausted is what a run short of its target does when the input
+	// ends: exit (commit what was kept, exit code 3) or keep_unfiltered
+	// (fill up to the target with the last attempts of tasks the keep
+	// rule dropped, committed without the rule and marked).
+	OnExhausted string `yaml:"on_exhausted"`
 }
 
 // SetDefaults fills the keys left unset.
@@ -43,6 +54,8 @@ func (c *Config) SetDefaults() {
 	def(&c.Baseline, "mean")
 	def(&c.OnTarget, "cancel")
 	def(&c.Resample, "same_task")
+	def(&c.Order, "completion")
+	def(&c.OnExhausted, "exit")
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 1
 	}
@@ -65,6 +78,11 @@ func (c *Config) Validate() error {
 	}
 	p.OneOf("on_target", c.OnTarget, "cancel", "drain")
 	p.OneOf("resample", c.Resample, "same_task", "next_task")
+	p.OneOf("order", c.Order, "completion", "task")
+	p.OneOf("on_exhausted", c.OnExhausted, "exit", "keep_unfiltered")
+	if c.OnExhausted == "keep_unfiltered" && c.Target == 0 {
+		p.Add("on_exhausted", "keep_unfiltered fills up to groups.target, but no target is set")
+	}
 	if c.MaxAttempts < 1 {
 		p.Add("max_attempts", "must be >= 1, got %d", c.MaxAttempts)
 	}

@@ -21,12 +21,20 @@ type Job struct {
 // the observed keep rate says are still needed to reach K, stops pulling
 // tasks once K groups are kept, and tells the pipeline to stop. It also
 // carries dropped tasks back for another attempt (groups.max_attempts).
+//
+// With groups.order: task it also puts finished groups back in the order
+// their tasks were read: a task's final group (kept, or dropped with no
+// attempt left) is held until every earlier task is resolved, and only then
+// counted and committed. The kept set under a target is then the first K
+// passing groups in task order, whatever the timing.
 type Controller struct {
 	target      int
 	maxGroups   int
 	maxAttempts int
 	resampling  bool
 	onReached   func()
+	ordered     bool
+	unfiltered  bool
 
 	mu        sync.Mutex
 	changed   chan struct{}
@@ -37,6 +45,31 @@ type Controller struct {
 	exhausted bool
 	reached   bool
 	stopped   bool
+
+	// order: the tasks read and not yet released, in read order, and
+	// their slots; heldKept counts the kept groups among them.
+	order    []int64
+	slots    map[int64]*slot
+	heldKept int
+	// cands are the last attempts the keep rule dropped, first first,
+	// that groups.on_exhausted: keep_unfiltered may still keep: at most
+	// as many as the target still needs.
+	cands []*pipeline.Group
+	// out are decisions made by a call that does not return them
+	// (Abandon), for the next GroupDone or Flush.
+	out []Decision
+}
+
+// slot is one read task's state under groups.order: task.
+type slot struct {
+	resolved bool
+	group    *pipeline.Group // its final group; nil: none (rejected, skipped)
+}
+
+// Decision is what becomes of one finished group.
+type Decision struct {
+	Group   *pipeline.Group
+	Verdict Verdict
 }
 
 // NewController returns the controller of the groups config: at most
@@ -45,6 +78,8 @@ type Controller struct {
 func NewController(cfg Config, maxGroups, kept int, onReached func()) *Controller {
 	c := newController(cfg.Target, maxGroups, cfg.MaxAttempts, cfg.Resample == "same_task", onReached)
 	c.kept = kept
+	c.ordered = cfg.Order == "task"
+	c.unfiltered = cfg.OnExhausted == "keep_unfiltered"
 	return c
 }
 
@@ -52,6 +87,7 @@ func newController(target, maxGroups, maxAttempts int, resampling bool, onReache
 	return &Controller{
 		target: target, maxGroups: max(maxGroups, 1), maxAttempts: max(maxAttempts, 1),
 		resampling: resampling, onReached: onReached, changed: make(chan struct{}, 1),
+		slots: map[int64]*slot{},
 	}
 }
 
@@ -96,7 +132,7 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 			c.inflight++
 			c.mu.Unlock()
 			return ActRepeat, j, nil
-		case !c.exhausted && c.inflight < c.budget():
+		case !c.exhausted && c.inflight < c.budget() && c.open():
 			c.inflight++
 			c.mu.Unlock()
 			return ActRead, Job{}, nil
@@ -113,28 +149,49 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 	}
 }
 
-// ReadDone reports the outcome of an ActRead: ok false means the input
-// ended, so the group handed out is not in flight after all.
-func (c *Controller) ReadDone(ok bool) {
-	if ok {
+// ReadDone reports the outcome of an ActRead: the task read, or nil when
+// the input ended, so the group handed out is not in flight after all.
+func (c *Controller) ReadDone(t *pipeline.Task) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t != nil {
+		if c.ordered {
+			c.order = append(c.order, t.Index)
+			c.slots[t.Index] = &slot{}
+		}
 		return
 	}
-	c.mu.Lock()
 	c.inflight--
 	c.exhausted = true
-	c.mu.Unlock()
 	c.signal()
 }
 
+// open reports whether task order lets another task be read: the tasks
+// read and not yet released (in flight, or finished and waiting for an
+// earlier one) stay within a window of windowGroups× the bound in flight,
+// so that one slow task holds back a bounded number of finished groups.
+func (c *Controller) open() bool {
+	return !c.ordered || len(c.order) < windowGroups*c.maxGroups
+}
+
+// windowGroups is the task-order window in multiples of the groups in
+// flight.
+const windowGroups = 4
+
 // budget is the number of groups to keep in flight. Under a target it is
 // the groups still needed divided by the keep rate seen so far (with one
-// pseudo-observation each way, so it starts at 2× the need).
+// pseudo-observation each way, so it starts at 2× the need). Under task
+// order the kept groups held for an earlier task count as kept: when they
+// hold the need, no further task is read.
 func (c *Controller) budget() int {
 	if c.target == 0 {
 		return c.maxGroups
 	}
-	need := float64(c.target - c.kept)
-	rate := (float64(c.kept) + 1) / (float64(c.finished) + 2)
+	if c.kept+c.heldKept >= c.target {
+		return 0
+	}
+	need := float64(c.target - c.kept - c.heldKept)
+	rate := (float64(c.kept+c.heldKept) + 1) / (float64(c.finished) + 2)
 	// need/rate groups hold the need only on average; falling short by
 	// one costs a whole further group's latency, so add a safety margin
 	// of marginZ standard deviations of the kept count.
@@ -153,47 +210,177 @@ const marginZ = 0.8
 type Verdict int
 
 const (
-	Keep    Verdict = iota
-	Drop            // the keep rule dropped it
-	Surplus         // finished after the target was reached
+	Keep           Verdict = iota
+	Drop                   // the keep rule dropped it
+	Surplus                // finished after the target was reached
+	KeepUnfiltered         // a last attempt the keep rule dropped, kept to fill the target (groups.on_exhausted)
 )
 
 // GroupDone records a finished group (after its keep rule ran) and says
-// what to do with it. Groups finishing after the target are surplus.
-func (c *Controller) GroupDone(g *pipeline.Group, task *pipeline.Task) Verdict {
+// what to do with the groups it releases: under completion order the group
+// itself; under task order the groups, in task order, that were waiting
+// for it (none while an earlier task is unresolved). Groups finishing
+// after the target are surplus. A group that groups.on_exhausted:
+// keep_unfiltered may still keep is held until the target is reached or
+// Flush.
+func (c *Controller) GroupDone(g *pipeline.Group, task *pipeline.Task) []Decision {
 	c.mu.Lock()
 	c.inflight--
 	c.finished++
-	v := Drop
+	was := c.reached
 	switch {
 	case c.reached:
-		v = Surplus
-	case g.Kept:
-		v = Keep
-		c.kept++
-		if c.target > 0 && c.kept >= c.target {
-			c.reached = true
-			c.again = nil
-		}
-	case c.resampling && g.Key.Attempt+1 < c.maxAttempts && g.FilterReason != ReasonError:
+		c.out = append(c.out, Decision{g, Surplus})
+	case !g.Kept && c.resampling && g.Key.Attempt+1 < c.maxAttempts && g.FilterReason != ReasonError:
+		// Not the task's last word: dropped at once, sampled again.
 		c.again = append(c.again, Job{Task: task, Attempt: g.Key.Attempt + 1})
+		c.out = append(c.out, Decision{g, Drop})
+	case c.ordered:
+		if s := c.slots[task.Index]; s != nil {
+			s.resolved, s.group = true, g
+			if g.Kept {
+				c.heldKept++
+			}
+			c.release()
+			break
+		}
+		c.commit(g) // a task not read by this controller (a test's)
+	default:
+		c.commit(g)
 	}
-	reached := v == Keep && c.reached
+	out := c.takeOut()
+	reached := c.reached && !was
 	c.mu.Unlock()
 	c.signal()
 	if reached && c.onReached != nil {
 		c.onReached()
 	}
-	return v
+	return out
 }
 
-// Abandon gives back a group handed out that will never finish (its task
-// was rejected).
-func (c *Controller) Abandon() {
+// release commits, in task order, the final groups of the resolved tasks
+// at the head of the order.
+func (c *Controller) release() {
+	for len(c.order) > 0 {
+		s := c.slots[c.order[0]]
+		if !s.resolved {
+			return
+		}
+		delete(c.slots, c.order[0])
+		c.order = c.order[1:]
+		if s.group == nil {
+			continue
+		}
+		if s.group.Kept {
+			c.heldKept--
+		}
+		if c.reached {
+			c.out = append(c.out, Decision{s.group, Surplus})
+			continue
+		}
+		c.commit(s.group)
+	}
+}
+
+// commit decides a task's final group: kept (counting towards the target),
+// a candidate for keep_unfiltered, or dropped.
+func (c *Controller) commit(g *pipeline.Group) {
+	switch {
+	case g.Kept:
+		c.out = append(c.out, Decision{g, Keep})
+		c.kept++
+		if c.target > 0 && c.kept >= c.target {
+			c.reached = true
+			c.again = nil
+			// The candidates are not needed: they are dropped groups.
+			for _, cg := range c.cands {
+				c.out = append(c.out, Decision{cg, Drop})
+			}
+			c.cands = nil
+		}
+		c.trimCands()
+	case c.unfiltered && g.FilterReason != ReasonError && g.FilterReason != ReasonTarget:
+		c.cands = append(c.cands, g)
+		c.trimCands()
+	default:
+		c.out = append(c.out, Decision{g, Drop})
+	}
+}
+
+// trimCands drops the candidates beyond what the target still needs.
+func (c *Controller) trimCands() {
+	need := max(c.target-c.kept, 0)
+	for len(c.cands) > need {
+		last := c.cands[len(c.cands)-1]
+		c.cands = c.cands[:len(c.cands)-1]
+		c.out = append(c.out, Decision{last, Drop})
+	}
+}
+
+func (c *Controller) takeOut() []Decision {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// Abandon gives back a group handed out that will never finish because its
+// task was rejected or was committed by an earlier run: under task order
+// the task counts as resolved. The groups this releases come with the next
+// GroupDone or Flush.
+func (c *Controller) Abandon(task *pipeline.Task) {
+	c.mu.Lock()
+	c.inflight--
+	was := c.reached
+	if s := c.slots[task.Index]; c.ordered && s != nil {
+		s.resolved = true
+		c.release()
+	}
+	reached := c.reached && !was
+	c.mu.Unlock()
+	c.signal()
+	if reached && c.onReached != nil {
+		c.onReached()
+	}
+}
+
+// CutOff gives back a group a stop cut off: it is not committed, and under
+// task order no later task's group is committed either (a resumed run
+// redoes them in order).
+func (c *Controller) CutOff() {
 	c.mu.Lock()
 	c.inflight--
 	c.mu.Unlock()
 	c.signal()
+}
+
+// Flush is called once the input of the group stage ended. It returns the
+// decisions still owed: groups released by an Abandon and, when the input
+// ran out (not a stop) short of the target under groups.on_exhausted:
+// keep_unfiltered, the candidates that fill it (KeepUnfiltered; marked
+// with MarkUnfiltered by the caller); after a stop the candidates are
+// dropped. Held groups that an unresolved earlier task still blocks (a
+// stop cut it off) are returned as held: they are not committed.
+func (c *Controller) Flush() (out []Decision, held []*pipeline.Group) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := KeepUnfiltered
+	if c.stopped || c.reached {
+		v = Drop
+	}
+	for _, g := range c.cands {
+		c.out = append(c.out, Decision{g, v})
+		if v == KeepUnfiltered {
+			c.kept++
+		}
+	}
+	c.cands = nil
+	for _, idx := range c.order {
+		if s := c.slots[idx]; s.group != nil {
+			held = append(held, s.group)
+		}
+	}
+	c.order, c.slots, c.heldKept = nil, map[int64]*slot{}, 0
+	return c.takeOut(), held
 }
 
 // Stop ends admission: Next hands out no more groups and returns ActDone,
@@ -218,6 +405,24 @@ func (c *Controller) signal() {
 	select {
 	case c.changed <- struct{}{}:
 	default:
+	}
+}
+
+// ReasonUnfiltered prefixes the filter reason of a group kept by
+// groups.on_exhausted: keep_unfiltered ("unfiltered:zero_std"): kept,
+// although the keep rule dropped it.
+const ReasonUnfiltered = "unfiltered:"
+
+// MarkUnfiltered marks a group the keep rule dropped as kept without the
+// rule: kept, its filter reason prefixed with ReasonUnfiltered, its
+// filtered members ok again.
+func MarkUnfiltered(g *pipeline.Group) {
+	g.Kept, g.FilterReason = true, ReasonUnfiltered+g.FilterReason
+	for _, r := range g.Rollouts {
+		r.Kept, r.FilterReason = true, g.FilterReason
+		if r.Status == pipeline.StatusFiltered {
+			r.Status = pipeline.StatusOK
+		}
 	}
 }
 

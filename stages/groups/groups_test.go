@@ -165,7 +165,7 @@ func TestStopEndsAdmission(t *testing.T) {
 	if act, _, err := c.Next(ctx); err != nil || act != groups.ActRead {
 		t.Fatalf("first Next: %v %v", act, err)
 	}
-	c.ReadDone(true)
+	c.ReadDone(&pipeline.Task{})
 	done := make(chan groups.Action)
 	go func() { act, _, _ := c.Next(ctx); done <- act }() // waits: one group in flight of one
 	select {

@@ -89,9 +89,11 @@ type ChildRun struct {
 	Wall time.Duration
 	// CPU is the child's user + system time; MaxRSS its peak resident set
 	// (getrusage of the child, ru_maxrss).
-	CPU    time.Duration
-	MaxRSS int64 // bytes
-	Stdout string
+	CPU time.Duration
+	// User and Sys are the two parts of CPU.
+	User, Sys time.Duration
+	MaxRSS    int64 // bytes
+	Stdout    string
 }
 
 // RunChild runs `trajflow run CONFIG --quiet SETS…` as a child process and
@@ -112,7 +114,8 @@ func RunChild(ctx context.Context, config string, sets ...string) (ChildRun, err
 	res := ChildRun{Wall: time.Since(start), Stdout: stdout.String()}
 	if ps := cmd.ProcessState; ps != nil {
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			res.User, res.Sys = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+			res.CPU = res.User + res.Sys
 			res.MaxRSS = ru.Maxrss * 1024 // kilobytes on Linux
 		}
 	}

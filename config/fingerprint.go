@@ -58,16 +58,25 @@ func (c *Config) Semantic() map[string]string {
 	if ti := c.Source.TaskIndex; ti != "" && ti != sources.TaskIndexLine {
 		sem["source.task_index"] = ti
 	}
+	// Keys added later are present only when set, so that the
+	// fingerprints of outputs made before them stay.
+	if c.Env.InvalidActionPenalty != 0 {
+		sem["env.invalid_action_penalty"] = c.Env.InvalidActionPenalty
+	}
 	if c.Env.Routed() {
 		// Each route's environment, its semantic options and limits; the
 		// keys of a run without routes stay as they were.
 		sem["env.route_field"] = c.Env.RouteField
 		routes := map[string]any{}
 		for key, r := range c.Env.Routes {
-			routes[key] = map[string]any{
+			rt := map[string]any{
 				"name": r.Name, "max_turns": r.MaxTurns, "max_seq_len": r.MaxSeqLen,
 				"options": semanticOptions(r.Name, r.Options),
 			}
+			if r.InvalidActionPenalty != 0 {
+				rt["invalid_action_penalty"] = r.InvalidActionPenalty
+			}
+			routes[key] = rt
 		}
 		sem["env.routes"] = routes
 	}

@@ -2,6 +2,7 @@ package envstep
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -34,6 +35,10 @@ type Config struct {
 	// name defaults to its key; its scheduling keys left unset take this
 	// section's.
 	Routes map[string]*Config `yaml:"routes"`
+	// InvalidActionPenalty is subtracted from the reward of each step
+	// whose action the environment marked invalid (is_action_valid:
+	// false); 0: none.
+	InvalidActionPenalty float64 `yaml:"invalid_action_penalty"`
 	// Options are the environment's own keys (e.g. answer_field); the
 	// environment's factory checks them.
 	Options map[string]any `yaml:",inline"`
@@ -76,6 +81,9 @@ func (c *Config) SetDefaults() {
 		}
 		if r.Timeout == 0 {
 			r.Timeout = c.Timeout
+		}
+		if r.InvalidActionPenalty == 0 {
+			r.InvalidActionPenalty = c.InvalidActionPenalty
 		}
 	}
 }
@@ -134,11 +142,15 @@ func (c *Config) validateLimits(p *pipeline.Problems) {
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be >= 1, got %d", c.Concurrency)
 	}
+	if math.IsNaN(c.InvalidActionPenalty) || math.IsInf(c.InvalidActionPenalty, 0) || c.InvalidActionPenalty < 0 {
+		p.Add("invalid_action_penalty", "must be a finite number >= 0, got %v", c.InvalidActionPenalty)
+	}
 }
 
 // Limits returns the per-trajectory limits the stage enforces.
 func (c *Config) Limits() Limits {
-	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D(), Timeout: c.Timeout.D(), MaxSeqLen: c.MaxSeqLen}
+	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D(), Timeout: c.Timeout.D(), MaxSeqLen: c.MaxSeqLen,
+		InvalidActionPenalty: c.InvalidActionPenalty}
 }
 
 // Routed reports whether the section has routes.

@@ -87,6 +87,9 @@ type Output struct {
 	// ArrowStream also streams kept record batches as an Arrow IPC stream
 	// to this file ("-": standard output) while the run goes.
 	ArrowStream string `yaml:"arrow_stream"`
+	// Steps also writes one row per step of the kept trajectories to the
+	// steps directory, committed with their trajectories' part files.
+	Steps bool `yaml:"steps"`
 }
 
 // SetDefaults fills every key left unset.
@@ -125,6 +128,12 @@ func (c *Config) Validate() error {
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
 	p.Section("env", c.Env.Validate())
+	for _, rs := range c.Env.RouteSpecs() {
+		if h := rs.Config.HistoryLength; h != nil && *h >= 0 {
+			_, err := template.NewStepPrompt(*h, rs.Config.StepTemplate, rs.Config.HistoryTemplate)
+			p.Section(rs.Section, err)
+		}
+	}
 	p.Section("groups", c.Groups.Validate())
 	if c.Output.Dir == "" {
 		p.Add("output.dir", "required")

@@ -63,6 +63,16 @@ func (c *Config) Semantic() map[string]string {
 	if c.Env.InvalidActionPenalty != 0 {
 		sem["env.invalid_action_penalty"] = c.Env.InvalidActionPenalty
 	}
+	if h := c.Env.HistoryLength; h != nil {
+		sem["env.history_length"] = fmt.Sprint(*h) // a string: 0 is a setting
+		sem["env.step_template"] = c.Env.StepTemplate
+		sem["env.history_template"] = c.Env.HistoryTemplate
+	}
+	if c.Output.Steps {
+		// Every data part file has its steps part: a resume must not
+		// turn them on or off.
+		sem["output.steps"] = true
+	}
 	if c.Env.Routed() {
 		// Each route's environment, its semantic options and limits; the
 		// keys of a run without routes stay as they were.
@@ -75,6 +85,11 @@ func (c *Config) Semantic() map[string]string {
 			}
 			if r.InvalidActionPenalty != 0 {
 				rt["invalid_action_penalty"] = r.InvalidActionPenalty
+			}
+			if h := r.HistoryLength; h != nil {
+				rt["history_length"] = fmt.Sprint(*h)
+				rt["step_template"] = r.StepTemplate
+				rt["history_template"] = r.HistoryTemplate
 			}
 			routes[key] = rt
 		}

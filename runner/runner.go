@@ -289,9 +289,13 @@ func (r *run) provision(ctx context.Context) error {
 		}
 	}
 
+	stepPrompt, err := stepPrompts(cfg)
+	if err != nil {
+		return err
+	}
 	if r.gen, err = generate.New(r.client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
-		MaxSeqLenOf: r.maxSeqLenOf(),
+		MaxSeqLenOf: r.maxSeqLenOf(), StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
 	}); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/sinks/parquet"
 )
 
 // exchange is one request the server received and what it answered.
@@ -178,5 +180,114 @@ func TestHistoryWindow(t *testing.T) {
 				t.Fatalf("%d step requests checked, %d past step 3: the window was not exercised", checked, deep)
 			}
 		})
+	}
+}
+
+// TestStepRows: output.steps writes one row per step of every kept
+// trajectory (exactly sum(num_turns)), each step's ids are what the
+// server received and answered for that request, episode_reward and
+// episode_length are its trajectory's, and every data part file has its
+// steps file holding exactly its trajectories' steps; step-wise (chat,
+// tokens) and whole-chat alike.
+func TestStepRows(t *testing.T) {
+	defer leak.Check(t)()
+	cases := []struct {
+		name string
+		sets []string
+	}{
+		{"stepwise chat", []string{"generate.api=chat", "env.history_length=2"}},
+		{"stepwise tokens", []string{"generate.api=tokens", "env.history_length=0"}},
+		{"whole chat", []string{"generate.api=chat"}},
+		{"whole chat tokens", []string{"generate.api=tokens"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			x, srv := simServer(t, 9)
+			sets := append([]string{"output.steps=true", "source.limit=6", "output.batch_rows=4", "output.file_rows=8", "env.invalid_action_penalty=0.5"}, c.sets...)
+			cfg := guessConfig(t, srv.URL, sets...)
+			if _, err := run(t, cfg, runner.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			srv.Close()
+			sent := map[string][]int32{} // seed and prompt ids -> response ids
+			for _, e := range x.ex {
+				if !e.tokenize && e.responseIDs != nil {
+					sent[fmt.Sprint(e.seed, e.promptIDs)] = e.responseIDs
+				}
+			}
+			checkSteps(t, cfg.Output.Dir, sent)
+		})
+	}
+}
+
+// checkSteps checks the pairing of the data and steps directories and
+// every step row against its trajectory and, when sent is not nil, the
+// server's exchanges.
+func checkSteps(t *testing.T, dir string, sent map[string][]int32) {
+	t.Helper()
+	dataFiles, _ := filepath.Glob(filepath.Join(dir, runner.DataDir, "part-*.parquet"))
+	stepFiles, _ := filepath.Glob(filepath.Join(dir, runner.StepsDir, "part-*.parquet"))
+	if len(dataFiles) < 2 || len(stepFiles) != len(dataFiles) {
+		t.Fatalf("%d data files, %d steps files: want pairs (and more than one)", len(dataFiles), len(stepFiles))
+	}
+	total, invalid := 0, 0
+	for i, df := range dataFiles {
+		if filepath.Base(df) != filepath.Base(stepFiles[i]) {
+			t.Fatalf("data %s paired with steps %s", df, stepFiles[i])
+		}
+		trajs, err := parquet.ReadFile(df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps, err := parquet.ReadStepsFile(stepFiles[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		byTraj := map[string][]int{}
+		for k, s := range steps {
+			byTraj[s.TrajID] = append(byTraj[s.TrajID], k)
+		}
+		for _, r := range trajs {
+			ks := byTraj[r.TrajID]
+			if len(ks) != r.NumTurns {
+				t.Fatalf("%s: %d step rows in %s, num_turns %d", r, len(ks), filepath.Base(df), r.NumTurns)
+			}
+			total += r.NumTurns
+			for j, k := range ks {
+				s := steps[k]
+				if int(s.Step) != j+1 || s.GroupID != r.GroupID || s.TaskIndex != r.Task.Index || int(s.RolloutIndex) != r.RolloutIndex || int(s.Attempt) != r.Attempt {
+					t.Fatalf("%s: step row %+v does not match its trajectory", r, s)
+				}
+				if s.EpisodeReward != r.Reward || int(s.EpisodeLength) != r.NumTurns || s.StepReward != r.TurnRewards[j] {
+					t.Fatalf("%s step %d: episode_reward %v length %d step_reward %v; trajectory %v %d %v", r, j+1, s.EpisodeReward, s.EpisodeLength, s.StepReward, r.Reward, r.NumTurns, r.TurnRewards)
+				}
+				if !s.IsActionValid {
+					invalid++
+					if s.StepReward != -0.5 {
+						t.Fatalf("%s step %d: invalid action's reward %v, want the penalty -0.5", r, j+1, s.StepReward)
+					}
+				}
+				if len(s.LossMask) != len(s.ResponseTokenIDs) || len(s.ResponseLogprobs) != len(s.ResponseTokenIDs) || len(s.ResponseTokenIDs) == 0 || len(s.PromptTokenIDs) == 0 {
+					t.Fatalf("%s step %d: %d prompt ids, %d response ids, %d mask, %d logprobs", r, j+1, len(s.PromptTokenIDs), len(s.ResponseTokenIDs), len(s.LossMask), len(s.ResponseLogprobs))
+				}
+				if sent != nil {
+					got, ok := sent[fmt.Sprint(r.Seed, s.PromptTokenIDs)]
+					if !ok {
+						t.Fatalf("%s step %d: the server received no request with this step's prompt ids", r, j+1)
+					}
+					if !slices.Equal(got, s.ResponseTokenIDs) {
+						t.Fatalf("%s step %d: response ids %v, server sent %v", r, j+1, s.ResponseTokenIDs, got)
+					}
+				}
+			}
+			delete(byTraj, r.TrajID)
+		}
+		if len(byTraj) > 0 {
+			t.Fatalf("%s: step rows of trajectories not in %s", stepFiles[i], df)
+		}
+	}
+	_ = invalid
+	if total == 0 {
+		t.Fatal("no steps")
 	}
 }

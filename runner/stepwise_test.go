@@ -215,7 +215,7 @@ func TestStepRows(t *testing.T) {
 					sent[fmt.Sprint(e.seed, e.promptIDs)] = e.responseIDs
 				}
 			}
-			checkSteps(t, cfg.Output.Dir, sent)
+			checkSteps(t, cfg.Output.Dir, sent, 0.5)
 		})
 	}
 }
@@ -223,7 +223,7 @@ func TestStepRows(t *testing.T) {
 // checkSteps checks the pairing of the data and steps directories and
 // every step row against its trajectory and, when sent is not nil, the
 // server's exchanges.
-func checkSteps(t *testing.T, dir string, sent map[string][]int32) {
+func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty float64) {
 	t.Helper()
 	dataFiles, _ := filepath.Glob(filepath.Join(dir, runner.DataDir, "part-*.parquet"))
 	stepFiles, _ := filepath.Glob(filepath.Join(dir, runner.StepsDir, "part-*.parquet"))
@@ -263,8 +263,8 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32) {
 				}
 				if !s.IsActionValid {
 					invalid++
-					if s.StepReward != -0.5 {
-						t.Fatalf("%s step %d: invalid action's reward %v, want the penalty -0.5", r, j+1, s.StepReward)
+					if s.StepReward != -penalty {
+						t.Fatalf("%s step %d: invalid action's reward %v, want the penalty -%v", r, j+1, s.StepReward, penalty)
 					}
 				}
 				if len(s.LossMask) != len(s.ResponseTokenIDs) || len(s.ResponseLogprobs) != len(s.ResponseTokenIDs) || len(s.ResponseTokenIDs) == 0 || len(s.PromptTokenIDs) == 0 {
@@ -290,4 +290,94 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32) {
 	if total == 0 {
 		t.Fatal("no steps")
 	}
+}
+
+// TestGridExample runs examples/grid (step-wise, history_length 2, step
+// rows) against the simulator over HTTP: no request holds more than 2
+// earlier steps, the simulator makes invalid moves that are penalised,
+// steps of one group with identical anchor observations share an
+// anchor_group_id (and only they), some anchor groups hold several steps,
+// and each step's GiGPO statistics agree with its anchor group's returns.
+func TestGridExample(t *testing.T) {
+	defer leak.Check(t)()
+	x, srv := simServer(t, 3)
+	root, _ := filepath.Abs("..")
+	cfg, err := config.Load(filepath.Join(root, "examples/grid/config.yaml"), []string{
+		"source.path=" + filepath.Join(root, "examples/grid/tasks.jsonl"),
+		"output.dir=" + t.TempDir(), "run.progress=0", "generate.endpoints=[" + srv.URL + "/v1]",
+		"output.batch_rows=4", "output.file_rows=8",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	sent := map[string][]int32{}
+	for _, e := range x.ex {
+		if len(e.messages) == 0 || e.tokenize {
+			continue
+		}
+		sent[fmt.Sprint(e.seed, e.promptIDs)] = e.responseIDs
+		if len(e.messages) != 1 {
+			t.Fatalf("request messages %+v, want one user message", e.messages)
+		}
+		u := e.messages[0].Content
+		if n := strings.Count(u, " action:\n"); n > 2 {
+			t.Fatalf("a request holds %d earlier steps:\n%s", n, u)
+		}
+	}
+	checkSteps(t, cfg.Output.Dir, sent, 0.1)
+	steps, err := parquet.ReadSteps(filepath.Join(cfg.Output.Dir, runner.StepsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ group, anchor string }
+	idOf := map[key]string{}
+	anchorOf := map[string]string{}
+	returns := map[string][]float64{}
+	invalid, shared := 0, 0
+	for _, s := range steps {
+		if s.AnchorObs == nil || s.AnchorGroupID == nil {
+			t.Fatalf("step without an anchor: %+v", s)
+		}
+		if !strings.Contains(*s.AnchorObs, "A") || !strings.HasPrefix(*s.AnchorGroupID, s.GroupID+"/a") {
+			t.Fatalf("anchor %q, id %q", *s.AnchorObs, *s.AnchorGroupID)
+		}
+		k := key{s.GroupID, *s.AnchorObs}
+		if id, ok := idOf[k]; ok && id != *s.AnchorGroupID {
+			t.Fatalf("equal anchors in group %s have ids %s and %s", s.GroupID, id, *s.AnchorGroupID)
+		}
+		idOf[k] = *s.AnchorGroupID
+		if a, ok := anchorOf[*s.AnchorGroupID]; ok && a != *s.AnchorObs {
+			t.Fatalf("anchor group %s holds two anchors", *s.AnchorGroupID)
+		}
+		anchorOf[*s.AnchorGroupID] = *s.AnchorObs
+		returns[*s.AnchorGroupID] = append(returns[*s.AnchorGroupID], s.StepReturn)
+		if !s.IsActionValid {
+			invalid++
+		}
+	}
+	for _, s := range steps {
+		rs := returns[*s.AnchorGroupID]
+		if int(s.AnchorGroupSize) != len(rs) {
+			t.Fatalf("%s: anchor_group_size %d, %d steps", *s.AnchorGroupID, s.AnchorGroupSize, len(rs))
+		}
+		if len(rs) > 1 {
+			shared++
+			mean := 0.0
+			for _, r := range rs {
+				mean += r
+			}
+			mean /= float64(len(rs))
+			if d := s.AnchorReturnMean - mean; d > 1e-9 || d < -1e-9 || s.StepAdvantage != s.StepReturn-s.AnchorReturnMean {
+				t.Fatalf("%s: mean %v (want %v), advantage %v", *s.AnchorGroupID, s.AnchorReturnMean, mean, s.StepAdvantage)
+			}
+		}
+	}
+	if invalid == 0 || shared == 0 {
+		t.Fatalf("%d invalid steps, %d steps in shared anchor groups: the example exercises neither", invalid, shared)
+	}
+	t.Logf("%d steps, %d invalid, %d in shared anchor groups", len(steps), invalid, shared)
 }

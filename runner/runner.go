@@ -212,10 +212,10 @@ type run struct {
 	// steps writes the kept groups' step rows (output.steps), committed
 	// with each data part file.
 	steps *parquet.StepWriter
-	ctl     *groups.Controller
-	exp     *repeat.Expander
-	loop    *loop.Loop
-	graph   *pipeline.Graph
+	ctl   *groups.Controller
+	exp   *repeat.Expander
+	loop  *loop.Loop
+	graph *pipeline.Graph
 	// prom and scraper are the run's Prometheus metrics
 	// (run.metrics_addr) and the poller of the endpoints' own metrics;
 	// nil when off.

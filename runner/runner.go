@@ -209,13 +209,10 @@ type run struct {
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
 	inputs  *inputsWriter
 	writers map[string]*parquet.Writer
-	// steps writes the kept groups' step rows (output.steps), committed
-	// with each data part file.
-	steps *parquet.StepWriter
-	ctl   *groups.Controller
-	exp   *repeat.Expander
-	loop  *loop.Loop
-	graph *pipeline.Graph
+	ctl     *groups.Controller
+	exp     *repeat.Expander
+	loop    *loop.Loop
+	graph   *pipeline.Graph
 	// prom and scraper are the run's Prometheus metrics
 	// (run.metrics_addr) and the poller of the endpoints' own metrics;
 	// nil when off.
@@ -228,6 +225,10 @@ type run struct {
 	interop  []namedSink
 	files    []string
 	started  time.Time
+
+	// steps writes the kept groups' step rows (output.steps), committed
+	// with each data part file.
+	steps *parquet.StepWriter
 }
 
 // provision builds every component, in order; cleanup undoes what was built

@@ -310,10 +310,14 @@ func TestGridExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t, cfg, runner.Options{}); err != nil {
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()
+	if sum.Steps != filepath.Join(cfg.Output.Dir, runner.StepsDir) || !strings.Contains(sum.String(), "step rows: "+sum.Steps) {
+		t.Fatalf("summary names steps %q:\n%s", sum.Steps, sum)
+	}
 	sent := map[string][]int32{}
 	for _, e := range x.ex {
 		if len(e.messages) == 0 || e.tokenize {

@@ -216,6 +216,14 @@ func TestStepRows(t *testing.T) {
 				}
 			}
 			checkSteps(t, cfg.Output.Dir, sent, 0.5)
+			stepwise := strings.Contains(c.name, "stepwise")
+			for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+				empty := len(r.PromptTokenIDs) == 0 && len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0
+				if empty != stepwise || r.CompletionTokens == 0 {
+					t.Fatalf("%s: %d prompt ids, %d response ids, %d completion tokens (step-wise %v: the training view is empty exactly then)",
+						r, len(r.PromptTokenIDs), len(r.ResponseTokenIDs), r.CompletionTokens, stepwise)
+				}
+			}
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // Semantic returns the keys of the config that decide what a run produces,
@@ -67,6 +68,12 @@ func (c *Config) Semantic() map[string]string {
 		sem["env.history_length"] = fmt.Sprint(*h) // a string: 0 is a setting
 		sem["env.step_template"] = c.Env.StepTemplate
 		sem["env.history_template"] = c.Env.HistoryTemplate
+	}
+	if g := c.Groups.Gamma; g != nil && *g != groups.DefaultGamma {
+		sem["groups.gamma"] = fmt.Sprint(*g) // a string: 0 is a setting
+	}
+	if a := c.Groups.StepAdvantage; a != "" && a != groups.StepMeanNorm {
+		sem["groups.step_advantage"] = a
 	}
 	if c.Output.Steps {
 		// Every data part file has its steps part: a resume must not

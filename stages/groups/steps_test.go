@@ -1,6 +1,7 @@
 package groups_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -64,4 +65,26 @@ func TestStepStats(t *testing.T) {
 	if st := g.Rollouts[0].Steps[0]; !near(st.Advantage, (0.25-meanA)/(stdA+1e-6)) {
 		t.Errorf("mean_std_norm advantage %v", st.Advantage)
 	}
+}
+
+// Two rollouts of a group meet in state B: their steps there form one
+// anchor group, whose mean return is their baseline.
+func ExampleStepStats() {
+	a, b, c := "A", "B", "C"
+	g := &pipeline.Group{Rollouts: []*pipeline.Rollout{
+		{Status: pipeline.StatusOK, Steps: []pipeline.Step{{Anchor: &a}, {Anchor: &b, Reward: 1}}},
+		{Status: pipeline.StatusOK, Steps: []pipeline.Step{{Anchor: &c}, {Anchor: &b}}},
+	}}
+	groups.StepStats(g, 0.9, groups.StepMeanNorm)
+	for i, r := range g.Rollouts {
+		for j, s := range r.Steps {
+			fmt.Printf("rollout %d step %d: anchor %s group %d size %d return %.2f advantage %.2f\n",
+				i, j+1, *s.Anchor, s.AnchorGroup, s.AnchorGroupSize, s.Return, s.Advantage)
+		}
+	}
+	// Output:
+	// rollout 0 step 1: anchor A group 0 size 1 return 0.90 advantage 0.90
+	// rollout 0 step 2: anchor B group 1 size 2 return 1.00 advantage 0.50
+	// rollout 1 step 1: anchor C group 2 size 1 return 0.00 advantage 0.00
+	// rollout 1 step 2: anchor B group 1 size 2 return 0.00 advantage -0.50
 }

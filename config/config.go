@@ -91,6 +91,9 @@ type Output struct {
 	// bytes once under OUTPUT/images, the row holding "sha256:HEX") or
 	// inline (the data URL in the row's messages).
 	Images string `yaml:"images"`
+	// Steps also writes one row per step of the kept trajectories to the
+	// steps directory, committed with their trajectories' part files.
+	Steps bool `yaml:"steps"`
 }
 
 // SetDefaults fills every key left unset.
@@ -143,6 +146,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	p.Section("env", c.Env.Validate())
+	for _, rs := range c.Env.RouteSpecs() {
+		if h := rs.Config.HistoryLength; h != nil && *h >= 0 {
+			_, err := template.NewStepPrompt(*h, rs.Config.StepTemplate, rs.Config.HistoryTemplate)
+			p.Section(rs.Section, err)
+		}
+	}
 	p.Section("groups", c.Groups.Validate())
 	if c.Output.Dir == "" {
 		p.Add("output.dir", "required")

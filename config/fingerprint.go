@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // Semantic returns the keys of the config that decide what a run produces,
@@ -58,16 +59,46 @@ func (c *Config) Semantic() map[string]string {
 	if ti := c.Source.TaskIndex; ti != "" && ti != sources.TaskIndexLine {
 		sem["source.task_index"] = ti
 	}
+	// Keys added later are present only when set, so that the
+	// fingerprints of outputs made before them stay.
+	if c.Env.InvalidActionPenalty != 0 {
+		sem["env.invalid_action_penalty"] = c.Env.InvalidActionPenalty
+	}
+	if h := c.Env.HistoryLength; h != nil {
+		sem["env.history_length"] = fmt.Sprint(*h) // a string: 0 is a setting
+		sem["env.step_template"] = c.Env.StepTemplate
+		sem["env.history_template"] = c.Env.HistoryTemplate
+	}
+	if g := c.Groups.Gamma; g != nil && *g != groups.DefaultGamma {
+		sem["groups.gamma"] = fmt.Sprint(*g) // a string: 0 is a setting
+	}
+	if a := c.Groups.StepAdvantage; a != "" && a != groups.StepMeanNorm {
+		sem["groups.step_advantage"] = a
+	}
+	if c.Output.Steps {
+		// Every data part file has its steps part: a resume must not
+		// turn them on or off.
+		sem["output.steps"] = true
+	}
 	if c.Env.Routed() {
 		// Each route's environment, its semantic options and limits; the
 		// keys of a run without routes stay as they were.
 		sem["env.route_field"] = c.Env.RouteField
 		routes := map[string]any{}
 		for key, r := range c.Env.Routes {
-			routes[key] = map[string]any{
+			rt := map[string]any{
 				"name": r.Name, "max_turns": r.MaxTurns, "max_seq_len": r.MaxSeqLen,
 				"options": semanticOptions(r.Name, r.Options),
 			}
+			if r.InvalidActionPenalty != 0 {
+				rt["invalid_action_penalty"] = r.InvalidActionPenalty
+			}
+			if h := r.HistoryLength; h != nil {
+				rt["history_length"] = fmt.Sprint(*h)
+				rt["step_template"] = r.StepTemplate
+				rt["history_template"] = r.HistoryTemplate
+			}
+			routes[key] = rt
 		}
 		sem["env.routes"] = routes
 	}

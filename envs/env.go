@@ -25,6 +25,10 @@ type Reset struct {
 	Tools []json.RawMessage
 	// State is the trajectory's state for its first step.
 	State any
+	// Anchor, when set, is the anchor observation of the first state: the
+	// state alone, without history or other text (GiGPO's anchor). Steps of
+	// one group taken at equal anchors form an anchor group.
+	Anchor *string
 }
 
 // Step is the environment's answer to one turn.
@@ -39,6 +43,18 @@ type Step struct {
 	StopStrings []string
 	// State replaces the trajectory's state for the next turn.
 	State any
+	// InvalidAction marks the model's action as invalid (verl-agent's
+	// is_action_valid = false): the step's reward is lowered by
+	// env.invalid_action_penalty and the rollout counts it.
+	InvalidAction bool
+	// ReportsValidity says that the environment judged the action's
+	// validity (valid unless InvalidAction); the rollout's
+	// invalid_actions metric is written only for rollouts whose
+	// environment judged at least one action.
+	ReportsValidity bool
+	// Anchor, when set, is the anchor observation of the state after this
+	// step: the state the next action is taken at (see Reset.Anchor).
+	Anchor *string
 }
 
 // Ender is an optional interface of an Env with a last word on a

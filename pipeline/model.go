@@ -195,6 +195,47 @@ type Rollout struct {
 	// Tools are the tool definitions sent with every request: the task's,
 	// or the ones the environment's Reset returned. Not written out.
 	Tools []json.RawMessage
+
+	// Steps are the trajectory's steps, one per turn, in order: what each
+	// request held and what the environment made of its answer. They are
+	// written as step rows (output.steps).
+	Steps []Step
+	// InvalidActions counts the steps whose action the environment marked
+	// invalid.
+	InvalidActions int
+	// Anchor is the anchor observation of the environment's current state
+	// (the last Reset's or Step's); nil: none. Not written out.
+	Anchor *string
+}
+
+// Step is one turn of a trajectory seen as a training sample: the
+// request's prompt, the model's answer, and the environment's judgement.
+type Step struct {
+	// PromptTokenIDs are the token ids of the request's prompt as the
+	// server saw it; ResponseTokenIDs and Logprobs the generated ids and
+	// their logprobs. Recorded only when the generator keeps steps.
+	PromptTokenIDs   []int32
+	ResponseTokenIDs []int32
+	Logprobs         []float32
+	// Reward is the step's reward, any invalid-action penalty included.
+	Reward float64
+	// ActionValid is false when the environment marked the action invalid.
+	ActionValid bool
+	// Anchor is the anchor observation of the state the action was taken
+	// at; nil: the environment gave none.
+	Anchor *string
+	// Return is the discounted return from this step on (groups.gamma).
+	Return float64
+	// AnchorGroup numbers the step's anchor group within its group (0, 1,
+	// … in order of first appearance); -1 when the step has no anchor.
+	AnchorGroup int
+	// AnchorGroupSize, AnchorMean and AnchorStd describe the anchor group's
+	// returns (GiGPO: a group of one has mean 0 and std 1); Advantage is
+	// the step-level advantage computed from them.
+	AnchorGroupSize int
+	AnchorMean      float64
+	AnchorStd       float64
+	Advantage       float64
 }
 
 // HasImages reports whether m holds an image part.

@@ -3,8 +3,10 @@ package runner
 import (
 	"fmt"
 
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/envstep"
+	"github.com/trajflow/trajflow/stages/template"
 )
 
 // Several environments in one run (env.routes): each row's route is chosen
@@ -53,4 +55,37 @@ func (r *run) maxSeqLenOf() func(*pipeline.Rollout) int {
 		limits[rs.Route] = rs.Config.MaxSeqLen
 	}
 	return func(ro *pipeline.Rollout) int { return limits[ro.Env] }
+}
+
+// stepPrompts builds generate.Options.StepPrompt from the routes'
+// env.history_length (nil when no route has it: every request is the
+// whole chat). Without routes every rollout takes the env section's.
+func stepPrompts(cfg *config.Config) (func(*pipeline.Rollout) ([]pipeline.Message, bool), error) {
+	prompts := map[string]*template.StepPrompt{}
+	for _, rs := range cfg.Env.RouteSpecs() {
+		h := rs.Config.HistoryLength
+		if h == nil {
+			continue
+		}
+		p, err := template.NewStepPrompt(*h, rs.Config.StepTemplate, rs.Config.HistoryTemplate)
+		if err != nil {
+			return nil, err
+		}
+		prompts[rs.Route] = p
+	}
+	if len(prompts) == 0 {
+		return nil, nil
+	}
+	single := prompts[cfg.Env.Name]
+	routed := cfg.Env.Routed()
+	return func(r *pipeline.Rollout) ([]pipeline.Message, bool) {
+		p := single
+		if routed {
+			p = prompts[r.Env]
+		}
+		if p == nil {
+			return nil, false
+		}
+		return p.Messages(r), true
+	}, nil
 }

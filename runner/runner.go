@@ -82,6 +82,7 @@ func (o Options) lookupEnv() func(string) (string, bool) {
 const (
 	DataDir     = "data"     // kept groups
 	FilteredDir = "filtered" // dropped groups (output.filtered)
+	StepsDir    = "steps"    // step rows of the kept groups (output.steps)
 	SurplusDir  = "surplus"  // groups finished after the target (groups.on_target: drain)
 	JSONLDir    = "jsonl"    // NeMo Gym-shaped copies of the kept rows (output.jsonl)
 	RejectsFile = "rejects.jsonl"
@@ -142,6 +143,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	defer r.cleanup()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.Output.Steps {
+		// A crash between a commit's two renames left a steps file
+		// without its trajectories: they were never committed.
+		if err := parquet.PairSteps(filepath.Join(cfg.Output.Dir, DataDir), filepath.Join(cfg.Output.Dir, StepsDir)); err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
 	}
 	done, err := r.loadCommitted(ctx)
 	if err != nil {
@@ -262,6 +270,10 @@ type run struct {
 	interop  []namedSink
 	files    []string
 	started  time.Time
+
+	// steps writes the kept groups' step rows (output.steps), committed
+	// with each data part file.
+	steps *parquet.StepWriter
 }
 
 // provision builds every component, in order; cleanup undoes what was built
@@ -352,10 +364,14 @@ func (r *run) provision(ctx context.Context) error {
 		}
 	}
 
+	stepPrompt, err := stepPrompts(cfg)
+	if err != nil {
+		return err
+	}
 	if r.gen, err = generate.New(r.client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
 		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		MaxSeqLenOf: r.maxSeqLenOf(),
+		MaxSeqLenOf: r.maxSeqLenOf(), StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
 	}); err != nil {
 		return err
 	}
@@ -514,6 +530,9 @@ type batch struct {
 	dest   string
 	rec    arrow.Record
 	commit bool
+	// groups are the groups rec holds, when their step rows are written
+	// (output.steps, data directory).
+	groups []*pipeline.Group
 }
 
 func (b batch) Release() {
@@ -534,6 +553,19 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 			r.files = append(r.files, path)
 			r.stats.written.Add(int64(rows))
 			r.stats.filesCommitted.Add(1)
+		}
+		if r.cfg.Output.Steps {
+			sw, err := parquet.NewStepWriter(filepath.Join(r.cfg.Output.Dir, StepsDir), r.cfg.Run.ID, r.cfg.Output.Parquet.Compression, popts.Metadata)
+			if err != nil {
+				return nil, err
+			}
+			r.steps = sw
+			r.closers = append(r.closers, sw.Abort)
+			// The steps file is renamed into place first: the data
+			// file's rename commits both (a resume removes a steps
+			// file left without its data file).
+			popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
+			popts.OnAbort = sw.Abort
 		}
 	}
 	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)

@@ -149,6 +149,9 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			r.stats.group(gr)
 			switch {
 			case d.Verdict == groups.Keep || d.Verdict == groups.KeepUnfiltered:
+				if cfg.Output.Steps {
+					groups.StepStats(gr, *cfg.Groups.Gamma, cfg.Groups.StepAdvantage)
+				}
 				out = append(out, routed{gr, DataDir})
 			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":
 				out = append(out, routed{gr, SurplusDir})
@@ -206,6 +209,17 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 // collateStage turns each directory's groups into record batches.
 func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	collators := map[string]*collate.Collator{}
+	// pending are the groups buffered in the data collator, whose step
+	// rows go with its next record (output.steps).
+	var pending []*pipeline.Group
+	take := func(dest string) []*pipeline.Group {
+		if dest != DataDir || !r.cfg.Output.Steps {
+			return nil
+		}
+		gs := pending
+		pending = nil
+		return gs
+	}
 	r.closers = append(r.closers, func() {
 		for _, c := range collators {
 			c.Release()
@@ -217,8 +231,11 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
 			collators[rg.dest] = c
 		}
+		if rg.dest == DataDir && r.cfg.Output.Steps {
+			pending = append(pending, rg.group)
+		}
 		if rec := c.Add(rg.group); rec != nil {
-			return []batch{{dest: rg.dest, rec: rec}}, nil
+			return []batch{{dest: rg.dest, rec: rec, groups: take(rg.dest)}}, nil
 		}
 		return nil, nil
 	})
@@ -227,7 +244,7 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 		for _, dest := range outputDirs {
 			if c := collators[dest]; c != nil {
 				if rec := c.Flush(); rec != nil {
-					out = append(out, batch{dest: dest, rec: rec})
+					out = append(out, batch{dest: dest, rec: rec, groups: take(dest)})
 				}
 			}
 		}
@@ -264,6 +281,14 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 		if b.dest == DataDir {
 			if err := r.writeInterop(ctx, b.rec); err != nil {
 				return err
+			}
+			if r.steps != nil {
+				// Before the record: a commit the record triggers
+				// takes its step rows along.
+				if err := r.steps.WriteGroups(b.groups); err != nil {
+					w.Abort()
+					return err
+				}
 			}
 		}
 		return w.Write(ctx, b.rec)

@@ -171,6 +171,9 @@ type Summary struct {
 	// Metrics is the path of metrics.json, "" when none was written (no
 	// committed data).
 	Metrics string
+	// Steps is the steps directory (output.steps), "" when the run wrote
+	// none. Each of Files has its steps file there, of the same name.
+	Steps string
 	// Tasks read, bad rows skipped into the rejects file, and tasks skipped
 	// because an earlier run of the output directory committed them.
 	Tasks, Rejected, Resumed int64
@@ -208,6 +211,7 @@ func (r *run) summary(err error) *Summary {
 	sum := &Summary{
 		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
 		Metrics: existing(filepath.Join(r.cfg.Output.Dir, MetricsFile)),
+		Steps:   r.stepsDir(),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
@@ -283,7 +287,23 @@ func (s *Summary) String() string {
 		metrics = s.Metrics
 	}
 	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, DataDir, len(s.Files), metrics)
+	if s.Steps != "" {
+		fmt.Fprintf(&b, "step rows: %s (a steps file beside each data file)\n", s.Steps)
+	}
 	return b.String()
+}
+
+// stepsDir is the steps directory when the run has one with a committed
+// file, else "".
+func (r *run) stepsDir() string {
+	if !r.cfg.Output.Steps {
+		return ""
+	}
+	dir := filepath.Join(r.cfg.Output.Dir, StepsDir)
+	if m, _ := filepath.Glob(filepath.Join(dir, "part-*.parquet")); len(m) == 0 {
+		return ""
+	}
+	return dir
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -199,9 +199,15 @@ func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
 		client, release = c, c.Close
 		fmt.Fprintf(v.out, "endpoints: %d ok (reachable, key accepted, model %q served)\n", len(cfg.Generate.Endpoints), cfg.Generate.Model)
 	}
+	stepPrompt, err := stepPrompts(cfg)
+	if err != nil {
+		v.problem(err)
+		return client, release
+	}
 	gen, err := generate.New(client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
 		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
+		StepPrompt: stepPrompt,
 	})
 	if err == nil {
 		err = gen.Check(ctx)

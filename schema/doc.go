@@ -6,6 +6,8 @@
 // the collate stage builds records in [Schema], the sinks convert them, and
 // stats, merge and resume read them back with [Check], [FileVersion] and
 // [Rollouts]. Version 1's Arrow schema is kept, frozen, so that readers of
-// light columns can tell and read files of that version. It imports
+// light columns can tell and read files of that version. The step table
+// (output.steps: one row per step of a kept trajectory) has a schema and
+// a version of its own: [StepSchema], [StepsVersion], [StepRows]. It imports
 // nothing of trajflow's but the data model in pipeline.
 package schema

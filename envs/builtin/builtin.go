@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	_ "github.com/trajflow/trajflow/envs/grid"       // "grid"
 	_ "github.com/trajflow/trajflow/envs/guess"      // "guess"
 	_ "github.com/trajflow/trajflow/envs/httpenv"    // "http"
 	_ "github.com/trajflow/trajflow/envs/math"       // "math"

@@ -105,12 +105,13 @@ func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Mes
 	}
 	st.Moves++
 	left := e.maxGuesses - st.Moves
-	step := &envs.Step{}
+	step := &envs.Step{ReportsValidity: true}
 	var feedback string
 	g, err := ParseGuess(action.Content)
 	switch {
 	case err != nil:
 		st.Invalid++
+		step.InvalidAction = true
 		feedback = fmt.Sprintf("I could not read a guess: %v. Reply with a whole number between %d and %d.", err, st.Low, st.High)
 	case g == st.Secret:
 		st.Solved = true

@@ -145,6 +145,11 @@ func TestGame(t *testing.T) {
 				i+1, tt.reply, step.Reward, step.Terminated, step.Metrics, tt.reward, tt.terminated, tt.guesses, tt.solved)
 		}
 	}
+	for i, st := range g.steps {
+		if !st.ReportsValidity || st.InvalidAction != (i == 2) {
+			t.Fatalf("move %d: invalid %v reports %v, want only the unreadable reply invalid", i+1, st.InvalidAction, st.ReportsValidity)
+		}
+	}
 	if g.steps[3].Metrics["invalid"] != 1 {
 		t.Fatalf("invalid = %v, want 1", g.steps[3].Metrics["invalid"])
 	}

@@ -99,8 +99,8 @@ func TestResetStep(t *testing.T) {
 				t.Errorf("messages do not end with the action: %+v", req.Messages)
 			}
 			st.Left--
-			fmt.Fprintf(w, `{"observations":[{"content":"left %d"}],"reward":0.5,"terminated":%v,"metrics":{"acc":1},"stop":["END"],"state":{"left":%d,"traj":%q}}`,
-				st.Left, st.Left == 0, st.Left, st.Traj)
+			fmt.Fprintf(w, `{"observations":[{"content":"left %d"}],"reward":0.5,"terminated":%v,"metrics":{"acc":1},"stop":["END"],"state":{"left":%d,"traj":%q},"is_action_valid":%v,"anchor":"left %d"}`,
+				st.Left, st.Left == 0, st.Left, st.Traj, req.Action.Content != "b", st.Left)
 		default:
 			http.NotFound(w, r)
 		}
@@ -123,9 +123,15 @@ func TestResetStep(t *testing.T) {
 	if st.Terminated || st.Reward != 0.5 || st.Metrics["acc"] != 1 || st.StopStrings[0] != "END" || st.Observations[0].Role != "user" {
 		t.Fatalf("step 1 = %+v", st)
 	}
+	if st.InvalidAction || !st.ReportsValidity || st.Anchor == nil || *st.Anchor != "left 1" {
+		t.Fatalf("step 1: invalid %v reports %v anchor %v", st.InvalidAction, st.ReportsValidity, st.Anchor)
+	}
 	st, err = act(context.Background(), e, r, pipeline.Message{Content: "b"})
 	if err != nil || !st.Terminated || string(st.State.(json.RawMessage)) != `{"left":0,"traj":"t1"}` {
 		t.Fatalf("step 2 = %+v, %v", st, err)
+	}
+	if !st.InvalidAction || st.Anchor == nil || *st.Anchor != "left 0" {
+		t.Fatalf("step 2: invalid %v anchor %v, want is_action_valid false read", st.InvalidAction, st.Anchor)
 	}
 	_, err = act(context.Background(), e, r, pipeline.Message{Content: "fail"})
 	if !errors.Is(err, wire.ErrEnv) || !strings.Contains(err.Error(), "cannot step") || !strings.Contains(err.Error(), srv.URL+"/step") {

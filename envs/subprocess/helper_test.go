@@ -73,6 +73,7 @@ func helperMain() {
 				"observations": []any{map[string]any{"role": "user", "content": fmt.Sprintf("hello %v", req.Task["word"])}},
 				"tools":        []any{map[string]any{"type": "function", "function": map[string]any{"name": "noop"}}},
 				"state":        map[string]any{"steps": 0},
+				"anchor":       map[string]any{"pos": 0},
 			}
 		case "step":
 			switch req.Action.Content {
@@ -121,6 +122,10 @@ func helperMain() {
 					"metrics":      map[string]any{"pid": pid},
 					"stop":         []string{"</answer>"},
 					"state":        map[string]any{"steps": st.Steps},
+					"anchor":       fmt.Sprintf("at %d", st.Steps),
+				}
+				if req.Action.Content == "bad" {
+					resp["is_action_valid"] = false
 				}
 			}
 		default:

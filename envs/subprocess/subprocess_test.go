@@ -97,9 +97,15 @@ func TestResetAndSteps(t *testing.T) {
 	if len(rs.Tools) != 1 || !strings.Contains(string(rs.Tools[0]), `"noop"`) {
 		t.Fatalf("reset tools = %s", rs.Tools)
 	}
+	if rs.Anchor == nil || *rs.Anchor != `{"pos":0}` {
+		t.Fatalf("reset anchor = %v, want the object's compact JSON", rs.Anchor)
+	}
 	for i := 1; i <= 3; i++ {
 		content := "go"
-		if i == 3 {
+		switch i {
+		case 2:
+			content = "bad"
+		case 3:
 			content = "done"
 		}
 		st, err := step(context.Background(), e, r, content)
@@ -111,6 +117,12 @@ func TestResetAndSteps(t *testing.T) {
 		}
 		if len(st.StopStrings) != 1 || st.StopStrings[0] != "</answer>" {
 			t.Fatalf("stop = %v", st.StopStrings)
+		}
+		if st.InvalidAction != (i == 2) || st.ReportsValidity != (i == 2) {
+			t.Fatalf("step %d: invalid %v reports %v, want is_action_valid read only from step 2", i, st.InvalidAction, st.ReportsValidity)
+		}
+		if st.Anchor == nil || *st.Anchor != fmt.Sprintf("at %d", i) {
+			t.Fatalf("step %d: anchor = %v", i, st.Anchor)
 		}
 		if got := string(st.State.(json.RawMessage)); got != fmt.Sprintf(`{"steps":%d}`, i) {
 			t.Fatalf("state = %s", got)

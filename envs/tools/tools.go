@@ -102,7 +102,7 @@ func (e *Env) Reset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, erro
 // message without tool calls is the final answer; so is a submit_answer call.
 func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
 	st, _ := r.State.(State) // a missing state starts the counts at zero
-	step := &envs.Step{}
+	step := &envs.Step{ReportsValidity: true}
 	if len(action.ToolCalls) == 0 {
 		answer, ok := mathenv.ExtractAnswer(action.Content)
 		if !ok {
@@ -119,9 +119,13 @@ func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Mes
 			out = "not run: the answer was already submitted"
 		} else {
 			var err error
-			out, err = e.call(r, step, call)
+			var valid bool
+			out, valid, err = e.call(r, step, call)
 			if err != nil {
 				return nil, err
+			}
+			if !valid {
+				step.InvalidAction = true
 			}
 			if strings.HasPrefix(out, "error: ") {
 				st.Errors++
@@ -141,11 +145,14 @@ func (e *Env) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Mes
 }
 
 // call runs one tool call and returns the tool message's text; errors the
-// model made come back as text starting "error: ". The error return is the
-// task's (a missing answer field).
-func (e *Env) call(r *pipeline.Rollout, step *envs.Step, call pipeline.ToolCall) (string, error) {
+// model made come back as text starting "error: ". valid is false for a
+// call the environment cannot run at all: an unknown tool, or arguments
+// without the tool's argument (an expression the calculator cannot
+// evaluate is a valid action with an error as its answer). The error
+// return is the task's (a missing answer field).
+func (e *Env) call(r *pipeline.Rollout, step *envs.Step, call pipeline.ToolCall) (out string, valid bool, err error) {
 	if !slices.Contains(e.enabled, call.Name) {
-		return fmt.Sprintf("error: unknown tool %q (available: %s)", call.Name, strings.Join(e.enabled, ", ")), nil
+		return fmt.Sprintf("error: unknown tool %q (available: %s)", call.Name, strings.Join(e.enabled, ", ")), false, nil
 	}
 	key := "expression"
 	if call.Name == SubmitAnswer {
@@ -153,20 +160,20 @@ func (e *Env) call(r *pipeline.Rollout, step *envs.Step, call pipeline.ToolCall)
 	}
 	arg, err := stringArgument(call.Arguments, key)
 	if err != nil {
-		return "error: " + err.Error(), nil
+		return "error: " + err.Error(), false, nil
 	}
 	switch call.Name {
 	case Calculator:
 		v, err := Calculate(arg)
 		if err != nil {
-			return "error: " + err.Error(), nil
+			return "error: " + err.Error(), true, nil
 		}
-		return FormatNumber(v), nil
+		return FormatNumber(v), true, nil
 	default: // SubmitAnswer
 		if err := e.finish(r, step, arg); err != nil {
-			return "", err
+			return "", true, err
 		}
-		return "answer submitted", nil
+		return "answer submitted", true, nil
 	}
 }
 

@@ -229,6 +229,17 @@ func TestStep(t *testing.T) {
 			if fmt.Sprint(step.Metrics) != fmt.Sprint(tt.metrics) {
 				t.Errorf("metrics %v, want %v", step.Metrics, tt.metrics)
 			}
+			// An action is invalid when a call names no enabled tool or
+			// lacks its argument; a calculation error is a valid action.
+			invalid := false
+			for _, o := range step.Observations {
+				if strings.Contains(o.Content, "unknown tool") || strings.Contains(o.Content, "missing argument") || strings.Contains(o.Content, "not a JSON object") || strings.Contains(o.Content, "must be a string") {
+					invalid = true
+				}
+			}
+			if !step.ReportsValidity || step.InvalidAction != invalid {
+				t.Errorf("invalid %v reports %v, want invalid %v", step.InvalidAction, step.ReportsValidity, invalid)
+			}
 			if st, ok := step.State.(tools.State); !ok || float64(st.Calls) != tt.metrics["tool_calls"] {
 				t.Errorf("state %#v", step.State)
 			}

@@ -32,6 +32,8 @@ type input struct {
 	groupSize, rolloutIndex, attempt int
 	// game is the number game the conversation plays; nil when none.
 	game *game
+	// grid is the grid world of the conversation, if any.
+	grid *grid
 }
 
 // reply is what the simulated model generates for one input.
@@ -120,6 +122,9 @@ func (s *Server) messagesInput(msgs []pipeline.Message, tools []json.RawMessage,
 		}
 	}
 	in.game, _ = findGame(msgs)
+	if in.game == nil {
+		in.grid, _ = findGrid(msgs)
+	}
 	return in, s.readParams(in, params)
 }
 
@@ -321,6 +326,8 @@ func (s *Server) generate(in *input) (*reply, error) {
 		} else if in.game != nil {
 			move := in.game.move(correct, key(s.seed, domGame, in.promptKey, in.sampleKey, turn))
 			tail, sep = in.game.tail(move), " "
+		} else if in.grid != nil {
+			tail, sep = in.grid.move(correct, key(s.seed, domGrid, in.promptKey, in.sampleKey, turn)), " "
 		}
 	}
 	tailTokens := len(Tokenize(tail))

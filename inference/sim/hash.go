@@ -41,6 +41,7 @@ const (
 	domFault
 	domNoSeed
 	domGame
+	domGrid
 )
 
 // uniform maps a key to [0, 1).

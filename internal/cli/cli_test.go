@@ -63,7 +63,7 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 func TestExamples(t *testing.T) {
 	// Each example has its subtest below.
 	configs, _ := filepath.Glob("../../examples/*/config.yaml")
-	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true}
+	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true, "grid": true}
 	for _, c := range configs {
 		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
 			t.Errorf("example %s has no subtest in TestExamples", name)
@@ -114,6 +114,16 @@ func TestExamples(t *testing.T) {
 		}
 		if n := count(rows, func(r *pipeline.Rollout) bool { return r.NumTurns > 8 }); n > 0 {
 			t.Fatalf("%d games past max_turns", n)
+		}
+	})
+	t.Run("grid", func(t *testing.T) {
+		// Step-wise: the trajectory rows hold the whole game as messages,
+		// the step rows (checked in runner's TestGridExample) the tokens.
+		rows := runExample(t, "grid")
+		if n := count(rows, func(r *pipeline.Rollout) bool {
+			return r.NumTurns > 1 && r.Env == "grid" && len(r.ResponseTokenIDs) == 0 && r.Metrics["invalid_actions"] >= 0
+		}); n == 0 {
+			t.Fatal("no game went past its first turn")
 		}
 	})
 	t.Run("tools", func(t *testing.T) {

@@ -21,6 +21,7 @@ func TestMigrationExamples(t *testing.T) {
 	}{
 		{config: "examples/nemo-rl/config.yaml", rows: 160, envs: []string{"math"}},
 		{config: "examples/nemo-gym/config.yaml", rows: 28, envs: []string{"math", "quiz"}},
+		{config: "examples/grid/config.yaml", rows: 32, envs: []string{"grid"}},
 	} {
 		t.Run(filepath.Base(filepath.Dir(tc.config)), func(t *testing.T) {
 			t.Chdir(root)

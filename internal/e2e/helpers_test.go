@@ -111,6 +111,7 @@ type runConfig struct {
 	timeScale float64 // generate.sim.time_scale
 	fileRows  int     // output.file_rows
 	batchRows int     // output.batch_rows
+	steps     bool    // output.steps
 }
 
 // writeConfig writes a run config to dir/name and returns its path. run.id
@@ -130,8 +131,8 @@ generate:
   sim: {seed: 7, accuracy: 0.6, time_scale: %g}
 env: {name: math, answer_field: expected_answer}
 groups: {keep: all}
-output: {dir: %s, file_rows: %d, batch_rows: %d}
-`, q(c.tasks), c.n, c.timeScale, q(c.out), c.fileRows, c.batchRows)
+output: {dir: %s, file_rows: %d, batch_rows: %d, steps: %v}
+`, q(c.tasks), c.n, c.timeScale, q(c.out), c.fileRows, c.batchRows, c.steps)
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -67,3 +67,54 @@ func read(path string, alloc memory.Allocator) ([]*pipeline.Rollout, error) {
 	}
 	return out, nil
 }
+
+// ReadSteps reads back every committed steps file (part-*.parquet) of a
+// steps directory (OUTPUT/steps), in file order, with Arrow's own Parquet
+// reader (ReadStepsFile).
+func ReadSteps(dir string) ([]schema.StepRow, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "part-*.parquet"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(paths)
+	var out []schema.StepRow
+	for _, p := range paths {
+		rows, err := ReadStepsFile(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
+}
+
+// ReadStepsFile reads back one steps file with Arrow's own Parquet
+// reader, checking its steps schema version.
+func ReadStepsFile(path string) ([]schema.StepRow, error) {
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	f, err := pqread.Open(path, alloc, 256)
+	if err != nil {
+		return nil, err
+	}
+	if v := f.Metadata()[schema.StepsMetadataKey]; v != schema.StepsVersion {
+		f.Close()
+		return nil, fmt.Errorf("%s: steps schema version %q, want %s", path, v, schema.StepsVersion)
+	}
+	var out []schema.StepRow
+	err = f.Records(context.Background(), nil, func(rec arrow.Record) error {
+		rows, err := schema.StepRows(rec)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, rows...)
+		return nil
+	})
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if n := alloc.CurrentAlloc(); n != 0 {
+		return nil, fmt.Errorf("%s: the reader left %d bytes allocated", path, n)
+	}
+	return out, nil
+}

@@ -78,6 +78,14 @@ type Options struct {
 	// OnCommit, when set, is called after each file is committed with the
 	// file's path and row count.
 	OnCommit func(path string, rows int)
+	// BeforeRename, when set, is called as each file is committed, after
+	// it was written and synced and before it is renamed into place, with
+	// its final path; an error aborts the commit. A companion file (the
+	// step rows of the same trajectories) is committed there, so that it
+	// is in place before the file that makes the commit visible.
+	BeforeRename func(final string) error
+	// OnAbort, when set, is called when the Writer is aborted.
+	OnAbort func()
 }
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
@@ -345,6 +353,13 @@ func (w *Writer) commit() error {
 		return w.failCommit("close", err)
 	}
 	w.f = nil
+	if w.opts.BeforeRename != nil {
+		if err := w.opts.BeforeRename(w.final); err != nil {
+			tmp := w.tmp
+			w.Abort()
+			return fmt.Errorf("parquet: commit of %s: %w", tmp, err)
+		}
+	}
 	if err := os.Rename(w.tmp, w.final); err != nil {
 		return w.failCommit("rename", err)
 	}
@@ -415,6 +430,9 @@ func (w *Writer) Close(ctx context.Context) error {
 // Abort the Writer accepts no more records.
 func (w *Writer) Abort() {
 	w.closed = true
+	if w.opts.OnAbort != nil {
+		w.opts.OnAbort()
+	}
 	if w.f != nil {
 		_ = w.f.Close()
 		w.f = nil

@@ -2,6 +2,7 @@ package envstep
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -34,6 +35,21 @@ type Config struct {
 	// name defaults to its key; its scheduling keys left unset take this
 	// section's.
 	Routes map[string]*Config `yaml:"routes"`
+	// InvalidActionPenalty is subtracted from the reward of each step
+	// whose action the environment marked invalid (is_action_valid:
+	// false); 0: none.
+	InvalidActionPenalty float64 `yaml:"invalid_action_penalty"`
+	// HistoryLength, when set, turns on step-wise prompting: each turn's
+	// request holds the task, the last HistoryLength (observation,
+	// action) steps and the current observation, rendered by
+	// StepTemplate and HistoryTemplate, instead of the whole chat
+	// (verl-agent's history_length). nil: the whole chat (the default).
+	HistoryLength *int `yaml:"history_length"`
+	// StepTemplate and HistoryTemplate render step-wise requests (see
+	// stages/template.StepPrompt); empty: the defaults. Only with
+	// HistoryLength.
+	StepTemplate    string `yaml:"step_template"`
+	HistoryTemplate string `yaml:"history_template"`
 	// Options are the environment's own keys (e.g. answer_field); the
 	// environment's factory checks them.
 	Options map[string]any `yaml:",inline"`
@@ -76,6 +92,18 @@ func (c *Config) SetDefaults() {
 		}
 		if r.Timeout == 0 {
 			r.Timeout = c.Timeout
+		}
+		if r.InvalidActionPenalty == 0 {
+			r.InvalidActionPenalty = c.InvalidActionPenalty
+		}
+		if r.HistoryLength == nil {
+			r.HistoryLength = c.HistoryLength
+		}
+		if r.StepTemplate == "" {
+			r.StepTemplate = c.StepTemplate
+		}
+		if r.HistoryTemplate == "" {
+			r.HistoryTemplate = c.HistoryTemplate
 		}
 	}
 }
@@ -134,11 +162,26 @@ func (c *Config) validateLimits(p *pipeline.Problems) {
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be >= 1, got %d", c.Concurrency)
 	}
+	if c.HistoryLength != nil && *c.HistoryLength < 0 {
+		p.Add("history_length", "must be >= 0 (0: the current observation only), got %d", *c.HistoryLength)
+	}
+	if c.HistoryLength == nil {
+		if c.StepTemplate != "" {
+			p.Add("step_template", "needs history_length (step-wise prompting)")
+		}
+		if c.HistoryTemplate != "" {
+			p.Add("history_template", "needs history_length (step-wise prompting)")
+		}
+	}
+	if math.IsNaN(c.InvalidActionPenalty) || math.IsInf(c.InvalidActionPenalty, 0) || c.InvalidActionPenalty < 0 {
+		p.Add("invalid_action_penalty", "must be a finite number >= 0, got %v", c.InvalidActionPenalty)
+	}
 }
 
 // Limits returns the per-trajectory limits the stage enforces.
 func (c *Config) Limits() Limits {
-	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D(), Timeout: c.Timeout.D(), MaxSeqLen: c.MaxSeqLen}
+	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D(), Timeout: c.Timeout.D(), MaxSeqLen: c.MaxSeqLen,
+		InvalidActionPenalty: c.InvalidActionPenalty}
 }
 
 // Routed reports whether the section has routes.

@@ -22,6 +22,10 @@ type Limits struct {
 	// MaxSeqLen bounds a trajectory's tokens (the generate stage applies
 	// it, through Stepper.MaxSeqLen); 0: none.
 	MaxSeqLen int
+	// InvalidActionPenalty is subtracted from the reward of a step whose
+	// action the environment marked invalid (verl-agent's
+	// invalid_action_penalty); 0: none.
+	InvalidActionPenalty float64
 }
 
 // Route is one environment of a routed Stepper: the rollouts whose Env is
@@ -157,8 +161,14 @@ func (s *route) reset(ctx context.Context, r *pipeline.Rollout) error {
 		r.Tools = append(r.Tools, res.Tools...)
 	}
 	r.State = res.State
+	r.Anchor = res.Anchor
 	return nil
 }
+
+// MetricInvalidActions is the metric counting a rollout's actions its
+// environment marked invalid; a rollout has it when its environment judged
+// the validity of at least one action.
+const MetricInvalidActions = "invalid_actions"
 
 // Step answers r's last assistant message. It appends the observations
 // (their text whole: max_seq_len cuts token ids, in the generate stage),
@@ -201,8 +211,27 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if st == nil {
 		st = &envs.Step{Terminated: true}
 	}
-	r.Reward += st.Reward
-	r.TurnRewards = append(r.TurnRewards, st.Reward)
+	reward := st.Reward
+	if st.InvalidAction {
+		reward -= s.limits.InvalidActionPenalty
+		r.InvalidActions++
+	}
+	if st.InvalidAction || st.ReportsValidity {
+		r.AddMetric(MetricInvalidActions, float64(r.InvalidActions))
+	}
+	r.Reward += reward
+	r.TurnRewards = append(r.TurnRewards, reward)
+	for len(r.Steps) < r.NumTurns {
+		// A step the generate stage did not record (no generator keeps
+		// steps for r): its anchor is the state's.
+		r.Steps = append(r.Steps, pipeline.Step{ActionValid: true, Anchor: r.Anchor})
+	}
+	if n := len(r.Steps); n > 0 {
+		last := &r.Steps[n-1]
+		last.Reward = reward
+		last.ActionValid = !st.InvalidAction
+	}
+	r.Anchor = st.Anchor
 	for k, v := range st.Metrics {
 		r.AddMetric(k, v)
 	}
@@ -265,6 +294,9 @@ func (s *route) end(ctx context.Context, r *pipeline.Rollout) error {
 		r.TurnRewards[n-1] += st.Reward
 	} else {
 		r.TurnRewards = append(r.TurnRewards, st.Reward)
+	}
+	if n := len(r.Steps); n > 0 {
+		r.Steps[n-1].Reward += st.Reward
 	}
 	for k, v := range st.Metrics {
 		r.AddMetric(k, v)

@@ -40,6 +40,17 @@ type Options struct {
 	// (verl's data.truncation); these three need API tokens. "error" (or
 	// "") fails the rollout with ClassPromptTooLong.
 	PromptTruncation string
+	// StepPrompt, when set, builds step-wise requests: for a rollout it
+	// returns the messages of its next request and true (its route has
+	// env.history_length), or false for the whole chat. A step-wise
+	// request is built fresh each turn; its prompt's token ids and the
+	// response's are recorded in the rollout's Steps, and the rollout's
+	// own token view (PromptTokenIDs, ResponseTokenIDs, ...) stays empty:
+	// no single token sequence holds a step-wise trajectory.
+	StepPrompt func(r *pipeline.Rollout) ([]pipeline.Message, bool)
+	// RecordSteps keeps, in whole-chat mode, each turn's prompt and
+	// response token ids in the rollout's Steps (output.steps).
+	RecordSteps bool
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages
@@ -166,6 +177,9 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 			return nil
 		}
 	}
+	if msgs, ok := g.stepMessages(r); ok {
+		return g.stepTurn(ctx, r, msgs)
+	}
 	ok, err := g.prepare(ctx, r)
 	if err != nil || !ok {
 		return err
@@ -194,18 +208,120 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
 		return nil
 	}
-	g.apply(r, resp)
+	g.apply(r, resp, req.PromptTokenIDs)
 	return nil
 }
 
+// stepMessages returns the step-wise request messages of r's next turn,
+// and false when r's turns send the whole chat.
+func (g *Generator) stepMessages(r *pipeline.Rollout) ([]pipeline.Message, bool) {
+	if g.opts.StepPrompt == nil {
+		return nil, false
+	}
+	return g.opts.StepPrompt(r)
+}
+
+// stepTurn runs one step-wise generation: the request is msgs (in tokens
+// mode as the server's token ids of msgs), and the turn is recorded as a
+// step of its own.
+func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message) error {
+	req := g.Request(r)
+	req.Messages = msgs
+	var prompt []int32
+	limit := g.opts.PromptMaxTokens
+	if g.tokens() || limit > 0 || g.maxSeqLen(r) > 0 && g.tok != nil {
+		ids, err := g.tokenize(ctx, r, msgs, r.Tools, true)
+		switch {
+		case err == nil:
+			prompt = ids
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case g.tokens():
+			r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the step's prompt: %w", err))
+			return nil
+		case limit > 0:
+			r.Fail(inference.ErrorClass(err), fmt.Errorf("%s: prompt.max_tokens: POST /tokenize of the step's prompt: %w", rowName(r), err))
+			return nil
+		}
+	}
+	if limit > 0 && len(prompt) > limit {
+		// prompt.max_tokens bounds every step's prompt, as verl-agent's
+		// max_prompt_length does; chat mode only refuses.
+		n := len(prompt)
+		cut, err := truncatePrompt(prompt, limit, g.opts.PromptTruncation)
+		if err != nil {
+			r.Fail(ClassPromptTooLong, fmt.Errorf("%s: step %d: %w", rowName(r), len(r.Steps)+1, err))
+			return nil
+		}
+		prompt = cut
+		r.PromptTokensDropped += n - len(prompt)
+	}
+	if g.tokens() {
+		req.PromptTokenIDs = prompt
+	}
+	if m := g.maxSeqLen(r); m > 0 && prompt != nil {
+		// max_seq_len bounds each step's sequence (its prompt and response).
+		if len(prompt) >= m {
+			r.Truncated = true
+			r.FinishReason = "length"
+			r.Resolve(pipeline.StatusOK)
+			return nil
+		}
+		capMaxTokens(req.Params, m-len(prompt))
+	}
+	start := time.Now()
+	resp, err := g.client.Complete(ctx, req)
+	r.GenTime += time.Since(start)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if inference.ErrorClass(err) == inference.ClassContextLength {
+			r.Truncated = true
+			r.FinishReason = "context_length"
+			r.Resolve(pipeline.StatusOK)
+			return nil
+		}
+		r.Fail(inference.ErrorClass(err), err)
+		return nil
+	}
+	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
+		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
+		return nil
+	}
+	if !g.tokens() {
+		prompt = resp.PromptTokenIDs
+	}
+	msg := g.message(r, resp)
+	r.Steps = append(r.Steps, pipeline.Step{
+		PromptTokenIDs: prompt, ResponseTokenIDs: resp.Message.TokenIDs, Logprobs: stepLogprobs(resp.Message),
+		ActionValid: true, Anchor: r.Anchor,
+	})
+	r.Messages = append(r.Messages, msg)
+	return nil
+}
+
+// stepLogprobs are a response's logprobs, one per generated token (zeros
+// when the server sent none).
+func stepLogprobs(m pipeline.Message) []float32 {
+	if len(m.Logprobs) == len(m.TokenIDs) {
+		return m.Logprobs
+	}
+	return make([]float32, len(m.TokenIDs))
+}
+
 // Request is the request Turn sends for r's next turn: the model, r's
-// messages and tools, and the parameters (the row's, the config's over
+// messages (step-wise: the step prompt's) and tools, and the parameters (the row's, the config's over
 // them, the rollout's seed and stop strings, max_tokens capped to the room
 // max_seq_len leaves). In tokens mode Turn adds the token-id prompt.
 func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
+	msgs := r.Messages
+	if step, ok := g.stepMessages(r); ok {
+		msgs = step
+	}
 	return &inference.Request{
 		Model:    g.opts.Model,
-		Messages: r.Messages,
+		Messages: msgs,
 		Params:   g.requestParams(r),
 		Tools:    r.Tools,
 		Affinity: r.GroupID,
@@ -487,8 +603,10 @@ func toInt(v any) (int, bool) {
 	return 0, false
 }
 
-// apply appends the response to the trajectory.
-func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response) {
+// message counts a turn of r and returns its response as the turn's
+// assistant message (tool calls parsed in tokens mode), without token
+// spans.
+func (g *Generator) message(r *pipeline.Rollout, resp *inference.Response) pipeline.Message {
 	turn := r.NumTurns + 1
 	r.NumTurns = turn
 	r.PromptTokens += resp.PromptTokens
@@ -512,7 +630,22 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response) {
 		}
 	}
 	r.ToolCalls += len(msg.ToolCalls)
+	return msg
+}
 
+// apply appends the response to the trajectory. prompt is the token-id
+// prompt sent (tokens mode), nil otherwise.
+func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response, prompt []int32) {
+	msg := g.message(r, resp)
+	if g.opts.RecordSteps {
+		if !g.tokens() {
+			prompt = resp.PromptTokenIDs
+		}
+		r.Steps = append(r.Steps, pipeline.Step{
+			PromptTokenIDs: prompt, ResponseTokenIDs: resp.Message.TokenIDs, Logprobs: stepLogprobs(resp.Message),
+			ActionValid: true, Anchor: r.Anchor,
+		})
+	}
 	if !g.tokens() {
 		g.follow(r, resp.PromptTokenIDs)
 	}

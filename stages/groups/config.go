@@ -41,7 +41,18 @@ type Config struct {
 	// (fill up to the target with the last attempts of tasks the keep
 	// rule dropped, committed without the rule and marked).
 	OnExhausted string `yaml:"on_exhausted"`
+
+	// Gamma discounts the step rows' returns (step_return), as
+	// verl-agent's gamma; default 1 (no discount).
+	Gamma *float64 `yaml:"gamma"`
+	// StepAdvantage is how GiGPO normalises a step's return within its
+	// anchor group: mean_norm (return − mean, verl-agent's default) or
+	// mean_std_norm ((return − mean) / (std + 1e-6)).
+	StepAdvantage string `yaml:"step_advantage"`
 }
+
+// DefaultGamma is groups.gamma's default.
+const DefaultGamma = 1.0
 
 // SetDefaults fills the keys left unset.
 func (c *Config) SetDefaults() {
@@ -59,6 +70,11 @@ func (c *Config) SetDefaults() {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 1
 	}
+	if c.Gamma == nil {
+		g := DefaultGamma
+		c.Gamma = &g
+	}
+	def(&c.StepAdvantage, StepMeanNorm)
 }
 
 // Validate reports every problem of the section at once.
@@ -91,6 +107,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflight < 0 {
 		p.Add("max_inflight", "must be >= 0, got %d", c.MaxInflight)
+	}
+	if c.Gamma != nil && !(*c.Gamma >= 0 && *c.Gamma <= 1) {
+		p.Add("gamma", "must be in [0, 1], got %v", *c.Gamma)
+	}
+	if c.StepAdvantage != "" {
+		p.OneOf("step_advantage", c.StepAdvantage, StepMeanNorm, StepMeanStdNorm)
 	}
 	return p.Err()
 }

@@ -204,6 +204,13 @@ type Response struct {
 	Truncated  bool               `json:"truncated"`
 	Metrics    map[string]float64 `json:"metrics"`
 	Stop       []string           `json:"stop"`
+	// IsActionValid is the environment's judgement of the action (step
+	// responses); nil when absent (the action counts as valid).
+	IsActionValid *bool `json:"is_action_valid"`
+	// Anchor is the anchor observation of the state the response leaves
+	// the trajectory in: a string as is, any other JSON value as compact
+	// JSON; absent or null: none.
+	Anchor json.RawMessage `json:"anchor"`
 }
 
 // ErrEnv marks an error the environment reported itself ({"error": ...}).
@@ -244,7 +251,32 @@ func Decode(data []byte) (*Response, error) {
 	if math.IsNaN(r.Reward) || math.IsInf(r.Reward, 0) {
 		return nil, errors.New("reward: not a finite number")
 	}
+	if _, err := anchorText(r.Anchor); err != nil {
+		return nil, err
+	}
 	return &r, nil
+}
+
+// anchorText is an anchor's text: a JSON string's value, another value's
+// compact JSON, nil for none (absent or null).
+func anchorText(raw json.RawMessage) (*string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("anchor: %w", err)
+		}
+		return &s, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, fmt.Errorf("anchor: %w", err)
+	}
+	s := buf.String()
+	return &s, nil
 }
 
 // Err returns the environment's own error, wrapping ErrEnv, or nil.
@@ -283,18 +315,23 @@ func (r *Response) state(prev any) any {
 // Reset converts a reset response; a response without state starts with a
 // nil state.
 func (r *Response) Reset() *envs.Reset {
-	return &envs.Reset{Observations: r.messages(), Tools: r.Tools, State: r.state(nil)}
+	anchor, _ := anchorText(r.Anchor) // checked by Decode
+	return &envs.Reset{Observations: r.messages(), Tools: r.Tools, State: r.state(nil), Anchor: anchor}
 }
 
 // Step converts a step response; a response without a state key keeps prev.
 func (r *Response) Step(prev any) *envs.Step {
+	anchor, _ := anchorText(r.Anchor) // checked by Decode
 	return &envs.Step{
-		Observations: r.messages(),
-		Reward:       r.Reward,
-		Terminated:   r.Terminated,
-		Truncated:    r.Truncated,
-		Metrics:      r.Metrics,
-		StopStrings:  r.Stop,
-		State:        r.state(prev),
+		Anchor:          anchor,
+		InvalidAction:   r.IsActionValid != nil && !*r.IsActionValid,
+		ReportsValidity: r.IsActionValid != nil,
+		Observations:    r.messages(),
+		Reward:          r.Reward,
+		Terminated:      r.Terminated,
+		Truncated:       r.Truncated,
+		Metrics:         r.Metrics,
+		StopStrings:     r.Stop,
+		State:           r.state(prev),
 	}
 }

@@ -38,6 +38,27 @@ func TestDecode(t *testing.T) {
 				t.Errorf("Err = %v", err)
 			}
 		}},
+		{in: `{"is_action_valid": false, "anchor": [1, {"b": 2}]}`, check: func(t *testing.T, r *Response) {
+			st := r.Step(nil)
+			if !st.InvalidAction || !st.ReportsValidity || st.Anchor == nil || *st.Anchor != `[1,{"b":2}]` {
+				t.Errorf("step = invalid %v reports %v anchor %v", st.InvalidAction, st.ReportsValidity, st.Anchor)
+			}
+		}},
+		{in: `{"is_action_valid": true, "anchor": "grid\n#.@"}`, check: func(t *testing.T, r *Response) {
+			st := r.Step(nil)
+			if st.InvalidAction || !st.ReportsValidity || *st.Anchor != "grid\n#.@" {
+				t.Errorf("step = invalid %v reports %v anchor %q", st.InvalidAction, st.ReportsValidity, *st.Anchor)
+			}
+			if r.Reset().Anchor == nil {
+				t.Error("reset anchor not read")
+			}
+		}},
+		{in: `{"anchor": null}`, check: func(t *testing.T, r *Response) {
+			if st := r.Step(nil); st.Anchor != nil || st.ReportsValidity || st.InvalidAction {
+				t.Errorf("null anchor / absent validity = %+v", st)
+			}
+		}},
+		{in: `{"is_action_valid": 0}`, wantErr: "not a response object"},
 		{in: `{"rewards": 1}`, wantErr: "unknown field"},
 		{in: `{} {}`, wantErr: "data after"},
 		{in: ``, wantErr: "empty response"},
@@ -87,7 +108,8 @@ func TestRequests(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{`{}`, `{"observations":[{"role":"tool","content":"x","tool_call_id":"c"}],"state":[1]}`, `{"error":null}`, `nope`, `{"metrics":{"a":1e308}}`,
 		`{"observations":[{"content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
-		`{"observations":[{"content":[{"type":"input_image","image_url":"https://h/x.png"},"y"]}]}`} {
+		`{"observations":[{"content":[{"type":"input_image","image_url":"https://h/x.png"},"y"]}]}`,
+		`{"anchor":{"x":[1,2]},"is_action_valid":false}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

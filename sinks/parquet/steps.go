@@ -1,0 +1,260 @@
+package parquet
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	pq "github.com/parquet-go/parquet-go"
+
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// stepRow mirrors schema.StepSchema field by field.
+type stepRow struct {
+	RunID            string    `parquet:"run_id"`
+	TaskIndex        int64     `parquet:"task_index"`
+	Attempt          int32     `parquet:"attempt"`
+	RolloutIndex     int32     `parquet:"rollout_index"`
+	GroupID          string    `parquet:"group_id"`
+	TrajID           string    `parquet:"traj_id"`
+	Step             int32     `parquet:"step"`
+	StepReward       float64   `parquet:"step_reward"`
+	EpisodeReward    float64   `parquet:"episode_reward"`
+	EpisodeLength    int32     `parquet:"episode_length"`
+	IsActionValid    bool      `parquet:"is_action_valid"`
+	AnchorObs        *string   `parquet:"anchor_obs,optional"`
+	AnchorGroupID    *string   `parquet:"anchor_group_id,optional"`
+	AnchorGroupSize  int32     `parquet:"anchor_group_size"`
+	AnchorReturnMean float64   `parquet:"anchor_return_mean"`
+	AnchorReturnStd  float64   `parquet:"anchor_return_std"`
+	StepReturn       float64   `parquet:"step_return"`
+	StepAdvantage    float64   `parquet:"step_advantage"`
+	PromptTokenIDs   []int32   `parquet:"prompt_token_ids,list"`
+	ResponseTokenIDs []int32   `parquet:"response_token_ids,list"`
+	LossMask         []int8    `parquet:"loss_mask,list"`
+	ResponseLogprobs []float32 `parquet:"response_logprobs,list"`
+}
+
+// StepWriter writes step rows into one directory, each file the companion
+// of a trajectory part file: Commit(name) commits the steps written since
+// the last commit under the trajectory file's name. It is not safe for
+// concurrent use.
+type StepWriter struct {
+	dir   string
+	runID string
+	wopts []pq.WriterOption
+	f     *os.File
+	tmp   string
+	pw    *pq.GenericWriter[stepRow]
+	rows  []stepRow
+	ones  []int8
+}
+
+// NewStepWriter creates dir and returns a StepWriter into it, writing
+// runID into every row and meta (with the steps schema version) into every
+// file. Temporary files a crashed writer left are removed.
+func NewStepWriter(dir, runID, compression string, meta map[string]string) (*StepWriter, error) {
+	c, err := codec(compression)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("parquet: create %s: %w", dir, err)
+	}
+	if err := RemoveStale(dir, DefaultPrefix); err != nil {
+		return nil, err
+	}
+	w := &StepWriter{dir: dir, runID: runID}
+	w.wopts = []pq.WriterOption{
+		pq.Compression(c), pq.DefaultEncodingFor(pq.ByteArray, &pq.Plain), pq.DataPageVersion(1),
+		pq.DataPageStatistics(false), pq.MaxRowsPerRowGroup(DefaultRowGroupRows), pq.CreatedBy("trajflow", "", ""),
+		pq.SkipPageBounds("anchor_obs"),
+	}
+	all := map[string]string{schema.StepsMetadataKey: schema.StepsVersion}
+	for k, v := range meta {
+		if k != KeySchemaVersion {
+			all[k] = v
+		}
+	}
+	keys := make([]string, 0, len(all))
+	for k := range all {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		w.wopts = append(w.wopts, pq.KeyValueMetadata(k, all[k]))
+	}
+	return w, nil
+}
+
+// Dir returns the directory the StepWriter commits into.
+func (w *StepWriter) Dir() string { return w.dir }
+
+func (w *StepWriter) open() error {
+	if w.pw != nil {
+		return nil
+	}
+	f, err := os.CreateTemp(w.dir, "."+DefaultPrefix+"-steps-*.parquet.tmp")
+	if err != nil {
+		return fmt.Errorf("parquet: open a steps file in %s: %w", w.dir, err)
+	}
+	w.f, w.tmp = f, f.Name()
+	w.pw = pq.NewGenericWriter[stepRow](f, w.wopts...)
+	return nil
+}
+
+// WriteGroups appends one row per step of every rollout of gs (in
+// whole-group order) to the open file, opening one if needed. Anchor
+// group ids are "GROUP_ID/aN", N the step's pipeline.Step.AnchorGroup.
+func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
+	if err := w.open(); err != nil {
+		return err
+	}
+	w.rows = w.rows[:0]
+	for _, g := range gs {
+		for _, r := range g.Rollouts {
+			if r == nil {
+				continue
+			}
+			for i := range r.Steps {
+				w.rows = append(w.rows, w.row(r, i))
+			}
+		}
+	}
+	if _, err := w.pw.Write(w.rows); err != nil {
+		tmp := w.tmp
+		w.Abort()
+		return fmt.Errorf("parquet: write %s: %w", tmp, err)
+	}
+	clear(w.rows)
+	return nil
+}
+
+func (w *StepWriter) row(r *pipeline.Rollout, i int) stepRow {
+	st := &r.Steps[i]
+	if n := len(st.ResponseTokenIDs); len(w.ones) < n {
+		w.ones = slices.Repeat([]int8{1}, max(n, 2*len(w.ones)))
+	}
+	lp := st.Logprobs
+	if len(lp) != len(st.ResponseTokenIDs) {
+		lp = make([]float32, len(st.ResponseTokenIDs))
+	}
+	row := stepRow{
+		RunID: w.runID, TaskIndex: r.Task.Index, Attempt: int32(r.Attempt), RolloutIndex: int32(r.RolloutIndex),
+		GroupID: r.GroupID, TrajID: r.TrajID, Step: int32(i + 1),
+		StepReward: st.Reward, EpisodeReward: r.Reward, EpisodeLength: int32(r.NumTurns),
+		IsActionValid: st.ActionValid, AnchorObs: st.Anchor,
+		AnchorGroupSize: int32(st.AnchorGroupSize), AnchorReturnMean: st.AnchorMean, AnchorReturnStd: st.AnchorStd,
+		StepReturn: st.Return, StepAdvantage: st.Advantage,
+		PromptTokenIDs: st.PromptTokenIDs, ResponseTokenIDs: st.ResponseTokenIDs,
+		LossMask: w.ones[:len(st.ResponseTokenIDs)], ResponseLogprobs: lp,
+	}
+	if st.AnchorGroup >= 0 && st.Anchor != nil {
+		id := r.GroupID + "/a" + strconv.Itoa(st.AnchorGroup)
+		row.AnchorGroupID = &id
+	}
+	return row
+}
+
+// Commit finishes the open file (an empty one when nothing was written
+// since the last commit, so that every trajectory file has its steps
+// file) and renames it to name in the directory: synced, then renamed.
+func (w *StepWriter) Commit(name string) error {
+	if err := w.open(); err != nil {
+		return err
+	}
+	fail := func(step string, err error) error {
+		tmp := w.tmp
+		w.Abort()
+		return fmt.Errorf("parquet: %s %s: %w", step, tmp, err)
+	}
+	if err := w.pw.Close(); err != nil {
+		return fail("close", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := w.f.Close(); err != nil {
+		w.f = nil
+		return fail("close", err)
+	}
+	w.f = nil
+	final := filepath.Join(w.dir, name)
+	if err := os.Rename(w.tmp, final); err != nil {
+		return fail("rename", err)
+	}
+	w.pw, w.tmp = nil, ""
+	if err := syncDir(w.dir); err != nil {
+		return fmt.Errorf("parquet: sync directory %s after commit of %s: %w", w.dir, final, err)
+	}
+	return nil
+}
+
+// Abort removes the open, uncommitted file, if any.
+func (w *StepWriter) Abort() {
+	if w.f != nil {
+		_ = w.f.Close()
+		w.f = nil
+	}
+	if w.tmp != "" {
+		_ = os.Remove(w.tmp)
+	}
+	w.pw, w.tmp = nil, ""
+}
+
+// ErrUnpaired is returned by PairSteps for a trajectory part file without
+// its steps file.
+var ErrUnpaired = errors.New("a trajectory part file has no steps file")
+
+// PairSteps makes the steps directory agree with the trajectory
+// directory before a resume: a steps file whose trajectory file is
+// missing (a crash between the two renames of a commit: the steps file is
+// renamed first) is removed, since its trajectories were never committed
+// and the resumed run redoes them. A trajectory file without its steps
+// file is ErrUnpaired. Missing directories are no error.
+func PairSteps(dataDir, stepsDir string) error {
+	data, err := partNames(dataDir)
+	if err != nil {
+		return err
+	}
+	steps, err := partNames(stepsDir)
+	if err != nil {
+		return err
+	}
+	for name := range steps {
+		if !data[name] {
+			if err := os.Remove(filepath.Join(stepsDir, name)); err != nil {
+				return fmt.Errorf("parquet: remove uncommitted %s: %w", filepath.Join(stepsDir, name), err)
+			}
+		}
+	}
+	for name := range data {
+		if !steps[name] {
+			return fmt.Errorf("%w: %s has no %s", ErrUnpaired, filepath.Join(dataDir, name), filepath.Join(stepsDir, name))
+		}
+	}
+	return nil
+}
+
+// partNames lists the committed part files of dir by name.
+func partNames(dir string) (map[string]bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parquet: list %s: %w", dir, err)
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		if _, ok := partNumber(e.Name(), DefaultPrefix); ok {
+			out[e.Name()] = true
+		}
+	}
+	return out, nil
+}

@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/trajflow/trajflow/sources"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
+
+	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/storage"
 
 	"github.com/trajflow/trajflow/envs"
 )
@@ -83,6 +85,12 @@ func (c *Config) Semantic() map[string]string {
 func absPath(p string) string {
 	if p == "" {
 		return ""
+	}
+	if storage.IsURL(p) {
+		if u, err := storage.ParseURL(p); err == nil {
+			return u.String()
+		}
+		return p
 	}
 	if a, err := filepath.Abs(p); err == nil {
 		return a

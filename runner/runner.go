@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/stages/generate"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/trajflow/trajflow/stages/generate"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/schema"
@@ -32,6 +33,7 @@ import (
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // Version is trajflow's version, written into every output file.
@@ -132,6 +134,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 		if aerr := r.writeAggregate(r.stopper.hard); aerr != nil {
 			fmt.Fprintf(r.opts.Stderr, "trajflow: %v\n", aerr)
 		}
+		// On object storage, metrics.json and the side files go up last.
+		if r.remote.mirror != nil {
+			if ierr := r.inputs.flush(); ierr != nil {
+				err = errors.Join(err, ierr)
+			}
+			if perr := r.pushFinal(r.stopper.hard); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
 	}
 	sum := r.summary(err)
 	return sum, err
@@ -212,6 +223,10 @@ type run struct {
 	scraper *scraper
 	done    *committed
 	stopper *stopper
+	// remote is the object storage side of an s3:// output.dir or
+	// source.path; sourcePath is the local copy of source.path.
+	remote     remote
+	sourcePath string
 
 	failures *lines.Writer
 	interop  []namedSink
@@ -223,6 +238,11 @@ type run struct {
 // even when a later step fails.
 func (r *run) provision(ctx context.Context) error {
 	cfg := r.cfg
+	if storage.IsURL(cfg.Output.Dir) {
+		if err := r.provisionRemote(ctx); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
@@ -325,7 +345,12 @@ func (r *run) provision(ctx context.Context) error {
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
 		return err
 	}
-	src, err := sources.Open(cfg.Source, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
+	if r.sourcePath, err = r.localSource(ctx); err != nil {
+		return err
+	}
+	srcCfg := cfg.Source
+	srcCfg.Path = r.sourcePath
+	src, err := sources.Open(srcCfg, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
 	if err != nil {
 		return err
 	}
@@ -465,9 +490,10 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 		return w, nil
 	}
 	popts := r.parquetOptions()
-	if dest == DataDir {
-		popts.OnCommit = func(path string, rows int) {
-			r.files = append(r.files, path)
+	popts.OnCommit = func(path string, rows int) {
+		r.remote.dirty = true
+		if dest == DataDir {
+			r.files = append(r.files, r.displayPath(path))
 			r.stats.written.Add(int64(rows))
 			r.stats.filesCommitted.Add(1)
 		}

@@ -225,7 +225,7 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 					}
 				}
 			}
-			return nil
+			return r.pushCommitted(ctx)
 		}
 		defer b.rec.Release()
 		w, err := r.writer(b.dest)
@@ -237,7 +237,10 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 				return err
 			}
 		}
-		return w.Write(ctx, b.rec)
+		if err := w.Write(ctx, b.rec); err != nil {
+			return err
+		}
+		return r.pushCommitted(ctx)
 	}, func(ctx context.Context) error {
 		if err := r.closeInterop(ctx); err != nil {
 			return err
@@ -249,7 +252,7 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 				}
 			}
 		}
-		return nil
+		return r.pushCommitted(ctx)
 	})
 }
 

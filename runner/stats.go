@@ -188,8 +188,8 @@ func (r *run) summary(err error) *Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := &Summary{
-		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Files: r.files, Duration: time.Since(r.started),
-		Metrics: existing(filepath.Join(r.cfg.Output.Dir, MetricsFile)),
+		RunID: r.cfg.Run.ID, Dir: r.displayPath(r.cfg.Output.Dir), Files: r.files, Duration: time.Since(r.started),
+		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, MetricsFile))),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/storage"
 )
 
 const statsUsage = `Usage: trajflow stats [--json] [--metric NAME] [--threshold X] [--use-reward] DIR|FILE...
@@ -33,12 +34,19 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, statsUsage)
 		return ExitUsage
 	}
-	_, err := analyze.Stats(ctx, paths, stdout, analyze.StatsOptions{
+	var f fetched
+	defer f.close()
+	paths, err := f.localPaths(ctx, paths)
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow stats:", err)
+		return storeCode(err)
+	}
+	_, err = analyze.Stats(ctx, paths, stdout, analyze.StatsOptions{
 		JSON:        *asJSON,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "trajflow stats:", err)
+		fmt.Fprintln(stderr, "trajflow stats:", f.names(err.Error()))
 		return ExitFailed
 	}
 	return ExitOK
@@ -66,12 +74,34 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, mergeUsage)
 		return ExitUsage
 	}
-	res, err := analyze.Merge(ctx, inputs, *out, analyze.MergeOptions{
+	var f fetched
+	defer f.close()
+	inputs, err := f.localPaths(ctx, inputs)
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow merge:", err)
+		return storeCode(err)
+	}
+	// An s3:// --out: the merge writes into a local copy of what it
+	// holds, then uploads the new files (each appears whole).
+	outDir := *out
+	if storage.IsURL(*out) {
+		if outDir, err = f.pullOut(ctx, *out); err != nil {
+			fmt.Fprintln(stderr, "trajflow merge: --out:", err)
+			return storeCode(err)
+		}
+	}
+	res, err := analyze.Merge(ctx, inputs, outDir, analyze.MergeOptions{
 		FileRows: *fileRows, Compression: *compression, Force: *force, AllowDuplicates: *dups,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "trajflow merge:", err)
+		fmt.Fprintln(stderr, "trajflow merge:", f.names(err.Error()))
 		return ExitFailed
+	}
+	if outDir != *out {
+		if err := f.upload(ctx, outDir, *out); err != nil {
+			fmt.Fprintln(stderr, "trajflow merge: --out:", err)
+			return storeCode(err)
+		}
 	}
 	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s/data\n", res.Rows, len(res.Inputs), len(res.Files), *out)
 	if res.Duplicates > 0 {

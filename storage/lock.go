@@ -89,8 +89,7 @@ func (i lockInfo) stale() bool {
 	}
 	host, _ := os.Hostname()
 	if i.Host == host && i.PID > 0 {
-		p, err := os.FindProcess(i.PID)
-		return err != nil || p.Signal(syscall.Signal(0)) == syscall.ESRCH
+		return syscall.Kill(i.PID, 0) == syscall.ESRCH
 	}
 	return false
 }

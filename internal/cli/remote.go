@@ -56,10 +56,10 @@ func (f *fetched) open() error {
 // an object by itself, a prefix by the Parquet and JSON files under it,
 // recursively (the shards of a sharded run included), in their layout.
 func (f *fetched) localPaths(ctx context.Context, paths []string) ([]string, error) {
-	out := make([]string, len(paths))
+	var out []string
 	for i, p := range paths {
 		if !storage.IsURL(p) {
-			out[i] = p
+			out = append(out, p)
 			continue
 		}
 		u, err := storage.ParseURL(p)
@@ -81,7 +81,7 @@ func (f *fetched) localPaths(ctx context.Context, paths []string) ([]string, err
 			if err != nil {
 				return nil, err
 			}
-			out[i], f.local[local] = local, u.String()
+			out, f.local[local] = append(out, local), u.String()
 			continue
 		}
 		m := &storage.Mirror{Store: f.store, URL: u, Local: dir, Skip: notData}
@@ -92,7 +92,8 @@ func (f *fetched) localPaths(ctx context.Context, paths []string) ([]string, err
 		if n == 0 {
 			return nil, fmt.Errorf("%s: no objects under this prefix", p)
 		}
-		out[i], f.local[dir] = dir, u.String()
+		f.local[dir] = u.String()
+		out = append(out, shardDirs(dir)...)
 	}
 	return out, nil
 }
@@ -154,4 +155,21 @@ func (f *fetched) pullOut(ctx context.Context, u string) (string, error) {
 func notData(rel string) bool {
 	ext := path.Ext(rel)
 	return ext != ".parquet" && ext != ".json"
+}
+
+// shardDirs is dir, or, for the root of a sharded run (no data/ of its
+// own, a shards/ directory), each shard's directory.
+func shardDirs(dir string) []string {
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		return []string{dir}
+	}
+	shards, _ := filepath.Glob(filepath.Join(dir, "shards", "*", "data"))
+	if len(shards) == 0 {
+		return []string{dir}
+	}
+	out := make([]string, len(shards))
+	for i, s := range shards {
+		out[i] = filepath.Dir(s)
+	}
+	return out
 }

@@ -47,6 +47,7 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var f fetched
 	defer f.close()
 	remoteDest := ""
+	var shardInputs []string
 	if storage.IsURL(output) {
 		local, err := f.localPaths(ctx, paths)
 		if err != nil {
@@ -60,6 +61,14 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}
 		output = local[0]
+		if len(local) > 1 {
+			// A sharded run: the shards' output directories.
+			var all []string
+			for _, dir := range local {
+				all = append(all, report.Inputs(dir)...)
+			}
+			shardInputs = all
+		}
 	}
 	if storage.IsURL(*out) {
 		remoteDest = *out
@@ -85,7 +94,10 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		n = -1 // report.Options: 0 is the default, negative none
 	}
 	inputs := []string{output}
-	if st.IsDir() {
+	switch {
+	case shardInputs != nil:
+		inputs = shardInputs
+	case st.IsDir():
 		inputs = report.Inputs(output)
 	}
 	err = report.WriteFile(ctx, inputs, dest, report.Options{

@@ -197,7 +197,7 @@ func TestMinIO(t *testing.T) {
 		if res.code != 0 {
 			t.Fatalf("run exited %d:\n%s%s", res.code, res.stdout, res.stderr)
 		}
-		if !strings.Contains(res.stdout, out+"/data/part-00000.parquet") {
+		if !strings.Contains(res.stdout, "output: "+out+"/data (") || !strings.Contains(res.stdout, "metrics: "+out+"/metrics.json") {
 			t.Errorf("the summary does not name the committed objects:\n%s", res.stdout)
 		}
 		keys := map[string]bool{}

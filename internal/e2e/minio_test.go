@@ -192,6 +192,12 @@ func TestMinIO(t *testing.T) {
 	t.Run("run and stats", func(t *testing.T) {
 		out := "s3://" + minioBucket + "/runs/whole"
 		cfg := writeConfig(t, dir, "whole.yaml", runConfig{tasks: source, out: out, n: n, timeScale: 0, fileRows: 1000, batchRows: 64})
+		// validate reads the rows from the bucket and checks output.dir's.
+		val := runEnv(t, env, "validate", cfg)
+		outputs = append(outputs, val.stdout, val.stderr)
+		if val.code != 0 || !strings.Contains(val.stdout, "bucket "+minioBucket+" reachable") || !strings.Contains(val.stdout, "What is") {
+			t.Fatalf("validate exited %d:\n%s%s", val.code, val.stdout, val.stderr)
+		}
 		res := runEnv(t, env, "run", "--quiet", cfg)
 		outputs = append(outputs, res.stdout, res.stderr)
 		if res.code != 0 {
@@ -246,6 +252,32 @@ func TestMinIO(t *testing.T) {
 		}
 		if _, err := client.StatObject(context.Background(), minioBucket, "runs/whole/report.html", minio.StatObjectOptions{}); err != nil {
 			t.Fatalf("report.html not in the bucket: %v", err)
+		}
+	})
+
+	t.Run("lock", func(t *testing.T) {
+		// While a run holds the prefix, a second run is refused.
+		cfg := writeConfig(t, dir, "locked.yaml", runConfig{tasks: source, out: "s3://" + minioBucket + "/runs/locked", n: n, timeScale: 0.05, fileRows: 100, batchRows: 32})
+		first := exec.Command(binary, "run", "--quiet", cfg)
+		first.Env = env
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = first.Process.Kill(); _ = first.Wait() }()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := client.StatObject(context.Background(), minioBucket, "runs/locked/.trajflow.lock", minio.StatObjectOptions{}); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the first run took no lock within 30 s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		second := runEnv(t, env, "run", "--quiet", cfg)
+		outputs = append(outputs, second.stdout, second.stderr)
+		if second.code == 0 || !strings.Contains(second.stderr, "is in use by another trajflow run") {
+			t.Fatalf("a second run on a locked prefix: exit %d:\n%s", second.code, second.stderr)
 		}
 	})
 

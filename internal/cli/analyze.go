@@ -16,7 +16,9 @@ const statsUsage = `Usage: trajflow stats [--json] [--metric NAME] [--threshold 
 
 Computes a run's metrics (reward, pass@k, pass^k, mean@k, completion, token
 and turn statistics) from its Parquet files alone. A DIR is an output
-directory (its data/part-*.parquet) or a directory of Parquet files.
+directory (its data/part-*.parquet) or a directory of Parquet files; an
+s3://bucket/prefix stands for the output directory there (endpoint and
+credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 `
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -56,6 +58,7 @@ const mergeUsage = `Usage: trajflow merge --out DIR [--file-rows N] [--compressi
 
 Combines the part files of one or several runs or shards (output directories
 or Parquet files) into fewer, larger files in DIR/data without changing a row.
+INPUT and DIR may be s3://bucket/prefix URLs.
 `
 
 func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -21,8 +21,9 @@ charts of a run's committed output: reward distribution, pass@k for every k,
 per-task solve rate, token and turn lengths, status, finish reasons, errors
 by class, throughput and keep rate over time, a per-environment breakdown,
 and a browsable sample of trajectories. OUTPUT is an output directory (its
-data/part-*.parquet, and filtered/ when the run wrote it) or a Parquet file.
-The default -o is OUTPUT/report.html (report.html beside a file).
+data/part-*.parquet, and filtered/ when the run wrote it) or a Parquet file,
+or an s3:// URL of either. The default -o is OUTPUT/report.html (report.html
+beside a file; in the bucket for an s3:// OUTPUT).
 `
 
 func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -156,36 +155,6 @@ func (s *Store) Get(ctx context.Context, bucket, key, path string) error {
 	return s.retry(ctx, func() error {
 		return s.c.FGetObject(ctx, bucket, key, path, minio.GetObjectOptions{})
 	})
-}
-
-// ReaderAt is an object opened for random access.
-type ReaderAt interface {
-	io.ReaderAt
-	io.ReadSeekCloser
-}
-
-// OpenObject opens bucket/key for reading at any offset (Parquet footers)
-// and returns its size.
-func (s *Store) OpenObject(ctx context.Context, bucket, key string) (ReaderAt, int64, error) {
-	var o *minio.Object
-	var size int64
-	err := s.retry(ctx, func() error {
-		obj, err := s.c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
-		if err != nil {
-			return err
-		}
-		st, err := obj.Stat()
-		if err != nil {
-			obj.Close()
-			return err
-		}
-		o, size = obj, st.Size
-		return nil
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	return o, size, nil
 }
 
 // Delete removes bucket/key; a missing object is no error.

@@ -279,6 +279,26 @@ func TestMinIO(t *testing.T) {
 		if second.code == 0 || !strings.Contains(second.stderr, "is in use by another trajflow run") {
 			t.Fatalf("a second run on a locked prefix: exit %d:\n%s", second.code, second.stderr)
 		}
+		// A lock of another host: refused while its lease runs, taken over
+		// once it ran out.
+		other := writeConfig(t, dir, "other.yaml", runConfig{tasks: source, out: "s3://" + minioBucket + "/runs/other", n: 1, timeScale: 0, fileRows: 1000, batchRows: 64})
+		plant := func(expires time.Time) {
+			b, _ := json.Marshal(map[string]any{"host": "another-host", "pid": 1, "expires": expires})
+			if _, err := client.PutObject(context.Background(), minioBucket, "runs/other/.trajflow.lock", bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plant(time.Now().Add(time.Hour))
+		res := runEnv(t, env, "run", "--quiet", other)
+		if res.code == 0 || !strings.Contains(res.stderr, "host another-host") {
+			t.Fatalf("a live lock of another host: exit %d:\n%s", res.code, res.stderr)
+		}
+		plant(time.Now().Add(-time.Second))
+		res = runEnv(t, env, "run", "--quiet", other)
+		outputs = append(outputs, res.stdout, res.stderr)
+		if res.code != 0 {
+			t.Fatalf("an expired lock was not taken over: exit %d:\n%s", res.code, res.stderr)
+		}
 	})
 
 	t.Run("kill -9 during uploads, resume", func(t *testing.T) {

@@ -1,9 +1,18 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 )
@@ -65,5 +74,62 @@ func TestClassify(t *testing.T) {
 		if got := errors.Is(classify(tc.err), ErrAccess); got != tc.fatal {
 			t.Errorf("classify(%v) fatal=%v, want %v", tc.err, got, tc.fatal)
 		}
+	}
+}
+
+// A store's transient errors are retried until the upload goes through;
+// an error no retry mends fails at the first answer, as ErrAccess.
+func TestPutRetriesTransientFailsFastOnAccess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "part-00000.parquet")
+	if err := os.WriteFile(path, []byte("committed bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		failures  int // answers of the failing kind before a success
+		status    int
+		code      string
+		wantErr   error
+		wantCalls int
+	}{
+		{"slow down then ok", 3, http.StatusServiceUnavailable, "SlowDown", nil, 4},
+		{"internal error then ok", 2, http.StatusInternalServerError, "InternalError", nil, 3},
+		{"bad key", 1000, http.StatusForbidden, "InvalidAccessKeyId", ErrAccess, 1},
+		{"no bucket", 1000, http.StatusNotFound, "NoSuchBucket", ErrAccess, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			var body []byte
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodPut {
+					t.Errorf("unexpected %s %s", r.Method, r.URL)
+				}
+				if int(calls.Add(1)) <= tc.failures {
+					w.Header().Set("Content-Type", "application/xml")
+					w.WriteHeader(tc.status)
+					fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>m</Message></Error>`, tc.code)
+					return
+				}
+				body, _ = io.ReadAll(r.Body)
+				w.Header().Set("ETag", `"abc"`)
+				w.WriteHeader(http.StatusOK)
+			}))
+			defer srv.Close()
+			s, err := Open(Env{Endpoint: srv.URL, Region: "us-east-1", AccessKeyID: "id", SecretAccessKey: "secret"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Backoff = time.Millisecond
+			err = s.Put(context.Background(), "bucket", "out/data/part-00000.parquet", path)
+			if tc.wantErr == nil && err != nil || tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Put = %v, want %v", err, tc.wantErr)
+			}
+			if got := int(calls.Load()); got != tc.wantCalls {
+				t.Errorf("%d requests, want %d", got, tc.wantCalls)
+			}
+			if tc.wantErr == nil && !strings.Contains(string(body), "committed bytes") { // aws-chunked over plain HTTP
+				t.Errorf("the store got %q", body)
+			}
+		})
 	}
 }

@@ -5,15 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/sources"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 
-	"github.com/trajflow/trajflow/sources"
-	"github.com/trajflow/trajflow/storage"
-
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // Semantic returns the keys of the config that decide what a run produces,

@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/stages/generate"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/trajflow/trajflow/stages/generate"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/schema"

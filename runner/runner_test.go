@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/sinks/parquet"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,9 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
-	"github.com/trajflow/trajflow/sinks/parquet"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/trajflow/trajflow/config"

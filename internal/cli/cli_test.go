@@ -2,15 +2,14 @@ package cli_test
 
 import (
 	"bytes"
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/sinks/parquet"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
-	"github.com/trajflow/trajflow/sinks/parquet"
 
 	"github.com/trajflow/trajflow/internal/cli"
 	"github.com/trajflow/trajflow/pipeline"

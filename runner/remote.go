@@ -30,8 +30,16 @@ type remote struct {
 	lock    *storage.Lock
 	staging string
 	// dirty is set when a file was committed locally and is not uploaded
-	// yet.
-	dirty bool
+	// yet; pending are the data files among them, counted in the summary
+	// once uploaded.
+	dirty   bool
+	pending []committedFile
+}
+
+// committedFile is a data file committed in the staging directory.
+type committedFile struct {
+	path string
+	rows int
 }
 
 // storeError wraps an object storage error for the command: an error no
@@ -118,6 +126,10 @@ func (r *run) pushCommitted(ctx context.Context) error {
 		return storeError("output.dir", r.remote.url.String(), err)
 	}
 	r.remote.dirty = false
+	for _, f := range r.remote.pending {
+		r.countCommitted(f.path, f.rows)
+	}
+	r.remote.pending = nil
 	return nil
 }
 

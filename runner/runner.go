@@ -491,11 +491,15 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 	popts := r.parquetOptions()
 	popts.OnCommit = func(path string, rows int) {
 		r.remote.dirty = true
-		if dest == DataDir {
-			r.files = append(r.files, r.displayPath(path))
-			r.stats.written.Add(int64(rows))
-			r.stats.filesCommitted.Add(1)
+		if dest != DataDir {
+			return
 		}
+		if r.remote.mirror != nil {
+			// Committed once uploaded (pushCommitted counts it then).
+			r.remote.pending = append(r.remote.pending, committedFile{path, rows})
+			return
+		}
+		r.countCommitted(path, rows)
 	}
 	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)
 	if err != nil {
@@ -504,6 +508,13 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 	r.writers[dest] = w
 	r.closers = append(r.closers, w.Abort)
 	return w, nil
+}
+
+// countCommitted counts a committed data file in the summary.
+func (r *run) countCommitted(path string, rows int) {
+	r.files = append(r.files, r.displayPath(path))
+	r.stats.written.Add(int64(rows))
+	r.stats.filesCommitted.Add(1)
 }
 
 // ErrShortOfData is returned when the input ran out before groups.target

@@ -203,7 +203,7 @@ func TestMinIO(t *testing.T) {
 		if res.code != 0 {
 			t.Fatalf("run exited %d:\n%s%s", res.code, res.stdout, res.stderr)
 		}
-		if !strings.Contains(res.stdout, "output: "+out+"/data (") || !strings.Contains(res.stdout, "metrics: "+out+"/metrics.json") {
+		if !strings.Contains(res.stdout, fmt.Sprintf("rows written: %d,", tasks*n)) || !strings.Contains(res.stdout, "output: "+out+"/data (") || !strings.Contains(res.stdout, "metrics: "+out+"/metrics.json") {
 			t.Errorf("the summary does not name the committed objects:\n%s", res.stdout)
 		}
 		keys := map[string]bool{}

@@ -15,6 +15,7 @@ import (
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // Config is one run's configuration: one section per component, each the
@@ -155,6 +156,18 @@ func (c *Config) Validate() error {
 	p.Section("groups", c.Groups.Validate())
 	if c.Output.Dir == "" {
 		p.Add("output.dir", "required")
+	} else if storage.IsURL(c.Output.Dir) {
+		if _, err := storage.ParseURL(c.Output.Dir); err != nil {
+			p.Add("output.dir", "%v", err)
+		}
+	}
+	if storage.IsURL(c.Source.Path) {
+		if _, err := storage.ParseURL(c.Source.Path); err != nil {
+			p.Add("source.path", "%v", err)
+		}
+	}
+	if storage.IsURL(c.Output.ArrowStream) {
+		p.Add("output.arrow_stream", "a local path (object storage is not supported for the Arrow stream)")
 	}
 	p.Section("output", c.Output.Collate.Validate())
 	p.OneOf("output.images", c.Output.Images, "reference", "inline")

@@ -54,6 +54,9 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 			[]string{`--set prompt.user=Compute: {question}: prompt.user: cannot unmarshal !!map into string`, `quote it inside the shell's quotes: --set 'prompt.user="Compute: {question}"'`}},
 		{"set type error keeps the file's lines", base + "repeat: {seed: x}\n", []string{"repeat.n=[2]"},
 			[]string{"--set repeat.n=[2]: repeat.n: cannot unmarshal !!seq into int", "cfg.yaml: line 2: repeat.seed: cannot unmarshal !!str `x` into int64"}},
+		{"bad s3 output.dir", base + "output: {dir: \"s3://Bad_Bucket/x\"}\n", nil, []string{"cfg.yaml: line 2: output.dir:", "lower-case letters"}},
+		{"bad s3 source.path", "source: {path: \"s3://bucket/a/../t.jsonl\"}\n", nil, []string{"cfg.yaml: line 1: source.path:", `".." segments`}},
+		{"s3 arrow stream", base + "output: {dir: s3://bucket/x, arrow_stream: s3://bucket/x/s.arrows}\n", nil, []string{"output.arrow_stream: a local path"}},
 		{"api key variable unset", base + "generate: {api_key_env: TRAJFLOW_TEST_UNSET_KEY}\n", nil, []string{"generate.api_key_env: environment variable TRAJFLOW_TEST_UNSET_KEY is not set"}},
 	}
 	for _, tt := range tests {
@@ -221,5 +224,17 @@ generate:
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("%s: err = %v, want one naming %s", bad, err, key)
 		}
+	}
+}
+
+// An s3:// source.path stays a URL in the fingerprint (a local path is
+// made absolute).
+func TestFingerprintS3Source(t *testing.T) {
+	c, err := config.Parse([]byte("source: {path: \"s3://bucket/in/t.jsonl\"}\n"), "cfg.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Semantic()["source.path"]; got != `"s3://bucket/in/t.jsonl"` {
+		t.Fatalf("source.path in the fingerprint = %s", got)
 	}
 }

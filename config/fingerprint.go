@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/stages/groups"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // Semantic returns the keys of the config that decide what a run produces,
@@ -114,6 +115,12 @@ func (c *Config) Semantic() map[string]string {
 func absPath(p string) string {
 	if p == "" {
 		return ""
+	}
+	if storage.IsURL(p) {
+		if u, err := storage.ParseURL(p); err == nil {
+			return u.String()
+		}
+		return p
 	}
 	if a, err := filepath.Abs(p); err == nil {
 		return a

@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/storage"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -35,7 +36,9 @@ const minSecretLen = 4
 //     (the variables a subprocess environment hands its processes);
 //   - the options an environment declares secret (envs.Spec.Secret);
 //   - the user info and the query string of any URL;
-//   - the value of the variable generate.api_key_env names.
+//   - the value of the variable generate.api_key_env names;
+//   - the object storage secrets: AWS_SECRET_ACCESS_KEY and
+//     AWS_SESSION_TOKEN (storage.SecretEnv).
 
 // secretWords are the last words of key names that hold secrets.
 var secretWords = map[string]bool{
@@ -236,6 +239,14 @@ func newRedactor(tree any) *Redactor {
 					seen[key] = true
 				}
 			}
+		}
+	}
+	// The object storage credentials (storage.FromEnv) are secrets
+	// wherever they would surface: a store's error echoing a request, a
+	// server's message.
+	for _, name := range storage.SecretEnv {
+		if v := os.Getenv(name); v != "" {
+			seen[v] = true
 		}
 	}
 	var walk func(path []string, v any)

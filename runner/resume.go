@@ -160,7 +160,7 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 		}
 	}
 	if c.source != nil && !r.opts.AllowConfigChange {
-		if err := sources.Verify(r.cfg.Source.Path, *c.source); err != nil {
+		if err := sources.Verify(r.sourcePath, *c.source); err != nil {
 			if !errors.Is(err, sources.ErrOtherInput) {
 				return nil, fmt.Errorf("resume: %w", err)
 			}

@@ -34,6 +34,7 @@ import (
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // Version is trajflow's version, written into every output file.
@@ -159,6 +160,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	err = r.execute(ctx)
 	// Whatever stopped the run, the committed files are whole: their
 	// metrics are written, unless the stop overran its grace or was aborted.
+	// A shard records whether it read its input to the end (uploaded
+	// below with the other side files on object storage).
+	if serr := r.writeShardStatus(err); serr != nil {
+		err = errors.Join(err, serr)
+	}
 	if r.stopper.hard.Err() == nil {
 		if merr := r.writeMetrics(r.stopper.hard); merr != nil {
 			err = errors.Join(err, merr)
@@ -166,9 +172,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 		if aerr := r.writeAggregate(r.stopper.hard); aerr != nil {
 			fmt.Fprintf(r.opts.Stderr, "trajflow: %v\n", aerr)
 		}
-	}
-	if serr := r.writeShardStatus(err); serr != nil {
-		err = errors.Join(err, serr)
+		// On object storage, metrics.json and the side files go up last.
+		if r.remote.mirror != nil {
+			if ierr := r.inputs.flush(); ierr != nil {
+				err = errors.Join(err, ierr)
+			}
+			if perr := r.pushFinal(r.stopper.hard); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
 	}
 	sum := r.summary(err)
 	return sum, err
@@ -265,6 +277,10 @@ type run struct {
 	scraper *scraper
 	done    *committed
 	stopper *stopper
+	// remote is the object storage side of an s3:// output.dir or
+	// source.path; sourcePath is the local copy of source.path.
+	remote     remote
+	sourcePath string
 
 	failures *lines.Writer
 	interop  []namedSink
@@ -280,18 +296,13 @@ type run struct {
 // even when a later step fails.
 func (r *run) provision(ctx context.Context) error {
 	cfg := r.cfg
-	if err := os.MkdirAll(r.root, 0o755); err != nil {
-		return fmt.Errorf("output.dir: %w", err)
-	}
-	// Every shard of a run keys its fingerprint with the root's key, so
-	// that they agree on the run's identity (the manifest's fingerprint).
-	key, err := secretKey(r.root)
-	if err != nil {
+	if err := r.provisionRoot(ctx); err != nil {
 		return err
 	}
-	cfg.UseSecretKey(key)
-	if err := r.checkManifest(); err != nil {
-		return err
+	if storage.IsURL(cfg.Output.Dir) {
+		if err := r.provisionRemote(ctx); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
@@ -405,7 +416,12 @@ func (r *run) provision(ctx context.Context) error {
 	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
 		return err
 	}
-	src, err := sources.Open(cfg.Source, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
+	if r.sourcePath, err = r.localSource(ctx); err != nil {
+		return err
+	}
+	srcCfg := cfg.Source
+	srcCfg.Path = r.sourcePath
+	src, err := sources.Open(srcCfg, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
 	if err != nil {
 		return err
 	}
@@ -548,25 +564,30 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 		return w, nil
 	}
 	popts := r.parquetOptions()
-	if dest == DataDir {
-		popts.OnCommit = func(path string, rows int) {
-			r.files = append(r.files, path)
-			r.stats.written.Add(int64(rows))
-			r.stats.filesCommitted.Add(1)
+	popts.OnCommit = func(path string, rows int) {
+		r.remote.dirty = true
+		if dest != DataDir {
+			return
 		}
-		if r.cfg.Output.Steps {
-			sw, err := parquet.NewStepWriter(filepath.Join(r.cfg.Output.Dir, StepsDir), r.cfg.Run.ID, r.cfg.Output.Parquet.Compression, popts.Metadata)
-			if err != nil {
-				return nil, err
-			}
-			r.steps = sw
-			r.closers = append(r.closers, sw.Abort)
-			// The steps file is renamed into place first: the data
-			// file's rename commits both (a resume removes a steps
-			// file left without its data file).
-			popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
-			popts.OnAbort = sw.Abort
+		if r.remote.mirror != nil {
+			// Committed once uploaded (pushCommitted counts it then).
+			r.remote.pending = append(r.remote.pending, committedFile{path, rows})
+			return
 		}
+		r.countCommitted(path, rows)
+	}
+	if dest == DataDir && r.cfg.Output.Steps {
+		sw, err := parquet.NewStepWriter(filepath.Join(r.cfg.Output.Dir, StepsDir), r.cfg.Run.ID, r.cfg.Output.Parquet.Compression, popts.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		r.steps = sw
+		r.closers = append(r.closers, sw.Abort)
+		// The steps file is renamed into place first: the data file's
+		// rename commits both (a resume removes a steps file left
+		// without its data file).
+		popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
+		popts.OnAbort = sw.Abort
 	}
 	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)
 	if err != nil {
@@ -575,6 +596,13 @@ func (r *run) writer(dest string) (*parquet.Writer, error) {
 	r.writers[dest] = w
 	r.closers = append(r.closers, w.Abort)
 	return w, nil
+}
+
+// countCommitted counts a committed data file in the summary.
+func (r *run) countCommitted(path string, rows int) {
+	r.files = append(r.files, r.displayPath(path))
+	r.stats.written.Add(int64(rows))
+	r.stats.filesCommitted.Add(1)
 }
 
 // ErrShortOfData is returned when the input ran out before groups.target

@@ -271,7 +271,7 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 					}
 				}
 			}
-			return nil
+			return r.pushCommitted(ctx)
 		}
 		defer b.rec.Release()
 		w, err := r.writer(b.dest)
@@ -291,7 +291,10 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 				}
 			}
 		}
-		return w.Write(ctx, b.rec)
+		if err := w.Write(ctx, b.rec); err != nil {
+			return err
+		}
+		return r.pushCommitted(ctx)
 	}, func(ctx context.Context) error {
 		if err := r.closeInterop(ctx); err != nil {
 			return err
@@ -303,7 +306,7 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 				}
 			}
 		}
-		return nil
+		return r.pushCommitted(ctx)
 	})
 }
 

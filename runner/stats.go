@@ -209,9 +209,9 @@ func (r *run) summary(err error) *Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := &Summary{
-		RunID: r.cfg.Run.ID, Dir: r.cfg.Output.Dir, Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
-		Metrics: existing(filepath.Join(r.cfg.Output.Dir, MetricsFile)),
-		Steps:   r.stepsDir(),
+		RunID: r.cfg.Run.ID, Dir: r.displayPath(r.cfg.Output.Dir), Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
+		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, MetricsFile))),
+		Steps:   r.displayPath(r.stepsDir()),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),

@@ -19,6 +19,7 @@ import (
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // DefaultValidateRows is how many rows Validate renders by default.
@@ -79,6 +80,7 @@ func Validate(ctx context.Context, cfg *config.Config, opts ValidateOptions) err
 		fmt.Fprintln(v.out, "config: ok")
 	}
 
+	v.storage(ctx)
 	client, closeClient := v.endpoints(ctx)
 	defer closeClient()
 	step, closeEnv := v.startEnvs()
@@ -281,7 +283,19 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 		return
 	}
 	var skipped []string
-	src, err := sources.Open(cfg.Source, sources.Options{OnReject: func(r sources.Reject) error {
+	srcCfg := cfg.Source
+	if storage.IsURL(srcCfg.Path) {
+		// An object is read from a temporary download.
+		r := &run{cfg: cfg}
+		local, err := r.localSource(ctx)
+		defer r.cleanup()
+		if err != nil {
+			v.problem(err)
+			return
+		}
+		srcCfg.Path = local
+	}
+	src, err := sources.Open(srcCfg, sources.Options{OnReject: func(r sources.Reject) error {
 		skipped = append(skipped, r.Where+": "+r.Reason)
 		return nil
 	}})
@@ -414,4 +428,28 @@ func envLabel(cfg *config.Config) string {
 		names = append(names, rs.Route)
 	}
 	return strings.Join(names, ", ")
+}
+
+// storage checks that an s3:// output.dir's bucket exists and the
+// credentials may list it.
+func (v *validation) storage(ctx context.Context) {
+	dir := v.cfg.Output.Dir
+	if !storage.IsURL(dir) || v.skip("output") {
+		return
+	}
+	u, err := storage.ParseURL(dir)
+	if err != nil {
+		return // Check reported it
+	}
+	s, err := openStore("output.dir", dir)
+	if err == nil {
+		if err = s.Check(ctx, u.Bucket); err != nil {
+			err = storeError("output.dir", dir, err)
+		}
+	}
+	if err != nil {
+		v.problem(err)
+		return
+	}
+	fmt.Fprintf(v.out, "output.dir: bucket %s reachable\n", u.Bucket)
 }

@@ -5,12 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/shards"
+	"github.com/trajflow/trajflow/storage"
 )
 
 const statsUsage = `Usage: trajflow stats [--json] [--metric NAME] [--threshold X] [--use-reward] DIR|FILE...
@@ -20,7 +20,9 @@ and turn statistics) from its Parquet files alone. A DIR is an output
 directory (its data/part-*.parquet), a sharded run's root (every shard's
 data, with a line on stderr saying how many shards it holds and which are
 missing or incomplete against its manifest.json), or a directory of
-Parquet files.
+Parquet files. An s3://bucket/prefix stands for the output directory or
+root there (endpoint and credentials from AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 `
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -38,16 +40,23 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, statsUsage)
 		return ExitUsage
 	}
-	if _, err := reportShards("stats", paths, stderr); err != nil {
+	var f fetched
+	defer f.close()
+	paths, err := f.localPaths(ctx, paths)
+	if err != nil {
 		fmt.Fprintln(stderr, "trajflow stats:", err)
+		return storeCode(err)
+	}
+	if _, err := reportShards("stats", paths, &namedWriter{stderr, &f}); err != nil {
+		fmt.Fprintln(stderr, "trajflow stats:", f.names(err.Error()))
 		return ExitFailed
 	}
-	_, err := analyze.Stats(ctx, paths, stdout, analyze.StatsOptions{
+	_, err = analyze.Stats(ctx, paths, stdout, analyze.StatsOptions{
 		JSON:        *asJSON,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "trajflow stats:", err)
+		fmt.Fprintln(stderr, "trajflow stats:", f.names(err.Error()))
 		return ExitFailed
 	}
 	return ExitOK
@@ -78,6 +87,7 @@ its manifest, unless --allow-partial.
   --allow-partial          merge a sharded root with missing or incomplete
                            shards
 Files are cut only between groups.
+INPUT and DEST may be s3://bucket/prefix URLs.
 `
 
 func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -126,24 +136,46 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		opts.TargetFileBytes = size
 	}
-	sets, err := reportShards("merge", inputs, stderr)
+	var f fetched
+	defer f.close()
+	inputs, err := f.localPaths(ctx, inputs)
 	if err != nil {
 		fmt.Fprintln(stderr, "trajflow merge:", err)
+		return storeCode(err)
+	}
+	// An s3:// DEST: the merge writes into a local directory standing
+	// for it, then uploads the new files (each appears whole).
+	outDir := *out
+	if storage.IsURL(*out) {
+		if outDir, err = f.pullOut(ctx, *out); err != nil {
+			fmt.Fprintln(stderr, "trajflow merge: --out:", err)
+			return storeCode(err)
+		}
+	}
+	sets, err := reportShards("merge", inputs, &namedWriter{stderr, &f})
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow merge:", f.names(err.Error()))
 		return ExitFailed
 	}
 	for _, s := range sets {
 		if !s.Whole() && !*partial {
 			fmt.Fprintf(stderr, "trajflow merge: %s is not whole (%s); run the missing or incomplete shards again (they resume), or --allow-partial to merge what is there\n",
-				s.Root, s.Summary())
+				f.names(s.Root), s.Summary())
 			return ExitFailed
 		}
 	}
-	res, err := analyze.Merge(ctx, inputs, *out, opts)
+	res, err := analyze.Merge(ctx, inputs, outDir, opts)
 	if err != nil {
-		fmt.Fprintln(stderr, "trajflow merge:", err)
+		fmt.Fprintln(stderr, "trajflow merge:", f.names(err.Error()))
 		return ExitFailed
 	}
-	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s\n", res.Rows, len(res.Inputs), len(res.Files), filepath.Join(*out, "data"))
+	if outDir != *out {
+		if err := f.upload(ctx, outDir, *out); err != nil {
+			fmt.Fprintln(stderr, "trajflow merge: --out:", err)
+			return storeCode(err)
+		}
+	}
+	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s\n", res.Rows, len(res.Inputs), len(res.Files), storage.Join(*out, "data"))
 	if res.Duplicates > 0 {
 		fmt.Fprintf(stdout, "%d rows repeat an earlier key (--allow-duplicates)\n", res.Duplicates)
 	}

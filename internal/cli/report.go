@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/report"
+	"github.com/trajflow/trajflow/storage"
 )
 
 const reportUsage = `Usage: trajflow report OUTPUT [-o report.html] [--samples N] [--metric NAME] [--threshold X] [--use-reward]
@@ -21,8 +23,9 @@ by class, throughput and keep rate over time, a per-environment breakdown,
 and a browsable sample of trajectories. OUTPUT is an output directory (its
 data/part-*.parquet, and filtered/ when the run wrote it), a sharded run's
 root (every shard's; a line on stderr says which shards are missing or
-incomplete), or a Parquet file.
-The default -o is OUTPUT/report.html (report.html beside a file).
+incomplete), or a Parquet file, or an s3:// URL of any of them.
+The default -o is OUTPUT/report.html (report.html beside a file; in the
+bucket for an s3:// OUTPUT).
 `
 
 func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -42,6 +45,32 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return ExitUsage
 	}
 	output := paths[0]
+	// An s3:// OUTPUT is read from a download; the report goes beside it
+	// in the bucket unless -o names a local file.
+	var f fetched
+	defer f.close()
+	remoteDest := ""
+	if storage.IsURL(output) {
+		local, err := f.localPaths(ctx, paths)
+		if err != nil {
+			fmt.Fprintln(stderr, "trajflow report:", err)
+			return storeCode(err)
+		}
+		if *out == "" {
+			remoteDest = storage.Join(output, report.FileName)
+			if strings.HasSuffix(output, ".parquet") {
+				remoteDest = storage.Join(output, "..", report.FileName)
+			}
+		}
+		output = local[0]
+	}
+	if storage.IsURL(*out) {
+		remoteDest = *out
+	}
+	if remoteDest != "" {
+		*out = filepath.Join(os.TempDir(), fmt.Sprintf("trajflow-report-%d.html", os.Getpid()))
+		defer os.Remove(*out)
+	}
 	st, err := os.Stat(output)
 	if err != nil {
 		fmt.Fprintln(stderr, "trajflow report:", err)
@@ -61,8 +90,8 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	inputs := []string{output}
 	if st.IsDir() {
 		inputs = report.Inputs(output)
-		if _, err := reportShards("report", []string{output}, stderr); err != nil {
-			fmt.Fprintln(stderr, "trajflow report:", err)
+		if _, err := reportShards("report", []string{output}, &namedWriter{stderr, &f}); err != nil {
+			fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))
 			return ExitFailed
 		}
 	}
@@ -71,8 +100,15 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "trajflow report:", err)
+		fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))
 		return ExitFailed
+	}
+	if remoteDest != "" {
+		if err := f.upload(ctx, dest, remoteDest); err != nil {
+			fmt.Fprintln(stderr, "trajflow report:", err)
+			return storeCode(err)
+		}
+		dest = remoteDest
 	}
 	fmt.Fprintln(stdout, "wrote", dest)
 	return ExitOK

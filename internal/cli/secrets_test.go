@@ -60,9 +60,10 @@ const (
 	secretURLQuery = "urlquery-secret-c3e817"
 	secretParam    = "param-secret-0b6d22"
 	secretAPIKey   = "apikey-secret-e45f9c"
+	secretS3       = "s3-secret-a81f0d"
 )
 
-var allSecrets = []string{secretHeader, secretEnvVar, secretURLPass, secretURLQuery, secretParam, secretAPIKey}
+var allSecrets = []string{secretHeader, secretEnvVar, secretURLPass, secretURLQuery, secretParam, secretAPIKey, secretS3}
 
 // scan fails the test if any secret appears in any file under dir or in
 // the captured output.
@@ -260,5 +261,33 @@ env:
 				scan(t, "", stdout, stderr) // nothing written
 			}
 		}
+	})
+	t.Run("object storage secret", func(t *testing.T) {
+		// A store that has the bucket but refuses every write with a
+		// message quoting the secret the client holds.
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodHead || r.Method == http.MethodGet {
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>secret %s is not allowed to write</Message></Error>`, secretS3)
+		}))
+		defer srv.Close()
+		t.Setenv("AWS_ENDPOINT_URL", srv.URL)
+		t.Setenv("AWS_ENDPOINT_URL_S3", "")
+		t.Setenv("AWS_ACCESS_KEY_ID", "test-id")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", secretS3)
+		t.Setenv("AWS_SESSION_TOKEN", "")
+		t.Setenv("AWS_REGION", "us-east-1")
+		code, stdout, stderr := main(write("s3.yaml", strings.Replace(head("s3://trajflow-bucket/out"), "arrow_stream: "+filepath.Join("s3://trajflow-bucket/out", "stream.arrows"), "arrow_stream: "+filepath.Join(dir, "s3.arrows"), 1)))
+		if code != cli.ExitErrors || !strings.Contains(stderr.String(), "output.dir s3://trajflow-bucket/out") {
+			t.Fatalf("exit %d, want %d naming output.dir\n%s\n%s", code, cli.ExitErrors, stdout, stderr)
+		}
+		if !strings.Contains(stderr.String(), "secret [REDACTED] is not allowed") {
+			t.Errorf("the store's echo was not redacted, so nothing was tested:\n%s", stderr)
+		}
+		scan(t, "", stdout, stderr)
 	})
 }

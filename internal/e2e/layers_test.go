@@ -48,6 +48,7 @@ func TestLayers(t *testing.T) {
 		allowed func(imp string) bool
 	}{
 		{"pipeline imports nothing of trajflow's", func(p string) bool { return p == "pipeline" }, func(string) bool { return false }},
+		{"storage imports nothing of trajflow's", func(p string) bool { return under(p, "storage") }, func(string) bool { return false }},
 		{"schema, inference and nemogym stand on pipeline alone", func(p string) bool { return p == "schema" || p == "inference" || p == "nemogym" },
 			func(i string) bool { return i == "pipeline" }},
 		{"components import no config, runner, command line or sibling implementation",

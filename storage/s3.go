@@ -218,7 +218,7 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 			return nil
 		}
 		err = classify(err)
-		if errors.Is(err, ErrAccess) || i >= s.Retries || ctx.Err() != nil {
+		if errors.Is(err, ErrAccess) || final(err) || i >= s.Retries || ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -264,6 +264,13 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrAccess, err)
 	}
 	return err
+}
+
+// final reports whether err is an answer no retry changes that callers
+// test for: a missing object or a failed precondition.
+func final(err error) bool {
+	code := minio.ToErrorResponse(err).Code
+	return code == "NoSuchKey" || code == "PreconditionFailed"
 }
 
 // IsNotFound reports whether err says the object does not exist.

@@ -133,3 +133,27 @@ func TestPutRetriesTransientFailsFastOnAccess(t *testing.T) {
 		})
 	}
 }
+
+func TestMissingObjectIsNotRetried(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusNotFound)
+		if r.Method != http.MethodHead {
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>no</Message></Error>`)
+		}
+	}))
+	defer srv.Close()
+	s, err := Open(Env{Endpoint: srv.URL, AccessKeyID: "id", SecretAccessKey: "secret", Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Get(context.Background(), "bucket", "k", filepath.Join(t.TempDir(), "k"))
+	if !IsNotFound(err) {
+		t.Fatalf("Get of a missing object: %v, want NoSuchKey", err)
+	}
+	if n := requests.Load(); n > 2 {
+		t.Fatalf("Get of a missing object took %d requests: a missing object was retried", n)
+	}
+}

@@ -266,8 +266,18 @@ env:
 		// A store that has the bucket but refuses every write with a
 		// message quoting the secret the client holds.
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodHead || r.Method == http.MethodGet {
-				w.WriteHeader(http.StatusOK)
+			switch {
+			case r.Method == http.MethodHead && !strings.Contains(strings.Trim(r.URL.Path, "/"), "/"),
+				r.Method == http.MethodGet && r.URL.Query().Has("location"):
+				w.WriteHeader(http.StatusOK) // the bucket is there
+				return
+			case r.Method == http.MethodHead:
+				w.WriteHeader(http.StatusNotFound)
+				return
+			case r.Method == http.MethodGet:
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(http.StatusNotFound)
+				fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>`)
 				return
 			}
 			w.Header().Set("Content-Type", "application/xml")

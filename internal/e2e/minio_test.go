@@ -11,7 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,11 +248,85 @@ func TestMinIO(t *testing.T) {
 		}
 	})
 
+	t.Run("shards", func(t *testing.T) {
+		// Three shards started at once on one s3:// root agree on its key
+		// and manifest (conditional PUTs), and stats and merge of the root
+		// see all of them.
+		root := "s3://" + minioBucket + "/runs/sharded"
+		cfg := writeConfig(t, dir, "sharded.yaml", runConfig{tasks: source, out: root, n: n, timeScale: 0, fileRows: 1000, batchRows: 64})
+		const shards = 3
+		results := make([]result, shards)
+		var wg sync.WaitGroup
+		for i := range shards {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				shardEnv := append(slices.Clone(env), fmt.Sprintf("SLURM_ARRAY_TASK_ID=%d", i), fmt.Sprintf("SLURM_ARRAY_TASK_COUNT=%d", shards))
+				results[i] = runExactEnv(t, shardEnv, "run", "--quiet", cfg, "--set", "source.shard=auto")
+			}()
+		}
+		wg.Wait()
+		total := 0
+		for i, res := range results {
+			outputs = append(outputs, res.stdout, res.stderr)
+			if res.code != 0 {
+				t.Fatalf("shard %d exited %d:\n%s%s", i, res.code, res.stdout, res.stderr)
+			}
+			want := fmt.Sprintf("%s/shards/%05d-of-%05d/data", root, i, shards)
+			if !strings.Contains(res.stdout, "output: "+want) {
+				t.Errorf("shard %d's summary does not name %s:\n%s", i, want, res.stdout)
+			}
+			var rows int
+			if _, err := fmt.Sscanf(res.stdout[strings.Index(res.stdout, "rows written: "):], "rows written: %d,", &rows); err != nil {
+				t.Fatalf("shard %d: no rows written line: %v\n%s", i, err, res.stdout)
+			}
+			total += rows
+		}
+		if total != tasks*n {
+			t.Fatalf("the shards wrote %d rows, want %d", total, tasks*n)
+		}
+		keys := map[string]bool{}
+		for _, o := range objects(t, client, "runs/sharded/") {
+			keys[strings.TrimPrefix(o.Key, "runs/sharded/")] = true
+		}
+		for _, want := range []string{"manifest.json", ".trajflow.key", "shards/00000-of-00003/shard.json", "shards/00002-of-00003/data/part-00000.parquet"} {
+			if !keys[want] {
+				t.Errorf("bucket lacks %s: %v", want, keys)
+			}
+		}
+		// A shard of another count is refused by the root's manifest.
+		other := runExactEnv(t, append(slices.Clone(env), "SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_COUNT=4"), "run", "--quiet", cfg, "--set", "source.shard=auto")
+		outputs = append(outputs, other.stdout, other.stderr)
+		if other.code != 2 || !strings.Contains(other.stderr, root+"/manifest.json") || !strings.Contains(other.stderr, "shard count: 3 → 4") {
+			t.Fatalf("a shard of another count: exit %d, want 2 naming the manifest:\n%s", other.code, other.stderr)
+		}
+		st := runExactEnv(t, env, "stats", "--json", root)
+		outputs = append(outputs, st.stdout, st.stderr)
+		var m struct {
+			Rows int64 `json:"rows"`
+		}
+		if st.code != 0 || json.Unmarshal([]byte(st.stdout), &m) != nil || m.Rows != tasks*n || !strings.Contains(st.stderr, "3 of 3 shards") {
+			t.Fatalf("stats of the s3:// root: exit %d, rows %d, want %d and a shard line:\n%s%s", st.code, m.Rows, tasks*n, st.stdout, st.stderr)
+		}
+		mg := runExactEnv(t, env, "merge", root, "s3://"+minioBucket+"/merged-shards")
+		outputs = append(outputs, mg.stdout, mg.stderr)
+		if mg.code != 0 {
+			t.Fatalf("merge of the s3:// root exited %d:\n%s", mg.code, mg.stderr)
+		}
+		merged := filepath.Join(dir, "merged-shards")
+		download(t, client, "merged-shards/", merged)
+		if ds := readDataset(t, filepath.Join(merged, "data")); len(ds.rows) != tasks*n {
+			t.Fatalf("merge of the s3:// root: %d rows, want %d", len(ds.rows), tasks*n)
+		}
+	})
+
 	t.Run("lock", func(t *testing.T) {
 		// While a run holds the prefix, a second run is refused.
 		cfg := writeConfig(t, dir, "locked.yaml", runConfig{tasks: source, out: "s3://" + minioBucket + "/runs/locked", n: n, timeScale: 0.05, fileRows: 100, batchRows: 32})
 		first := exec.Command(binary, "run", "--quiet", cfg)
 		first.Env = env
+		var firstErr bytes.Buffer
+		first.Stderr = &firstErr
 		if err := first.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +337,9 @@ func TestMinIO(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatal("the first run took no lock within 30 s")
+				_ = first.Process.Signal(syscall.SIGQUIT)
+				time.Sleep(time.Second)
+				t.Fatalf("the first run took no lock within 30 s:\n%s", firstErr.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -133,6 +133,7 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 			ToolCalls:             int(i32(ColToolCalls).Value(i)),
 			Retries:               int(i32(ColRetries).Value(i)),
 			PromptTokensDropped:   int(i32(ColPromptTokensDropped).Value(i)),
+			InvalidActions:        int(i32(ColInvalidActions).Value(i)),
 			GroupRewardMean:       f64(ColGroupRewardMean).Value(i),
 			GroupRewardStd:        f64(ColGroupRewardStd).Value(i),
 			Advantage:             f64(ColAdvantage).Value(i),

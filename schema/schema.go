@@ -15,8 +15,9 @@ import (
 // the per-sample counts gen_tokens and total_tokens, and turn_gen_tokens,
 // the tokens generated in each turn.
 //
-// Version 3 adds prompt_tokens_dropped, the ids of the first prompt that
-// prompt.max_tokens cut, and messages.parts, the content parts of a
+// Version 3 adds prompt_tokens_dropped, the ids of the prompt that
+// prompt.max_tokens cut, invalid_actions, the steps whose action the
+// environment marked invalid, and messages.parts, the content parts of a
 // message that holds images.
 const Version = "3"
 
@@ -59,6 +60,7 @@ const (
 	ColTotalTokens
 	ColTurnGenTokens
 	ColPromptTokensDropped
+	ColInvalidActions
 	ColGenMS
 	ColEnvMS
 	ColTotalMS
@@ -181,6 +183,7 @@ var (
 		ColTotalTokens:           field("total_tokens", arrow.PrimitiveTypes.Int64),
 		ColTurnGenTokens:         field("turn_gen_tokens", ListOf(arrow.PrimitiveTypes.Int32)),
 		ColPromptTokensDropped:   field("prompt_tokens_dropped", arrow.PrimitiveTypes.Int32),
+		ColInvalidActions:        field("invalid_actions", arrow.PrimitiveTypes.Int32),
 		ColGenMS:                 field("gen_ms", arrow.PrimitiveTypes.Float64),
 		ColEnvMS:                 field("env_ms", arrow.PrimitiveTypes.Float64),
 		ColTotalMS:               field("total_ms", arrow.PrimitiveTypes.Float64),

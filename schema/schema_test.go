@@ -20,7 +20,7 @@ func TestFileVersion(t *testing.T) {
 	}{
 		{"v3", map[string]string{schema.MetadataKey: "3"}, v3, "3", ""},
 		{"v3 unrecorded", nil, v3, "3", ""},
-		{"recorded 3, columns of 2", map[string]string{schema.MetadataKey: "3"}, v2, "", "schema has 44 columns, want 45 (schema version 3)"},
+		{"recorded 3, columns of 2", map[string]string{schema.MetadataKey: "3"}, v2, "", "schema has 44 columns, want 46 (schema version 3)"},
 		{"v2", map[string]string{schema.MetadataKey: "2"}, v2, "2", ""},
 		{"v1", map[string]string{schema.MetadataKey: "1"}, v1, "1", ""},
 		{"v2 unrecorded", nil, v2, "2", ""},
@@ -28,7 +28,7 @@ func TestFileVersion(t *testing.T) {
 		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 44 (schema version 2)"},
 		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 44 columns, want 41 (schema version 1)"},
 		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3)`},
-		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 45 (schema version 3)"},
+		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 46 (schema version 3)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,14 +41,14 @@ func TestFileVersion(t *testing.T) {
 }
 
 // Version 1's light columns are the current ones less gen_tokens,
-// total_tokens, turn_gen_tokens and prompt_tokens_dropped, with the same names and types: readers of light columns
+// total_tokens, turn_gen_tokens, prompt_tokens_dropped and invalid_actions, with the same names and types: readers of light columns
 // read both versions.
 func TestV1LightColumns(t *testing.T) {
 	v1 := schema.ForVersion(schema.VersionV1)
 	for _, name := range schema.LightColumns() {
 		cur := schema.Schema().Field(schema.Schema().FieldIndices(name)[0])
 		idx := v1.FieldIndices(name)
-		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" || name == "prompt_tokens_dropped" {
+		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" || name == "prompt_tokens_dropped" || name == "invalid_actions" {
 			if len(idx) != 0 {
 				t.Errorf("v1 has %s", name)
 			}
@@ -61,13 +61,13 @@ func TestV1LightColumns(t *testing.T) {
 	if err := schema.CheckVersion(schema.Schema(), schema.Version); err != nil {
 		t.Error(err)
 	}
-	// Version 2 is the current schema less prompt_tokens_dropped and
-	// messages.parts.
+	// Version 2 is the current schema less prompt_tokens_dropped,
+	// invalid_actions and messages.parts.
 	v2 := schema.ForVersion(schema.VersionV2)
 	var cur []arrow.Field
 	for _, f := range schema.Schema().Fields() {
 		switch f.Name {
-		case "prompt_tokens_dropped":
+		case "prompt_tokens_dropped", "invalid_actions":
 			continue
 		case "messages":
 			st := f.Type.(*arrow.ListType).Elem().(*arrow.StructType)

@@ -13,8 +13,8 @@ const MetadataKey = "trajflow.schema_version"
 
 // VersionV1 is the first schema version: every message kept a copy of its
 // token ids and logprobs (messages.token_ids, messages.logprobs), and
-// gen_tokens, total_tokens, turn_gen_tokens and prompt_tokens_dropped did
-// not exist. Its light columns are those of the current version less
+// gen_tokens, total_tokens, turn_gen_tokens, prompt_tokens_dropped and
+// invalid_actions did not exist. Its light columns are those of the current version less
 // these, with the same
 // names and types, so readers of light columns read both.
 const VersionV1 = "1"

@@ -3,7 +3,7 @@ package schema
 import "github.com/apache/arrow/go/v17/arrow"
 
 // VersionV2 is the second schema version: the current one less
-// prompt_tokens_dropped and messages.parts. Its light columns have the same names and types
+// prompt_tokens_dropped, invalid_actions and messages.parts. Its light columns have the same names and types
 // as the current version's, so readers of light columns read both.
 const VersionV2 = "2"
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/trajflow/trajflow/internal/analyze"
@@ -179,7 +180,26 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if res.Duplicates > 0 {
 		fmt.Fprintf(stdout, "%d rows repeat an earlier key (--allow-duplicates)\n", res.Duplicates)
 	}
+	for _, dir := range []string{"steps", "images"} {
+		if n := companionFiles(inputs, dir); n > 0 {
+			fmt.Fprintf(stderr, "trajflow merge: the inputs' %s/ (%d files) is not merged: only data/ is; read it where it is (SCHEMA.md)\n", dir, n)
+		}
+	}
 	return ExitOK
+}
+
+// companionFiles counts the files in the dir directories of inputs that
+// are output directories or sharded roots (their shards'), which merge
+// does not copy: step rows and images.
+func companionFiles(inputs []string, dir string) int {
+	n := 0
+	for _, in := range inputs {
+		for _, pattern := range []string{filepath.Join(in, dir, "*"), filepath.Join(in, "shards", "*", dir, "*")} {
+			m, _ := filepath.Glob(pattern)
+			n += len(m)
+		}
+	}
+	return n
 }
 
 // reportShards prints, for each of paths that is a sharded run's root, a

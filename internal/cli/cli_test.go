@@ -2,14 +2,16 @@ package cli_test
 
 import (
 	"bytes"
-	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
-	"github.com/trajflow/trajflow/sinks/parquet"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/sinks/parquet"
 
 	"github.com/trajflow/trajflow/internal/cli"
 	"github.com/trajflow/trajflow/pipeline"
@@ -124,6 +126,13 @@ func TestExamples(t *testing.T) {
 			return r.NumTurns > 1 && r.Env == "grid" && len(r.ResponseTokenIDs) == 0 && r.Metrics["invalid_actions"] >= 0
 		}); n == 0 {
 			t.Fatal("no game went past its first turn")
+		}
+		// The invalid_actions column counts what the metric does.
+		if n := count(rows, func(r *pipeline.Rollout) bool { return r.InvalidActions != int(r.Metrics["invalid_actions"]) }); n > 0 {
+			t.Fatalf("%d rows' invalid_actions column differs from their metric", n)
+		}
+		if n := count(rows, func(r *pipeline.Rollout) bool { return r.InvalidActions > 0 }); n == 0 {
+			t.Fatal("no row counts an invalid action")
 		}
 	})
 	t.Run("tools", func(t *testing.T) {
@@ -300,5 +309,29 @@ func TestStatsAndMerge(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := cli.Main([]string{"merge", "--out", merged, out}, io.Discard, &stderr); code != cli.ExitFailed {
 		t.Fatalf("exit %d: %s", code, &stderr)
+	}
+}
+
+// TestMergeSaysWhatItLeaves: merge copies data/ only; an input with step
+// rows (or images) gets a line saying they were not merged.
+func TestMergeSaysWhatItLeaves(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	t.Chdir(root)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if code := cli.Main([]string{"run", "examples/grid/config.yaml", "--quiet", "--set", "output.dir=" + out, "--set", "source.limit=4"}, &stdout, &stderr); code != cli.ExitOK {
+		t.Fatalf("run: exit %d\n%s%s", code, &stdout, &stderr)
+	}
+	steps, _ := filepath.Glob(filepath.Join(out, "steps", "*.parquet"))
+	if len(steps) == 0 {
+		t.Fatal("the grid example wrote no step rows")
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := cli.Main([]string{"merge", out, filepath.Join(t.TempDir(), "merged")}, &stdout, &stderr); code != cli.ExitOK {
+		t.Fatalf("merge: exit %d\n%s%s", code, &stdout, &stderr)
+	}
+	if want := fmt.Sprintf("the inputs' steps/ (%d files) is not merged", len(steps)); !strings.Contains(stderr.String(), want) {
+		t.Fatalf("merge's stderr lacks %q:\n%s", want, &stderr)
 	}
 }

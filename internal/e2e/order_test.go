@@ -188,8 +188,10 @@ func TestTaskOrderKeepsTheFirstPassingGroups(t *testing.T) {
 		t.Log("the run reached its target before the interrupt")
 	case code != 130:
 		t.Fatalf("interrupted order: task run exited %d, want 130:\n%s", code, stderr.String())
-	case len(partial) == 0 || len(partial) >= target || strings.Join(partial, ",") != strings.Join(want[:len(partial)], ","):
-		t.Fatalf("the interrupted run committed\n%v\nwant a proper, non-empty prefix of\n%v", partial, want)
+	case len(partial) == 0 || len(partial) > target || strings.Join(partial, ",") != strings.Join(want[:len(partial)], ","):
+		// The whole set is a prefix too: the interrupt may come after the
+		// last commit, while the run shuts down.
+		t.Fatalf("the interrupted run committed\n%v\nwant a non-empty prefix of\n%v", partial, want)
 	}
 	if res := run(t, "run", cfg, "--set", "output.commit_interval=100ms"); res.code != 0 {
 		t.Fatalf("resume exited %d:\n%s", res.code, res.stderr)

@@ -133,6 +133,7 @@ func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 			{Type: pipeline.PartImage, ImageURL: fmt.Sprintf("https://img.example/%d.png", i)}}
 		r.Messages[1] = u
 		r.PromptTokensDropped = i
+		r.InvalidActions = i % 2
 	}
 	return r
 }

@@ -45,6 +45,7 @@ type row struct {
 	TotalTokens           int64     `parquet:"total_tokens"`
 	TurnGenTokens         []int32   `parquet:"turn_gen_tokens,list"`
 	PromptTokensDropped   int32     `parquet:"prompt_tokens_dropped"`
+	InvalidActions        int32     `parquet:"invalid_actions"`
 	GenMS                 float64   `parquet:"gen_ms"`
 	EnvMS                 float64   `parquet:"env_ms"`
 	TotalMS               float64   `parquet:"total_ms"`
@@ -190,7 +191,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 	attempt, rolloutIndex, groupSize := i32(schema.ColAttempt), i32(schema.ColRolloutIndex), i32(schema.ColGroupSize)
 	numTurns, breaks, tools, retries := i32(schema.ColNumTurns), i32(schema.ColTokenContinuityBreaks), i32(schema.ColToolCalls), i32(schema.ColRetries)
 	reward, mean, std, adv := f64(schema.ColReward), f64(schema.ColGroupRewardMean), f64(schema.ColGroupRewardStd), f64(schema.ColAdvantage)
-	dropped := i32(schema.ColPromptTokensDropped)
+	dropped, invalid := i32(schema.ColPromptTokensDropped), i32(schema.ColInvalidActions)
 	genMS, envMS, totalMS := f64(schema.ColGenMS), f64(schema.ColEnvMS), f64(schema.ColTotalMS)
 
 	c.rows = grow(c.rows, n)
@@ -231,6 +232,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 			TotalTokens:           tt[i],
 			TurnGenTokens:         listSlice(turnGen, turnGenVals, i),
 			PromptTokensDropped:   dropped[i],
+			InvalidActions:        invalid[i],
 			GenMS:                 genMS[i],
 			EnvMS:                 envMS[i],
 			TotalMS:               totalMS[i],

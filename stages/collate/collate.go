@@ -387,6 +387,7 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.i32[schema.ColToolCalls] = append(st.i32[schema.ColToolCalls], int32(r.ToolCalls))
 	st.i32[schema.ColRetries] = append(st.i32[schema.ColRetries], int32(r.Retries))
 	st.i32[schema.ColPromptTokensDropped] = append(st.i32[schema.ColPromptTokensDropped], int32(r.PromptTokensDropped))
+	st.i32[schema.ColInvalidActions] = append(st.i32[schema.ColInvalidActions], int32(r.InvalidActions))
 	st.f64[schema.ColGroupRewardMean] = append(st.f64[schema.ColGroupRewardMean], r.GroupRewardMean)
 	st.f64[schema.ColGroupRewardStd] = append(st.f64[schema.ColGroupRewardStd], r.GroupRewardStd)
 	st.f64[schema.ColAdvantage] = append(st.f64[schema.ColAdvantage], r.Advantage)

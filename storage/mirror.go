@@ -78,8 +78,8 @@ func localName(rel string) bool {
 
 func (m *Mirror) skip(rel string) bool {
 	base := path.Base(rel)
-	if strings.HasPrefix(base, ".") && (strings.HasSuffix(base, ".tmp") || strings.HasPrefix(base, ".tmp-")) {
-		return true // a file being written (".part-00001.parquet.tmp", ".tmp-image-…")
+	if strings.HasPrefix(base, ".") && (strings.HasSuffix(base, ".tmp") || strings.Contains(base, ".tmp-")) {
+		return true // a file being written (".part-00001.parquet.tmp", ".tmp-image-…", ".shard.json.tmp-…")
 	}
 	return m.Skip != nil && m.Skip(rel)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,5 +156,51 @@ func TestMissingObjectIsNotRetried(t *testing.T) {
 	}
 	if n := requests.Load(); n > 2 {
 		t.Fatalf("Get of a missing object took %d requests: a missing object was retried", n)
+	}
+}
+
+// TestMirrorPushOrder: side files go up first, then the Parquet files with
+// the data directory's last (a data file's commit stands for its steps
+// file), and files being written stay local.
+func TestMirrorPushOrder(t *testing.T) {
+	var mu sync.Mutex
+	var puts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			mu.Lock()
+			puts = append(puts, strings.TrimPrefix(r.URL.Path, "/bucket/run/"))
+			mu.Unlock()
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("ETag", `"0"`)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	s, err := Open(Env{Endpoint: srv.URL, AccessKeyID: "id", SecretAccessKey: "secret", Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := t.TempDir()
+	for _, name := range []string{"data/part-00000.parquet", "steps/part-00000.parquet", "inputs.jsonl", "images/ab.png",
+		"data/.part-00001.parquet.tmp", "images/.tmp-image-1", "shards/00000-of-00002/.shard.json.tmp-7"} {
+		p := filepath.Join(local, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := ParseURL("s3://bucket/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := (&Mirror{Store: s, URL: u, Local: local}).Push(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "images/ab.png,inputs.jsonl,steps/part-00000.parquet,data/part-00000.parquet"
+	if got := strings.Join(puts, ","); got != want || n != 4 {
+		t.Fatalf("uploaded %d: %s\nwant %s", n, got, want)
 	}
 }

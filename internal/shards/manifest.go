@@ -83,11 +83,21 @@ func CreateManifest(root string, m Manifest) (*Manifest, bool, error) {
 // path: it fails with fs.ErrExist when path exists, and never leaves a
 // partial file at path.
 func writeLinked(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := writeTemp(path, data)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer os.Remove(tmp)
+	return os.Link(tmp, path)
+}
+
+// writeTemp writes data, synced and readable by all, to a new temporary
+// file beside path and returns its name.
+func writeTemp(path string, data []byte) (string, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Sync()
@@ -99,9 +109,10 @@ func writeLinked(path string, data []byte) error {
 		err = os.Chmod(tmp.Name(), 0o644)
 	}
 	if err != nil {
-		return err
+		os.Remove(tmp.Name())
+		return "", err
 	}
-	return os.Link(tmp.Name(), path)
+	return tmp.Name(), nil
 }
 
 // Status is what a shard's StatusFile holds.
@@ -124,23 +135,12 @@ func WriteStatus(dir string, s Status) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, StatusFile)
-	tmp, err := os.CreateTemp(dir, "."+StatusFile+".tmp-*")
+	tmp, err := writeTemp(filepath.Join(dir, StatusFile), append(b, '\n'))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(b, '\n'))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	defer os.Remove(tmp)
+	return os.Rename(tmp, filepath.Join(dir, StatusFile))
 }
 
 // Shard is one shard directory found under a root.

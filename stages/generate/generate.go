@@ -188,28 +188,39 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 	if g.tokens() {
 		req.PromptTokenIDs = r.Tokens()
 	}
+	resp, err := g.complete(ctx, r, req)
+	if resp == nil {
+		return err
+	}
+	g.apply(r, resp, req.PromptTokenIDs)
+	return nil
+}
+
+// complete sends req for r. A failure resolves r (error, or truncated for
+// a context-length error) and gives a nil response; the error is non-nil
+// only when ctx is done.
+func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
 	start := time.Now()
 	resp, err := g.client.Complete(ctx, req)
 	r.GenTime += time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
 			r.Truncated = true
 			r.FinishReason = "context_length"
 			r.Resolve(pipeline.StatusOK)
-			return nil
+			return nil, nil
 		}
 		r.Fail(inference.ErrorClass(err), err)
-		return nil
+		return nil, nil
 	}
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
-		return nil
+		return nil, nil
 	}
-	g.apply(r, resp, req.PromptTokenIDs)
-	return nil
+	return resp, nil
 }
 
 // stepMessages returns the step-wise request messages of r's next turn,
@@ -269,25 +280,9 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 		}
 		capMaxTokens(req.Params, m-len(prompt))
 	}
-	start := time.Now()
-	resp, err := g.client.Complete(ctx, req)
-	r.GenTime += time.Since(start)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if inference.ErrorClass(err) == inference.ClassContextLength {
-			r.Truncated = true
-			r.FinishReason = "context_length"
-			r.Resolve(pipeline.StatusOK)
-			return nil
-		}
-		r.Fail(inference.ErrorClass(err), err)
-		return nil
-	}
-	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
-		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
-		return nil
+	resp, err := g.complete(ctx, r, req)
+	if resp == nil {
+		return err
 	}
 	if !g.tokens() {
 		prompt = resp.PromptTokenIDs

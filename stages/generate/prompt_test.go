@@ -164,3 +164,48 @@ func TestPromptTruncationNeedsTokens(t *testing.T) {
 		t.Errorf("New = %v", err)
 	}
 }
+
+// Step-wise (a StepPrompt), every step's fresh prompt is cut to
+// prompt.max_tokens, and the row records the ids cut over all steps.
+func TestPromptTruncationStepWise(t *testing.T) {
+	const limit = 16
+	c, rec := simHTTP(t, "tokens")
+	step := []pipeline.Message{{Role: pipeline.RoleUser, Content: "Step: " + strings.Repeat("north south east west ", 20)}}
+	full, err := c.Tokenize(context.Background(), &inference.TokenizeRequest{Model: "sim", Messages: step, AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := generate.New(c, generate.Options{Model: "sim", API: "tokens", PromptMaxTokens: limit, PromptTruncation: "left",
+		Params:     map[string]any{"max_tokens": 4},
+		StepPrompt: func(*pipeline.Rollout) ([]pipeline.Message, bool) { return step, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := longRollout(60)
+	for range 2 {
+		if err := g.Turn(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Status == pipeline.StatusError {
+			t.Fatalf("rollout failed: %s", r.Error)
+		}
+	}
+	sent := rec.of("/v1/completions")
+	if len(sent) != 2 {
+		t.Fatalf("%d completions requests, want 2", len(sent))
+	}
+	for i, b := range sent {
+		var body struct {
+			Prompt []int32 `json:"prompt"`
+		}
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatal(err)
+		}
+		if want := full[len(full)-limit:]; !slices.Equal(body.Prompt, want) {
+			t.Errorf("step %d: the server received prompt %v, want %v", i+1, body.Prompt, want)
+		}
+	}
+	if want := 2 * (len(full) - limit); r.PromptTokensDropped != want || len(r.Steps) != 2 {
+		t.Errorf("dropped %d over %d steps, want %d over 2", r.PromptTokensDropped, len(r.Steps), want)
+	}
+}

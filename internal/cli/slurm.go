@@ -15,6 +15,7 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/internal/slurm"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/storage"
 )
 
 const slurmUsage = `Usage: trajflow slurm CONFIG.yaml --shards N [--max-parallel M] [--submit]
@@ -163,6 +164,9 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return ExitFailed
 	}
 	abs := func(p string) string {
+		if storage.IsURL(p) {
+			return p // s3://bucket/prefix: not a path
+		}
 		if filepath.IsAbs(p) {
 			return filepath.Clean(p)
 		}
@@ -183,7 +187,7 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	output := abs(cfg.Output.Dir)
 	if mergeOut == "" {
-		mergeOut = filepath.Join(output, "merged")
+		mergeOut = storage.Join(output, "merged")
 	}
 	grace := int(math.Ceil(cfg.Run.Grace.D().Seconds()))
 	if grace >= 30 {

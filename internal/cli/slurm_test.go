@@ -277,3 +277,17 @@ func TestSlurmPrintedCommand(t *testing.T) {
 		t.Errorf("sbatch calls:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// An s3:// output.dir stays a URL in the scripts: the merge job reads the
+// bucket's root and writes beside it.
+func TestSlurmObjectStorageOutput(t *testing.T) {
+	dir, cfg := slurmConfig(t)
+	code, _, stderr := slurmMain(t, dir, cfg, "--shards", "2", "--binary", "/opt/tf/trajflow", "--set", "output.dir=s3://bucket/run")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	m := readFile(t, filepath.Join(dir, "math-slurm", "merge.sh"))
+	if want := "exec /opt/tf/trajflow merge --out s3://bucket/run/merged s3://bucket/run\n"; !strings.Contains(m, want) {
+		t.Errorf("merge.sh lacks %q:\n%s", want, m)
+	}
+}

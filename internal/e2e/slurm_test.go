@@ -398,6 +398,14 @@ func TestSlurmArray(t *testing.T) {
 					<-scancelDone
 				}
 			}()
+			// Once the task has requeued itself, scancel must not retry:
+			// a late delivery would reach the task's next start.
+			log := filepath.Join(logs, fmt.Sprintf("trajflow-math-%s.out", task))
+			c.waitFor("the signalled task to requeue itself", 60*time.Second, func() bool {
+				b, _ := os.ReadFile(log)
+				return strings.Contains(string(b), "trajflow-slurm: requeueing")
+			})
+			_ = sc.Process.Kill()
 			selfRequeued = shard
 		}
 		stopped[shard] = how

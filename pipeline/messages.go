@@ -422,3 +422,31 @@ func MarshalJSON(v any) ([]byte, error) {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
+
+// ChatPart is a content part as OpenAI's chat API takes it:
+// {type: text, text} or {type: image_url, image_url: {url}}.
+type ChatPart struct {
+	Type     string        `json:"type"`
+	Text     *string       `json:"text,omitempty"`
+	ImageURL *ChatImageURL `json:"image_url,omitempty"`
+}
+
+// ChatImageURL is a ChatPart's image.
+type ChatImageURL struct {
+	URL string `json:"url"`
+}
+
+// ChatParts encodes parts as OpenAI chat content parts, the shape
+// DecodeContent reads back.
+func ChatParts(parts []ContentPart) []ChatPart {
+	out := make([]ChatPart, len(parts))
+	for i, p := range parts {
+		if p.Type == PartImage {
+			out[i] = ChatPart{Type: PartImage, ImageURL: &ChatImageURL{URL: p.ImageURL}}
+		} else {
+			t := p.Text
+			out[i] = ChatPart{Type: PartText, Text: &t}
+		}
+	}
+	return out
+}

@@ -144,3 +144,21 @@ func ExampleDecodeMessages_image() {
 	fmt.Println(m.Content, m.HasImages(), mime, string(data))
 	// Output: What is this? true image/png hello
 }
+
+// ChatParts writes what DecodeContent reads back.
+func TestChatPartsRoundTrip(t *testing.T) {
+	parts := []pipeline.ContentPart{{Type: pipeline.PartText, Text: "look"},
+		{Type: pipeline.PartImage, ImageURL: "data:image/png;base64,iVBORw0KGgo="}, {Type: pipeline.PartImage, ImageURL: "https://h/x.png"}}
+	b, err := json.Marshal(pipeline.ChatParts(parts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	text, got, err := pipeline.DecodeContent(v, "content")
+	if err != nil || text != "look" || !reflect.DeepEqual(got, parts) {
+		t.Fatalf("DecodeContent(%s) = %q, %+v, %v; want %+v", b, text, got, err, parts)
+	}
+}

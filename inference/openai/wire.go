@@ -19,23 +19,11 @@ import (
 // wireMessage is a message as the server expects it: no token ids, no turn.
 type wireMessage struct {
 	Role string `json:"role"`
-	// Content is a *string, or []wirePart for a message with images.
+	// Content is a *string, or []pipeline.ChatPart for a message with images.
 	Content    any            `json:"content"`
 	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string         `json:"tool_call_id,omitempty"`
 	Name       string         `json:"name,omitempty"`
-}
-
-// wirePart is an OpenAI chat content part: {type: text, text} or
-// {type: image_url, image_url: {url}}.
-type wirePart struct {
-	Type     string        `json:"type"`
-	Text     *string       `json:"text,omitempty"`
-	ImageURL *wireImageURL `json:"image_url,omitempty"`
-}
-
-type wireImageURL struct {
-	URL string `json:"url"`
 }
 
 type wireToolCall struct {
@@ -63,16 +51,7 @@ func toWireMessages(msgs []pipeline.Message) []wireMessage {
 		w := wireMessage{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name}
 		switch {
 		case len(m.Parts) > 0:
-			parts := make([]wirePart, len(m.Parts))
-			for j, p := range m.Parts {
-				if p.Type == pipeline.PartImage {
-					parts[j] = wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: p.ImageURL}}
-				} else {
-					t := p.Text
-					parts[j] = wirePart{Type: "text", Text: &t}
-				}
-			}
-			w.Content = parts
+			w.Content = pipeline.ChatParts(m.Parts)
 		case m.Content != "" || len(m.ToolCalls) == 0:
 			c := m.Content
 			w.Content = &c

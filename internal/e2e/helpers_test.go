@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trajflow/trajflow/schema"
 
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -270,3 +272,34 @@ func deterministic(r *pipeline.Rollout) pipeline.Rollout {
 
 // nopAlloc reads files whose allocations the test does not check.
 var nopAlloc = memory.NewGoAllocator()
+
+// interruptAfterFirstCommit starts cmd, a trajflow run, sends it SIGINT once
+// a part file is committed in data, and waits for it to exit; it returns
+// what the run wrote on stderr.
+func interruptAfterFirstCommit(t *testing.T, cmd *exec.Cmd, data string) *bytes.Buffer {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.After(time.Minute)
+	for len(parts(t, data)) == 0 {
+		select {
+		case <-exited:
+			t.Fatalf("run ended (exit %d) before its first commit:\n%s", cmd.ProcessState.ExitCode(), stderr.String())
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Fatalf("no commit within a minute:\n%s", stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	return &stderr
+}

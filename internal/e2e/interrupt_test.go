@@ -3,14 +3,10 @@
 package e2e
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestInterruptResume interrupts a run with SIGINT after its first commit:
@@ -30,29 +26,7 @@ func TestInterruptResume(t *testing.T) {
 	data := filepath.Join(out, "data")
 
 	cmd := exec.Command(binary, "run", cfg)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	deadline := time.After(time.Minute)
-	for len(parts(t, data)) == 0 {
-		select {
-		case <-exited:
-			t.Fatalf("run ended (exit %d) before its first commit:\n%s", cmd.ProcessState.ExitCode(), stderr.String())
-		case <-deadline:
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Fatalf("no commit within a minute:\n%s", stderr.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+	stderr := interruptAfterFirstCommit(t, cmd, data)
 	if code := cmd.ProcessState.ExitCode(); code == 0 {
 		t.Skip("the run finished before the interrupt reached it")
 	} else if code != 130 || !strings.Contains(stderr.String(), "interrupted") {

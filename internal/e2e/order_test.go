@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -157,29 +154,7 @@ func TestTaskOrderKeepsTheFirstPassingGroups(t *testing.T) {
 	cfg := orderConfig(t, dir, "interrupted.yaml", data, out, stalling(300), groups+", order: task")
 	// Commit every 100ms; interrupt once the first part file is there.
 	cmd := exec.Command(binary, "run", cfg, "--set", "output.commit_interval=100ms")
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	deadline := time.After(time.Minute)
-	for len(parts(t, filepath.Join(out, "data"))) == 0 {
-		select {
-		case <-exited:
-			t.Fatalf("run ended (exit %d) before its first commit:\n%s", cmd.ProcessState.ExitCode(), stderr.String())
-		case <-deadline:
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Fatalf("no commit within a minute:\n%s", stderr.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+	stderr := interruptAfterFirstCommit(t, cmd, filepath.Join(out, "data"))
 	partial := keptGroups(t, filepath.Join(out, "data"))
 	switch code := cmd.ProcessState.ExitCode(); {
 	case code == 0 && strings.Join(partial, ",") == strings.Join(want, ","):

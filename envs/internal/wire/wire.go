@@ -37,16 +37,6 @@ type messageJSON struct {
 	Name       string              `json:"name,omitempty"`
 }
 
-type wirePart struct {
-	Type     string        `json:"type"`
-	Text     *string       `json:"text,omitempty"`
-	ImageURL *wireImageURL `json:"image_url,omitempty"`
-}
-
-type wireImageURL struct {
-	URL string `json:"url"`
-}
-
 // MarshalJSON writes the content as a string, or as content parts when
 // the message holds images.
 func (m Message) MarshalJSON() ([]byte, error) {
@@ -55,16 +45,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	if len(m.Parts) == 0 {
 		j.Content, err = json.Marshal(m.Content)
 	} else {
-		parts := make([]wirePart, len(m.Parts))
-		for i, p := range m.Parts {
-			if p.Type == pipeline.PartImage {
-				parts[i] = wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: p.ImageURL}}
-			} else {
-				t := p.Text
-				parts[i] = wirePart{Type: "text", Text: &t}
-			}
-		}
-		j.Content, err = json.Marshal(parts)
+		j.Content, err = json.Marshal(pipeline.ChatParts(m.Parts))
 	}
 	if err != nil {
 		return nil, err

@@ -319,6 +319,37 @@ func TestDynamicSamplingStopsAtTarget(t *testing.T) {
 	}
 }
 
+// TestRerunAfterTargetReached: rerunning a run that reached its target
+// ends at once with success, reads no task, commits nothing more and says
+// the target was reached by earlier runs, in either group order. (A stop
+// would end a run that waits: the 30s context makes a wait an error.)
+func TestRerunAfterTargetReached(t *testing.T) {
+	for _, order := range []string{"completion", "task"} {
+		t.Run(order, func(t *testing.T) {
+			cfg := quickstart(t, "groups.keep=nonzero_std", "groups.target=20", "groups.order="+order, "generate.sim.keep=0.5")
+			if _, err := run(t, cfg, runner.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			before := keys(readBack(t, cfg.Output.Dir, runner.DataDir))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sum, err := runner.Run(ctx, cfg, runner.Options{})
+			if err != nil {
+				t.Fatalf("rerun: %v", err)
+			}
+			if sum.Tasks != 0 || sum.Dispatched != 0 || sum.EarlierKept != 20 || len(sum.Files) != 0 {
+				t.Fatalf("rerun did work: %+v", sum)
+			}
+			if want := "target: already reached by earlier runs (20 kept groups committed, target 20); nothing to do"; !strings.Contains(sum.String(), want) {
+				t.Fatalf("summary lacks %q:\n%s", want, sum)
+			}
+			if after := keys(readBack(t, cfg.Output.Dir, runner.DataDir)); !slices.Equal(before, after) {
+				t.Fatalf("rerun changed the data: %d rows before, %d after", len(before), len(after))
+			}
+		})
+	}
+}
+
 func TestDataRunsOutBeforeTarget(t *testing.T) {
 	cfg := quickstart(t, "source.limit=10", "groups.keep=nonzero_std", "groups.target=500", "generate.sim.keep=0.5")
 	sum, err := run(t, cfg, runner.Options{})

@@ -177,6 +177,10 @@ type Summary struct {
 	// Tasks read, bad rows skipped into the rejects file, and tasks skipped
 	// because an earlier run of the output directory committed them.
 	Tasks, Rejected, Resumed int64
+	// Target is groups.target (0: none); EarlierKept the kept groups that
+	// earlier runs of the output directory committed, which count towards
+	// it. A run started with EarlierKept >= Target has nothing to do.
+	Target, EarlierKept int
 	// InvalidUTF8 counts input rows that held invalid UTF-8, which was
 	// replaced by U+FFFD before the row was read.
 	InvalidUTF8 int64
@@ -213,6 +217,7 @@ func (r *run) summary(err error) *Summary {
 		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, MetricsFile))),
 		Steps:   r.displayPath(r.stepsDir()),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
+		Target: r.cfg.Groups.Target, EarlierKept: r.done.kept,
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
@@ -274,6 +279,12 @@ func (s *Summary) String() string {
 	}
 	if s.Resumed > 0 {
 		fmt.Fprintf(&b, "resumed: %d tasks already committed were skipped\n", s.Resumed)
+	}
+	switch {
+	case s.Target > 0 && s.EarlierKept >= s.Target:
+		fmt.Fprintf(&b, "target: already reached by earlier runs (%d kept groups committed, target %d); nothing to do\n", s.EarlierKept, s.Target)
+	case s.Target > 0 && s.EarlierKept > 0:
+		fmt.Fprintf(&b, "target: %d kept groups of %d (%d by earlier runs, %d by this run)\n", s.EarlierKept+s.Kept, s.Target, s.EarlierKept, s.Kept)
 	}
 	if s.Rejected > 0 {
 		fmt.Fprintf(&b, "bad rows skipped: %d (see %s/%s)\n", s.Rejected, s.Dir, RejectsFile)

@@ -168,13 +168,27 @@ func TestTaskOrderKeepsTheFirstPassingGroups(t *testing.T) {
 		// last commit, while the run shuts down.
 		t.Fatalf("the interrupted run committed\n%v\nwant a non-empty prefix of\n%v", partial, want)
 	}
-	if res := run(t, "run", cfg, "--set", "output.commit_interval=100ms"); res.code != 0 {
+	res := run(t, "run", cfg, "--set", "output.commit_interval=100ms")
+	if res.code != 0 {
 		t.Fatalf("resume exited %d:\n%s", res.code, res.stderr)
+	}
+	// The summary counts the earlier run's kept groups towards the target.
+	wantLine := fmt.Sprintf("target: %d kept groups of %d (%d by earlier runs, %d by this run)", target, target, len(partial), target-len(partial))
+	if len(partial) == target {
+		wantLine = fmt.Sprintf("target: already reached by earlier runs (%d kept groups committed, target %d); nothing to do", target, target)
+	}
+	if !strings.Contains(res.stdout, wantLine) {
+		t.Fatalf("the resume's summary lacks %q:\n%s", wantLine, res.stdout)
 	}
 	if got := keptGroups(t, filepath.Join(out, "data")); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("interrupted and resumed, order: task kept\n%v\nwant\n%v", got, want)
 	}
 	t.Logf("interrupted after %d of %d kept groups; the resume kept the same set", len(partial), target)
+	// A further rerun has nothing to do: it ends at once, with success.
+	res = run(t, "run", cfg)
+	if reached := fmt.Sprintf("target: already reached by earlier runs (%d kept groups committed, target %d)", target, target); res.code != 0 || !strings.Contains(res.stdout, reached) {
+		t.Fatalf("a rerun of the finished run exited %d, want 0 and %q:\n%s%s", res.code, reached, res.stdout, res.stderr)
+	}
 
 	// Completion order: the kept set depends on timing. One of up to three
 	// runs must differ from the first passing groups, or the test would

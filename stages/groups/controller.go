@@ -74,10 +74,14 @@ type Decision struct {
 
 // NewController returns the controller of the groups config: at most
 // maxGroups groups in flight, kept groups already counted (a resumed run's),
-// and onReached called once when the target is reached.
+// and onReached called once when this controller reaches the target (not
+// when the earlier runs' kept groups already reach it).
 func NewController(cfg Config, maxGroups, kept int, onReached func()) *Controller {
 	c := newController(cfg.Target, maxGroups, cfg.MaxAttempts, cfg.Resample == "same_task", onReached)
 	c.kept = kept
+	// A rerun of a run that reached its target has nothing to do: Next
+	// says so at once rather than waiting for a budget of zero to grow.
+	c.reached = c.target > 0 && kept >= c.target
 	c.ordered = cfg.Order == "task"
 	c.unfiltered = cfg.OnExhausted == "keep_unfiltered"
 	return c

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/groups"
@@ -151,5 +152,44 @@ func TestMarkUnfiltered(t *testing.T) {
 		if !r.Kept || r.Status != pipeline.StatusOK || r.FilterReason != g.FilterReason {
 			t.Fatalf("member %d: kept %v status %s reason %q", r.RolloutIndex, r.Kept, r.Status, r.FilterReason)
 		}
+	}
+}
+
+// TestTargetReachedByEarlierRuns: a controller whose earlier runs' kept
+// groups already reach the target hands out nothing and says done at
+// once, in either order, without calling onReached and without being short;
+// one group short it still reads.
+func TestTargetReachedByEarlierRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		order    string
+		kept     int
+		wantRead bool
+	}{
+		{"completion, reached", "completion", 24, false},
+		{"task, reached", "task", 24, false},
+		{"task, beyond", "task", 30, false},
+		{"completion, one short", "completion", 23, true},
+		{"task, one short", "task", 23, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			called := 0
+			c := groups.NewController(groups.Config{Keep: "nonzero_std", MaxAttempts: 2, Target: 24, Order: tc.order}, 8, tc.kept, func() { called++ })
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			act, _, err := c.Next(ctx)
+			if err != nil {
+				t.Fatalf("Next: %v (it waited)", err)
+			}
+			if got := act == groups.ActRead; got != tc.wantRead {
+				t.Fatalf("Next = %v, want a read: %v", act, tc.wantRead)
+			}
+			if kept, short := c.ShortOfTarget(); kept != tc.kept || short == !tc.wantRead {
+				t.Fatalf("ShortOfTarget = %d, %v", kept, short)
+			}
+			if called != 0 {
+				t.Fatalf("onReached called %d times for earlier runs' groups", called)
+			}
+		})
 	}
 }

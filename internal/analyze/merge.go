@@ -69,6 +69,13 @@ type MergeResult struct {
 	Duplicates int64
 	// Metadata is the key-value metadata written into every output file.
 	Metadata map[string]string
+	// Steps is true when the inputs had step rows (output.steps): each
+	// file of Files has its steps file, of the same name, in outDir/steps.
+	Steps bool
+	// Images is the number of image files copied into outDir/images (the
+	// inputs' images/, output.images: reference); ImagesHad those already
+	// there (the same content-addressed name).
+	Images, ImagesHad int
 }
 
 // Merge copies every row of the Parquet files in inputs (output
@@ -77,6 +84,14 @@ type MergeResult struct {
 // only between groups (rows of one run_id, task_index and attempt), once it
 // holds at least opts.FileRows rows, or, with opts.EvenFiles or
 // opts.TargetFileBytes, at the group boundary nearest its even share.
+//
+// Companions go with the rows. When the input data files have steps files
+// (output.steps: a data/part-N.parquet with its steps/part-N.parquet), each
+// output file gets the step rows of its own groups in outDir/steps, under
+// its name, committed before it; an input without its steps file among
+// inputs with them is refused, naming it. The images of the inputs'
+// output directories (images/, content-addressed) are copied into
+// outDir/images before any row naming them.
 //
 // The dataset is committed whole: Merge writes into a temporary directory
 // beside outDir and renames it to outDir at the end, so a reader sees no
@@ -130,6 +145,14 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	}
 
 	res := &MergeResult{Inputs: files}
+	steps, err := stepsOf(files)
+	if err != nil {
+		return nil, err
+	}
+	res.Steps = steps != nil
+	if err := checkStepsPaired(outDir, len(existing) > 0, res.Steps); err != nil {
+		return nil, err
+	}
 	metas, rows, err := checkInputs(ctx, existing, files, &opts, res)
 	if err != nil {
 		return nil, err
@@ -151,7 +174,10 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 		}
 	}
 	if !whole {
-		if err := copyRows(ctx, files, dataDir, &opts, plan, res); err != nil {
+		if err := copyImages(files, filepath.Join(outDir, "images"), res); err != nil {
+			return nil, err
+		}
+		if err := copyRows(ctx, files, steps, outDir, &opts, plan, res); err != nil {
 			return nil, err
 		}
 		return res, nil
@@ -168,7 +194,10 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}
-	if err := copyRows(ctx, files, filepath.Join(tmp, "data"), &opts, plan, res); err != nil {
+	if err := copyImages(files, filepath.Join(tmp, "images"), res); err != nil {
+		return nil, err
+	}
+	if err := copyRows(ctx, files, steps, tmp, &opts, plan, res); err != nil {
 		return nil, err
 	}
 	if entries != nil { // an empty directory is replaced
@@ -359,16 +388,26 @@ type groupKey struct {
 	attempt int32
 }
 
-// copyRows writes every row of files into dataDir, cutting files between
-// groups once they hold opts.FileRows rows.
-func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOptions, plan cutPlan, res *MergeResult) (err error) {
+// copyRows writes every row of files into outDir/data, cutting files
+// between groups once they hold opts.FileRows rows, and, when steps is
+// not nil (the files' steps files, in the same order), each file's step
+// rows into outDir/steps.
+func copyRows(ctx context.Context, files, steps []string, outDir string, opts *MergeOptions, plan cutPlan, res *MergeResult) (err error) {
 	var (
 		w    *pqsink.Writer
 		cur  int // rows in the open file
 		prev groupKey
 		// need is the rows the open file must hold before a cut.
-		need = plan.need(0, 0)
+		need    = plan.need(0, 0)
+		dataDir = filepath.Join(outDir, "data")
+		sc      *stepCopier
 	)
+	if steps != nil {
+		if sc, err = newStepCopier(filepath.Join(outDir, "steps"), opts.Compression, res.Metadata); err != nil {
+			return fmt.Errorf("analyze: merge: %w", err)
+		}
+		defer sc.close()
+	}
 	wopts := pqsink.Options{
 		FileRows:     math.MaxInt, // cuts are made here, between groups
 		FileBytes:    math.MaxInt64,
@@ -382,6 +421,10 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 			}
 		},
 	}
+	if sc != nil {
+		// A file's step rows are committed under its name before it.
+		wopts.BeforeRename = func(final string) error { return sc.commit(len(res.Files), filepath.Base(final)) }
+	}
 	if err := wopts.Validate(); err != nil {
 		return fmt.Errorf("analyze: merge: %w", err)
 	}
@@ -394,6 +437,9 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 		}
 		for _, p := range res.Files {
 			_ = os.Remove(p)
+			if sc != nil {
+				_ = os.Remove(filepath.Join(sc.w.Dir(), filepath.Base(p)))
+			}
 		}
 		res.Files = nil
 	}()
@@ -415,6 +461,9 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 		if err := w.Write(ctx, s); err != nil {
 			return fmt.Errorf("analyze: merge: %w", err)
 		}
+		if sc != nil {
+			sc.wrote(s, len(res.Files))
+		}
 		cur += to - from
 		res.Rows += int64(to - from)
 		return nil
@@ -432,7 +481,12 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 		return nil
 	}
 
-	for _, path := range files {
+	for fi, path := range files {
+		if sc != nil {
+			if err := sc.open(steps[fi], path); err != nil {
+				return fmt.Errorf("analyze: merge: %w", err)
+			}
+		}
 		f, err := openFile(path, opts.Allocator, opts.BatchRows)
 		if err != nil {
 			return err
@@ -475,6 +529,12 @@ func copyRows(ctx context.Context, files []string, dataDir string, opts *MergeOp
 		f.close()
 		if err != nil {
 			return err
+		}
+		if sc != nil {
+			// The rest of the file's step rows go with the open file.
+			if err := sc.finish(len(res.Files)); err != nil {
+				return fmt.Errorf("analyze: merge: %w", err)
+			}
 		}
 	}
 	return commit()

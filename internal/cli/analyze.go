@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/trajflow/trajflow/internal/analyze"
@@ -180,26 +179,13 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if res.Duplicates > 0 {
 		fmt.Fprintf(stdout, "%d rows repeat an earlier key (--allow-duplicates)\n", res.Duplicates)
 	}
-	for _, dir := range []string{"steps", "images"} {
-		if n := companionFiles(inputs, dir); n > 0 {
-			fmt.Fprintf(stderr, "trajflow merge: the inputs' %s/ (%d files) is not merged: only data/ is; read it where it is (SCHEMA.md)\n", dir, n)
-		}
+	if res.Steps {
+		fmt.Fprintf(stdout, "with their step rows: a steps file beside each, in %s\n", storage.Join(*out, "steps"))
+	}
+	if res.Images+res.ImagesHad > 0 {
+		fmt.Fprintf(stdout, "images: %d copied into %s (%d already there)\n", res.Images, storage.Join(*out, "images"), res.ImagesHad)
 	}
 	return ExitOK
-}
-
-// companionFiles counts the files in the dir directories of inputs that
-// are output directories or sharded roots (their shards'), which merge
-// does not copy: step rows and images.
-func companionFiles(inputs []string, dir string) int {
-	n := 0
-	for _, in := range inputs {
-		for _, pattern := range []string{filepath.Join(in, dir, "*"), filepath.Join(in, "shards", "*", dir, "*")} {
-			m, _ := filepath.Glob(pattern)
-			n += len(m)
-		}
-	}
-	return n
 }
 
 // reportShards prints, for each of paths that is a sharded run's root, a

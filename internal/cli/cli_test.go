@@ -2,15 +2,19 @@ package cli_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
 
 	"github.com/trajflow/trajflow/internal/cli"
@@ -312,26 +316,128 @@ func TestStatsAndMerge(t *testing.T) {
 	}
 }
 
-// TestMergeSaysWhatItLeaves: merge copies data/ only; an input with step
-// rows (or images) gets a line saying they were not merged.
-func TestMergeSaysWhatItLeaves(t *testing.T) {
+// TestMergeCarriesStepsAndImages: merging a sharded run with step rows
+// (the grid example, two shards, a file every 8 rows) into files cut
+// inside the inputs gives every merged data file its steps file of the
+// same name, holding exactly the step rows of its own trajectories, all
+// of the inputs' step rows once; merging a run with images (the VLM
+// example) copies every image its rows name, and each resolves to bytes
+// of its hash. The merged steps are read with Arrow's reader.
+func TestMergeCarriesStepsAndImages(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	t.Chdir(root)
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	if code := cli.Main([]string{"run", "examples/grid/config.yaml", "--quiet", "--set", "output.dir=" + out, "--set", "source.limit=4"}, &stdout, &stderr); code != cli.ExitOK {
-		t.Fatalf("run: exit %d\n%s%s", code, &stdout, &stderr)
+	runIt := func(t *testing.T, args ...string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := cli.Main(append([]string{"run"}, args...), &stdout, &stderr); code != cli.ExitOK {
+			t.Fatalf("run %v: exit %d\n%s%s", args, code, &stdout, &stderr)
+		}
 	}
-	steps, _ := filepath.Glob(filepath.Join(out, "steps", "*.parquet"))
-	if len(steps) == 0 {
-		t.Fatal("the grid example wrote no step rows")
+	merge := func(t *testing.T, args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := cli.Main(append([]string{"merge"}, args...), &stdout, &stderr); code != cli.ExitOK {
+			t.Fatalf("merge %v: exit %d\n%s%s", args, code, &stdout, &stderr)
+		}
+		return stdout.String()
 	}
-	stdout.Reset()
-	stderr.Reset()
-	if code := cli.Main([]string{"merge", out, filepath.Join(t.TempDir(), "merged")}, &stdout, &stderr); code != cli.ExitOK {
-		t.Fatalf("merge: exit %d\n%s%s", code, &stdout, &stderr)
-	}
-	if want := fmt.Sprintf("the inputs' steps/ (%d files) is not merged", len(steps)); !strings.Contains(stderr.String(), want) {
-		t.Fatalf("merge's stderr lacks %q:\n%s", want, &stderr)
-	}
+	t.Run("steps", func(t *testing.T) {
+		out := t.TempDir()
+		for i := range 2 {
+			runIt(t, "examples/grid/config.yaml", "--quiet", "--set", "output.dir="+out, "--set", "source.limit=12",
+				"--set", "output.file_rows=8", "--set", "output.batch_rows=8", "--set", fmt.Sprintf("source.shard={index: %d, count: 2}", i))
+		}
+		in, _ := filepath.Glob(filepath.Join(out, "shards", "*", "steps", "part-*.parquet"))
+		var inSteps []string
+		for _, p := range in {
+			rows, err := parquet.ReadStepsFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				inSteps = append(inSteps, fmt.Sprintf("%d/%d/%d/%d", r.TaskIndex, r.Attempt, r.RolloutIndex, r.Step))
+			}
+		}
+		dest := filepath.Join(t.TempDir(), "merged")
+		said := merge(t, "--rows-per-file", "12", out, dest)
+		if !strings.Contains(said, "with their step rows: a steps file beside each, in "+filepath.Join(dest, "steps")) {
+			t.Fatalf("merge does not say it merged the step rows:\n%s", said)
+		}
+		data, _ := filepath.Glob(filepath.Join(dest, "data", "part-*.parquet"))
+		steps, _ := filepath.Glob(filepath.Join(dest, "steps", "part-*.parquet"))
+		if len(data) < 3 || len(steps) != len(data) || len(in) < 4 {
+			t.Fatalf("%d input steps files merged into %d data and %d steps files", len(in), len(data), len(steps))
+		}
+		var outSteps []string
+		for i, d := range data {
+			if filepath.Base(steps[i]) != filepath.Base(d) {
+				t.Fatalf("%s has no steps file of its name (%s)", d, steps[i])
+			}
+			trajs, err := parquet.ReadFile(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			turns := map[string]int{}
+			for _, r := range trajs {
+				turns[fmt.Sprintf("%d/%d/%d", r.Task.Index, r.Attempt, r.RolloutIndex)] = r.NumTurns
+			}
+			rows, err := parquet.ReadStepsFile(steps[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				k := fmt.Sprintf("%d/%d/%d", r.TaskIndex, r.Attempt, r.RolloutIndex)
+				if _, ok := turns[k]; !ok {
+					t.Fatalf("%s: step row of %s, a trajectory not in %s", steps[i], k, d)
+				}
+				turns[k]--
+				outSteps = append(outSteps, fmt.Sprintf("%s/%d", k, r.Step))
+			}
+			for k, left := range turns {
+				if left != 0 {
+					t.Fatalf("%s: trajectory %s has %d turns more than step rows in %s", d, k, left, steps[i])
+				}
+			}
+		}
+		slices.Sort(inSteps)
+		slices.Sort(outSteps)
+		if len(inSteps) == 0 || !slices.Equal(inSteps, outSteps) {
+			t.Fatalf("merged %d step rows, the inputs hold %d", len(outSteps), len(inSteps))
+		}
+	})
+	t.Run("images", func(t *testing.T) {
+		out := t.TempDir()
+		runIt(t, "examples/vlm/config.yaml", "--quiet", "--set", "output.dir="+out)
+		dest := filepath.Join(t.TempDir(), "merged")
+		have, _ := filepath.Glob(filepath.Join(out, "images", "*"))
+		said := merge(t, out, dest)
+		if want := fmt.Sprintf("images: %d copied into %s (0 already there)", len(have), filepath.Join(dest, "images")); len(have) == 0 || !strings.Contains(said, want) {
+			t.Fatalf("merge's output lacks %q:\n%s", want, said)
+		}
+		rows, err := parquet.ReadDir(filepath.Join(dest, "data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := 0
+		for _, r := range rows {
+			for _, m := range r.Messages {
+				for _, p := range m.Parts {
+					if p.Type != pipeline.PartImage {
+						continue
+					}
+					data, _, err := images.Lookup(filepath.Join(dest, "images"), p.ImageURL)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sum := sha256.Sum256(data); "sha256:"+hex.EncodeToString(sum[:]) != p.ImageURL {
+						t.Fatalf("%s resolves to bytes of another hash", p.ImageURL)
+					}
+					refs++
+				}
+			}
+		}
+		if refs == 0 {
+			t.Fatal("the merged rows name no image")
+		}
+	})
 }

@@ -166,8 +166,9 @@ func (f *fetched) pullOut(ctx context.Context, u string) (string, error) {
 	return dir, nil
 }
 
-// notData keeps all but Parquet and JSON files out of a download.
+// notData keeps all but Parquet files, JSON files and stored images out
+// of a download.
 func notData(rel string) bool {
 	ext := path.Ext(rel)
-	return ext != ".parquet" && ext != ".json"
+	return ext != ".parquet" && ext != ".json" && path.Base(path.Dir(rel)) != "images"
 }

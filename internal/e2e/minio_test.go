@@ -20,6 +20,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
 // MinIO test credentials. The secret is planted to be searched for: no
@@ -262,7 +264,7 @@ func TestMinIO(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				shardEnv := append(slices.Clone(env), fmt.Sprintf("SLURM_ARRAY_TASK_ID=%d", i), fmt.Sprintf("SLURM_ARRAY_TASK_COUNT=%d", shards))
-				results[i] = runExactEnv(t, shardEnv, "run", "--quiet", cfg, "--set", "source.shard=auto")
+				results[i] = runExactEnv(t, shardEnv, "run", "--quiet", cfg, "--set", "source.shard=auto", "--set", "output.steps=true")
 			}()
 		}
 		wg.Wait()
@@ -295,7 +297,7 @@ func TestMinIO(t *testing.T) {
 			}
 		}
 		// A shard of another count is refused by the root's manifest.
-		other := runExactEnv(t, append(slices.Clone(env), "SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_COUNT=4"), "run", "--quiet", cfg, "--set", "source.shard=auto")
+		other := runExactEnv(t, append(slices.Clone(env), "SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_COUNT=4"), "run", "--quiet", cfg, "--set", "source.shard=auto", "--set", "output.steps=true")
 		outputs = append(outputs, other.stdout, other.stderr)
 		if other.code != 2 || !strings.Contains(other.stderr, root+"/manifest.json") || !strings.Contains(other.stderr, "shard count: 3 → 4") {
 			t.Fatalf("a shard of another count: exit %d, want 2 naming the manifest:\n%s", other.code, other.stderr)
@@ -315,8 +317,25 @@ func TestMinIO(t *testing.T) {
 		}
 		merged := filepath.Join(dir, "merged-shards")
 		download(t, client, "merged-shards/", merged)
-		if ds := readDataset(t, filepath.Join(merged, "data")); len(ds.rows) != tasks*n {
+		ds := readDataset(t, filepath.Join(merged, "data"))
+		if len(ds.rows) != tasks*n {
 			t.Fatalf("merge of the s3:// root: %d rows, want %d", len(ds.rows), tasks*n)
+		}
+		// The shards' step rows (output.steps) come with the merge: one
+		// per turn, paired with the data files.
+		if err := pqsink.PairSteps(filepath.Join(merged, "data"), filepath.Join(merged, "steps")); err != nil {
+			t.Fatalf("merge of the s3:// root: %v", err)
+		}
+		steps, err := pqsink.ReadSteps(filepath.Join(merged, "steps"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns := 0
+		for _, r := range ds.rows {
+			turns += r.NumTurns
+		}
+		if len(steps) != turns || turns == 0 {
+			t.Fatalf("merge of the s3:// root: %d step rows, want one per turn, %d", len(steps), turns)
 		}
 	})
 

@@ -145,3 +145,44 @@ func Lookup(dir, ref string) (data []byte, ext string, err error) {
 	data, err = os.ReadFile(matches[0])
 	return data, strings.TrimPrefix(filepath.Ext(matches[0]), "."), err
 }
+
+// CopyDir copies the images stored in src into dst, each durably and
+// once: a file already in dst (the same name, so the same bytes) is left
+// as it is. Files that are not stored images (HEX.EXT) are not copied. A
+// file whose bytes do not hash to its name is an error naming it. A
+// missing src holds no images.
+func CopyDir(src, dst string) (copied, had int, err error) {
+	entries, err := os.ReadDir(src)
+	if os.IsNotExist(err) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range entries {
+		hash, _, ok := strings.Cut(e.Name(), ".")
+		if !ok || len(hash) != 64 || !e.Type().IsRegular() {
+			continue
+		}
+		if _, err := hex.DecodeString(hash); err != nil {
+			continue
+		}
+		path := filepath.Join(dst, e.Name())
+		if _, err := os.Stat(path); err == nil {
+			had++
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return copied, had, err
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != hash {
+			return copied, had, fmt.Errorf("image %s: its bytes do not hash to its name", filepath.Join(src, e.Name()))
+		}
+		if err := writeFile(dst, path, data); err != nil {
+			return copied, had, err
+		}
+		copied++
+	}
+	return copied, had, nil
+}

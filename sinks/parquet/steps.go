@@ -53,6 +53,8 @@ type StepWriter struct {
 	pw    *pq.GenericWriter[stepRow]
 	rows  []stepRow
 	ones  []int8
+	// copied are rows copied from a StepReader, not yet written.
+	copied []stepRow
 }
 
 // NewStepWriter creates dir and returns a StepWriter into it, writing
@@ -115,6 +117,9 @@ func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
 	if err := w.open(); err != nil {
 		return err
 	}
+	if err := w.flushCopied(); err != nil {
+		return err
+	}
 	w.rows = w.rows[:0]
 	for _, g := range gs {
 		for _, r := range g.Rollouts {
@@ -168,6 +173,9 @@ func (w *StepWriter) Commit(name string) error {
 	if err := w.open(); err != nil {
 		return err
 	}
+	if err := w.flushCopied(); err != nil {
+		return err
+	}
 	fail := func(step string, err error) error {
 		tmp := w.tmp
 		w.Abort()
@@ -197,6 +205,8 @@ func (w *StepWriter) Commit(name string) error {
 
 // Abort removes the open, uncommitted file, if any.
 func (w *StepWriter) Abort() {
+	clear(w.copied)
+	w.copied = w.copied[:0]
 	if w.f != nil {
 		_ = w.f.Close()
 		w.f = nil

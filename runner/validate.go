@@ -349,6 +349,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 			}
 		}
 		v.writeRequest(r)
+		v.promptLength(ctx, r)
 	}
 	for _, s := range skipped {
 		fmt.Fprintf(v.out, "row skipped (source.on_bad_row: skip): %s\n", s)
@@ -358,6 +359,30 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 	}
 	if step != nil && rows > 0 {
 		fmt.Fprintf(v.out, "env %s: reset on %d row(s)\n", envLabel(cfg), rows)
+	}
+}
+
+// promptLength writes, under prompt.max_tokens, the length of r's first
+// prompt in the server's tokens and what the run does with it: sends it,
+// cuts it (prompt.truncation left, right or middle) or fails the row
+// (error, prompt_too_long). Later turns' prompts are longer (the chat, or
+// the step-wise history) and are not counted here. A failed count is a
+// problem: the run would fail the row the same way.
+func (v *validation) promptLength(ctx context.Context, r *pipeline.Rollout) {
+	limit := v.cfg.Prompt.MaxTokens
+	if limit <= 0 || v.gen == nil {
+		return
+	}
+	n, err := v.gen.PromptTokens(ctx, r)
+	switch {
+	case err != nil:
+		v.problem(fmt.Errorf("prompt.max_tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
+	case n <= limit:
+		fmt.Fprintf(v.out, "  first prompt: %d tokens, within prompt.max_tokens %d\n", n, limit)
+	case v.cfg.Prompt.Truncation == "error":
+		fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: the row would fail (prompt.truncation: error, %s)\n", n, limit, generate.ClassPromptTooLong)
+	default:
+		fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: %d cut (prompt.truncation: %s)\n", n, limit, n-limit, v.cfg.Prompt.Truncation)
 	}
 }
 

@@ -64,6 +64,12 @@ func TestValidate(t *testing.T) {
 			[]string{"1 of 1 failed"}, []string{`generate.endpoints[0]: `, `the model "other" (generate.model) is not served`}},
 		{"embedder's env", nil, runner.ValidateOptions{Rows: 1, Options: runner.Options{Env: hinter{}}},
 			[]string{"user: Show your work."}, nil},
+		{"prompt within prompt.max_tokens", []string{"generate.api=tokens", "prompt.max_tokens=65"}, runner.ValidateOptions{Rows: 1},
+			[]string{"first prompt: 65 tokens, within prompt.max_tokens 65"}, nil},
+		{"prompt over prompt.max_tokens, cut", []string{"generate.api=tokens", "prompt.max_tokens=64", "prompt.truncation=middle"}, runner.ValidateOptions{Rows: 1},
+			[]string{"first prompt: 65 tokens, over prompt.max_tokens 64: 1 cut (prompt.truncation: middle)"}, nil},
+		{"prompt over prompt.max_tokens, error", []string{"generate.api=tokens", "generate.endpoints=[" + full.URL + "/v1]", "prompt.max_tokens=64"}, runner.ValidateOptions{Rows: 1},
+			[]string{"first prompt: 65 tokens, over prompt.max_tokens 64: the row would fail (prompt.truncation: error, prompt_too_long)"}, nil},
 		{"no rows", nil, runner.ValidateOptions{Rows: -1},
 			[]string{"env math: started", "ok: a run would start"}, nil},
 	}

@@ -470,6 +470,22 @@ func (g *Generator) tokenize(ctx context.Context, r *pipeline.Rollout, msgs []pi
 
 var errNoTokenize = errors.New("the server has no /tokenize")
 
+// PromptTokens is the length in the server's token ids (POST /tokenize) of
+// r's first prompt as it would be sent, before prompt.max_tokens cuts it:
+// the step-wise prompt of the first turn when env.history_length is set,
+// else r's messages. trajflow validate reports it against the limit.
+func (g *Generator) PromptTokens(ctx context.Context, r *pipeline.Rollout) (int, error) {
+	if g.tok == nil {
+		return 0, errNoTokenize
+	}
+	msgs := r.Messages
+	if m, ok := g.stepMessages(r); ok {
+		msgs = m
+	}
+	ids, err := g.tokenize(ctx, r, msgs, r.Tools, true)
+	return len(ids), err
+}
+
 // observationIDs returns the token ids of the messages after r's last
 // assistant message: the server's rendering of a fixed conversation with
 // and without them, differenced (inference.ObservationDelta).

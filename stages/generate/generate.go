@@ -478,11 +478,7 @@ func (g *Generator) PromptTokens(ctx context.Context, r *pipeline.Rollout) (int,
 	if g.tok == nil {
 		return 0, errNoTokenize
 	}
-	msgs := r.Messages
-	if m, ok := g.stepMessages(r); ok {
-		msgs = m
-	}
-	ids, err := g.tokenize(ctx, r, msgs, r.Tools, true)
+	ids, err := g.tokenize(ctx, r, g.Request(r).Messages, r.Tools, true)
 	return len(ids), err
 }
 

@@ -145,10 +145,10 @@ func (c *stepCopier) wrote(rec arrow.Record, file int) {
 	}
 }
 
-// copy copies the step rows of the groups written into output files up
+// route copies the step rows of the groups written into output files up
 // to file; with all, every row left (the data file is read: each must
 // belong to a group written).
-func (c *stepCopier) copy(file int, all bool) error {
+func (c *stepCopier) route(file int, all bool) error {
 	for {
 		g, rollout, step, ok, err := c.r.Next()
 		if err != nil || !ok {
@@ -175,7 +175,7 @@ func (c *stepCopier) copy(file int, all bool) error {
 // rows are copied and committed first.
 func (c *stepCopier) commit(file int, name string) error {
 	if c.r != nil {
-		if err := c.copy(file, false); err != nil {
+		if err := c.route(file, false); err != nil {
 			return err
 		}
 	}
@@ -186,7 +186,7 @@ func (c *stepCopier) commit(file int, name string) error {
 // read (they go with the open output file, file) and closes its steps
 // file.
 func (c *stepCopier) finish(file int) error {
-	err := c.copy(file, true)
+	err := c.route(file, true)
 	err = errors.Join(err, c.r.Close())
 	c.r, c.groups = nil, nil
 	return err

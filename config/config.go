@@ -21,14 +21,40 @@ import (
 // Config is one run's configuration: one section per component, each the
 // component's own Config.
 type Config struct {
-	Run      Run             `yaml:"run"`
-	Source   sources.Config  `yaml:"source"`
-	Prompt   template.Config `yaml:"prompt"`
-	Repeat   repeat.Config   `yaml:"repeat"`
-	Generate Generate        `yaml:"generate"`
-	Env      envstep.Config  `yaml:"env"`
-	Groups   groups.Config   `yaml:"groups"`
-	Output   Output          `yaml:"output"`
+	// Run holds the run-wide settings: the run's name, progress, stops,
+	// the error budget, resume and metrics.
+	Run Run `yaml:"run"`
+	// Source says where tasks come from and which of them a run reads.
+	// Rows are NeMo Gym rows (responses_create_params.input holding
+	// messages, the other fields kept for the environment) or plain rows
+	// with fields; see docs/sources.md.
+	Source sources.Config `yaml:"source"`
+	// Prompt renders each row's messages from its fields. Omit the section
+	// when rows carry their own messages; a placeholder whose field a row
+	// lacks is an error naming the row and the field. See docs/prompts.md.
+	Prompt template.Config `yaml:"prompt"`
+	// Repeat expands each task into a group of rollouts and seeds them.
+	Repeat repeat.Config `yaml:"repeat"`
+	// Generate says which model, on which OpenAI-compatible servers (or
+	// the built-in simulator), with which request parameters, and how hard
+	// to retry. See docs/inference.md.
+	Generate Generate `yaml:"generate"`
+	// Env chooses the environment that steps the trajectories (or one per
+	// row, with routes), its own options and the limits of a trajectory.
+	// See docs/environments.md and docs/external-envs.md.
+	Env envstep.Config `yaml:"env"`
+	// Groups holds the group statistics, the keep rule and dynamic
+	// sampling (DAPO): see docs/dynamic-sampling.md. Group statistics use
+	// the members that resolved ok; std is the sample standard deviation.
+	// Under any rule but all, a group with a failed member is dropped with
+	// reason error.
+	Groups groups.Config `yaml:"groups"`
+	// Output says where and how rows are written: the output directory,
+	// record batches, Parquet part files and the optional extra outputs.
+	// The layout of the directory is in docs/output.md, its columns in
+	// SCHEMA.md, the Parquet sink in docs/parquet-sink.md and the interop
+	// sinks in docs/sinks-interop.md.
+	Output Output `yaml:"output"`
 
 	// File is the path the config was read from ("" for an inline config).
 	File string `yaml:"-"`
@@ -45,24 +71,35 @@ type Duration = pipeline.Duration
 
 // Run holds run-wide settings.
 type Run struct {
-	// ID names the run in the output's run_id column. Default: the output
-	// directory's base name.
+	// ID names the run in the output's run_id column.
+	//
+	// Default: the output directory's name.
 	ID string `yaml:"id"`
-	// Progress is the interval of the progress line on stderr; 0 turns it off.
+	// Progress is the interval of the progress report on stderr: a live
+	// multi-line view on a terminal, a plain line otherwise
+	// (docs/observability.md); 0 turns it off.
 	Progress Duration `yaml:"progress"`
 	// OnSignal is what a stop (SIGINT, SIGTERM, SIGHUP, or a fatal error)
-	// does with the rollouts in flight: cancel (default) or drain.
+	// does with the rollouts in flight: cancel them at once, or drain them
+	// (let them finish until grace minus min(5s, grace/4)); either way
+	// admission stops and the finished groups are committed
+	// (docs/reliability.md).
 	OnSignal string `yaml:"on_signal"`
-	// Grace bounds a stop, from the signal to the exit. Default 30s.
+	// Grace bounds a stop, from the signal to the exit: what is not
+	// committed by then is dropped.
 	Grace Duration `yaml:"grace"`
-	// MaxErrorRate is the largest share of error rollouts a run may have;
-	// beyond it the run stops and fails. Default 0.5; 1 turns it off.
+	// MaxErrorRate is the largest share of error rollouts (among ok, error
+	// and filtered) a run may have; it is checked from 100 resolved
+	// rollouts on and at the end, and beyond it the run stops and exits 4.
+	// 1 turns it off.
 	MaxErrorRate *float64 `yaml:"max_error_rate"`
-	// ResumeErrors is what a resumed run does with groups that failed
-	// before: redo (default) or keep.
+	// ResumeErrors is what a resumed run does with the groups that failed
+	// before (in errors/): redo them, or keep them, counting them as done
+	// (the run command's --keep-errors).
 	ResumeErrors string `yaml:"resume_errors"`
-	// MetricsAddr, when set (host:port), serves Prometheus metrics at
-	// http://MetricsAddr/metrics while the run goes.
+	// MetricsAddr, when set (host:port), serves Prometheus metrics
+	// (trajflow_*) at http://host:port/metrics while the run goes
+	// (docs/observability.md).
 	MetricsAddr string `yaml:"metrics_addr"`
 }
 
@@ -70,30 +107,41 @@ type Run struct {
 // simulator behind sim:// endpoints.
 type Generate struct {
 	inference.Config `yaml:",inline"`
-	// Sim configures the built-in simulator behind sim:// endpoints.
+	// Sim configures the built-in simulator behind sim:// endpoints; see
+	// docs/sim.md.
 	Sim sim.Config `yaml:"sim"`
 }
 
 // Output is the output section: where rows go, and the collate stage's
 // and the Parquet sink's own keys.
 type Output struct {
+	// Dir is the output directory, or s3://bucket/prefix in S3-compatible
+	// object storage (docs/storage.md): each file is uploaded whole when it
+	// commits; resume, stats, merge and report take the same URL.
 	Dir     string         `yaml:"dir"`
 	Collate collate.Config `yaml:",inline"`
 	Parquet parquet.Config `yaml:",inline"`
-	// Filtered writes dropped groups to the filtered directory.
+	// Filtered also writes the dropped groups (with filter_reason) to
+	// filtered/.
 	Filtered bool `yaml:"filtered"`
-	// JSONL also writes kept rows as NeMo Gym-shaped JSON lines, one file
-	// per run under the jsonl directory.
+	// JSONL also writes the kept rows as JSON lines in NeMo Gym's rollout
+	// shape to jsonl/rollouts-NNNNN.jsonl, one file per run (the shape is
+	// in docs/output.md).
 	JSONL bool `yaml:"jsonl"`
-	// ArrowStream also streams kept record batches as an Arrow IPC stream
-	// to this file ("-": standard output) while the run goes.
+	// ArrowStream also streams the kept record batches as an Arrow IPC
+	// stream to this file ("-": standard output) while the run goes; a
+	// local path only.
 	ArrowStream string `yaml:"arrow_stream"`
-	// Images is how rows store data-URL images: reference (default: the
-	// bytes once under OUTPUT/images, the row holding "sha256:HEX") or
-	// inline (the data URL in the row's messages).
+	// Images is how rows store data-URL images (OpenAI image_url parts of
+	// rows and observations, docs/sources.md): reference writes each
+	// distinct image once to OUTPUT/images/HEX.EXT and the row holds
+	// "sha256:HEX"; inline keeps the data URL in the row (SCHEMA.md,
+	// Images).
 	Images string `yaml:"images"`
-	// Steps also writes one row per step of the kept trajectories to the
-	// steps directory, committed with their trajectories' part files.
+	// Steps also writes one row per step of the kept trajectories to
+	// steps/part-NNNNN.parquet, committed with their data/ file: the step's
+	// prompt and response ids, rewards, action validity, anchor group and
+	// GiGPO statistics (SCHEMA.md, Step rows).
 	Steps bool `yaml:"steps"`
 }
 

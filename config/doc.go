@@ -6,3 +6,5 @@
 // are errors that name the key's full path and line, and Validate reports
 // every problem at once.
 package config
+
+//go:generate go run ../internal/docgen

@@ -13,35 +13,47 @@ import (
 // which request parameters, and how hard to try. Backends read the keys
 // they need; the generate stage reads Model and Params.
 type Config struct {
-	// Endpoints are base URLs ("http://host:8000/v1") or "sim://". Left
-	// out (nil), they default to the built-in simulator; an explicit empty
-	// list is an error.
+	// Endpoints are the base URLs of OpenAI-compatible servers
+	// ("http://gpu-0:8000/v1"), or "sim://" for the built-in simulator.
+	// Left out, they default to the simulator; an explicit empty list is an
+	// error.
 	Endpoints []string `yaml:"endpoints"`
-	Model     string   `yaml:"model"`
+	// Model is the model name sent to the server and written to the model
+	// column.
+	Model string `yaml:"model"`
 	// API is chat (/v1/chat/completions), completions (/v1/completions
 	// with a text prompt) or tokens (trajflow holds each trajectory's token
-	// sequence: POST /tokenize for the first prompt and each observation,
-	// /v1/completions with token-id prompts; see docs/inference.md).
+	// ids: POST /tokenize for the prompt and every observation, token-id
+	// prompts on /v1/completions; exact multi-turn training data, see
+	// docs/inference.md).
 	API string `yaml:"api"`
-	// APIKeyEnv names the environment variable holding the API key.
+	// APIKeyEnv names the environment variable holding the API key; its
+	// value is redacted from everything trajflow writes.
 	APIKeyEnv string `yaml:"api_key_env"`
-	// Concurrency bounds requests in flight over all endpoints.
+	// Concurrency bounds the generations in flight over all endpoints (the
+	// LLM slots).
 	Concurrency int `yaml:"concurrency"`
-	// EndpointConcurrency bounds requests in flight per endpoint (0: no
+	// EndpointConcurrency bounds the requests in flight per endpoint (0: no
 	// bound beyond Concurrency).
 	EndpointConcurrency int `yaml:"endpoint_concurrency"`
-	// Params are request body parameters merged over each row's own
-	// (temperature, top_p, max_tokens, stop, seed, logprobs, ...).
+	// Params are request body parameters (temperature, top_p, max_tokens,
+	// stop, logprobs, return_token_ids, ...) merged over each row's own,
+	// key by key at the top level, as NeMo Gym does. The rollout's seed is
+	// sent as seed when repeat.seed is set (a row's own seed, unless
+	// repeat.override_row_seed). A key named like a secret (api_key) is
+	// redacted in files and logs.
 	Params map[string]any `yaml:"params"`
 	// Timeout bounds one HTTP request attempt.
 	Timeout pipeline.Duration `yaml:"timeout"`
-	// MaxAttempts bounds tries per request (1: no retry).
+	// MaxAttempts bounds the tries per request (1: no retry). 429, 5xx,
+	// connection errors and timeouts are retried.
 	MaxAttempts int `yaml:"max_attempts"`
-	// Deadline bounds one request over all its retries.
+	// Deadline bounds one request over all its retries (0: none).
 	Deadline pipeline.Duration `yaml:"deadline"`
-	// BackoffBase and BackoffMax shape the jittered exponential backoff.
+	// BackoffBase is the jittered exponential backoff's first delay.
 	BackoffBase pipeline.Duration `yaml:"backoff_base"`
-	BackoffMax  pipeline.Duration `yaml:"backoff_max"`
+	// BackoffMax bounds one backoff delay.
+	BackoffMax pipeline.Duration `yaml:"backoff_max"`
 }
 
 // SimScheme is the endpoint of the built-in simulator.

@@ -9,25 +9,39 @@ import (
 // Config is the source section: where tasks come from and which of them a
 // run reads.
 type Config struct {
-	// Path is a .jsonl (or .jsonl.gz) or .parquet file.
+	// Path is the input: a .jsonl, .jsonl.gz or .parquet file, streamed;
+	// or s3://bucket/key of one in object storage (downloaded first,
+	// docs/storage.md). Required.
 	Path string `yaml:"path"`
-	// Format overrides the format the path's extension implies: jsonl, parquet.
+	// Format overrides the format the path's extension implies: jsonl or
+	// parquet.
+	//
+	// Default: from the extension.
 	Format string `yaml:"format"`
-	// Limit reads at most this many tasks (0: all).
+	// Limit reads at most this many rows, after Offset (0: all).
 	Limit int64 `yaml:"limit"`
 	// Offset skips this many rows first; their task_index still counts.
 	Offset int64 `yaml:"offset"`
-	// OnBadRow is error (stop at the first bad row) or skip (write it to the
-	// rejects file and go on).
+	// OnBadRow is error (stop at the first bad row, naming its file and
+	// line) or skip (write it with the reason to OUTPUT/rejects.jsonl and go
+	// on). Invalid UTF-8 is not a bad row: it is replaced by U+FFFD and
+	// counted (docs/sources.md).
 	OnBadRow string `yaml:"on_bad_row"`
-	// Shard selects rows with task_index % shard.count == shard.index.
-	// "auto" takes the index and count from the scheduler's environment
-	// (Shard.Resolve).
+	// Shard keeps the rows with task_index % count == index. "auto" takes
+	// the index and count from the scheduler: SLURM_ARRAY_TASK_ID with
+	// SLURM_ARRAY_TASK_COUNT (or SLURM_ARRAY_TASK_MIN/MAX), Kubernetes'
+	// JOB_COMPLETION_INDEX with shard.count or TRAJFLOW_SHARD_COUNT, or
+	// RANK with WORLD_SIZE ({auto: true, count: 16} gives the count in the
+	// config). A sharded run (auto, or count > 1) writes under
+	// OUTPUT/shards/SSSSS-of-NNNNN/: see docs/shards.md, and docs/scale.md
+	// for when one process is not enough.
+	//
+	// Default: `{index: 0, count: 1}`.
 	Shard Shard `yaml:"shard"`
-	// TaskIndex numbers the tasks: line (default: the row's 0-based
-	// position) or dedup (NeMo Gym's _ng_task_index: identical rows, by
-	// canonical JSON, are one task numbered in order of first appearance;
-	// a later copy is passed over).
+	// TaskIndex numbers the tasks: line (a task's index is its row's
+	// 0-based position) or dedup (identical rows, by canonical JSON, are
+	// one task, numbered in order of first appearance as NeMo Gym's
+	// _ng_task_index; later copies are passed over; docs/sources.md).
 	TaskIndex string `yaml:"task_index"`
 }
 

@@ -13,10 +13,13 @@ import (
 // task_index % Count == Index. In YAML it is a mapping (index, count,
 // auto) or the scalar auto.
 type Shard struct {
+	// Index is this process's shard, 0 <= index < count.
 	Index int `yaml:"index"`
+	// Count is the number of shards the input is split into.
 	Count int `yaml:"count"`
 	// Auto takes Index (and Count, unless set) from the scheduler's
-	// environment when the run starts: see Resolve.
+	// environment when the run starts (shard: auto is short for
+	// {auto: true}).
 	Auto bool `yaml:"auto"`
 	// From names the environment variables Resolve took the shard from
 	// ("" when the config gave it).

@@ -26,8 +26,12 @@ const (
 type Options struct {
 	// Size is the width and height of the world, walls around it
 	// excluded.
+	//
+	// Default: `5`.
 	Size int `yaml:"size"`
 	// Walls is the number of inner wall cells.
+	//
+	// Default: `3`.
 	Walls int `yaml:"walls"`
 }
 

@@ -28,6 +28,8 @@ const (
 // Options are the guess environment's config keys.
 type Options struct {
 	// MaxGuesses is the number of moves a game allows.
+	//
+	// Default: `7`.
 	MaxGuesses int `yaml:"max_guesses"`
 }
 

@@ -57,14 +57,23 @@ func init() {
 type Config struct {
 	// URL is the server's base URL (required), e.g. http://127.0.0.1:8000.
 	URL string `yaml:"url"`
-	// Protocol is reset_step (default) or nemo_gym.
+	// Protocol is reset_step (trajflow's /reset and /step) or nemo_gym (a
+	// NeMo Gym resources server); see docs/external-envs.md.
+	//
+	// Default: `reset_step`.
 	Protocol string `yaml:"protocol"`
-	// RequestTimeout bounds one HTTP attempt (default 60s). (env.timeout
-	// is taken: it bounds a whole trajectory.)
+	// RequestTimeout bounds one HTTP attempt. (env.timeout is taken: it
+	// bounds a whole trajectory.)
+	//
+	// Default: `60s`.
 	RequestTimeout pipeline.Duration `yaml:"request_timeout"`
-	// MaxAttempts bounds tries per request (default 3; 1: no retry).
+	// MaxAttempts bounds the tries per request (1: no retry).
+	//
+	// Default: `3`.
 	MaxAttempts int `yaml:"max_attempts"`
-	// Backoff is the first retry's base delay, doubled each retry (default 250ms).
+	// Backoff is the first retry's base delay, doubled each retry.
+	//
+	// Default: `250ms`.
 	Backoff pipeline.Duration `yaml:"backoff"`
 	// Headers are sent with every request (e.g. Authorization).
 	Headers map[string]string `yaml:"headers"`

@@ -18,6 +18,8 @@ func init() { envs.Register(Name, New) }
 // Options are the math environment's config keys.
 type Options struct {
 	// AnswerField is the task field holding the expected answer.
+	//
+	// Default: `expected_answer`.
 	AnswerField string `yaml:"answer_field"`
 }
 

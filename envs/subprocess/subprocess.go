@@ -66,19 +66,28 @@ func decode(opts envs.Options) (Config, error) {
 
 // Config is the environment's options (the env section's own keys).
 type Config struct {
-	// Command is the program and its arguments (required).
+	// Command is the program and its arguments (required), e.g.
+	// [python3, env.py]; see docs/external-envs.md.
 	Command []string `yaml:"command"`
-	// Workers is the number of processes (default 4).
+	// Workers is the number of processes.
+	//
+	// Default: `4`.
 	Workers int `yaml:"workers"`
-	// StepTimeout bounds one reset or step call (default 30s).
+	// StepTimeout bounds one reset or step call.
+	//
+	// Default: `30s`.
 	StepTimeout pipeline.Duration `yaml:"step_timeout"`
 	// Env holds extra environment variables for the processes, added to
 	// trajflow's own environment.
 	Env map[string]string `yaml:"env"`
-	// Dir is the processes' working directory (default: trajflow's).
+	// Dir is the processes' working directory.
+	//
+	// Default: trajflow's.
 	Dir string `yaml:"dir"`
-	// ShutdownGrace is how long Close waits for a process to exit after
-	// closing its stdin before killing it (default 2s).
+	// ShutdownGrace is how long closing the environment waits for a
+	// process to exit after closing its stdin before killing it.
+	//
+	// Default: `2s`.
 	ShutdownGrace pipeline.Duration `yaml:"shutdown_grace"`
 
 	// Section names the config section in errors (default "env").

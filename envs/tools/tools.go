@@ -41,8 +41,12 @@ var builtins = []string{Calculator, SubmitAnswer}
 // Options are the tools environment's config keys.
 type Options struct {
 	// AnswerField is the task field holding the expected answer.
+	//
+	// Default: `expected_answer`.
 	AnswerField string `yaml:"answer_field"`
-	// Tools are the enabled tools (default: all built-ins).
+	// Tools are the enabled tools: calculator, submit_answer.
+	//
+	// Default: all of them.
 	Tools []string `yaml:"tools"`
 }
 

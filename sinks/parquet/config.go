@@ -15,18 +15,23 @@ const MaxCommitInterval = 24 * time.Hour
 
 // Config is the Parquet sink's part of the output section.
 type Config struct {
-	// FileRows rotates a part file after this many rows.
+	// FileRows rotates a Parquet part file after this many rows.
 	FileRows int `yaml:"file_rows"`
-	// FileBytes rotates a part file once it holds about this many bytes
-	// (0: no bound).
+	// FileBytes also rotates a part file once it holds about this many
+	// bytes.
+	//
+	// Default: `536870912` (512 MiB).
 	FileBytes int64 `yaml:"file_bytes"`
-	// RowGroupRows bounds the rows of one row group (0: the sink's default).
+	// RowGroupRows bounds the rows of one Parquet row group.
+	//
+	// Default: `4096`.
 	RowGroupRows int `yaml:"row_group_rows"`
-	// Compression is zstd, snappy, gzip or none.
+	// Compression is the Parquet codec: zstd, snappy, gzip or none.
 	Compression string `yaml:"compression"`
 	// CommitInterval commits the open part file (and the partial record
 	// batch collate holds) at least this often, whatever FileRows, so that
-	// a crash loses at most this much finished work. Default 1m.
+	// a kill -9 loses at most this much finished work (at most 24h).
+	// Compact the small files afterwards with trajflow merge.
 	CommitInterval pipeline.Duration `yaml:"commit_interval"`
 }
 

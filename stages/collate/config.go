@@ -4,7 +4,8 @@ import "github.com/trajflow/trajflow/pipeline"
 
 // Config is the collate stage's part of the output section.
 type Config struct {
-	// BatchRows is the record batch size in rows (whole groups, at least).
+	// BatchRows is the rows per Arrow record batch (whole groups: a batch
+	// never splits a group).
 	BatchRows int `yaml:"batch_rows"`
 }
 

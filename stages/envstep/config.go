@@ -13,45 +13,66 @@ import (
 // own options, and the scheduling keys that bound a trajectory. With Routes
 // the run has several environments, one chosen per row by RouteField.
 type Config struct {
-	// Name is the environment's registered name (not with Routes).
+	// Name is the environment's registered name: math, guess, grid, tools,
+	// sim, subprocess, http (docs/environments.md, docs/external-envs.md).
+	// Not with Routes.
 	Name string `yaml:"name"`
-	// MaxTurns bounds the turns of one trajectory (0: no bound, as in
-	// NeMo RL: the environment, max_seq_len or the timeout ends it).
+	// MaxTurns bounds the model turns of one trajectory (0: no bound, as in
+	// NeMo RL: the environment ends it, or max_seq_len or the timeout).
 	MaxTurns int `yaml:"max_turns"`
-	// MaxSeqLen bounds a trajectory's tokens, exactly (0: no bound). The
-	// generate stage enforces it.
+	// MaxSeqLen bounds a trajectory's tokens, exactly (0: no bound): every
+	// request's max_tokens is capped to the room left, an observation's
+	// token ids that would overflow are cut (its text kept) and the
+	// trajectory ends truncated; no row is longer. The generate stage
+	// enforces it.
 	MaxSeqLen int `yaml:"max_seq_len"`
-	// Concurrency bounds environment steps in flight.
+	// Concurrency bounds the environment steps in flight (the env slots).
 	Concurrency int `yaml:"concurrency"`
-	// TurnTimeout and Timeout bound one step and one trajectory.
+	// TurnTimeout bounds one environment call (0: none).
 	TurnTimeout pipeline.Duration `yaml:"turn_timeout"`
-	Timeout     pipeline.Duration `yaml:"timeout"`
+	// Timeout bounds one trajectory from its start (0: none).
+	Timeout pipeline.Duration `yaml:"timeout"`
 	// RouteField is the dotted path into a row whose value names its route
-	// (e.g. agent_ref.name); empty: task_name, then agent_ref.name (NeMo
-	// RL's and NeMo Gym's fields). Only with Routes.
+	// (e.g. agent_ref.name). Only with Routes; a row whose value has no
+	// route is a bad row (source.on_bad_row) naming the value and the
+	// routes known.
+	//
+	// Default: `task_name`, then `agent_ref.name` (NeMo RL's and NeMo Gym's fields).
 	RouteField string `yaml:"route_field"`
-	// Routes are the run's environments by route name: each is an env
-	// section of its own (name, options, scheduling keys). A route's
-	// name defaults to its key; its scheduling keys left unset take this
-	// section's.
+	// Routes are several environments in one run, chosen per row by
+	// RouteField: {ROUTE: {name: ENV, ...its options and scheduling
+	// keys...}}, each an env section of its own. A route's name defaults
+	// to its key; its scheduling keys left unset take this section's. The
+	// env column holds the route's name (docs/environments.md).
 	Routes map[string]*Config `yaml:"routes"`
 	// InvalidActionPenalty is subtracted from the reward of each step
 	// whose action the environment marked invalid (is_action_valid:
-	// false); 0: none.
+	// false), as verl-agent's invalid_action_penalty; 0: none
+	// (docs/environments.md, Action validity and anchor states).
 	InvalidActionPenalty float64 `yaml:"invalid_action_penalty"`
 	// HistoryLength, when set, turns on step-wise prompting: each turn's
 	// request holds the task, the last HistoryLength (observation,
-	// action) steps and the current observation, rendered by
-	// StepTemplate and HistoryTemplate, instead of the whole chat
-	// (verl-agent's history_length). nil: the whole chat (the default).
+	// action) steps and the current observation (0: the observation only),
+	// rendered by StepTemplate and HistoryTemplate, instead of the whole
+	// chat (verl-agent's history_length; docs/prompts.md, Step-wise
+	// prompts).
+	//
+	// Default: none (the whole chat).
 	HistoryLength *int `yaml:"history_length"`
-	// StepTemplate and HistoryTemplate render step-wise requests (see
-	// stages/template.StepPrompt); empty: the defaults. Only with
-	// HistoryLength.
-	StepTemplate    string `yaml:"step_template"`
+	// StepTemplate renders the step-wise request's user message (only with
+	// HistoryLength; see stages/template.StepPrompt and docs/prompts.md).
+	//
+	// Default: the built-in step template.
+	StepTemplate string `yaml:"step_template"`
+	// HistoryTemplate renders one earlier step inside the step-wise
+	// request (only with HistoryLength).
+	//
+	// Default: the built-in history template.
 	HistoryTemplate string `yaml:"history_template"`
-	// Options are the environment's own keys (e.g. answer_field); the
-	// environment's factory checks them.
+	// Options are the environment's own keys (e.g. answer_field for math),
+	// which its factory checks: see Environment options below. Those it
+	// declares operational (pool sizes, timeouts, retries) may change on
+	// resume; those it declares secret are redacted.
 	Options map[string]any `yaml:",inline"`
 }
 

@@ -5,45 +5,55 @@ import "github.com/trajflow/trajflow/pipeline"
 // Config is the groups section: group statistics, the keep rule and the
 // dynamic-sampling target.
 type Config struct {
-	// Keep is all, nonzero_std or mean_in.
+	// Keep is the keep rule: all, nonzero_std (drop the groups whose
+	// members all have the same reward, or the same Metric) or mean_in
+	// (keep the groups whose mean reward is within MeanIn).
 	Keep string `yaml:"keep"`
 	// Metric, when set, is the metric nonzero_std compares instead of the reward.
 	Metric string `yaml:"metric"`
-	// MeanIn is [lo, hi] for keep: mean_in.
+	// MeanIn is [lo, hi] for keep: mean_in (inclusive).
 	MeanIn []float64 `yaml:"mean_in"`
-	// Baseline is mean or leave_one_out.
+	// Baseline is mean or leave_one_out: the advantage is
+	// (reward − baseline) / (std + 1e-6).
 	Baseline string `yaml:"baseline"`
-	// Target ends the run once this many groups are kept (0: no target).
+	// Target stops the run once this many groups are kept, exactly that
+	// many (0: no target); see docs/dynamic-sampling.md.
 	Target int `yaml:"target"`
 	// OnTarget is cancel (abort what is in flight when the target is
 	// reached) or drain (finish it and write it to the surplus directory).
 	OnTarget string `yaml:"on_target"`
 	// MaxAttempts is how many times a task whose group was dropped is
-	// sampled (1: once).
+	// sampled (1: once), with new seeds each attempt.
 	MaxAttempts int `yaml:"max_attempts"`
 	// Resample is same_task (a dropped task gets another attempt with new
 	// seeds, up to max_attempts) or next_task (move on).
 	Resample string `yaml:"resample"`
 	// SampleRetries is how many times one failed rollout is tried again on
-	// its own before it counts as failed.
+	// its own (new seed, same key) before it counts as failed, instead of
+	// losing its group.
 	SampleRetries int `yaml:"sample_retries"`
-	// MaxInflight bounds the groups in flight (0: derived from the
-	// generate and env concurrency).
+	// MaxInflight bounds the groups in flight.
+	//
+	// Default: derived: with a target, generate.concurrency / repeat.n
+	// (every group started beyond the need is waste); otherwise twice what
+	// the generate and env slots hold.
 	MaxInflight int `yaml:"max_inflight"`
 	// Order is completion (a group is committed as soon as it finishes)
 	// or task (groups are committed in the order their tasks were read:
 	// a group waits until every earlier task is resolved, so that the
 	// kept set under a target is the first passing groups in task order,
-	// the same in every run).
+	// the same in every run; docs/dynamic-sampling.md).
 	Order string `yaml:"order"`
 	// OnExhausted is what a run short of its target does when the input
 	// ends: exit (commit what was kept, exit code 3) or keep_unfiltered
 	// (fill up to the target with the last attempts of tasks the keep
-	// rule dropped, committed without the rule and marked).
+	// rule dropped, committed without the rule and marked filter_reason:
+	// unfiltered:REASON, as verl-agent's last try, and exit 0, or 3 if even
+	// they fall short); see docs/dynamic-sampling.md.
 	OnExhausted string `yaml:"on_exhausted"`
 
 	// Gamma discounts the step rows' returns (step_return), as
-	// verl-agent's gamma; default 1 (no discount).
+	// verl-agent's gamma (1: no discount; with output.steps).
 	Gamma *float64 `yaml:"gamma"`
 	// StepAdvantage is how GiGPO normalises a step's return within its
 	// anchor group: mean_norm (return − mean, verl-agent's default) or

@@ -7,23 +7,23 @@ import (
 
 // Config is the repeat section: how each task expands into a group.
 type Config struct {
-	// N is the number of rollouts per task (the group size). Left out, it
-	// is 1; written as 0 it is an error (see UnmarshalYAML).
+	// N is the number of rollouts per task (the group size), in aabbcc
+	// order. Left out, it is 1; written as 0 it is an error.
 	N int `yaml:"n"`
 	// Seed is the base seed. A seed is sent with each request only when
-	// one is configured: a config file that writes seed (0 included), or a
-	// Go caller's non-zero Seed (or SetSeed); otherwise only a row's own
-	// seed is sent (see SeedConfigured).
+	// one is configured (a config that writes seed, 0 included; from Go, a
+	// non-zero Seed or SetSeed) or the row carries its own; otherwise no
+	// seed is sent.
+	//
+	// Default: none.
 	Seed int64 `yaml:"seed"`
-	// SeedMode is offset (seed + rollout_index, attempts shifted by n) or
-	// hash (a hash of seed, task_index, attempt and rollout_index).
+	// SeedMode is offset (seed + attempt·n + rollout_index) or hash (a hash
+	// of seed, task_index, attempt and rollout_index).
 	SeedMode string `yaml:"seed_mode"`
 	// OverrideRowSeed sends the rollout's seed even to a row that carries
-	// its own (a seed in its responses_create_params). Left false, such a
-	// row's seed is kept and sent on each of its rollouts.
-	// (omitempty: the fingerprints of outputs made before the key stay.)
-	OverrideRowSeed bool `yaml:"override_row_seed" json:",omitempty"`
-
+	// its own integer seed (in its responses_create_params). Left false,
+	// such a row's seed is kept and sent on each of its rollouts.
+	OverrideRowSeed bool `yaml:"override_row_seed" json:",omitempty"` // omitempty: the fingerprints of outputs made before the key stay
 	// nSet records that a config file wrote n, so that an explicit 0 is
 	// not mistaken for "unset".
 	nSet bool

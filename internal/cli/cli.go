@@ -43,7 +43,7 @@ Usage:
   trajflow sim-server [--addr 127.0.0.1:8000] [flags]   (--help for the flags)
   trajflow version
 
-Run "trajflow run --help" for the run flags; README.md documents the config.
+Run "trajflow run --help" for the run flags; docs/config.md documents the config.
 `
 
 // Main runs the command line and returns the exit code.

@@ -9,7 +9,8 @@ type Config struct {
 	// members all have the same reward, or the same Metric) or mean_in
 	// (keep the groups whose mean reward is within MeanIn).
 	Keep string `yaml:"keep"`
-	// Metric, when set, is the metric nonzero_std compares instead of the reward.
+	// Metric, when set, is the metric nonzero_std compares instead of the
+	// reward (e.g. acc).
 	Metric string `yaml:"metric"`
 	// MeanIn is [lo, hi] for keep: mean_in (inclusive).
 	MeanIn []float64 `yaml:"mean_in"`
@@ -19,8 +20,9 @@ type Config struct {
 	// Target stops the run once this many groups are kept, exactly that
 	// many (0: no target); see docs/dynamic-sampling.md.
 	Target int `yaml:"target"`
-	// OnTarget is cancel (abort what is in flight when the target is
-	// reached) or drain (finish it and write it to the surplus directory).
+	// OnTarget is what happens to the groups in flight when the target is
+	// reached: cancel (their requests are aborted) or drain (finish them
+	// and write them to surplus/).
 	OnTarget string `yaml:"on_target"`
 	// MaxAttempts is how many times a task whose group was dropped is
 	// sampled (1: once), with new seeds each attempt.

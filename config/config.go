@@ -135,8 +135,8 @@ type Output struct {
 	// Images is how rows store data-URL images (OpenAI image_url parts of
 	// rows and observations, docs/sources.md): reference writes each
 	// distinct image once to OUTPUT/images/HEX.EXT and the row holds
-	// "sha256:HEX"; inline keeps the data URL in the row (SCHEMA.md,
-	// Images).
+	// "sha256:HEX"; inline keeps the data URL in the row (see SCHEMA.md on
+	// images).
 	Images string `yaml:"images"`
 	// Steps also writes one row per step of the kept trajectories to
 	// steps/part-NNNNN.parquet, committed with their data/ file: the step's

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,15 +124,13 @@ func anchors(text string) map[string]bool {
 		}
 		s := slug(h)
 		if k := seen[s]; k > 0 {
-			out[s+"-"+itoa(k)] = true
+			out[s+"-"+strconv.Itoa(k)] = true
 		}
 		seen[s]++
 		out[s] = true
 	}
 	return out
 }
-
-func itoa(n int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + string(rune('0'+n))) }
 
 // Every relative link of README.md, SCHEMA.md, BENCHMARKS.md and the docs
 // leads to a file that exists, and a #anchor into a markdown file to one

@@ -65,7 +65,7 @@ type Config struct {
 	// RequestTimeout bounds one HTTP attempt. (env.timeout is taken: it
 	// bounds a whole trajectory.)
 	//
-	// Default: `60s`.
+	// Default: `1m`.
 	RequestTimeout pipeline.Duration `yaml:"request_timeout"`
 	// MaxAttempts bounds the tries per request (1: no retry).
 	//

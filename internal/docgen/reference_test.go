@@ -2,13 +2,21 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/envs/grid"
+	"github.com/trajflow/trajflow/envs/guess"
+	"github.com/trajflow/trajflow/envs/httpenv"
+	mathenv "github.com/trajflow/trajflow/envs/math"
+	"github.com/trajflow/trajflow/envs/subprocess"
+	"github.com/trajflow/trajflow/sinks/parquet"
 )
 
 func root(t *testing.T) string {
@@ -169,6 +177,58 @@ func TestProse(t *testing.T) {
 	for in, want := range map[string]string{"Default: `4`.": "`4`", "Some text.\n\nDefault: the output\ndirectory's name.": "the output directory's name"} {
 		if _, got := splitDefault(in); got != want {
 			t.Errorf("splitDefault(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A default a doc comment states in words ("Default: `4`.") is the one the
+// code applies: each is checked against the constant the code uses.
+func TestStatedDefaultsTrue(t *testing.T) {
+	m, err := Build(root(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]string{}
+	for _, s := range m.Sections {
+		for _, k := range s.Keys {
+			defaults[k.Name] = k.Default
+		}
+	}
+	for _, e := range m.Envs {
+		for _, k := range e.Keys {
+			defaults[e.Name+":"+k.Name] = k.Default
+		}
+	}
+	for key, want := range map[string]any{
+		"output.file_bytes":             parquet.DefaultFileBytes,
+		"output.row_group_rows":         parquet.DefaultRowGroupRows,
+		"math:env.answer_field":         mathenv.DefaultAnswerField,
+		"tools:env.answer_field":        mathenv.DefaultAnswerField,
+		"guess:env.max_guesses":         guess.DefaultMaxGuesses,
+		"grid:env.size":                 grid.DefaultSize,
+		"grid:env.walls":                grid.DefaultWalls,
+		"http:env.protocol":             httpenv.ProtocolResetStep,
+		"http:env.request_timeout":      httpenv.DefaultRequestTimeout,
+		"http:env.max_attempts":         httpenv.DefaultMaxAttempts,
+		"http:env.backoff":              httpenv.DefaultBackoff,
+		"subprocess:env.workers":        subprocess.DefaultWorkers,
+		"subprocess:env.step_timeout":   subprocess.DefaultStepTimeout,
+		"subprocess:env.shutdown_grace": subprocess.DefaultGrace,
+	} {
+		var s string
+		switch v := want.(type) {
+		case time.Duration:
+			s = shortDuration(v)
+		default:
+			s = fmt.Sprint(v)
+		}
+		got, ok := defaults[key]
+		if !ok {
+			t.Errorf("%s: no such key in the reference", key)
+			continue
+		}
+		if !strings.HasPrefix(got, "`"+s+"`") {
+			t.Errorf("%s: the doc comment states the default %s, the code applies %s", key, got, s)
 		}
 	}
 }

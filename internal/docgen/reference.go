@@ -302,10 +302,10 @@ type docs struct {
 	pkgs map[string]*pkgDocs
 }
 
-// pkgDocs are one package's struct types: each field's doc comment.
+// pkgDocs are one package's struct types (with their fields' doc
+// comments) and string constants.
 type pkgDocs struct {
 	structs map[string]*ast.StructType
-	typeDoc map[string]string
 	consts  map[string]string // string constants: Name = "math"
 	files   []*ast.File
 }
@@ -323,7 +323,7 @@ func (d *docs) pkg(path string) (*pkgDocs, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pkgDocs{structs: map[string]*ast.StructType{}, typeDoc: map[string]string{}, consts: map[string]string{}}
+	p := &pkgDocs{structs: map[string]*ast.StructType{}, consts: map[string]string{}}
 	fset := token.NewFileSet()
 	for _, e := range entries {
 		n := e.Name()
@@ -348,11 +348,6 @@ func (d *docs) pkg(path string) (*pkgDocs, error) {
 						continue
 					}
 					p.structs[s.Name.Name] = st
-					doc := s.Doc
-					if doc == nil && len(g.Specs) == 1 {
-						doc = g.Doc
-					}
-					p.typeDoc[s.Name.Name] = doc.Text()
 				case *ast.ValueSpec:
 					if g.Tok != token.CONST {
 						continue

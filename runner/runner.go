@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/stages/generate"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
@@ -19,8 +17,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/inference/openai"
-	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/shards"
@@ -28,12 +24,8 @@ import (
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/sources"
-	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
-	"github.com/trajflow/trajflow/stages/repeat"
-	"github.com/trajflow/trajflow/stages/template"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -208,11 +200,6 @@ func Check(cfg *config.Config, opts Options) error {
 	return cfg.Locate(p.Err())
 }
 
-// routeOptions are the options the config gives one of its environments.
-func routeOptions(rs envstep.RouteSpec) envs.Options {
-	return envs.Options{Section: rs.Section, Values: rs.Config.Options}
-}
-
 // MetricsFile holds the run's aggregate metrics, computed from the
 // committed data files (the same as `trajflow stats OUTPUT`).
 const MetricsFile = "metrics.json"
@@ -253,12 +240,12 @@ type run struct {
 	red *config.Redactor
 
 	client  inference.Client
-	gen     *generate.Generator
 	closers []func()
+	// built are the run's components (Build): client, generator,
+	// environments, template, source, expander.
+	built *Built
 	// envs are the run's environments by route (one without routes).
 	envs    map[string]envs.Env
-	tmpl    *template.Template
-	source  sources.Reader
 	rejects *lines.Writer
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
 	inputs  *inputsWriter
@@ -267,7 +254,6 @@ type run struct {
 	// inline.
 	images *images.Store
 	ctl    *groups.Controller
-	exp    *repeat.Expander
 	loop   *loop.Loop
 	graph  *pipeline.Graph
 	// prom and scraper are the run's Prometheus metrics
@@ -343,105 +329,31 @@ func (r *run) provision(ctx context.Context) error {
 		r.closers = append(r.closers, stop)
 	}
 
-	switch {
-	case r.opts.Client != nil:
-		r.client = r.opts.Client
-	case strings.HasPrefix(cfg.Generate.Endpoints[0], "sim://"):
-		s := newSim(cfg)
-		r.client = s
-		r.closers = append(r.closers, s.Close)
-	default:
-		key := ""
-		if cfg.Generate.APIKeyEnv != "" {
-			key = os.Getenv(cfg.Generate.APIKeyEnv)
-		}
-		hopts := openai.HTTPOptions{APIKey: key, OnBreak: func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) }}
-		if r.prom != nil {
-			hopts.OnAttempt = r.prom.attempt
-		}
-		if r.prom != nil || r.opts.Progress != nil {
-			r.scraper = newScraper(cfg.Generate.Endpoints)
-		}
-		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
-		if err != nil {
-			return err
-		}
-		r.client = c
-		r.closers = append(r.closers, c.Close)
-		// Fail fast: a broken endpoint set-up stops the run before any data
-		// is read, instead of filling the output with error rows.
-		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
-			return fmt.Errorf("%w: %w", ErrEndpoint, err)
-		}
-	}
-
-	stepPrompt, err := stepPrompts(cfg)
-	if err != nil {
-		return err
-	}
-	if r.gen, err = generate.New(r.client, generate.Options{
-		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
-		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		MaxSeqLenOf: r.maxSeqLenOf(), StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
-	}); err != nil {
-		return err
-	}
-	// A server that cannot do what generate.api needs fails here, at
-	// start-up, rather than in every rollout.
-	if err := r.gen.Check(ctx); err != nil {
-		return err
-	}
-
-	r.envs = map[string]envs.Env{}
-	for _, rs := range cfg.Env.RouteSpecs() {
-		if r.opts.Env != nil {
-			r.envs[rs.Route] = r.opts.Env
-			continue
-		}
-		env, err := envs.New(rs.Config.Name, routeOptions(rs))
-		if err != nil {
-			return err
-		}
-		r.envs[rs.Route] = env
-		if c, ok := env.(io.Closer); ok {
-			r.closers = append(r.closers, func() { c.Close() })
-		}
+	hooks := Hooks{
+		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
+		OnReject:      r.reject,
+		OnInvalidUTF8: r.invalidUTF8,
+		SourcePath:    r.localSource,
 	}
 	if r.prom != nil {
-		for name, env := range r.envs {
-			r.envs[name] = timedEnv{Env: env, steps: r.prom.envStep}
-		}
+		hooks.OnAttempt = r.prom.attempt
+		hooks.WrapEnv = func(env envs.Env) envs.Env { return timedEnv{Env: env, steps: r.prom.envStep} }
 	}
-
-	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
-		return err
-	}
-	if r.sourcePath, err = r.localSource(ctx); err != nil {
-		return err
-	}
-	srcCfg := cfg.Source
-	srcCfg.Path = r.sourcePath
-	src, err := sources.Open(srcCfg, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
+	b, err := build(ctx, cfg, BuildOptions{Options: r.opts, Hooks: hooks})
 	if err != nil {
 		return err
 	}
-	r.source = src
-	r.closers = append(r.closers, func() { src.Close() })
+	r.closers = append(r.closers, func() { b.Close() })
+	r.built, r.client = b, b.Client
+	r.envs, r.sourcePath = b.Envs, b.SourcePath
+	if b.http != nil && (r.prom != nil || r.opts.Progress != nil) {
+		r.scraper = newScraper(cfg.Generate.Endpoints)
+	}
 
 	r.writers = map[string]*parquet.Writer{}
 	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
 	r.closers = append(r.closers, func() { r.failures.Close() })
 	return r.provisionInterop()
-}
-
-// newSim is the in-process simulator behind sim:// endpoints.
-func newSim(cfg *config.Config) *sim.Server {
-	so := sim.OptionsFrom(cfg.Generate.Sim)
-	if cfg.Repeat.SeedMode == "offset" {
-		// Lets the simulator tell groups apart for generate.sim.keep.
-		so.GroupSize, so.BaseSeed = cfg.Repeat.N, cfg.Repeat.Seed
-	}
-	return sim.New(so)
 }
 
 // parquetOptions are the options of every Parquet writer of the run.
@@ -471,7 +383,7 @@ func (r *run) parquetOptions() parquet.Options {
 			if err := r.inputs.flush(); err != nil {
 				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
 			}
-			id, _ := json.Marshal(r.source.Identity())
+			id, _ := json.Marshal(r.built.Source.Identity())
 			return map[string]string{KeySource: string(id)}
 		},
 	}
@@ -494,7 +406,6 @@ func (r *run) execute(parent context.Context) error {
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
 
-	r.exp = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
 	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			r.loop.Stop()

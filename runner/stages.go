@@ -33,7 +33,7 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 				return err
 			}
 			if act == groups.ActRead {
-				t, err := r.source.Next(ctx)
+				t, err := r.built.Source.Next(ctx)
 				if errors.Is(err, io.EOF) {
 					ctl.ReadDone(nil)
 					continue
@@ -76,10 +76,10 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			return []groups.Job{j}, nil
 		}
 		// A row whose route names no environment is a bad row too.
-		err := r.routeTask(j.Task)
+		err := r.cfg.Env.RouteTask(j.Task)
 		fatal := err
-		if err == nil && (r.tmpl.Enabled() || len(j.Task.Messages) == 0) {
-			if err = r.tmpl.Render(j.Task); err != nil {
+		if err == nil && (r.built.Template.Enabled() || len(j.Task.Messages) == 0) {
+			if err = r.built.Template.Render(j.Task); err != nil {
 				fatal = fmt.Errorf("template: %w", err)
 			}
 		}
@@ -102,7 +102,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 // repeatStage expands a group's task into its n rollouts.
 func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 	return pipeline.NewStage(g, "repeat", 1, r.cfg.Repeat.N, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
-		rs := r.exp.Expand(j.Task, j.Attempt)
+		rs := r.built.Expander.Expand(j.Task, j.Attempt)
 		r.stats.dispatched.Add(int64(len(rs)))
 		return rs, nil
 	})
@@ -111,13 +111,13 @@ func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 // loopStage runs each rollout's turns: generate ⇄ envstep.
 func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
-	step := r.stepper()
-	r.loop = loop.New(g, "loop", r.gen, step, loop.Options{
+	step := r.built.Stepper
+	r.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
 		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(),
 		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
 		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
-			fresh := r.exp.Expand(f.Task, f.Attempt)[f.RolloutIndex]
+			fresh := r.built.Expander.Expand(f.Task, f.Attempt)[f.RolloutIndex]
 			fresh.Seed = repeat.RetrySeed(f.Seed, f.Retries+1)
 			return fresh
 		},

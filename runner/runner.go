@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 			if ierr := r.inputs.flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
-			if perr := r.pushFinal(r.stopper.hard); perr != nil {
+			if perr := r.commit.pushFinal(r.stopper.hard); perr != nil {
 				err = errors.Join(err, perr)
 			}
 		}
@@ -248,11 +248,10 @@ type run struct {
 	envs    map[string]envs.Env
 	rejects *lines.Writer
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
-	inputs  *inputsWriter
-	writers map[string]*parquet.Writer
-	// images stores data-URL images by reference; nil with output.images
-	// inline.
-	images *images.Store
+	inputs *inputsWriter
+	// commit is the commit path: the output directories' writers, step
+	// rows, images, interop sinks and the upload to object storage.
+	commit *committer
 	ctl    *groups.Controller
 	loop   *loop.Loop
 	graph  *pipeline.Graph
@@ -269,13 +268,8 @@ type run struct {
 	sourcePath string
 
 	failures *lines.Writer
-	interop  []namedSink
 	files    []string
 	started  time.Time
-
-	// steps writes the kept groups' step rows (output.steps), committed
-	// with each data part file.
-	steps *parquet.StepWriter
 }
 
 // provision builds every component, in order; cleanup undoes what was built
@@ -304,6 +298,7 @@ func (r *run) provision(ctx context.Context) error {
 			return err
 		}
 	}
+	r.commit = r.newCommitter()
 	if cfg.Output.Images == "reference" {
 		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
 		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
@@ -312,7 +307,7 @@ func (r *run) provision(ctx context.Context) error {
 				return err
 			}
 		}
-		r.images = images.New(dir)
+		r.commit.images = images.New(dir)
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })
@@ -350,7 +345,6 @@ func (r *run) provision(ctx context.Context) error {
 		r.scraper = newScraper(cfg.Generate.Endpoints)
 	}
 
-	r.writers = map[string]*parquet.Writer{}
 	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
 	r.closers = append(r.closers, func() { r.failures.Close() })
 	return r.provisionInterop()
@@ -468,45 +462,26 @@ func (b batch) Release() {
 	}
 }
 
-// writer returns the Parquet writer of an output directory, opening it on
-// first use.
-func (r *run) writer(dest string) (*parquet.Writer, error) {
-	if w := r.writers[dest]; w != nil {
-		return w, nil
-	}
-	popts := r.parquetOptions()
-	popts.OnCommit = func(path string, rows int) {
-		r.remote.dirty = true
-		if dest != DataDir {
-			return
+// newCommitter is the run's commit path (committer) in output.dir: its
+// writers take parquetOptions, its data files count in the summary, and
+// on object storage each commit is uploaded.
+func (r *run) newCommitter() *committer {
+	cfg := r.cfg
+	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions, hooks: commitHooks{committed: r.countCommitted}}
+	if cfg.Output.Steps {
+		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
+			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)
 		}
-		if r.remote.mirror != nil {
-			// Committed once uploaded (pushCommitted counts it then).
-			r.remote.pending = append(r.remote.pending, committedFile{path, rows})
-			return
+	}
+	if r.remote.mirror != nil {
+		c.hooks.upload = func(ctx context.Context) error {
+			if _, err := r.remote.mirror.Push(ctx); err != nil {
+				return storeError("output.dir", r.remote.url.String(), err)
+			}
+			return nil
 		}
-		r.countCommitted(path, rows)
 	}
-	if dest == DataDir && r.cfg.Output.Steps {
-		sw, err := parquet.NewStepWriter(filepath.Join(r.cfg.Output.Dir, StepsDir), r.cfg.Run.ID, r.cfg.Output.Parquet.Compression, popts.Metadata)
-		if err != nil {
-			return nil, err
-		}
-		r.steps = sw
-		r.closers = append(r.closers, sw.Abort)
-		// The steps file is renamed into place first: the data file's
-		// rename commits both (a resume removes a steps file left
-		// without its data file).
-		popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
-		popts.OnAbort = sw.Abort
-	}
-	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)
-	if err != nil {
-		return nil, err
-	}
-	r.writers[dest] = w
-	r.closers = append(r.closers, w.Abort)
-	return w, nil
+	return c
 }
 
 // countCommitted counts a committed data file in the summary.

@@ -162,14 +162,10 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			default:
 				continue
 			}
-			if r.images != nil {
-				// The bytes are on disk before the rows that name them go
-				// to the sinks.
-				for _, m := range gr.Rollouts {
-					if err := r.images.Externalize(m.Messages); err != nil {
-						return nil, err
-					}
-				}
+			// The bytes are on disk before the rows that name them go
+			// to the sinks.
+			if err := r.commit.externalize(gr); err != nil {
+				return nil, err
 			}
 		}
 		return out, nil
@@ -259,54 +255,18 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	})
 }
 
-// sinkStage writes each batch to its directory's Parquet writer (and the
-// kept rows to the interop sinks), and commits them all at the end.
+// sinkStage hands each batch to the committer: written to its
+// directory's Parquet writer (and the kept rows to the interop sinks),
+// committed on the commit timer's mark, and everything at the end.
 func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 	return pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
 		if b.commit {
-			for _, dest := range outputDirs {
-				if w := r.writers[dest]; w != nil {
-					if err := w.Commit(ctx); err != nil {
-						return err
-					}
-				}
-			}
-			return r.pushCommitted(ctx)
+			return r.commit.commit(ctx)
 		}
 		defer b.rec.Release()
-		w, err := r.writer(b.dest)
-		if err != nil {
-			return err
-		}
-		if b.dest == DataDir {
-			if err := r.writeInterop(ctx, b.rec); err != nil {
-				return err
-			}
-			if r.steps != nil {
-				// Before the record: a commit the record triggers
-				// takes its step rows along.
-				if err := r.steps.WriteGroups(b.groups); err != nil {
-					w.Abort()
-					return err
-				}
-			}
-		}
-		if err := w.Write(ctx, b.rec); err != nil {
-			return err
-		}
-		return r.pushCommitted(ctx)
+		return r.commit.write(ctx, b.dest, b.rec, b.groups)
 	}, func(ctx context.Context) error {
-		if err := r.closeInterop(ctx); err != nil {
-			return err
-		}
-		for _, dest := range outputDirs {
-			if w := r.writers[dest]; w != nil {
-				if err := w.Close(ctx); err != nil {
-					return err
-				}
-			}
-		}
-		return r.pushCommitted(ctx)
+		return r.commit.close(ctx)
 	})
 }
 

@@ -1,11 +1,9 @@
 package runner
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 
-	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/arrowipc"
@@ -19,43 +17,27 @@ type namedSink struct {
 	sink sinks.Sink
 }
 
-// provisionInterop opens the optional interop sinks of the kept rows:
-// NeMo Gym JSONL and an Arrow IPC stream.
+// provisionInterop opens the optional interop sinks of the kept rows
+// (NeMo Gym JSONL and an Arrow IPC stream) for the committer, which
+// writes the kept rows to them and closes or aborts them.
 func (r *run) provisionInterop() error {
 	cfg := r.cfg
+	// What is not committed is dropped at the end: the open files of the
+	// writers and the interop sinks.
+	r.closers = append(r.closers, r.commit.abort)
 	if cfg.Output.JSONL {
 		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), "rollouts-", ".jsonl")
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
-		r.interop = append(r.interop, namedSink{"output.jsonl", f})
-		r.closers = append(r.closers, f.Abort)
+		r.commit.interop = append(r.commit.interop, namedSink{"output.jsonl", f})
 	}
 	if cfg.Output.ArrowStream != "" {
 		w, err := arrowipc.Create(cfg.Output.ArrowStream, schema.Schema(), r.opts.Alloc)
 		if err != nil {
 			return fmt.Errorf("output.arrow_stream: %w", err)
 		}
-		r.interop = append(r.interop, namedSink{"output.arrow_stream", w})
-		r.closers = append(r.closers, w.Abort)
-	}
-	return nil
-}
-
-func (r *run) writeInterop(ctx context.Context, rec arrow.Record) error {
-	for _, s := range r.interop {
-		if err := s.sink.Write(ctx, rec); err != nil {
-			return fmt.Errorf("%s: %w", s.key, err)
-		}
-	}
-	return nil
-}
-
-func (r *run) closeInterop(ctx context.Context) error {
-	for _, s := range r.interop {
-		if err := s.sink.Close(ctx); err != nil {
-			return fmt.Errorf("%s: %w", s.key, err)
-		}
+		r.commit.interop = append(r.commit.interop, namedSink{"output.arrow_stream", w})
 	}
 	return nil
 }

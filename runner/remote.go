@@ -29,17 +29,6 @@ type remote struct {
 	mirror  *storage.Mirror
 	lock    *storage.Lock
 	staging string
-	// dirty is set when a file was committed locally and is not uploaded
-	// yet; pending are the data files among them, counted in the summary
-	// once uploaded.
-	dirty   bool
-	pending []committedFile
-}
-
-// committedFile is a data file committed in the staging directory.
-type committedFile struct {
-	path string
-	rows int
 }
 
 // storeError wraps an object storage error for the command: an error no
@@ -115,32 +104,6 @@ func (r *run) provisionRemote(ctx context.Context) error {
 	}
 	r.cfg.Output.Dir = out
 	return nil
-}
-
-// pushCommitted uploads what was committed since the last upload.
-func (r *run) pushCommitted(ctx context.Context) error {
-	if r.remote.mirror == nil || !r.remote.dirty {
-		return nil
-	}
-	if _, err := r.remote.mirror.Push(ctx); err != nil {
-		return storeError("output.dir", r.remote.url.String(), err)
-	}
-	r.remote.dirty = false
-	for _, f := range r.remote.pending {
-		r.countCommitted(f.path, f.rows)
-	}
-	r.remote.pending = nil
-	return nil
-}
-
-// pushFinal uploads every file that changed locally (metrics.json, the
-// side files) at the end of the run.
-func (r *run) pushFinal(ctx context.Context) error {
-	if r.remote.mirror == nil {
-		return nil
-	}
-	r.remote.dirty = true
-	return r.pushCommitted(ctx)
 }
 
 // displayPath is a path under the staging directory as the user named

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/stages/generate"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
@@ -19,8 +17,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/inference/openai"
-	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/shards"
@@ -28,12 +24,8 @@ import (
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/sources"
-	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
-	"github.com/trajflow/trajflow/stages/repeat"
-	"github.com/trajflow/trajflow/stages/template"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -177,7 +169,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 			if ierr := r.inputs.flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
-			if perr := r.pushFinal(r.stopper.hard); perr != nil {
+			if perr := r.commit.pushFinal(r.stopper.hard); perr != nil {
 				err = errors.Join(err, perr)
 			}
 		}
@@ -206,11 +198,6 @@ func Check(cfg *config.Config, opts Options) error {
 		}
 	}
 	return cfg.Locate(p.Err())
-}
-
-// routeOptions are the options the config gives one of its environments.
-func routeOptions(rs envstep.RouteSpec) envs.Options {
-	return envs.Options{Section: rs.Section, Values: rs.Config.Options}
 }
 
 // MetricsFile holds the run's aggregate metrics, computed from the
@@ -253,21 +240,19 @@ type run struct {
 	red *config.Redactor
 
 	client  inference.Client
-	gen     *generate.Generator
 	closers []func()
+	// built are the run's components (Build): client, generator,
+	// environments, template, source, expander.
+	built *Built
 	// envs are the run's environments by route (one without routes).
 	envs    map[string]envs.Env
-	tmpl    *template.Template
-	source  sources.Reader
 	rejects *lines.Writer
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
-	inputs  *inputsWriter
-	writers map[string]*parquet.Writer
-	// images stores data-URL images by reference; nil with output.images
-	// inline.
-	images *images.Store
+	inputs *inputsWriter
+	// commit is the commit path: the output directories' writers, step
+	// rows, images, interop sinks and the upload to object storage.
+	commit *committer
 	ctl    *groups.Controller
-	exp    *repeat.Expander
 	loop   *loop.Loop
 	graph  *pipeline.Graph
 	// prom and scraper are the run's Prometheus metrics
@@ -283,13 +268,8 @@ type run struct {
 	sourcePath string
 
 	failures *lines.Writer
-	interop  []namedSink
 	files    []string
 	started  time.Time
-
-	// steps writes the kept groups' step rows (output.steps), committed
-	// with each data part file.
-	steps *parquet.StepWriter
 }
 
 // provision builds every component, in order; cleanup undoes what was built
@@ -318,6 +298,7 @@ func (r *run) provision(ctx context.Context) error {
 			return err
 		}
 	}
+	r.commit = r.newCommitter()
 	if cfg.Output.Images == "reference" {
 		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
 		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
@@ -326,7 +307,7 @@ func (r *run) provision(ctx context.Context) error {
 				return err
 			}
 		}
-		r.images = images.New(dir)
+		r.commit.images = images.New(dir)
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
 	r.closers = append(r.closers, func() { r.rejects.Close() })
@@ -343,105 +324,30 @@ func (r *run) provision(ctx context.Context) error {
 		r.closers = append(r.closers, stop)
 	}
 
-	switch {
-	case r.opts.Client != nil:
-		r.client = r.opts.Client
-	case strings.HasPrefix(cfg.Generate.Endpoints[0], "sim://"):
-		s := newSim(cfg)
-		r.client = s
-		r.closers = append(r.closers, s.Close)
-	default:
-		key := ""
-		if cfg.Generate.APIKeyEnv != "" {
-			key = os.Getenv(cfg.Generate.APIKeyEnv)
-		}
-		hopts := openai.HTTPOptions{APIKey: key, OnBreak: func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) }}
-		if r.prom != nil {
-			hopts.OnAttempt = r.prom.attempt
-		}
-		if r.prom != nil || r.opts.Progress != nil {
-			r.scraper = newScraper(cfg.Generate.Endpoints)
-		}
-		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
-		if err != nil {
-			return err
-		}
-		r.client = c
-		r.closers = append(r.closers, c.Close)
-		// Fail fast: a broken endpoint set-up stops the run before any data
-		// is read, instead of filling the output with error rows.
-		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
-			return fmt.Errorf("%w: %w", ErrEndpoint, err)
-		}
-	}
-
-	stepPrompt, err := stepPrompts(cfg)
-	if err != nil {
-		return err
-	}
-	if r.gen, err = generate.New(r.client, generate.Options{
-		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
-		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		MaxSeqLenOf: r.maxSeqLenOf(), StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
-	}); err != nil {
-		return err
-	}
-	// A server that cannot do what generate.api needs fails here, at
-	// start-up, rather than in every rollout.
-	if err := r.gen.Check(ctx); err != nil {
-		return err
-	}
-
-	r.envs = map[string]envs.Env{}
-	for _, rs := range cfg.Env.RouteSpecs() {
-		if r.opts.Env != nil {
-			r.envs[rs.Route] = r.opts.Env
-			continue
-		}
-		env, err := envs.New(rs.Config.Name, routeOptions(rs))
-		if err != nil {
-			return err
-		}
-		r.envs[rs.Route] = env
-		if c, ok := env.(io.Closer); ok {
-			r.closers = append(r.closers, func() { c.Close() })
-		}
+	hooks := Hooks{
+		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
+		OnReject:      r.reject,
+		OnInvalidUTF8: r.invalidUTF8,
+		SourcePath:    r.localSource,
 	}
 	if r.prom != nil {
-		for name, env := range r.envs {
-			r.envs[name] = timedEnv{Env: env, steps: r.prom.envStep}
-		}
+		hooks.OnAttempt = r.prom.attempt
+		hooks.WrapEnv = func(env envs.Env) envs.Env { return timedEnv{Env: env, steps: r.prom.envStep} }
 	}
-
-	if r.tmpl, err = template.New(cfg.Prompt); err != nil {
-		return err
-	}
-	if r.sourcePath, err = r.localSource(ctx); err != nil {
-		return err
-	}
-	srcCfg := cfg.Source
-	srcCfg.Path = r.sourcePath
-	src, err := sources.Open(srcCfg, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
+	b, err := build(ctx, cfg, BuildOptions{Options: r.opts, Hooks: hooks})
 	if err != nil {
 		return err
 	}
-	r.source = src
-	r.closers = append(r.closers, func() { src.Close() })
+	r.closers = append(r.closers, func() { b.Close() })
+	r.built, r.client = b, b.Client
+	r.envs, r.sourcePath = b.Envs, b.SourcePath
+	if b.http != nil && (r.prom != nil || r.opts.Progress != nil) {
+		r.scraper = newScraper(cfg.Generate.Endpoints)
+	}
 
-	r.writers = map[string]*parquet.Writer{}
 	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
 	r.closers = append(r.closers, func() { r.failures.Close() })
 	return r.provisionInterop()
-}
-
-// newSim is the in-process simulator behind sim:// endpoints.
-func newSim(cfg *config.Config) *sim.Server {
-	so := sim.OptionsFrom(cfg.Generate.Sim)
-	if cfg.Repeat.SeedMode == "offset" {
-		// Lets the simulator tell groups apart for generate.sim.keep.
-		so.GroupSize, so.BaseSeed = cfg.Repeat.N, cfg.Repeat.Seed
-	}
-	return sim.New(so)
 }
 
 // parquetOptions are the options of every Parquet writer of the run.
@@ -471,7 +377,7 @@ func (r *run) parquetOptions() parquet.Options {
 			if err := r.inputs.flush(); err != nil {
 				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
 			}
-			id, _ := json.Marshal(r.source.Identity())
+			id, _ := json.Marshal(r.built.Source.Identity())
 			return map[string]string{KeySource: string(id)}
 		},
 	}
@@ -494,7 +400,6 @@ func (r *run) execute(parent context.Context) error {
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
 
-	r.exp = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
 	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			r.loop.Stop()
@@ -557,45 +462,26 @@ func (b batch) Release() {
 	}
 }
 
-// writer returns the Parquet writer of an output directory, opening it on
-// first use.
-func (r *run) writer(dest string) (*parquet.Writer, error) {
-	if w := r.writers[dest]; w != nil {
-		return w, nil
-	}
-	popts := r.parquetOptions()
-	popts.OnCommit = func(path string, rows int) {
-		r.remote.dirty = true
-		if dest != DataDir {
-			return
+// newCommitter is the run's commit path (committer) in output.dir: its
+// writers take parquetOptions, its data files count in the summary, and
+// on object storage each commit is uploaded.
+func (r *run) newCommitter() *committer {
+	cfg := r.cfg
+	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions, hooks: commitHooks{committed: r.countCommitted}}
+	if cfg.Output.Steps {
+		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
+			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)
 		}
-		if r.remote.mirror != nil {
-			// Committed once uploaded (pushCommitted counts it then).
-			r.remote.pending = append(r.remote.pending, committedFile{path, rows})
-			return
+	}
+	if r.remote.mirror != nil {
+		c.hooks.upload = func(ctx context.Context) error {
+			if _, err := r.remote.mirror.Push(ctx); err != nil {
+				return storeError("output.dir", r.remote.url.String(), err)
+			}
+			return nil
 		}
-		r.countCommitted(path, rows)
 	}
-	if dest == DataDir && r.cfg.Output.Steps {
-		sw, err := parquet.NewStepWriter(filepath.Join(r.cfg.Output.Dir, StepsDir), r.cfg.Run.ID, r.cfg.Output.Parquet.Compression, popts.Metadata)
-		if err != nil {
-			return nil, err
-		}
-		r.steps = sw
-		r.closers = append(r.closers, sw.Abort)
-		// The steps file is renamed into place first: the data file's
-		// rename commits both (a resume removes a steps file left
-		// without its data file).
-		popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
-		popts.OnAbort = sw.Abort
-	}
-	w, err := parquet.New(filepath.Join(r.cfg.Output.Dir, dest), popts)
-	if err != nil {
-		return nil, err
-	}
-	r.writers[dest] = w
-	r.closers = append(r.closers, w.Abort)
-	return w, nil
+	return c
 }
 
 // countCommitted counts a committed data file in the summary.

@@ -33,7 +33,7 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 				return err
 			}
 			if act == groups.ActRead {
-				t, err := r.source.Next(ctx)
+				t, err := r.built.Source.Next(ctx)
 				if errors.Is(err, io.EOF) {
 					ctl.ReadDone(nil)
 					continue
@@ -76,10 +76,10 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			return []groups.Job{j}, nil
 		}
 		// A row whose route names no environment is a bad row too.
-		err := r.routeTask(j.Task)
+		err := r.cfg.Env.RouteTask(j.Task)
 		fatal := err
-		if err == nil && (r.tmpl.Enabled() || len(j.Task.Messages) == 0) {
-			if err = r.tmpl.Render(j.Task); err != nil {
+		if err == nil && (r.built.Template.Enabled() || len(j.Task.Messages) == 0) {
+			if err = r.built.Template.Render(j.Task); err != nil {
 				fatal = fmt.Errorf("template: %w", err)
 			}
 		}
@@ -102,7 +102,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 // repeatStage expands a group's task into its n rollouts.
 func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 	return pipeline.NewStage(g, "repeat", 1, r.cfg.Repeat.N, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
-		rs := r.exp.Expand(j.Task, j.Attempt)
+		rs := r.built.Expander.Expand(j.Task, j.Attempt)
 		r.stats.dispatched.Add(int64(len(rs)))
 		return rs, nil
 	})
@@ -111,13 +111,13 @@ func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 // loopStage runs each rollout's turns: generate ⇄ envstep.
 func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
-	step := r.stepper()
-	r.loop = loop.New(g, "loop", r.gen, step, loop.Options{
+	step := r.built.Stepper
+	r.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
 		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(),
 		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
 		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
-			fresh := r.exp.Expand(f.Task, f.Attempt)[f.RolloutIndex]
+			fresh := r.built.Expander.Expand(f.Task, f.Attempt)[f.RolloutIndex]
 			fresh.Seed = repeat.RetrySeed(f.Seed, f.Retries+1)
 			return fresh
 		},
@@ -162,14 +162,10 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			default:
 				continue
 			}
-			if r.images != nil {
-				// The bytes are on disk before the rows that name them go
-				// to the sinks.
-				for _, m := range gr.Rollouts {
-					if err := r.images.Externalize(m.Messages); err != nil {
-						return nil, err
-					}
-				}
+			// The bytes are on disk before the rows that name them go
+			// to the sinks.
+			if err := r.commit.externalize(gr); err != nil {
+				return nil, err
 			}
 		}
 		return out, nil
@@ -259,54 +255,18 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	})
 }
 
-// sinkStage writes each batch to its directory's Parquet writer (and the
-// kept rows to the interop sinks), and commits them all at the end.
+// sinkStage hands each batch to the committer: written to its
+// directory's Parquet writer (and the kept rows to the interop sinks),
+// committed on the commit timer's mark, and everything at the end.
 func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 	return pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
 		if b.commit {
-			for _, dest := range outputDirs {
-				if w := r.writers[dest]; w != nil {
-					if err := w.Commit(ctx); err != nil {
-						return err
-					}
-				}
-			}
-			return r.pushCommitted(ctx)
+			return r.commit.commit(ctx)
 		}
 		defer b.rec.Release()
-		w, err := r.writer(b.dest)
-		if err != nil {
-			return err
-		}
-		if b.dest == DataDir {
-			if err := r.writeInterop(ctx, b.rec); err != nil {
-				return err
-			}
-			if r.steps != nil {
-				// Before the record: a commit the record triggers
-				// takes its step rows along.
-				if err := r.steps.WriteGroups(b.groups); err != nil {
-					w.Abort()
-					return err
-				}
-			}
-		}
-		if err := w.Write(ctx, b.rec); err != nil {
-			return err
-		}
-		return r.pushCommitted(ctx)
+		return r.commit.write(ctx, b.dest, b.rec, b.groups)
 	}, func(ctx context.Context) error {
-		if err := r.closeInterop(ctx); err != nil {
-			return err
-		}
-		for _, dest := range outputDirs {
-			if w := r.writers[dest]; w != nil {
-				if err := w.Close(ctx); err != nil {
-					return err
-				}
-			}
-		}
-		return r.pushCommitted(ctx)
+		return r.commit.close(ctx)
 	})
 }
 

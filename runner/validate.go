@@ -6,18 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/trajflow/trajflow/config"
-	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sources"
-	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/generate"
-	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
 	"github.com/trajflow/trajflow/storage"
 )
@@ -37,6 +33,11 @@ type ValidateOptions struct {
 	// Out receives the report: the rendered requests, the endpoints and
 	// the environment checked; nil discards it.
 	Out io.Writer
+	// Send sends each rendered row's first request to the endpoints, as
+	// the run's first turn would (one generation per row), and reports
+	// the answer: a request the server refuses (a prompt and max_tokens
+	// over its context, a parameter it does not take) is a problem.
+	Send bool
 }
 
 // Validate checks everything a run of cfg would check, and goes as far
@@ -52,7 +53,12 @@ type ValidateOptions struct {
 //     (openai.Preflight; the simulator needs none), and with generate.api:
 //     tokens, /tokenize and a token-id prompt (the run's start-up check);
 //   - starts the environment, resets it on the rendered rows, and closes
-//     it (subprocess workers are stopped).
+//     it (subprocess workers are stopped);
+//   - with opts.Send, sends each rendered row's first request.
+//
+// The components are built as Run builds them (Build), so the rendered
+// request is the one a run sends: in tokens mode its prompt's token ids,
+// and max_tokens capped to the room the row's route's max_seq_len leaves.
 //
 // It reports every problem at once, as a *config.ValidationError whose
 // lines name where each key was set; a check whose section of the config
@@ -81,11 +87,21 @@ func Validate(ctx context.Context, cfg *config.Config, opts ValidateOptions) err
 	}
 
 	v.storage(ctx)
-	client, closeClient := v.endpoints(ctx)
-	defer closeClient()
-	step, closeEnv := v.startEnvs()
-	defer closeEnv()
-	v.render(ctx, client, step)
+	var skipped []string
+	b := newBuilt(cfg, BuildOptions{Options: opts.Options, Hooks: Hooks{OnReject: func(r sources.Reject) error {
+		skipped = append(skipped, r.Where+": "+r.Reason)
+		return nil
+	}}})
+	v.endpoints(ctx, b)
+	v.startEnvs(b)
+	v.render(ctx, b)
+	for _, s := range skipped {
+		fmt.Fprintf(v.out, "row skipped (source.on_bad_row: skip): %s\n", s)
+	}
+	// Closing stops the environments' workers: a failure is a problem.
+	for _, err := range pipeline.Unjoin(b.Close()) {
+		v.problem(err)
+	}
 
 	if len(v.problems) == 0 {
 		fmt.Fprintln(v.out, "ok: a run would start")
@@ -104,8 +120,6 @@ type validation struct {
 	// Check found wrong: the checks that need them are skipped.
 	bad      map[string]bool
 	problems []error
-	// gen builds the requests; nil when the endpoints could not be set up.
-	gen *generate.Generator
 }
 
 // problem records a problem; its text starts with the config key it is
@@ -153,122 +167,81 @@ func (v *validation) skip(sections ...string) bool {
 	return false
 }
 
-// endpoints checks the endpoints and returns the client the requests are
-// built for (nil when generate is wrong), and how to release it.
-func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
+// endpoints checks the endpoints and builds the client and the generate
+// stage the requests are rendered with (b.Generator stays nil when they
+// cannot be set up).
+func (v *validation) endpoints(ctx context.Context, b *Built) {
 	cfg := v.cfg
-	nothing := func() {}
 	if v.skip("generate") {
 		fmt.Fprintln(v.out, "endpoints: not checked (the generate section is wrong)")
-		return nil, nothing
+		return
 	}
-	var client inference.Client
-	release := nothing
+	if err := b.preflight(ctx); err != nil {
+		// Each endpoint's problem on its own line, each naming its key.
+		n := 0
+		for _, e := range pipeline.Unjoin(err) {
+			if !errors.Is(e, openai.ErrPreflight) {
+				v.problem(e)
+				n++
+			}
+		}
+		if n == 0 {
+			v.problem(err)
+		}
+		fmt.Fprintf(v.out, "endpoints: %d of %d failed the check\n", n, len(cfg.Generate.Endpoints))
+		return
+	}
+	if err := b.openClient(); err != nil {
+		v.problem(err)
+		return
+	}
 	switch {
 	case v.opts.Client != nil:
-		client = v.opts.Client
 		fmt.Fprintln(v.out, "endpoints: the embedder's client (not checked)")
-	case strings.HasPrefix(cfg.Generate.Endpoints[0], "sim://"):
-		s := newSim(cfg)
-		client, release = s, s.Close
+	case !b.httpEndpoints():
 		fmt.Fprintln(v.out, "endpoints: sim:// (the built-in simulator)")
 	default:
-		key := ""
-		if cfg.Generate.APIKeyEnv != "" {
-			key = os.Getenv(cfg.Generate.APIKeyEnv)
-		}
-		hopts := openai.HTTPOptions{APIKey: key}
-		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
-			// Each endpoint's problem on its own line, each naming its key.
-			n := 0
-			for _, e := range pipeline.Unjoin(err) {
-				if !errors.Is(e, openai.ErrPreflight) {
-					v.problem(e)
-					n++
-				}
-			}
-			if n == 0 {
-				v.problem(err)
-			}
-			fmt.Fprintf(v.out, "endpoints: %d of %d failed the check\n", n, len(cfg.Generate.Endpoints))
-			return nil, nothing
-		}
-		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
-		if err != nil {
-			v.problem(err)
-			return nil, nothing
-		}
-		client, release = c, c.Close
 		fmt.Fprintf(v.out, "endpoints: %d ok (reachable, key accepted, model %q served)\n", len(cfg.Generate.Endpoints), cfg.Generate.Model)
 	}
-	stepPrompt, err := stepPrompts(cfg)
-	if err != nil {
+	if err := b.newGenerator(ctx); err != nil {
 		v.problem(err)
-		return client, release
-	}
-	gen, err := generate.New(client, generate.Options{
-		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
-		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		StepPrompt: stepPrompt,
-	})
-	if err == nil {
-		err = gen.Check(ctx)
-	}
-	if err != nil {
-		v.problem(err)
-		return client, release
+		return
 	}
 	if cfg.Generate.API == "tokens" {
 		fmt.Fprintln(v.out, "endpoints: generate.api tokens: /tokenize and a token-id prompt ok")
 	}
-	v.gen = gen
-	return client, release
 }
 
-// startEnvs builds the environment, or each route's, and returns the
-// stepper that resets rows on them (nil when one cannot be built) and how
-// to close them.
-func (v *validation) startEnvs() (*envstep.Stepper, func()) {
+// startEnvs starts the environment, or each route's, and builds the
+// Stepper that resets rows on them (b.Stepper stays nil when one cannot
+// be started).
+func (v *validation) startEnvs(b *Built) {
 	cfg := v.cfg
 	if v.opts.Env != nil {
 		fmt.Fprintf(v.out, "env %s: the embedder's environment\n", cfg.Env.Name)
-		return envstep.New(v.opts.Env, cfg.Env.Name, cfg.Env.Limits()), func() {} // the embedder's to close
+		b.startEnvs(nil) // nothing to start: the embedder's to close
+		return
 	}
 	if v.skip("env") {
 		fmt.Fprintf(v.out, "env %s: not started\n", envLabel(cfg))
-		return nil, func() {}
+		return
 	}
-	built := map[string]envs.Env{}
-	closeAll := func() {
-		for name, env := range built {
-			if c, ok := env.(io.Closer); ok {
-				if err := c.Close(); err != nil {
-					v.problem(fmt.Errorf("env %s: closing: %w", name, err))
-				}
-			}
-		}
-	}
-	var routes []envstep.Route
-	for _, rs := range cfg.Env.RouteSpecs() {
-		env, err := envs.New(rs.Config.Name, routeOptions(rs))
+	err := b.startEnvs(func(route string, err error) {
 		if err != nil {
-			v.problem(err)
-			fmt.Fprintf(v.out, "env %s: could not start\n", rs.Route)
-			closeAll()
-			return nil, func() {}
+			fmt.Fprintf(v.out, "env %s: could not start\n", route)
+			return
 		}
-		fmt.Fprintf(v.out, "env %s: started\n", rs.Route)
-		built[rs.Route] = env
-		routes = append(routes, envstep.Route{Name: rs.Route, Env: env, Limits: rs.Config.Limits(), Concurrency: rs.Config.Concurrency})
+		fmt.Fprintf(v.out, "env %s: started\n", route)
+	})
+	if err != nil {
+		v.problem(err)
+		b.Stepper = nil
 	}
-	if !cfg.Env.Routed() {
-		return envstep.New(built[cfg.Env.Name], cfg.Env.Name, cfg.Env.Limits()), closeAll
-	}
-	return envstep.NewRouted(routes), closeAll
 }
 
-// render reads the first rows and writes each one's first request.
-func (v *validation) render(ctx context.Context, client inference.Client, step *envstep.Stepper) {
+// render reads the first rows and writes each one's first request (and
+// with Send, sends it).
+func (v *validation) render(ctx context.Context, b *Built) {
 	cfg := v.cfg
 	if v.opts.Rows < 0 {
 		return
@@ -277,34 +250,16 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 		fmt.Fprintln(v.out, "rows: not rendered (the source, prompt or repeat section is wrong)")
 		return
 	}
-	tmpl, err := template.New(cfg.Prompt)
-	if err != nil {
+	if err := b.newTemplate(); err != nil {
 		v.problem(err)
 		return
 	}
-	var skipped []string
-	srcCfg := cfg.Source
-	if storage.IsURL(srcCfg.Path) {
-		// An object is read from a temporary download.
-		r := &run{cfg: cfg}
-		local, err := r.localSource(ctx)
-		defer r.cleanup()
-		if err != nil {
-			v.problem(err)
-			return
-		}
-		srcCfg.Path = local
-	}
-	src, err := sources.Open(srcCfg, sources.Options{OnReject: func(r sources.Reject) error {
-		skipped = append(skipped, r.Where+": "+r.Reason)
-		return nil
-	}})
-	if err != nil {
+	if err := b.openSource(ctx); err != nil {
 		v.problem(err)
 		return
 	}
-	defer src.Close()
-	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
+	b.newExpander()
+	tmpl, src, step := b.Template, b.Source, b.Stepper
 	rows := 0
 	for rows < v.opts.Rows {
 		t, err := src.Next(ctx)
@@ -316,13 +271,9 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 			break
 		}
 		rows++
-		if cfg.Env.Routed() {
-			route, err := cfg.Env.RouteOf(t.Fields)
-			if err != nil {
-				v.problem(fmt.Errorf("%s: %w", t.Source, err))
-				continue
-			}
-			t.Env = route
+		if err := cfg.Env.RouteTask(t); err != nil {
+			v.problem(err)
+			continue
 		}
 		if tmpl.Enabled() || len(t.Messages) == 0 {
 			if err := tmpl.Render(t); err != nil {
@@ -337,7 +288,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 				continue
 			}
 		}
-		r := exp.Expand(t, 0)[0]
+		r := b.Expander.Expand(t, 0)[0]
 		if step != nil {
 			if err := step.Reset(ctx, r); err != nil {
 				v.problem(err)
@@ -348,11 +299,10 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 				continue
 			}
 		}
-		v.writeRequest(r)
-		v.promptLength(ctx, r)
-	}
-	for _, s := range skipped {
-		fmt.Fprintf(v.out, "row skipped (source.on_bad_row: skip): %s\n", s)
+		if err := v.request(ctx, b, r); err != nil {
+			v.problem(err)
+			return
+		}
 	}
 	if rows == 0 {
 		fmt.Fprintln(v.out, "rows: none selected")
@@ -362,18 +312,66 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 	}
 }
 
+// request writes r's first request as the generate stage builds it
+// (generate.Generator.NextRequest: in tokens mode with the prompt's
+// token ids, max_tokens capped to the room max_seq_len leaves) and, with
+// Send, sends it. Without a generator (the endpoints were not set up) it
+// writes the messages and the parameters as the generate stage merges
+// them. The error is non-nil only when ctx is done.
+func (v *validation) request(ctx context.Context, b *Built, r *pipeline.Rollout) error {
+	gen := b.Generator
+	if gen == nil {
+		// The parameters as the generate stage merges them.
+		p := inference.MergeParams(r.Task.Params, v.cfg.Generate.Params)
+		if !r.NoSeed {
+			p["seed"] = r.Seed
+		}
+		v.writeRequest(r, &inference.Request{Model: v.cfg.Generate.Model, Messages: r.Messages, Params: p, Tools: r.Tools})
+		return nil
+	}
+	req, ok, err := gen.NextRequest(ctx, r)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		v.writeRequest(r, gen.Request(r))
+		v.promptLength(ctx, gen, r)
+		why := r.Error
+		if r.Status != pipeline.StatusError {
+			why = "the sequence is full (max_seq_len)"
+		}
+		fmt.Fprintf(v.out, "  not sent: the run resolves the row %s before its first request: %s\n", r.Status, why)
+		return nil
+	}
+	v.writeRequest(r, req)
+	v.promptLength(ctx, gen, r)
+	if !v.opts.Send {
+		return nil
+	}
+	resp, err := b.Client.Complete(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		v.problem(fmt.Errorf("generate.endpoints: %s: the first request: %w", r.Task.Source, err))
+		return nil
+	}
+	fmt.Fprintf(v.out, "  sent: %d completion tokens, finish_reason %s\n", resp.CompletionTokens, resp.FinishReason)
+	return nil
+}
+
 // promptLength writes, under prompt.max_tokens, the length of r's first
 // prompt in the server's tokens and what the run does with it: sends it,
 // cuts it (prompt.truncation left, right or middle) or fails the row
 // (error, prompt_too_long). Later turns' prompts are longer (the chat, or
 // the step-wise history) and are not counted here. A failed count is a
 // problem: the run would fail the row the same way.
-func (v *validation) promptLength(ctx context.Context, r *pipeline.Rollout) {
+func (v *validation) promptLength(ctx context.Context, gen *generate.Generator, r *pipeline.Rollout) {
 	limit := v.cfg.Prompt.MaxTokens
-	if limit <= 0 || v.gen == nil {
+	if limit <= 0 || gen == nil {
 		return
 	}
-	n, err := v.gen.PromptTokens(ctx, r)
+	n, err := gen.PromptTokens(ctx, r)
 	switch {
 	case err != nil:
 		v.problem(fmt.Errorf("prompt.max_tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
@@ -388,24 +386,12 @@ func (v *validation) promptLength(ctx context.Context, r *pipeline.Rollout) {
 
 // writeRequest writes r's first request compactly: one line per message,
 // then the tools and the parameters.
-func (v *validation) writeRequest(r *pipeline.Rollout) {
+func (v *validation) writeRequest(r *pipeline.Rollout, req *inference.Request) {
 	seed := fmt.Sprintf("seed %d", r.Seed)
 	if r.NoSeed {
 		seed = "no seed sent"
 	}
 	fmt.Fprintf(v.out, "row %d (%s), rollout 0 of %d, %s:\n", r.Task.Index, r.Task.Source, r.GroupSize, seed)
-	var req *inference.Request
-	if v.gen != nil {
-		req = v.gen.Request(r)
-	} else {
-		// The endpoints were not set up: the parameters as the generate
-		// stage merges them.
-		p := inference.MergeParams(r.Task.Params, v.cfg.Generate.Params)
-		if !r.NoSeed {
-			p["seed"] = r.Seed
-		}
-		req = &inference.Request{Model: v.cfg.Generate.Model, Messages: r.Messages, Params: p, Tools: r.Tools}
-	}
 	for _, m := range req.Messages {
 		content := strings.ReplaceAll(m.Content, "\n", `\n`)
 		fmt.Fprintf(v.out, "  %s: %s\n", m.Role, content)
@@ -415,6 +401,9 @@ func (v *validation) writeRequest(r *pipeline.Rollout) {
 	}
 	if len(req.Tools) > 0 {
 		fmt.Fprintf(v.out, "  tools: %s\n", strings.Join(toolNames(req.Tools), ", "))
+	}
+	if req.PromptTokenIDs != nil {
+		fmt.Fprintf(v.out, "  sent as %d prompt token ids (generate.api: tokens)\n", len(req.PromptTokenIDs))
 	}
 	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(req.Params)))
 	fmt.Fprintf(v.out, "  model %s, params %s\n", req.Model, params)

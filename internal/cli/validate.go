@@ -11,7 +11,7 @@ import (
 	"github.com/trajflow/trajflow/runner"
 )
 
-const validateUsage = `Usage: trajflow validate CONFIG.yaml [--set section.key=value ...] [--rows N]
+const validateUsage = `Usage: trajflow validate CONFIG.yaml [--set section.key=value ...] [--rows N] [--send]
 
 Checks everything a run would check and writes nothing (no output
 directory, no lock, no key file): the config, the first N rows rendered
@@ -25,11 +25,19 @@ one listed on stderr).
   --rows N                  rows to render and reset the environment on
                             (default 3; 0: none, the environment is only
                             started and closed)
+  --send                    also send each rendered row's first request, as
+                            the run's first turn would (one generation per
+                            row); a request the server refuses is a problem
 `
 
 func validateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rows := runner.DefaultValidateRows
+	send := false
 	path, sets, code := configArgs("validate", validateUsage, args, stdout, stderr, func(a string, next func() (string, bool)) (bool, int) {
+		if a == "--send" {
+			send = true
+			return true, -1
+		}
 		if name, _, _ := strings.Cut(a, "="); name != "--rows" {
 			return false, -1
 		}
@@ -54,7 +62,7 @@ func validateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		rows = -1 // runner.Validate: none
 	}
 	stderr = cfg.Redactor().Writer(stderr)
-	if err := runner.Validate(ctx, cfg, runner.ValidateOptions{Rows: rows, Out: stdout}); err != nil {
+	if err := runner.Validate(ctx, cfg, runner.ValidateOptions{Rows: rows, Send: send, Out: stdout}); err != nil {
 		fmt.Fprintln(stderr, "trajflow validate:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/cli"
 )
 
@@ -150,5 +151,41 @@ func TestValidateUsage(t *testing.T) {
 		if code := cli.Main(tt.args, &stdout, &stderr); code != tt.code || !strings.Contains(stdout.String()+stderr.String(), tt.want) {
 			t.Errorf("%v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", tt.args, code, tt.code, tt.want, &stdout, &stderr)
 		}
+	}
+}
+
+// --send sends each rendered row's first request: the server's answer is
+// reported, and a request the server refuses is a problem (exit 2).
+func TestValidateSend(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	t.Chdir(root)
+	s := sim.New(sim.Options{Seed: 1, Model: "sim-math"})
+	defer s.Close()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/completions") {
+			http.Error(w, `{"error":{"message":"max_tokens is too large"}}`, http.StatusBadRequest)
+			return
+		}
+		s.Handler().ServeHTTP(w, r)
+	}))
+	defer refusing.Close()
+	tests := []struct {
+		name       string
+		sets       []string
+		code       int
+		want, errs string
+	}{
+		{"sim", nil, cli.ExitOK, "  sent: ", ""},
+		{"refused", []string{"--set", "generate.endpoints=[" + refusing.URL + "/v1]", "--set", "generate.model=sim-math"}, cli.ExitUsage, "endpoints: 1 ok", "the first request"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"examples/quickstart/config.yaml", "--set", "output.dir=" + out, "--rows", "1", "--send"}, tt.sets...)
+			code, stdout, stderr := validate(t, out, args...)
+			if code != tt.code || !strings.Contains(stdout, tt.want) || !strings.Contains(stderr, tt.errs) {
+				t.Errorf("exit %d, want %d with %q on stdout and %q on stderr\nstdout:\n%s\nstderr:\n%s", code, tt.code, tt.want, tt.errs, stdout, stderr)
+			}
+		})
 	}
 }

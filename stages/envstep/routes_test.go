@@ -105,3 +105,67 @@ func TestRouteDefaults(t *testing.T) {
 		t.Errorf("total concurrency %d, name %q", c.TotalConcurrency(), c.Name)
 	}
 }
+
+// A config's routes choose each task's route, bound each trajectory by
+// its route's max_seq_len, and give the Stepper each route's environment
+// and limits; without routes there is one environment and no per-route
+// bound.
+func TestFromConfig(t *testing.T) {
+	routed := envstep.Config{MaxSeqLen: 50, RouteField: "kind", Routes: map[string]*envstep.Config{
+		"one": {MaxSeqLen: 10, Timeout: pipeline.Duration(time.Second)}, "two": {},
+	}}
+	routed.SetDefaults()
+	single := envstep.Config{MaxSeqLen: 30}
+	single.SetDefaults()
+	envOf := func(route string) envs.Env { return namedEnv{map[string]float64{"one": 1, "two": 2, "math": 3}[route]} }
+	for _, tc := range []struct {
+		name    string
+		c       *envstep.Config
+		fields  map[string]any
+		route   string
+		err     string
+		seqLen  int // the Stepper's bound; SeqLenOf's with routes
+		reward  float64
+		timeout time.Duration
+	}{
+		{name: "route one", c: &routed, fields: map[string]any{"kind": "one"}, route: "one", seqLen: 10, reward: 1, timeout: time.Second},
+		{name: "route two takes the section's", c: &routed, fields: map[string]any{"kind": "two"}, route: "two", seqLen: 50, reward: 2},
+		{name: "no route", c: &routed, fields: map[string]any{"kind": "three"}, err: `t.jsonl:3: env route: kind "three" has no route (routes: one, two)`},
+		{name: "single", c: &single, fields: map[string]any{"kind": "one"}, route: "", seqLen: 30, reward: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := &pipeline.Task{Source: "t.jsonl:3", Fields: tc.fields}
+			err := tc.c.RouteTask(task)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("RouteTask: %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || task.Env != tc.route {
+				t.Fatalf("RouteTask: route %q, %v; want %q", task.Env, err, tc.route)
+			}
+			r := &pipeline.Rollout{Task: task, Env: task.Env, Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Content: "x"}}}
+			s := envstep.FromConfig(tc.c, envOf)
+			if got := s.MaxSeqLen(r); got != tc.seqLen {
+				t.Errorf("Stepper.MaxSeqLen %d, want %d", got, tc.seqLen)
+			}
+			if got := s.Timeout(r); got != tc.timeout {
+				t.Errorf("Stepper.Timeout %v, want %v", got, tc.timeout)
+			}
+			of := tc.c.SeqLenOf()
+			if (of == nil) != !tc.c.Routed() {
+				t.Fatalf("SeqLenOf nil %v with routes %v", of == nil, tc.c.Routed())
+			}
+			if of != nil && of(r) != tc.seqLen {
+				t.Errorf("SeqLenOf %d, want %d", of(r), tc.seqLen)
+			}
+			if _, err := s.Step(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Reward != tc.reward {
+				t.Errorf("reward %v: stepped by the wrong environment, want %v", r.Reward, tc.reward)
+			}
+		})
+	}
+}

@@ -170,30 +170,55 @@ func (g *Generator) Check(ctx context.Context) error {
 // for a context-length error or when the sequence is full); Turn itself
 // returns an error only when ctx is done.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
-	if g.opts.API == "tokens" || g.opts.API == "completions" {
-		if i := firstImage(r.Messages); i >= 0 {
-			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
-				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))
-			return nil
-		}
-	}
-	if msgs, ok := g.stepMessages(r); ok {
-		return g.stepTurn(ctx, r, msgs)
-	}
-	ok, err := g.prepare(ctx, r)
+	req, stepwise, ok, err := g.next(ctx, r)
 	if err != nil || !ok {
 		return err
-	}
-	req := g.Request(r)
-	if g.tokens() {
-		req.PromptTokenIDs = r.Tokens()
 	}
 	resp, err := g.complete(ctx, r, req)
 	if resp == nil {
 		return err
 	}
+	if stepwise {
+		g.applyStep(r, req, resp)
+		return nil
+	}
 	g.apply(r, resp, req.PromptTokenIDs)
 	return nil
+}
+
+// NextRequest prepares r for its next turn as Turn does (in tokens mode
+// the prompt's token ids from POST /tokenize, cut by prompt.max_tokens;
+// max_tokens capped to the room max_seq_len leaves) and returns the
+// request Turn would send, without sending it. ok is false when r
+// resolved instead (a prompt too long, a full sequence, a failed
+// /tokenize); the error is non-nil only when ctx is done. trajflow
+// validate renders and sends the first requests with it.
+func (g *Generator) NextRequest(ctx context.Context, r *pipeline.Rollout) (req *inference.Request, ok bool, err error) {
+	req, _, ok, err = g.next(ctx, r)
+	return req, ok, err
+}
+
+// next is NextRequest, and whether the request is a step-wise one.
+func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inference.Request, stepwise, ok bool, err error) {
+	if g.opts.API == "tokens" || g.opts.API == "completions" {
+		if i := firstImage(r.Messages); i >= 0 {
+			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
+				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))
+			return nil, false, false, nil
+		}
+	}
+	if msgs, ok := g.stepMessages(r); ok {
+		req, ok, err := g.stepRequest(ctx, r, msgs)
+		return req, true, ok, err
+	}
+	if ok, err := g.prepare(ctx, r); err != nil || !ok {
+		return nil, false, false, err
+	}
+	req = g.Request(r)
+	if g.tokens() {
+		req.PromptTokenIDs = r.Tokens()
+	}
+	return req, false, true, nil
 }
 
 // complete sends req for r. A failure resolves r (error, or truncated for
@@ -232,10 +257,10 @@ func (g *Generator) stepMessages(r *pipeline.Rollout) ([]pipeline.Message, bool)
 	return g.opts.StepPrompt(r)
 }
 
-// stepTurn runs one step-wise generation: the request is msgs (in tokens
-// mode as the server's token ids of msgs), and the turn is recorded as a
-// step of its own.
-func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message) error {
+// stepRequest builds one step-wise request: msgs (in tokens mode as the
+// server's token ids of msgs), max_tokens capped to the room max_seq_len
+// leaves the step. ok is false when r resolved instead.
+func (g *Generator) stepRequest(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message) (*inference.Request, bool, error) {
 	req := g.Request(r)
 	req.Messages = msgs
 	var prompt []int32
@@ -246,13 +271,13 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 		case err == nil:
 			prompt = ids
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return nil, false, ctx.Err()
 		case g.tokens():
 			r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the step's prompt: %w", err))
-			return nil
+			return nil, false, nil
 		case limit > 0:
 			r.Fail(inference.ErrorClass(err), fmt.Errorf("%s: prompt.max_tokens: POST /tokenize of the step's prompt: %w", rowName(r), err))
-			return nil
+			return nil, false, nil
 		}
 	}
 	if limit > 0 && len(prompt) > limit {
@@ -262,7 +287,7 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 		cut, err := truncatePrompt(prompt, limit, g.opts.PromptTruncation)
 		if err != nil {
 			r.Fail(ClassPromptTooLong, fmt.Errorf("%s: step %d: %w", rowName(r), len(r.Steps)+1, err))
-			return nil
+			return nil, false, nil
 		}
 		prompt = cut
 		r.PromptTokensDropped += n - len(prompt)
@@ -276,14 +301,17 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 			r.Truncated = true
 			r.FinishReason = "length"
 			r.Resolve(pipeline.StatusOK)
-			return nil
+			return nil, false, nil
 		}
 		capMaxTokens(req.Params, m-len(prompt))
 	}
-	resp, err := g.complete(ctx, r, req)
-	if resp == nil {
-		return err
-	}
+	return req, true, nil
+}
+
+// applyStep records a step-wise turn: the response message, and the turn
+// as a step of its own.
+func (g *Generator) applyStep(r *pipeline.Rollout, req *inference.Request, resp *inference.Response) {
+	prompt := req.PromptTokenIDs
 	if !g.tokens() {
 		prompt = resp.PromptTokenIDs
 	}
@@ -293,7 +321,6 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 		ActionValid: true, Anchor: r.Anchor,
 	})
 	r.Messages = append(r.Messages, msg)
-	return nil
 }
 
 // stepLogprobs are a response's logprobs, one per generated token (zeros

@@ -1,0 +1,184 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/internal/leak"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
+)
+
+// bodies records the request bodies a server received, by path.
+type bodies struct {
+	h  http.Handler
+	mu sync.Mutex
+	// got are "PATH BODY" lines in arrival order.
+	got []string
+}
+
+func (b *bodies) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if r.Method == http.MethodPost {
+		b.mu.Lock()
+		b.got = append(b.got, r.URL.Path+" "+string(body))
+		b.mu.Unlock()
+	}
+	b.h.ServeHTTP(w, r)
+}
+
+// take returns the bodies received since the last take.
+func (b *bodies) take() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	got := b.got
+	b.got = nil
+	return got
+}
+
+// TestValidateSendsWhatRunSends: with two routes of their own
+// max_seq_len and generate.api tokens, the first requests trajflow
+// validate sends (--send) are byte for byte those the run sends: the
+// same /tokenize bodies, and the same token-id prompts on /completions
+// with max_tokens capped to the room each row's route leaves.
+func TestValidateSendsWhatRunSends(t *testing.T) {
+	defer leak.Check(t)()
+	s := sim.New(sim.Options{Seed: 5, Model: "sim"})
+	defer s.Close()
+	rec := &bodies{h: s.Handler()}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	var rows strings.Builder
+	for i, route := range []string{"short", "long", "short", "long"} {
+		json.NewEncoder(&rows).Encode(map[string]any{
+			"question": []string{"1+1", "2+3", "4+4", "5+7"}[i], "expected_answer": []string{"2", "5", "8", "12"}[i],
+			"agent_ref": map[string]any{"name": route},
+		})
+	}
+	if err := os.WriteFile(tasks, []byte(rows.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const env = `  route_field: agent_ref.name
+  routes:
+    short: {name: math, answer_field: expected_answer, max_seq_len: 100}
+    long: {name: math, answer_field: expected_answer, max_seq_len: 400}
+`
+	limits := map[string]int{"short": 100, "long": 400}
+	cfg := routedConfig(t, tasks, env,
+		"generate.endpoints=["+srv.URL+"/v1]", "generate.api=tokens", "generate.params.max_tokens=1000")
+
+	var out bytes.Buffer
+	if err := runner.Validate(context.Background(), cfg, runner.ValidateOptions{Rows: 4, Send: true, Out: &out}); err != nil {
+		t.Fatalf("Validate: %v\n%s", err, &out)
+	}
+	validated := rec.take()
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ran := map[string]bool{}
+	for _, b := range rec.take() {
+		ran[b] = true
+	}
+
+	// Validate's requests: /tokenize of each row's prompt, then its
+	// token-id prompt on /completions (after the start-up check's).
+	var prompts []map[string]any
+	tokenized := 0
+	for _, b := range validated {
+		path, body, _ := strings.Cut(b, " ")
+		switch {
+		case strings.HasSuffix(path, "/tokenize"):
+			tokenized++
+		case strings.HasSuffix(path, "/completions"):
+			var req map[string]any
+			if err := json.Unmarshal([]byte(body), &req); err != nil {
+				t.Fatal(err)
+			}
+			if req["max_tokens"] == float64(1) {
+				continue // the start-up check's one-token request
+			}
+			prompts = append(prompts, req)
+		}
+		if !ran[b] {
+			t.Errorf("validate sent a request the run did not send:\n%s", b)
+		}
+	}
+	if len(prompts) != 4 || tokenized < 4 {
+		t.Fatalf("validate sent %d first requests and %d /tokenize requests, want 4 and at least 4:\n%s", len(prompts), tokenized, strings.Join(validated, "\n"))
+	}
+	// Each row's max_tokens is the room its own route's max_seq_len
+	// leaves after the prompt: the routes' limits, not env.max_seq_len.
+	for i, req := range prompts {
+		route := []string{"short", "long", "short", "long"}[i]
+		ids, _ := req["prompt"].([]any)
+		if want := float64(limits[route] - len(ids)); req["max_tokens"] != want {
+			t.Errorf("row %d (route %s): max_tokens %v, want %v (max_seq_len %d less %d prompt ids)", i, route, req["max_tokens"], want, limits[route], len(ids))
+		}
+	}
+	if !strings.Contains(out.String(), "sent: ") {
+		t.Errorf("the report does not say what the server answered:\n%s", &out)
+	}
+}
+
+// Build gives a caller the run's components to drive itself: a row read,
+// rendered, expanded, reset and generated through them resolves as in a
+// run; a bad config builds nothing.
+func TestBuild(t *testing.T) {
+	defer leak.Check(t)()
+	cfg := quickstart(t)
+	b, err := runner.Build(context.Background(), cfg, runner.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	task, err := b.Source.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Env.RouteTask(task); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Template.Render(task); err != nil {
+		t.Fatal(err)
+	}
+	r := b.Expander.Expand(task, 0)[0]
+	if err := b.Stepper.Reset(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Generator.Turn(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stepper.Step(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != pipeline.StatusOK || r.NumTurns != 1 || len(r.Messages) < 2 {
+		t.Errorf("status %s, %d turns, %d messages (error %q)", r.Status, r.NumTurns, len(r.Messages), r.Error)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := quickstart(t, "env.name=nope")
+	if _, err := runner.Build(ctx, bad, runner.BuildOptions{}); err == nil || !strings.Contains(err.Error(), "env.name") {
+		t.Fatalf("Build of a bad config: %v, want an env.name problem", err)
+	}
+	if _, err := os.Stat(bad.Output.Dir); err == nil {
+		if entries, _ := os.ReadDir(bad.Output.Dir); len(entries) > 0 {
+			t.Errorf("Build wrote into %s", bad.Output.Dir)
+		}
+	}
+}

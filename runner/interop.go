@@ -24,7 +24,7 @@ type namedSink struct {
 func (r *run) provisionInterop() error {
 	cfg := r.cfg
 	if cfg.Output.JSONL {
-		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), "rollouts-", ".jsonl")
+		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -105,7 +106,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
 		// runs of their own.
-		return rel == LockFile || strings.HasPrefix(rel, "shards/")
+		return rel == LockFile || strings.HasPrefix(rel, schema.ShardsDir+"/")
 	}}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("output.dir: staging directory: %w", err)

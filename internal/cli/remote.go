@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -170,5 +171,5 @@ func (f *fetched) pullOut(ctx context.Context, u string) (string, error) {
 // of a download.
 func notData(rel string) bool {
 	ext := path.Ext(rel)
-	return ext != ".parquet" && ext != ".json" && path.Base(path.Dir(rel)) != "images"
+	return ext != ".parquet" && ext != ".json" && path.Base(path.Dir(rel)) != schema.ImagesDir
 }

@@ -103,7 +103,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 	r.remote.staging = staging
 	r.closers = append(r.closers, func() { os.RemoveAll(staging) })
 	out := filepath.Join(staging, "output")
-	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Skip: func(rel string) bool {
+	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Last: schema.DataDir, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
 		// runs of their own.
 		return rel == LockFile || strings.HasPrefix(rel, schema.ShardsDir+"/")

@@ -138,7 +138,7 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	// them, unless run.resume_errors is keep.
 	keepErrors := r.cfg.Run.ResumeErrors == "keep"
 	for _, dest := range []string{DataDir, FilteredDir, SurplusDir, ErrorsDir} {
-		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, "part-*.parquet"))
+		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, schema.PartGlob))
 		if err != nil {
 			return nil, err
 		}

@@ -216,7 +216,7 @@ const MetricsFile = schema.MetricsFile
 // directory, this run's and earlier runs' alike.
 func (r *run) writeMetrics(ctx context.Context) error {
 	dir := filepath.Join(r.cfg.Output.Dir, DataDir)
-	if files, _ := filepath.Glob(filepath.Join(dir, "part-*.parquet")); len(files) == 0 {
+	if files, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(files) == 0 {
 		return nil
 	}
 	m, err := analyze.Stats(ctx, []string{r.cfg.Output.Dir}, nil, analyze.StatsOptions{Allocator: r.opts.Alloc})

@@ -130,7 +130,7 @@ func (f *fetched) upload(ctx context.Context, local, dest string) error {
 	if !st.IsDir() {
 		return f.store.Put(ctx, u.Bucket, u.Key, local)
 	}
-	_, err = (&storage.Mirror{Store: f.store, URL: u, Local: local}).Push(ctx)
+	_, err = (&storage.Mirror{Store: f.store, URL: u, Local: local, Last: schema.DataDir}).Push(ctx)
 	return err
 }
 

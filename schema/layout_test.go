@@ -162,11 +162,9 @@ func TestNoLayoutLiteralsOutsideSchema(t *testing.T) {
 			return err
 		}
 		if d.IsDir() {
-			switch d.Name() {
-			case "schema", "testdata", "vendor", ".git", "node_modules":
-				if path != root {
-					return filepath.SkipDir
-				}
+			if path != root && (path == filepath.Join(root, "schema") || d.Name() == "testdata" || d.Name() == "vendor" ||
+				strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
 			}
 			return nil
 		}

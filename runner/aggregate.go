@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // ServerAggregateMetricsFile holds what environments that are
@@ -18,7 +19,7 @@ import (
 // {"agent_ref": {"name": ENV}, "agent_metrics": ..., "key_metrics": ...,
 // "group_level_metrics": ...}. trajflow's own figures in that layout are
 // in AggregateMetricsFile.
-const ServerAggregateMetricsFile = "aggregate_metrics.json"
+const ServerAggregateMetricsFile = schema.ServerAggregateMetricsFile
 
 // writeAggregate asks each environment for its run result and writes them
 // next to metrics.json. Nothing is written when no environment is a

@@ -8,12 +8,13 @@ import (
 	"sort"
 
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // AggregateMetricsFile is NeMo Gym's aggregate-metrics layout
 // (rollout_collection.py's _aggregate_metrics.json): one entry per
 // environment (Gym's agent), with its metrics.
-const AggregateMetricsFile = "_aggregate_metrics.json"
+const AggregateMetricsFile = schema.AggregateMetricsFile
 
 // gymAgentMetrics is one entry of AggregateMetricsFile.
 type gymAgentMetrics struct {

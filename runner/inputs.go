@@ -14,11 +14,12 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // InputsFile holds each task's rendered request once (NeMo Gym's
 // _materialized_inputs.jsonl), appended as tasks are rendered.
-const InputsFile = "inputs.jsonl"
+const InputsFile = schema.InputsFile
 
 // Input is one line of InputsFile: a task's first request as rendered.
 type Input struct {

@@ -26,7 +26,7 @@ func (r *run) provisionInterop() error {
 	// writers and the interop sinks.
 	r.closers = append(r.closers, r.commit.abort)
 	if cfg.Output.JSONL {
-		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), "rollouts-", ".jsonl")
+		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}

@@ -2,8 +2,10 @@
 
 package runner
 
+import "github.com/trajflow/trajflow/schema"
+
 // LockFile is held by a running run in its output directory.
-const LockFile = ".trajflow.lock"
+const LockFile = schema.LockFile
 
 // lockDir is a no-op where flock is not available.
 func lockDir(dir string) (func(), error) { return func() {}, nil }

@@ -10,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/trajflow/trajflow/schema"
 )
 
 // LockFile is held by a running run in its output directory, so that two
 // runs never write one directory at once.
-const LockFile = ".trajflow.lock"
+const LockFile = schema.LockFile
 
 // lockDir takes the output directory's lock and returns its release. The
 // lock is the kernel's (flock): it goes with the process, even on kill -9.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -91,10 +92,10 @@ func (r *run) provisionRemote(ctx context.Context) error {
 	r.remote.staging = staging
 	r.closers = append(r.closers, func() { os.RemoveAll(staging) })
 	out := filepath.Join(staging, "output")
-	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Skip: func(rel string) bool {
+	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Last: schema.DataDir, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
 		// runs of their own.
-		return rel == LockFile || strings.HasPrefix(rel, "shards/")
+		return rel == LockFile || strings.HasPrefix(rel, schema.ShardsDir+"/")
 	}}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("output.dir: staging directory: %w", err)

@@ -26,18 +26,18 @@ import (
 
 // KeyConfig is the Parquet metadata key holding the canonical JSON of the
 // config's semantic keys, so that a refused resume can name what changed.
-const KeyConfig = "trajflow.config"
+const KeyConfig = schema.KeyConfig
 
 // KeySource is the Parquet metadata key holding the identity of the input
 // (sources.Identity as JSON) as far as it was read when the file was
 // committed.
-const KeySource = "trajflow.source"
+const KeySource = schema.KeySource
 
 // SecretKeyFile holds, in the output directory, the random key of the
 // keyed hash that stands for secret config values in the fingerprint
 // (config.UseSecretKey). It never leaves the directory; without it a
 // resume sees every secret as changed.
-const SecretKeyFile = ".trajflow.key"
+const SecretKeyFile = schema.SecretKeyFile
 
 // secretKey reads the output directory's key, creating it on first use.
 func secretKey(dir string) ([]byte, error) {
@@ -138,7 +138,7 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	// them, unless run.resume_errors is keep.
 	keepErrors := r.cfg.Run.ResumeErrors == "keep"
 	for _, dest := range []string{DataDir, FilteredDir, SurplusDir, ErrorsDir} {
-		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, "part-*.parquet"))
+		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, schema.PartGlob))
 		if err != nil {
 			return nil, err
 		}

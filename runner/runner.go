@@ -71,23 +71,18 @@ func (o Options) lookupEnv() func(string) (string, bool) {
 	return os.LookupEnv
 }
 
-// Output layout under output.dir.
+// Output layout under output.dir: the names schema defines, kept here for
+// embedders that name the parts of a run's output through this package.
 const (
-	DataDir     = "data"     // kept groups
-	FilteredDir = "filtered" // dropped groups (output.filtered)
-	StepsDir    = "steps"    // step rows of the kept groups (output.steps)
-	SurplusDir  = "surplus"  // groups finished after the target (groups.on_target: drain)
-	JSONLDir    = "jsonl"    // NeMo Gym-shaped copies of the kept rows (output.jsonl)
-	RejectsFile = "rejects.jsonl"
-	// FailuresFile logs every rollout that resolved as an error.
-	FailuresFile = "failures.jsonl"
-	// ErrorsDir holds the groups with a member that resolved as an error:
-	// never kept, and redone by a resumed run (unless run.resume_errors is
-	// keep), so data/ holds each rollout at most once.
-	ErrorsDir = "errors"
-	// ImagesDir holds the bytes of the rows' data-URL images, one file per
-	// distinct image named by its SHA-256 (output.images: reference).
-	ImagesDir = "images"
+	DataDir      = schema.DataDir      // kept groups
+	FilteredDir  = schema.FilteredDir  // dropped groups (output.filtered)
+	StepsDir     = schema.StepsDir     // step rows of the kept groups (output.steps)
+	SurplusDir   = schema.SurplusDir   // groups finished after the target (groups.on_target: drain)
+	JSONLDir     = schema.JSONLDir     // NeMo Gym-shaped copies of the kept rows (output.jsonl)
+	RejectsFile  = schema.RejectsFile  // input rows that could not be rendered
+	FailuresFile = schema.FailuresFile // every rollout that resolved as an error
+	ErrorsDir    = schema.ErrorsDir    // groups with a member that resolved as an error
+	ImagesDir    = schema.ImagesDir    // bytes of the rows' data-URL images (output.images: reference)
 )
 
 // Run runs the pipeline the config describes and returns its summary. The
@@ -202,13 +197,13 @@ func Check(cfg *config.Config, opts Options) error {
 
 // MetricsFile holds the run's aggregate metrics, computed from the
 // committed data files (the same as `trajflow stats OUTPUT`).
-const MetricsFile = "metrics.json"
+const MetricsFile = schema.MetricsFile
 
 // writeMetrics computes the metrics of everything committed in the data
 // directory, this run's and earlier runs' alike.
 func (r *run) writeMetrics(ctx context.Context) error {
 	dir := filepath.Join(r.cfg.Output.Dir, DataDir)
-	if files, _ := filepath.Glob(filepath.Join(dir, "part-*.parquet")); len(files) == 0 {
+	if files, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(files) == 0 {
 		return nil
 	}
 	m, err := analyze.Stats(ctx, []string{r.cfg.Output.Dir}, nil, analyze.StatsOptions{Allocator: r.opts.Alloc})
@@ -361,13 +356,13 @@ func (r *run) parquetOptions() parquet.Options {
 		RowGroupRows: cfg.Output.Parquet.RowGroupRows,
 		Compression:  cfg.Output.Parquet.Compression,
 		Metadata: map[string]string{
-			"trajflow.schema_version":    schema.Version,
-			"trajflow.version":           Version,
-			"trajflow.run_id":            cfg.Run.ID,
-			"trajflow.model":             cfg.Generate.Model,
-			parquet.KeyConfigFingerprint: fp,
-			parquet.KeySamplingParams:    string(params),
-			KeyConfig:                    canonical,
+			schema.MetadataKey:          schema.Version,
+			schema.KeyVersion:           Version,
+			schema.KeyRunID:             cfg.Run.ID,
+			schema.KeyModel:             cfg.Generate.Model,
+			schema.KeyConfigFingerprint: fp,
+			schema.KeySamplingParams:    string(params),
+			schema.KeyConfig:            canonical,
 		},
 		// What was read of the input when the file is committed: a resume
 		// checks that its input starts with the same bytes.

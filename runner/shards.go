@@ -51,7 +51,7 @@ func (r *run) checkManifest(root string) error {
 		}
 		return nil
 	}
-	if parts, _ := filepath.Glob(filepath.Join(root, DataDir, "part-*.parquet")); len(parts) > 0 {
+	if parts, _ := filepath.Glob(filepath.Join(root, DataDir, schema.PartGlob)); len(parts) > 0 {
 		return fmt.Errorf("%w: %s holds the part files of a run that was not sharded (%s); a sharded run writes under %s/: use another output.dir",
 			ErrManifest, r.root, filepath.Join(root, DataDir), shards.Subdir)
 	}

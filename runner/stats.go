@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/sources"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
@@ -311,7 +312,7 @@ func (r *run) stepsDir() string {
 		return ""
 	}
 	dir := filepath.Join(r.cfg.Output.Dir, StepsDir)
-	if m, _ := filepath.Glob(filepath.Join(dir, "part-*.parquet")); len(m) == 0 {
+	if m, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(m) == 0 {
 		return ""
 	}
 	return dir

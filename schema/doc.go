@@ -10,4 +10,16 @@
 // (output.steps: one row per step of a kept trajectory) has a schema and
 // a version of its own: [StepSchema], [StepsVersion], [StepRows]. It imports
 // nothing of trajflow's but the data model in pipeline.
+//
+// The column tables ([Columns], [MessageFields], [StepColumns]: name, Arrow
+// type, Parquet type, nullability, meaning) are the one place a column is
+// defined: the Arrow schemas are built from them, tests lock the Parquet
+// row types of sinks/parquet, the collate stage and the decoders to them,
+// and SCHEMA.md's column tables are generated from them (go generate
+// ./schema; a test fails when SCHEMA.md is stale). The names of an output
+// directory's folders and files ([DataDir], [StepsDir], [MetricsFile], …)
+// and the Parquet key-value metadata keys ([MetadataKey], [KeyRunID], …)
+// are defined here too.
 package schema
+
+//go:generate go run ./internal/gen -o ../SCHEMA.md

@@ -21,9 +21,10 @@ import (
 // message that holds images.
 const Version = "3"
 
-// Column indices of Schema, in order. Keys and light columns come first,
-// heavy columns (task, messages, token ids) last, so that readers that
-// select light columns touch only the front of each row group.
+// Column indices of Schema, in order: Columns()[ColX] is column ColX.
+// Keys and light columns come first, heavy columns (task, messages, token
+// ids) last, so that readers that select light columns touch only the
+// front of each row group.
 const (
 	ColRunID = iota
 	ColTaskIndex
@@ -74,7 +75,8 @@ const (
 	NumColumns
 )
 
-// Indices of the fields of a messages element.
+// Indices of the fields of a messages element: MessageFields()[MsgX] is
+// field MsgX.
 const (
 	MsgRole = iota
 	MsgContent
@@ -131,70 +133,12 @@ var (
 		field("text", arrow.BinaryTypes.String),
 		field("image_url", arrow.BinaryTypes.String),
 	)
-	messageType = arrow.StructOf(
-		field("role", arrow.BinaryTypes.String),
-		field("content", arrow.BinaryTypes.String),
-		field("tool_calls", ListOf(toolCallType)),
-		field("tool_call_id", arrow.BinaryTypes.String),
-		field("name", arrow.BinaryTypes.String),
-		field("token_start", arrow.PrimitiveTypes.Int32),
-		field("token_end", arrow.PrimitiveTypes.Int32),
-		field("turn", arrow.PrimitiveTypes.Int32),
-		field("parts", ListOf(partType)),
-	)
 	metricType = arrow.StructOf(
 		field("name", arrow.BinaryTypes.String),
 		field("value", arrow.PrimitiveTypes.Float64),
 	)
 
-	arrowSchema = arrow.NewSchema([]arrow.Field{
-		ColRunID:                 field("run_id", arrow.BinaryTypes.String),
-		ColTaskIndex:             field("task_index", arrow.PrimitiveTypes.Int64),
-		ColAttempt:               field("attempt", arrow.PrimitiveTypes.Int32),
-		ColRolloutIndex:          field("rollout_index", arrow.PrimitiveTypes.Int32),
-		ColGroupID:               field("group_id", arrow.BinaryTypes.String),
-		ColTrajID:                field("traj_id", arrow.BinaryTypes.String),
-		ColSeed:                  field("seed", arrow.PrimitiveTypes.Int64),
-		ColGroupSize:             field("group_size", arrow.PrimitiveTypes.Int32),
-		ColEnv:                   field("env", arrow.BinaryTypes.String),
-		ColModel:                 field("model", arrow.BinaryTypes.String),
-		ColStatus:                field("status", arrow.BinaryTypes.String),
-		ColErrorClass:            field("error_class", arrow.BinaryTypes.String),
-		ColReward:                field("reward", arrow.PrimitiveTypes.Float64),
-		ColTurnRewards:           field("turn_rewards", ListOf(arrow.PrimitiveTypes.Float64)),
-		ColMetrics:               field("metrics", ListOf(metricType)),
-		ColFinishReason:          field("finish_reason", arrow.BinaryTypes.String),
-		ColTerminated:            field("terminated", arrow.FixedWidthTypes.Boolean),
-		ColTruncated:             field("truncated", arrow.FixedWidthTypes.Boolean),
-		ColMaxTurnsReached:       field("max_turns_reached", arrow.FixedWidthTypes.Boolean),
-		ColNumTurns:              field("num_turns", arrow.PrimitiveTypes.Int32),
-		ColTokenContinuityBreaks: field("token_continuity_breaks", arrow.PrimitiveTypes.Int32),
-		ColToolCalls:             field("tool_calls", arrow.PrimitiveTypes.Int32),
-		ColRetries:               field("retries", arrow.PrimitiveTypes.Int32),
-		ColGroupRewardMean:       field("group_reward_mean", arrow.PrimitiveTypes.Float64),
-		ColGroupRewardStd:        field("group_reward_std", arrow.PrimitiveTypes.Float64),
-		ColAdvantage:             field("advantage", arrow.PrimitiveTypes.Float64),
-		ColKept:                  field("kept", arrow.FixedWidthTypes.Boolean),
-		ColFilterReason:          field("filter_reason", arrow.BinaryTypes.String),
-		ColPromptTokens:          field("prompt_tokens", arrow.PrimitiveTypes.Int64),
-		ColCompletionTokens:      field("completion_tokens", arrow.PrimitiveTypes.Int64),
-		ColEnvTokens:             field("env_tokens", arrow.PrimitiveTypes.Int64),
-		ColGenTokens:             field("gen_tokens", arrow.PrimitiveTypes.Int64),
-		ColTotalTokens:           field("total_tokens", arrow.PrimitiveTypes.Int64),
-		ColTurnGenTokens:         field("turn_gen_tokens", ListOf(arrow.PrimitiveTypes.Int32)),
-		ColPromptTokensDropped:   field("prompt_tokens_dropped", arrow.PrimitiveTypes.Int32),
-		ColInvalidActions:        field("invalid_actions", arrow.PrimitiveTypes.Int32),
-		ColGenMS:                 field("gen_ms", arrow.PrimitiveTypes.Float64),
-		ColEnvMS:                 field("env_ms", arrow.PrimitiveTypes.Float64),
-		ColTotalMS:               field("total_ms", arrow.PrimitiveTypes.Float64),
-		ColError:                 field("error", arrow.BinaryTypes.String),
-		ColTask:                  field("task", arrow.BinaryTypes.String),
-		ColMessages:              field("messages", ListOf(messageType)),
-		ColPromptTokenIDs:        field("prompt_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
-		ColResponseTokenIDs:      field("response_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
-		ColLossMask:              field("loss_mask", ListOf(arrow.PrimitiveTypes.Int8)),
-		ColResponseLogprobs:      field("response_logprobs", ListOf(arrow.PrimitiveTypes.Float32)),
-	}, nil)
+	arrowSchema = arrow.NewSchema(fields(columns), nil)
 )
 
 // Schema returns the output schema: one row per rollout, every field

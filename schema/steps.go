@@ -15,30 +15,7 @@ const StepsVersion = "1"
 // schema version.
 const StepsMetadataKey = "trajflow.steps_schema_version"
 
-var stepSchema = arrow.NewSchema([]arrow.Field{
-	field("run_id", arrow.BinaryTypes.String),
-	field("task_index", arrow.PrimitiveTypes.Int64),
-	field("attempt", arrow.PrimitiveTypes.Int32),
-	field("rollout_index", arrow.PrimitiveTypes.Int32),
-	field("group_id", arrow.BinaryTypes.String),
-	field("traj_id", arrow.BinaryTypes.String),
-	field("step", arrow.PrimitiveTypes.Int32),
-	field("step_reward", arrow.PrimitiveTypes.Float64),
-	field("episode_reward", arrow.PrimitiveTypes.Float64),
-	field("episode_length", arrow.PrimitiveTypes.Int32),
-	field("is_action_valid", arrow.FixedWidthTypes.Boolean),
-	{Name: "anchor_obs", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "anchor_group_id", Type: arrow.BinaryTypes.String, Nullable: true},
-	field("anchor_group_size", arrow.PrimitiveTypes.Int32),
-	field("anchor_return_mean", arrow.PrimitiveTypes.Float64),
-	field("anchor_return_std", arrow.PrimitiveTypes.Float64),
-	field("step_return", arrow.PrimitiveTypes.Float64),
-	field("step_advantage", arrow.PrimitiveTypes.Float64),
-	field("prompt_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
-	field("response_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
-	field("loss_mask", ListOf(arrow.PrimitiveTypes.Int8)),
-	field("response_logprobs", ListOf(arrow.PrimitiveTypes.Float32)),
-}, nil)
+var stepSchema = arrow.NewSchema(fields(stepColumns), nil)
 
 // StepSchema returns the step table's schema: one row per step of a kept
 // trajectory. Only anchor_obs and anchor_group_id are nullable (null: the

@@ -23,12 +23,12 @@ type Mirror struct {
 	// Skip, when set, keeps the files whose path (relative, with
 	// slashes) it matches out of Push and Pull.
 	Skip func(rel string) bool
+	// Last, when set, is the relative directory (with slashes, no
+	// trailing slash) whose Parquet files Push uploads after every other
+	// file: an output directory's data directory (schema.DataDir).
+	Last string
 	seen map[string]stamp
 }
-
-// DataPrefix is the relative directory whose Parquet files Push uploads
-// after every other file.
-const DataPrefix = "data/"
 
 type stamp struct {
 	size int64
@@ -95,7 +95,7 @@ func (m *Mirror) mark(rel, local string) {
 
 // Push uploads the files under Local that are new or changed (size or
 // modification time) since the last Pull or Push: the others first, then
-// the Parquet files in name order, those under DataPrefix last, so that
+// the Parquet files in name order, those under Last last, so that
 // what a data file's rows refer to (inputs.jsonl, images, its steps file)
 // is in the bucket before the file is.
 func (m *Mirror) Push(ctx context.Context) (int, error) {
@@ -137,7 +137,7 @@ func (m *Mirror) Push(ctx context.Context) (int, error) {
 	// stands for its companions (a steps file of the same name), which
 	// must be in the bucket before it.
 	sort.Slice(parts, func(i, j int) bool {
-		di, dj := strings.HasPrefix(parts[i], DataPrefix), strings.HasPrefix(parts[j], DataPrefix)
+		di, dj := m.under(parts[i]), m.under(parts[j])
 		if di != dj {
 			return dj
 		}
@@ -163,4 +163,9 @@ func (s *Store) Download(ctx context.Context, u URL, dir string) (string, error)
 		return "", fmt.Errorf("%s: %w", u, err)
 	}
 	return dst, nil
+}
+
+// under reports whether rel lies in the directory Last.
+func (m *Mirror) under(rel string) bool {
+	return m.Last != "" && strings.HasPrefix(rel, m.Last+"/")
 }

@@ -195,7 +195,7 @@ func TestMirrorPushOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := (&Mirror{Store: s, URL: u, Local: local}).Push(context.Background())
+	n, err := (&Mirror{Store: s, URL: u, Local: local, Last: "data"}).Push(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func unwrapPath(err error) error {
 
 // dirFiles lists the Parquet files a directory stands for.
 func dirFiles(dir string) ([]string, error) {
-	parts, err := filepath.Glob(filepath.Join(globEscape(dir), "data", "part-*.parquet"))
+	parts, err := filepath.Glob(filepath.Join(globEscape(dir), schema.DataDir, schema.PartGlob))
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %s: %w", dir, err)
 	}
@@ -89,7 +89,7 @@ func dirFiles(dir string) ([]string, error) {
 		}
 		if ok {
 			for _, sh := range set.Shards {
-				p, err := filepath.Glob(filepath.Join(globEscape(sh.Dir), "data", "part-*.parquet"))
+				p, err := filepath.Glob(filepath.Join(globEscape(sh.Dir), schema.DataDir, schema.PartGlob))
 				if err != nil {
 					return nil, fmt.Errorf("analyze: %s: %w", sh.Dir, err)
 				}

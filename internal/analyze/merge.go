@@ -134,7 +134,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 		return nil, fmt.Errorf("analyze: %s exists and is not empty (%s...); merge into a new or empty directory, or force adding to it",
 			outDir, entries[0].Name())
 	}
-	dataDir := filepath.Join(outDir, "data")
+	dataDir := filepath.Join(outDir, schema.DataDir)
 	existing, err := filepath.Glob(filepath.Join(globEscape(dataDir), pqsink.DefaultPrefix+"-*.parquet"))
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %s: %w", dataDir, err)
@@ -174,7 +174,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 		}
 	}
 	if !whole {
-		if err := copyImages(files, filepath.Join(outDir, "images"), res); err != nil {
+		if err := copyImages(files, filepath.Join(outDir, schema.ImagesDir), res); err != nil {
 			return nil, err
 		}
 		if err := copyRows(ctx, files, steps, outDir, &opts, plan, res); err != nil {
@@ -194,7 +194,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}
-	if err := copyImages(files, filepath.Join(tmp, "images"), res); err != nil {
+	if err := copyImages(files, filepath.Join(tmp, schema.ImagesDir), res); err != nil {
 		return nil, err
 	}
 	if err := copyRows(ctx, files, steps, tmp, &opts, plan, res); err != nil {
@@ -399,11 +399,11 @@ func copyRows(ctx context.Context, files, steps []string, outDir string, opts *M
 		prev groupKey
 		// need is the rows the open file must hold before a cut.
 		need    = plan.need(0, 0)
-		dataDir = filepath.Join(outDir, "data")
+		dataDir = filepath.Join(outDir, schema.DataDir)
 		sc      *stepCopier
 	)
 	if steps != nil {
-		if sc, err = newStepCopier(filepath.Join(outDir, "steps"), opts.Compression, res.Metadata); err != nil {
+		if sc, err = newStepCopier(filepath.Join(outDir, schema.StepsDir), opts.Compression, res.Metadata); err != nil {
 			return fmt.Errorf("analyze: merge: %w", err)
 		}
 		defer sc.close()

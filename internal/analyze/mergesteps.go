@@ -19,7 +19,7 @@ import (
 // (ROOT/data/part-N.parquet), "" for a file elsewhere.
 func outputRoot(file string) string {
 	dir := filepath.Dir(file)
-	if filepath.Base(dir) != "data" {
+	if filepath.Base(dir) != schema.DataDir {
 		return ""
 	}
 	return filepath.Dir(dir)
@@ -34,7 +34,7 @@ func stepsOf(files []string) ([]string, error) {
 	for _, f := range files {
 		p := ""
 		if root := outputRoot(f); root != "" {
-			p = filepath.Join(root, "steps", filepath.Base(f))
+			p = filepath.Join(root, schema.StepsDir, filepath.Base(f))
 		}
 		if _, err := os.Stat(p); p == "" || err != nil {
 			if without == "" {
@@ -52,7 +52,7 @@ func stepsOf(files []string) ([]string, error) {
 		return nil, nil
 	case without != "":
 		return nil, fmt.Errorf("analyze: merge: %s has step rows (%s) but %s has none: merge inputs that all have steps/ (output.steps) or none",
-			with, filepath.Join(outputRoot(with), "steps", filepath.Base(with)), without)
+			with, filepath.Join(outputRoot(with), schema.StepsDir, filepath.Base(with)), without)
 	}
 	return out, nil
 }
@@ -62,7 +62,7 @@ func stepsOf(files []string) ([]string, error) {
 // with steps, every existing data file has its steps file; without, there
 // is no steps file.
 func checkStepsPaired(outDir string, existing, steps bool) error {
-	dataDir, stepsDir := filepath.Join(outDir, "data"), filepath.Join(outDir, "steps")
+	dataDir, stepsDir := filepath.Join(outDir, schema.DataDir), filepath.Join(outDir, schema.StepsDir)
 	switch {
 	case steps && existing:
 		if err := pqsink.PairSteps(dataDir, stepsDir); err != nil {
@@ -86,7 +86,7 @@ func copyImages(files []string, dst string, res *MergeResult) error {
 			continue
 		}
 		seen[root] = true
-		n, had, err := images.CopyDir(filepath.Join(root, "images"), dst)
+		n, had, err := images.CopyDir(filepath.Join(root, schema.ImagesDir), dst)
 		if err != nil {
 			return fmt.Errorf("analyze: merge: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/shards"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -175,15 +176,15 @@ func mergeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return storeCode(err)
 		}
 	}
-	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s\n", res.Rows, len(res.Inputs), len(res.Files), storage.Join(*out, "data"))
+	fmt.Fprintf(stdout, "merged %d rows from %d files into %d files in %s\n", res.Rows, len(res.Inputs), len(res.Files), storage.Join(*out, schema.DataDir))
 	if res.Duplicates > 0 {
 		fmt.Fprintf(stdout, "%d rows repeat an earlier key (--allow-duplicates)\n", res.Duplicates)
 	}
 	if res.Steps {
-		fmt.Fprintf(stdout, "with their step rows: a steps file beside each, in %s\n", storage.Join(*out, "steps"))
+		fmt.Fprintf(stdout, "with their step rows: a steps file beside each, in %s\n", storage.Join(*out, schema.StepsDir))
 	}
 	if res.Images+res.ImagesHad > 0 {
-		fmt.Fprintf(stdout, "images: %d copied into %s (%d already there)\n", res.Images, storage.Join(*out, "images"), res.ImagesHad)
+		fmt.Fprintf(stdout, "images: %d copied into %s (%d already there)\n", res.Images, storage.Join(*out, schema.ImagesDir), res.ImagesHad)
 	}
 	return ExitOK
 }

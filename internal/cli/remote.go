@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -129,7 +130,7 @@ func (f *fetched) upload(ctx context.Context, local, dest string) error {
 	if !st.IsDir() {
 		return f.store.Put(ctx, u.Bucket, u.Key, local)
 	}
-	_, err = (&storage.Mirror{Store: f.store, URL: u, Local: local}).Push(ctx)
+	_, err = (&storage.Mirror{Store: f.store, URL: u, Local: local, Last: schema.DataDir}).Push(ctx)
 	return err
 }
 
@@ -170,5 +171,5 @@ func (f *fetched) pullOut(ctx context.Context, u string) (string, error) {
 // of a download.
 func notData(rel string) bool {
 	ext := path.Ext(rel)
-	return ext != ".parquet" && ext != ".json" && path.Base(path.Dir(rel)) != "images"
+	return ext != ".parquet" && ext != ".json" && path.Base(path.Dir(rel)) != schema.ImagesDir
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/shards"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // Defaults of Options.
@@ -22,10 +23,10 @@ const (
 	DefaultMaxTokens = 4096
 	// FilteredDir is the directory of dropped groups in an output
 	// directory (output.filtered: true); Inputs adds it when present.
-	FilteredDir = "filtered"
+	FilteredDir = schema.FilteredDir
 	// FileName is the report's name inside the output directory when no
 	// other is given.
-	FileName = "report.html"
+	FileName = schema.ReportFile
 )
 
 // Options configure a report.

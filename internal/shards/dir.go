@@ -1,20 +1,21 @@
 package shards
 
 import (
-	"fmt"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/trajflow/trajflow/schema"
 )
 
 // Subdir is the directory under a sharded run's root that holds one
 // directory per shard.
-const Subdir = "shards"
+const Subdir = schema.ShardsDir
 
 // Name is a shard's directory name: "00003-of-00016".
 func Name(index, count int) string {
-	return fmt.Sprintf("%05d-of-%05d", index, count)
+	return schema.ShardDirName(index, count)
 }
 
 // Dir is the output directory of shard index of count under the run's

@@ -10,14 +10,16 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/trajflow/trajflow/schema"
 )
 
 // ManifestFile is the run manifest at a sharded run's root.
-const ManifestFile = "manifest.json"
+const ManifestFile = schema.ManifestFile
 
 // StatusFile is written in a shard's directory at the end of each run of
 // the shard: whether the shard read its input to the end.
-const StatusFile = "shard.json"
+const StatusFile = schema.ShardStatusFile
 
 // Manifest is a sharded run's identity, written by the first shard to
 // start and checked by every other: the shards of one run share its config

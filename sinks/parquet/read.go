@@ -21,7 +21,7 @@ import (
 // is left. It holds every row in memory: for large outputs read files one
 // by one with ReadFile, or query them with DuckDB or pyarrow.
 func ReadDir(dir string) ([]*pipeline.Rollout, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, "part-*.parquet"))
+	paths, err := filepath.Glob(filepath.Join(dir, schema.PartGlob))
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func read(path string, alloc memory.Allocator) ([]*pipeline.Rollout, error) {
 // steps directory (OUTPUT/steps), in file order, with Arrow's own Parquet
 // reader (ReadStepsFile).
 func ReadSteps(dir string) ([]schema.StepRow, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, "part-*.parquet"))
+	paths, err := filepath.Glob(filepath.Join(dir, schema.PartGlob))
 	if err != nil {
 		return nil, err
 	}

@@ -31,17 +31,17 @@ const (
 	DefaultFileBytes    = 512 << 20
 	DefaultRowGroupRows = 4096
 	DefaultCompression  = "zstd"
-	DefaultPrefix       = "part"
+	DefaultPrefix       = schema.PartPrefix
 )
 
 // Metadata keys trajflow writes into every file's key-value metadata.
 const (
 	KeySchemaVersion     = schema.MetadataKey
-	KeyVersion           = "trajflow.version"
-	KeyConfigFingerprint = "trajflow.config_fingerprint"
-	KeyRunID             = "trajflow.run_id"
-	KeyModel             = "trajflow.model"
-	KeySamplingParams    = "trajflow.sampling_params"
+	KeyVersion           = schema.KeyVersion
+	KeyConfigFingerprint = schema.KeyConfigFingerprint
+	KeyRunID             = schema.KeyRunID
+	KeyModel             = schema.KeyModel
+	KeySamplingParams    = schema.KeySamplingParams
 )
 
 // freeText are the leaf columns of unbounded text, by path.
@@ -258,7 +258,7 @@ func partNumber(name, prefix string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	digits, ok := strings.CutSuffix(rest, ".parquet")
+	digits, ok := strings.CutSuffix(rest, schema.PartExt)
 	if !ok || digits == "" {
 		return 0, false
 	}

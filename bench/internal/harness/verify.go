@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // Committed is what the Parquet files of a directory hold, read back with
@@ -27,7 +28,7 @@ type Committed struct {
 // ReadCommitted reads the light columns of dir/part-*.parquet.
 func ReadCommitted(ctx context.Context, dir string) (Committed, error) {
 	var c Committed
-	paths, err := filepath.Glob(filepath.Join(dir, "part-*.parquet"))
+	paths, err := filepath.Glob(filepath.Join(dir, schema.PartGlob))
 	if err != nil {
 		return c, err
 	}

@@ -1,0 +1,129 @@
+package schema
+
+import "fmt"
+
+// The layout of an output directory (output.dir): the names of its
+// folders and files. Every package that writes or reads an output
+// directory names its parts with these constants.
+const (
+	// DataDir holds the Parquet files of the kept groups.
+	DataDir = "data"
+	// FilteredDir holds the groups the keep rule dropped (output.filtered).
+	FilteredDir = "filtered"
+	// StepsDir holds the step rows of the kept groups (output.steps), one
+	// file beside each file of DataDir, of the same name.
+	StepsDir = "steps"
+	// SurplusDir holds the groups finished after the target
+	// (groups.on_target: drain).
+	SurplusDir = "surplus"
+	// ErrorsDir holds the groups with a member that resolved as an error:
+	// never kept, and redone by a resumed run (unless run.resume_errors is
+	// keep), so that DataDir holds each rollout at most once.
+	ErrorsDir = "errors"
+	// ImagesDir holds the bytes of the rows' data-URL images, one file per
+	// distinct image named by its SHA-256 (output.images: reference).
+	ImagesDir = "images"
+	// JSONLDir holds NeMo Gym-shaped copies of the kept rows (output.jsonl):
+	// JSONLPrefix + NNNNN + JSONLExt.
+	JSONLDir = "jsonl"
+	// ShardsDir holds one directory per shard of a sharded run, named by
+	// ShardDirName.
+	ShardsDir = "shards"
+
+	// RejectsFile logs the input rows a run could not render.
+	RejectsFile = "rejects.jsonl"
+	// FailuresFile logs every rollout that resolved as an error.
+	FailuresFile = "failures.jsonl"
+	// MetricsFile holds the run's aggregate metrics, computed from the
+	// committed data files.
+	MetricsFile = "metrics.json"
+	// InputsFile holds each task's rendered request once (NeMo Gym's
+	// _materialized_inputs.jsonl), appended as tasks are rendered.
+	InputsFile = "inputs.jsonl"
+	// AggregateMetricsFile is NeMo Gym's aggregate-metrics layout
+	// (rollout_collection.py's _aggregate_metrics.json).
+	AggregateMetricsFile = "_aggregate_metrics.json"
+	// ServerAggregateMetricsFile holds what environments that are
+	// envs.Finishers (the nemo_gym environment's resources server, through
+	// /aggregate_metrics) said about the run, in AggregateMetricsFile's
+	// layout.
+	ServerAggregateMetricsFile = "aggregate_metrics.json"
+	// ManifestFile is the run manifest at a sharded run's root.
+	ManifestFile = "manifest.json"
+	// ShardStatusFile is written in a shard's directory at the end of each
+	// run of the shard: whether the shard read its input to the end.
+	ShardStatusFile = "shard.json"
+	// LockFile is held by a running run in its output directory (a lock
+	// object of that name under an s3:// output), so that two runs never
+	// write one directory at once.
+	LockFile = ".trajflow.lock"
+	// SecretKeyFile holds the random key of the keyed hash that stands for
+	// secret config values in the fingerprint. It never leaves the
+	// directory.
+	SecretKeyFile = ".trajflow.key"
+	// ReportFile is the name of `trajflow report`'s page inside the output
+	// directory when no other is given.
+	ReportFile = "report.html"
+
+	// PartPrefix and PartExt name the part files of DataDir, StepsDir,
+	// FilteredDir, SurplusDir and ErrorsDir: PartPrefix-NNNNN.PartExt
+	// (PartName), written as the hidden .PartPrefix-NNNNN.PartExt.tmp and
+	// renamed.
+	PartPrefix = "part"
+	PartExt    = ".parquet"
+	// PartGlob matches the committed part files of a directory.
+	PartGlob = PartPrefix + "-*" + PartExt
+	// JSONLPrefix and JSONLExt name the files of JSONLDir.
+	JSONLPrefix = "rollouts-"
+	JSONLExt    = ".jsonl"
+)
+
+// PartName returns the name of part file n: part-00003.parquet.
+func PartName(n int) string { return fmt.Sprintf("%s-%05d%s", PartPrefix, n, PartExt) }
+
+// ShardDirName returns the name of the directory of shard index of count
+// under ShardsDir: 00003-of-00016.
+func ShardDirName(index, count int) string { return fmt.Sprintf("%05d-of-%05d", index, count) }
+
+// Key-value metadata keys of the Parquet files. MetadataKey (the rollout
+// table's schema version) and StepsMetadataKey (the step table's) are
+// always written by the Parquet sink; the others by the runner.
+const (
+	// KeyVersion holds the version of trajflow that wrote the file.
+	KeyVersion = "trajflow.version"
+	// KeyConfigFingerprint holds the hash of the run-relevant config; a
+	// resumed run refuses a mismatch.
+	KeyConfigFingerprint = "trajflow.config_fingerprint"
+	// KeyRunID holds the run's id.
+	KeyRunID = "trajflow.run_id"
+	// KeyModel holds the model name.
+	KeyModel = "trajflow.model"
+	// KeySamplingParams holds the sampling parameters as JSON.
+	KeySamplingParams = "trajflow.sampling_params"
+	// KeyConfig holds the canonical JSON of the config's semantic keys, so
+	// that a refused resume can name what changed.
+	KeyConfig = "trajflow.config"
+	// KeySource holds the identity of the input as far as it was read when
+	// the file was committed.
+	KeySource = "trajflow.source"
+)
+
+// MetadataKeyDoc is one key-value metadata key with its meaning.
+type MetadataKeyDoc struct {
+	Key, Doc string
+}
+
+// MetadataKeys returns every key-value metadata key of a rollout file,
+// with its meaning (SCHEMA.md's table), in the order SCHEMA.md lists them.
+func MetadataKeys() []MetadataKeyDoc {
+	return []MetadataKeyDoc{
+		{MetadataKey, "the rollout table's schema version (`" + Version + "`, `schema.Version`)"},
+		{KeyVersion, "trajflow's version"},
+		{KeyConfigFingerprint, "hash of the run-relevant config (input path included); a resumed run refuses a mismatch"},
+		{KeyRunID, "the run's id"},
+		{KeyModel, "model name"},
+		{KeySamplingParams, "the sampling parameters as JSON (secret-named keys redacted)"},
+		{KeyConfig, "the canonical JSON of the config's semantic keys (secret values as `hmac-sha256:…`, never the value)"},
+		{KeySource, "the input's identity when the file was committed: `{\"path\", \"size\", \"bytes\", \"sha256\"}` (bytes read from the start of the input and their SHA-256)"},
+	}
+}

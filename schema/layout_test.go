@@ -1,0 +1,232 @@
+package schema_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/trajflow/trajflow/schema"
+)
+
+// fileNames are the output directory's file names and the Parquet
+// metadata keys: no string literal outside schema equals one, or ends in
+// one as a path's last element.
+var fileNames = []string{
+	schema.RejectsFile, schema.FailuresFile, schema.MetricsFile, schema.InputsFile,
+	schema.AggregateMetricsFile, schema.ServerAggregateMetricsFile, schema.ManifestFile,
+	schema.ShardStatusFile, schema.LockFile, schema.SecretKeyFile, schema.ReportFile,
+	schema.PartGlob, schema.JSONLPrefix, "%05d-of-%05d",
+	schema.MetadataKey, schema.StepsMetadataKey, schema.KeyVersion, schema.KeyConfigFingerprint,
+	schema.KeyRunID, schema.KeyModel, schema.KeySamplingParams, schema.KeyConfig, schema.KeySource,
+}
+
+// dirNames are the output directory's folder names. They are common
+// words ("data", "errors"), so a literal is flagged only where it names a
+// path: a path segment of a literal ("data/", "/steps"), an argument of a
+// call that takes paths (filepath.Join, os.MkdirAll, …), a comparison
+// with a filepath.Base, or the value of a constant named …Dir.
+var dirNames = []string{
+	schema.DataDir, schema.FilteredDir, schema.StepsDir, schema.SurplusDir, schema.ErrorsDir,
+	schema.ImagesDir, schema.JSONLDir, schema.ShardsDir,
+}
+
+// pathFuncs take path elements as arguments.
+var pathFuncs = map[string]bool{
+	"Join": true, "Glob": true, "MkdirAll": true, "Mkdir": true, "ReadDir": true, "Stat": true,
+	"Lstat": true, "Open": true, "OpenFile": true, "Create": true, "CreateTemp": true, "ReadFile": true,
+	"WriteFile": true, "Remove": true, "RemoveAll": true, "Rename": true, "CreateNext": true,
+	"CopyDir": true, "ShardDir": true, "Dir": true, "Base": true,
+}
+
+func funcName(e ast.Expr) string {
+	switch f := e.(type) {
+	case *ast.Ident:
+		return f.Name
+	case *ast.SelectorExpr:
+		return f.Sel.Name
+	}
+	return ""
+}
+
+// layoutLiterals returns "FILE:LINE: LITERAL" for each string literal of
+// src that names a part of the output directory.
+func layoutLiterals(name string, src []byte) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	flag := func(lit *ast.BasicLit) {
+		found = append(found, fset.Position(lit.Pos()).String()+": "+lit.Value)
+	}
+	isDir := func(v string) bool {
+		for _, d := range dirNames {
+			if v == d {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(lit *ast.BasicLit, pathContext bool) {
+		v, err := strconv.Unquote(lit.Value)
+		if err != nil {
+			return
+		}
+		for _, n := range fileNames {
+			if v == n || strings.HasSuffix(v, "/"+n) {
+				flag(lit)
+				return
+			}
+		}
+		// A path has no spaces (help texts describe the layout in words)
+		// and is no media type (application/jsonl).
+		path := !strings.ContainsAny(v, " \t\n") && !strings.HasPrefix(v, "application/") && !strings.HasPrefix(v, "text/")
+		for _, d := range dirNames {
+			if path && (strings.HasPrefix(v, d+"/") || strings.Contains(v, "/"+d+"/") || strings.HasSuffix(v, "/"+d)) {
+				flag(lit)
+				return
+			}
+		}
+		if pathContext && isDir(v) {
+			flag(lit)
+		}
+	}
+	strLit := func(e ast.Expr) *ast.BasicLit {
+		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			return lit
+		}
+		return nil
+	}
+	seen := map[*ast.BasicLit]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ImportSpec:
+			seen[n.Path] = true
+		case *ast.Field:
+			// Struct tags (json:"data") are not paths.
+			if n.Tag != nil {
+				seen[n.Tag] = true
+			}
+		case *ast.CallExpr:
+			if pathFuncs[funcName(n.Fun)] {
+				for _, a := range n.Args {
+					if lit := strLit(a); lit != nil {
+						seen[lit] = true
+						check(lit, true)
+					}
+				}
+			}
+		case *ast.BinaryExpr:
+			if n.Op == token.EQL || n.Op == token.NEQ {
+				for _, pair := range [][2]ast.Expr{{n.X, n.Y}, {n.Y, n.X}} {
+					if c, ok := pair[1].(*ast.CallExpr); ok && (funcName(c.Fun) == "Base" || funcName(c.Fun) == "Dir") {
+						if lit := strLit(pair[0]); lit != nil {
+							seen[lit] = true
+							check(lit, true)
+						}
+					}
+				}
+			}
+		case *ast.ValueSpec:
+			for i, id := range n.Names {
+				if i < len(n.Values) && (strings.HasSuffix(id.Name, "Dir") || strings.HasSuffix(id.Name, "Subdir")) {
+					if lit := strLit(n.Values[i]); lit != nil {
+						seen[lit] = true
+						check(lit, true)
+					}
+				}
+			}
+		case *ast.BasicLit:
+			if n.Kind == token.STRING && !seen[n] {
+				check(n, false)
+			}
+		}
+		return true
+	})
+	return found, nil
+}
+
+// No output folder or file name, and no metadata key, is a string literal
+// outside schema: every package names them with schema's constants.
+func TestNoLayoutLiteralsOutsideSchema(t *testing.T) {
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (path == filepath.Join(root, "schema") || d.Name() == "testdata" || d.Name() == "vendor" ||
+				strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		found, err := layoutLiterals(path, src)
+		if err != nil {
+			return err
+		}
+		for _, f := range found {
+			t.Errorf("%s: an output directory name as a literal: use schema's constant", f)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The check finds the literals it is meant to find and leaves JSON keys,
+// struct tags and words alone.
+func TestLayoutLiterals(t *testing.T) {
+	for _, tt := range []struct {
+		src  string
+		want int
+	}{
+		{`p := filepath.Join(dir, "data")`, 1},
+		{`p := filepath.Join(dir, "steps", name)`, 1},
+		{`g, _ := filepath.Glob(filepath.Join(dir, "data", "part-*.parquet"))`, 2},
+		{`ok := filepath.Base(dir) != "data"`, 1},
+		{`p := dir + "/images/x.png"`, 1},
+		{`p := "shards/"`, 1},
+		{`f := "failures.jsonl"`, 1},
+		{`k := "trajflow.run_id"`, 1},
+		{`m := map[string]any{"data": 1}`, 0},
+		{`s := status["filtered"]`, 0},
+		{`counter(d, 1, "filtered")`, 0},
+		{`const StatusFiltered = "filtered"`, 0},
+		{`const FilteredDir = "filtered"`, 1},
+		{`type T struct { Data []int ` + "`json:\"data\"`" + ` }`, 0},
+		{`e := errors.New("no data")`, 0},
+		{`u := "usage: writes OUTPUT/shards/NAME/"`, 0},
+		{`c := "application/jsonl"`, 0},
+		{`p := filepath.Join(dir, schema.DataDir)`, 0},
+	} {
+		src := "package p\n"
+		if strings.HasPrefix(tt.src, "const") || strings.HasPrefix(tt.src, "type") {
+			src += tt.src + "\n"
+		} else {
+			src += "func f() {\n" + tt.src + "\n}\n"
+		}
+		got, err := layoutLiterals("x.go", []byte(src))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.src, err)
+		}
+		if len(got) != tt.want {
+			t.Errorf("%s: found %v, want %d", tt.src, got, tt.want)
+		}
+	}
+}

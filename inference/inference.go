@@ -38,6 +38,11 @@ type TokenizeRequest struct {
 	// AddGenerationPrompt appends the template's assistant header, as the
 	// prompt of a generation ends.
 	AddGenerationPrompt bool
+	// TemplateArgs are the request's template parameters
+	// (TemplateArgs of its params: chat_template_kwargs, chat_template,
+	// add_special_tokens), sent as the body's keys of those names so that
+	// the ids are those a chat request with the same params would get.
+	TemplateArgs map[string]any
 	// Affinity keeps the call on the endpoint of the trajectory's
 	// generations (one tokenizer per fleet is assumed, but a server is
 	// never asked about a template it does not serve).

@@ -282,7 +282,8 @@ const completionsPath = "/completions"
 // Tokenize renders and tokenizes req's messages with the server's chat
 // template: POST {root}/tokenize as vLLM and SGLang serve it
 // ({"model", "messages", "tools", "add_generation_prompt",
-// "add_special_tokens": false} → {"tokens": [...], "count": N}). It
+// "add_special_tokens": false, and req.TemplateArgs} → {"tokens": [...],
+// "count": N}). It
 // retries and fails like Complete; a server without the endpoint fails
 // with an error that says to use generate.api: chat.
 func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeRequest) ([]int32, error) {
@@ -293,7 +294,13 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	if model == "" {
 		model = c.cfg.Model
 	}
-	w := wireTokenize{Model: model, Messages: toWireMessages(req.Messages), AddGenerationPrompt: req.AddGenerationPrompt, Tools: req.Tools}
+	w := map[string]any{"model": model, "messages": toWireMessages(req.Messages), "add_generation_prompt": req.AddGenerationPrompt, "add_special_tokens": false}
+	if len(req.Tools) > 0 {
+		w["tools"] = req.Tools
+	}
+	for k, v := range req.TemplateArgs {
+		w[k] = v // the row's or config's chat_template_kwargs, add_special_tokens, ...
+	}
 	body, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("llm: encode tokenize body: %w", err)
@@ -320,14 +327,6 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 		return nil, err
 	}
 	return ids, nil
-}
-
-type wireTokenize struct {
-	Model               string            `json:"model"`
-	Messages            []wireMessage     `json:"messages"`
-	AddGenerationPrompt bool              `json:"add_generation_prompt"`
-	AddSpecialTokens    bool              `json:"add_special_tokens"`
-	Tools               []json.RawMessage `json:"tools,omitempty"`
 }
 
 func (c *HTTPClient) checkOpen() error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ func (s *Server) chatInput(msgs []pipeline.Message, params map[string]any, tools
 	if len(msgs) == 0 {
 		return nil, &badRequest{"messages: at least one message is required"}
 	}
-	return s.messagesInput(msgs, tools, s.template().Render(msgs, tools, true), params)
+	return s.messagesInput(msgs, tools, s.template().TemplateFor(params["chat_template_kwargs"]).Render(msgs, tools, true), params)
 }
 
 // tokenInput reduces a completions request whose prompt is token ids: the
@@ -346,7 +347,7 @@ func (s *Server) generate(in *input) (*reply, error) {
 		b.WriteString(w)
 	}
 	content := b.String()
-	if o.StripReasoning {
+	if o.StripReasoning && !noThinking(in.promptIDs) {
 		content, sep = thinkOpen+content+thinkClose, "\n"
 	}
 	text := content
@@ -430,4 +431,12 @@ func toolCall(raw json.RawMessage) (name, args string, ok bool) {
 		return "", "", false
 	}
 	return name, string(b), true
+}
+
+// noThinking says whether prompt ends with the generation prompt of
+// enable_thinking: false (the assistant start id and an empty think
+// block): the simulated model then writes no reasoning.
+func noThinking(prompt []int32) bool {
+	think := appendTokens([]int32{TokAssistant}, emptyThink)
+	return len(prompt) >= len(think) && slices.Equal(prompt[len(prompt)-len(think):], think)
 }

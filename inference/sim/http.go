@@ -161,7 +161,9 @@ func tokenPrompt(raw json.RawMessage) ([]int32, bool) {
 }
 
 // tokenize serves vLLM's POST /tokenize: {"messages", "tools",
-// "add_generation_prompt" (default true)} rendered by the chat template,
+// "add_generation_prompt" (default true), "chat_template_kwargs"} rendered
+// by the chat template (chat_template and add_special_tokens are accepted
+// and change nothing: the simulator has one template and no BOS),
 // or {"prompt"} as text; the answer is {"count", "max_model_len",
 // "tokens", "token_strs"}.
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
@@ -175,6 +177,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		Tools               []json.RawMessage `json:"tools"`
 		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 		Prompt              *string           `json:"prompt"`
+		ChatTemplateKwargs  any               `json:"chat_template_kwargs"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
@@ -190,7 +193,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ids = s.template().Render(msgs, req.Tools, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+		ids = s.template().TemplateFor(req.ChatTemplateKwargs).Render(msgs, req.Tools, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
 	default:
 		writeError(w, http.StatusBadRequest, "messages or prompt: one is required")
 		return

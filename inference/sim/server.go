@@ -271,7 +271,7 @@ func (s *Server) Tokenize(ctx context.Context, req *inference.TokenizeRequest) (
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	return s.template().Render(req.Messages, req.Tools, req.AddGenerationPrompt), nil
+	return s.template().TemplateFor(req.TemplateArgs["chat_template_kwargs"]).Render(req.Messages, req.Tools, req.AddGenerationPrompt), nil
 }
 
 var _ inference.Tokenizer = (*Server)(nil)

@@ -250,6 +250,26 @@ type Template struct {
 	// "</think>", and the newlines after it) from the content of assistant
 	// messages before the last user message, as Qwen3's template does.
 	StripReasoning bool
+	// NoThinking is Qwen3's enable_thinking: false (a chat_template_kwargs
+	// key): the generation prompt ends with an empty think block,
+	// "<think>\n\n</think>\n\n".
+	NoThinking bool
+}
+
+// emptyThink is the empty think block NoThinking puts after the
+// generation prompt's assistant start id.
+const emptyThink = thinkOpen + "\n\n" + thinkClose + "\n\n"
+
+// TemplateFor returns the template with the chat_template_kwargs kwargs
+// applied: enable_thinking: false sets NoThinking. Other keys are
+// ignored, as a Jinja template ignores variables it does not use.
+func (t Template) TemplateFor(kwargs any) Template {
+	if m, ok := kwargs.(map[string]any); ok {
+		if v, ok := m["enable_thinking"].(bool); ok && !v {
+			t.NoThinking = true
+		}
+	}
+	return t
 }
 
 // toolsOpen starts the block that renders tool definitions.
@@ -260,7 +280,7 @@ const toolsOpen = "<tools>"
 // role's start id, its text's ids, the end id and a newline (as ChatML
 // closes every message with "<|im_end|>\n": the model generates the end
 // id, never the newline); and with addGenerationPrompt the assistant start
-// id.
+// id, followed by an empty think block when NoThinking.
 func (t Template) Render(msgs []pipeline.Message, tools []json.RawMessage, addGenerationPrompt bool) []int32 {
 	var out []int32
 	if len(tools) > 0 {
@@ -290,6 +310,9 @@ func (t Template) Render(msgs []pipeline.Message, tools []json.RawMessage, addGe
 	}
 	if addGenerationPrompt {
 		out = append(out, TokAssistant)
+		if t.NoThinking {
+			out = appendTokens(out, emptyThink)
+		}
 	}
 	return out
 }

@@ -93,9 +93,10 @@ type Generator struct {
 	mu sync.Mutex
 	// without is the rendering of the fixed delta conversation without
 	// tool calls, and closing what the template writes after an assistant
-	// message's content; each computed once.
-	without []int32
-	closing []int32
+	// message's content; each computed once per set of template
+	// arguments (templateKey).
+	without map[string][]int32
+	closing map[string][]int32
 	// noTokenize is set once the server answered that it has no
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
@@ -137,6 +138,7 @@ func (g *Generator) Check(ctx context.Context) error {
 		if g.opts.PromptMaxTokens > 0 {
 			ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
 				Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
+				TemplateArgs: inference.TemplateArgs(g.opts.Params),
 			})
 			if err == nil && len(ids) == 0 {
 				err = errors.New("it returned no tokens")
@@ -149,6 +151,7 @@ func (g *Generator) Check(ctx context.Context) error {
 	}
 	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
 		Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
+		TemplateArgs: inference.TemplateArgs(g.opts.Params),
 	})
 	if err != nil {
 		return fmt.Errorf("generate.api: tokens: POST /tokenize: %w", err)
@@ -447,8 +450,38 @@ func truncatePrompt(ids []int32, limit int, mode string) ([]int32, error) {
 	}
 }
 
-// tokenize renders msgs with the server's template. In chat mode a server
-// that has no /tokenize is asked once.
+// templateArgs are r's template parameters (chat_template_kwargs, ...):
+// the config's, else the row's, as its requests merge them.
+func (g *Generator) templateArgs(r *pipeline.Rollout) map[string]any {
+	var row map[string]any
+	if r.Task != nil {
+		row = inference.TemplateArgs(r.Task.Params)
+	}
+	cfg := inference.TemplateArgs(g.opts.Params)
+	if row == nil {
+		return cfg
+	}
+	for k, v := range cfg {
+		row[k] = v
+	}
+	return row
+}
+
+// templateKey names r's template parameters, for the caches of renderings.
+func (g *Generator) templateKey(r *pipeline.Rollout) string {
+	args := g.templateArgs(r)
+	if args == nil {
+		return ""
+	}
+	b, err := json.Marshal(args) // map keys sorted: one name per set
+	if err != nil {
+		return fmt.Sprint(args)
+	}
+	return string(b)
+}
+
+// tokenize renders msgs with the server's template and r's template
+// parameters. In chat mode a server that has no /tokenize is asked once.
 func (g *Generator) tokenize(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message, tools []json.RawMessage, gen bool) ([]int32, error) {
 	if !g.tokens() {
 		g.mu.Lock()
@@ -458,7 +491,8 @@ func (g *Generator) tokenize(ctx context.Context, r *pipeline.Rollout, msgs []pi
 			return nil, errNoTokenize
 		}
 	}
-	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Messages: msgs, Tools: tools, AddGenerationPrompt: gen, Affinity: r.GroupID})
+	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Messages: msgs, Tools: tools, AddGenerationPrompt: gen,
+		TemplateArgs: g.templateArgs(r), Affinity: r.GroupID})
 	var e *inference.Error
 	if err != nil && !g.tokens() && errors.As(err, &e) && e.Class == inference.ClassHTTP {
 		g.mu.Lock()
@@ -493,9 +527,10 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 	a := &r.Messages[last]
 	base := inference.DeltaConversation(a)
 	var without []int32
+	key := g.templateKey(r)
 	if len(a.ToolCalls) == 0 {
 		g.mu.Lock()
-		without = g.without
+		without = g.without[key]
 		g.mu.Unlock()
 	}
 	if without == nil {
@@ -505,7 +540,10 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 		}
 		if len(a.ToolCalls) == 0 {
 			g.mu.Lock()
-			g.without = without
+			if g.without == nil {
+				g.without = map[string][]int32{}
+			}
+			g.without[key] = without
 			g.mu.Unlock()
 		}
 	}
@@ -525,10 +563,12 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 }
 
 // closingIDs returns what the template writes after an assistant
-// message's content (inference.ClosingConversations), computed once.
+// message's content (inference.ClosingConversations), computed once per
+// set of template parameters.
 func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int32, error) {
+	key := g.templateKey(r)
 	g.mu.Lock()
-	c := g.closing
+	c := g.closing[key]
 	g.mu.Unlock()
 	if c != nil {
 		return c, nil
@@ -544,7 +584,10 @@ func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int3
 	}
 	c = inference.CommonSuffix(ra, rb)
 	g.mu.Lock()
-	g.closing = c
+	if g.closing == nil {
+		g.closing = map[string][]int32{}
+	}
+	g.closing[key] = c
 	g.mu.Unlock()
 	return c, nil
 }

@@ -1,0 +1,87 @@
+package generate_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/generate"
+)
+
+// In tokens mode the template parameters of generate.params (and of the
+// row's own params) reach every POST /tokenize: the first prompt, the
+// observations' renderings and the closing's; with enable_thinking: false
+// the first prompt ends with the empty think block, and the observation's
+// generation prompt too.
+func TestTemplateArgsReachTokenize(t *testing.T) {
+	for _, where := range []string{"config", "row"} {
+		t.Run(where, func(t *testing.T) {
+			c, rec := simHTTP(t, "tokens")
+			kwargs := map[string]any{"enable_thinking": false}
+			params := map[string]any{"max_tokens": 6}
+			r := longRollout(6)
+			if where == "config" {
+				params["chat_template_kwargs"] = kwargs
+			} else {
+				r.Task.Params = map[string]any{"chat_template_kwargs": kwargs}
+			}
+			g, err := generate.New(c, generate.Options{Model: "sim", API: "tokens", Params: params})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Turn(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			think := sim.Tokenize("<think>\n\n</think>\n\n")
+			gen := append([]int32{sim.TokAssistant}, think...)
+			if !slices.Equal(r.PromptTokenIDs[len(r.PromptTokenIDs)-len(gen):], gen) {
+				t.Fatalf("the first prompt ends %q, want the empty think block", sim.Detokenize(r.PromptTokenIDs, false))
+			}
+			r.Messages = append(r.Messages, pipeline.Message{Role: pipeline.RoleUser, Content: "try again", Turn: 1})
+			if err := g.Turn(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Status == pipeline.StatusError {
+				t.Fatalf("rollout failed: %s", r.Error)
+			}
+			obs := r.Messages[2]
+			if got := r.Tokens()[obs.TokenStart:obs.TokenEnd]; !slices.Equal(got[len(got)-len(gen):], gen) {
+				t.Fatalf("the observation ends %q, want the empty think block", sim.Detokenize(got, false))
+			}
+			calls := rec.of("/tokenize")
+			if len(calls) < 4 { // the prompt, the delta's two renderings, the closing's two
+				t.Fatalf("%d /tokenize calls", len(calls))
+			}
+			for i, b := range calls {
+				var body struct {
+					Kwargs map[string]any `json:"chat_template_kwargs"`
+				}
+				if err := json.Unmarshal(b, &body); err != nil || body.Kwargs["enable_thinking"] != false {
+					t.Fatalf("/tokenize call %d lacks chat_template_kwargs: %s", i, b)
+				}
+			}
+			for _, b := range rec.of("/v1/completions") {
+				if strings.Contains(string(b), "chat_template_kwargs") {
+					t.Fatalf("a token-id completion carries chat_template_kwargs: %s", b)
+				}
+			}
+		})
+	}
+}
+
+// TemplateArgs picks the template parameters out of a request's params.
+func TestTemplateArgs(t *testing.T) {
+	got := inference.TemplateArgs(map[string]any{"temperature": 1, "chat_template_kwargs": map[string]any{"enable_thinking": false}, "add_special_tokens": true})
+	b, _ := json.Marshal(got)
+	if string(b) != `{"add_special_tokens":true,"chat_template_kwargs":{"enable_thinking":false}}` {
+		t.Fatalf("TemplateArgs = %s", b)
+	}
+	if inference.TemplateArgs(map[string]any{"temperature": 1}) != nil {
+		t.Fatal("TemplateArgs of no template parameter is not nil")
+	}
+}

@@ -56,6 +56,12 @@ type Tokenizer interface {
 	Tokenize(ctx context.Context, req *TokenizeRequest) ([]int32, error)
 }
 
+// Detokenizer turns token ids back into text (vLLM's and SGLang's POST
+// /detokenize). trajflow validate uses it to show a rendered prompt.
+type Detokenizer interface {
+	Detokenize(ctx context.Context, model string, ids []int32) (string, error)
+}
+
 // Response is what the model generated.
 type Response struct {
 	// Message is the assistant message: content, tool calls, and where the

@@ -349,6 +349,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 			}
 		}
 		v.writeRequest(r)
+		v.renderedPrompt(ctx, r)
 		v.promptLength(ctx, r)
 	}
 	for _, s := range skipped {

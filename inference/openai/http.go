@@ -329,6 +329,37 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	return ids, nil
 }
 
+// Detokenize spells ids with the server's tokenizer: POST
+// {root}/detokenize as vLLM and SGLang serve it ({"model", "tokens"} →
+// {"prompt"}). It retries and fails like Complete.
+func (c *HTTPClient) Detokenize(ctx context.Context, model string, ids []int32) (string, error) {
+	if err := c.checkOpen(); err != nil {
+		return "", err
+	}
+	if model == "" {
+		model = c.cfg.Model
+	}
+	body, err := json.Marshal(map[string]any{"model": model, "tokens": ids})
+	if err != nil {
+		return "", fmt.Errorf("llm: encode detokenize body: %w", err)
+	}
+	var text string
+	_, err = c.do(ctx, "", func(ep *endpoint) string { return ep.root + "/detokenize" }, body, func(data []byte) error {
+		var r struct {
+			Prompt *string `json:"prompt"`
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			return err
+		}
+		if r.Prompt == nil {
+			return errors.New(`no "prompt" in the /detokenize response`)
+		}
+		text = *r.Prompt
+		return nil
+	})
+	return text, err
+}
+
 func (c *HTTPClient) checkOpen() error {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()

@@ -22,7 +22,8 @@ const maxBody = 32 << 20
 
 // Handler serves the OpenAI-compatible API: POST /v1/chat/completions,
 // POST /v1/completions (a text prompt, or token ids as vLLM takes them),
-// vLLM's POST /tokenize, GET /v1/models and GET /health.
+// vLLM's POST /tokenize and POST /detokenize, GET /v1/models and GET
+// /health.
 //
 // Like vLLM, responses carry prompt_token_ids (top level) and
 // choices[].token_ids when the request sets return_token_ids, per-token
@@ -33,6 +34,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
 	mux.HandleFunc("POST /tokenize", s.tokenize)
+	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
@@ -202,6 +204,19 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		ids = []int32{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.opts.MaxModelLen, "tokens": ids, "token_strs": nil})
+}
+
+// detokenize serves vLLM's POST /detokenize: {"tokens"} → {"prompt"}, the
+// ids spelled with their special tokens.
+func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"prompt": Detokenize(req.Tokens, false)})
 }
 
 // decodeMessages converts wire messages.

@@ -276,6 +276,16 @@ func (s *Server) Tokenize(ctx context.Context, req *inference.TokenizeRequest) (
 
 var _ inference.Tokenizer = (*Server)(nil)
 
+// Detokenize spells ids, special ids included, as POST /detokenize does.
+func (s *Server) Detokenize(ctx context.Context, _ string, ids []int32) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("sim: %w", err)
+	}
+	return Detokenize(ids, false), nil
+}
+
+var _ inference.Detokenizer = (*Server)(nil)
+
 func (s *Server) stall(ctx context.Context) error {
 	t := time.NewTimer(s.opts.Faults.StallFor)
 	defer t.Stop()

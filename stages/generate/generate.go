@@ -516,6 +516,43 @@ func (g *Generator) PromptTokens(ctx context.Context, r *pipeline.Rollout) (int,
 	return len(ids), err
 }
 
+// RenderedPrompt is r's first prompt as the server's template renders it.
+type RenderedPrompt struct {
+	// IDs are the prompt's token ids (POST /tokenize).
+	IDs []int32
+	// Text spells them (POST /detokenize); "" when TextErr is set.
+	Text    string
+	TextErr error
+	// TemplateArgs are the template parameters sent with the /tokenize
+	// call (chat_template_kwargs, ...); nil when none.
+	TemplateArgs map[string]any
+}
+
+// RenderedPrompt renders r's first prompt (the step-wise prompt of the
+// first turn when env.history_length is set) as the run would: POST
+// /tokenize with r's template parameters, then POST /detokenize for its
+// text when the server has it. trajflow validate shows it. It is nil (and
+// no error) when the server cannot tokenize.
+func (g *Generator) RenderedPrompt(ctx context.Context, r *pipeline.Rollout) (*RenderedPrompt, error) {
+	if g.tok == nil {
+		return nil, nil
+	}
+	ids, err := g.tokenize(ctx, r, g.Request(r).Messages, r.Tools, true)
+	if err != nil {
+		if errors.Is(err, errNoTokenize) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	p := &RenderedPrompt{IDs: ids, TemplateArgs: g.templateArgs(r)}
+	if d, ok := g.client.(inference.Detokenizer); ok {
+		p.Text, p.TextErr = d.Detokenize(ctx, g.opts.Model, ids)
+	} else {
+		p.TextErr = fmt.Errorf("%T cannot detokenize", g.client)
+	}
+	return p, nil
+}
+
 // observationIDs returns the token ids of the messages after r's last
 // assistant message: the server's rendering of a fixed conversation with
 // and without them, differenced (inference.ObservationDelta).

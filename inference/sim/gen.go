@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -384,7 +385,8 @@ func (s *Server) generate(in *input) (*reply, error) {
 }
 
 // toolCall reads the first tool's name and makes plausible arguments: a
-// value per required parameter (strings "sim", numbers 1, booleans true).
+// value per required parameter (strings "sim", numbers 1, booleans true),
+// as Python's json.dumps writes them ({"e": "sim"}).
 func toolCall(raw json.RawMessage) (name, args string, ok bool) {
 	var t struct {
 		Name     string `json:"name"`
@@ -430,7 +432,13 @@ func toolCall(raw json.RawMessage) (name, args string, ok bool) {
 	if err != nil {
 		return "", "", false
 	}
-	return name, string(b), true
+	// Written as Qwen writes them (its template's tojson: Python's
+	// separators), which is also how vLLM's hermes parser stores them.
+	args, err = inference.PythonJSON(b)
+	if err != nil {
+		return "", "", false
+	}
+	return name, args, true
 }
 
 // noThinking says whether prompt ends with the generation prompt of

@@ -85,3 +85,33 @@ func TestTemplateArgs(t *testing.T) {
 		t.Fatal("TemplateArgs of no template parameter is not nil")
 	}
 }
+
+// The same model output gives the same tool call in chat mode (the
+// server's parser, as vLLM's hermes parser stores the arguments) and in
+// tokens mode (trajflow's parser of the generated text).
+func TestToolCallArgumentsSameInBothModes(t *testing.T) {
+	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"calc","parameters":{"type":"object","properties":{"expression":{"type":"string"},"n":{"type":"integer"}},"required":["expression","n"]}}}`)}
+	calls := map[string]pipeline.ToolCall{}
+	for _, api := range []string{"chat", "tokens"} {
+		s := sim.New(sim.Options{Seed: 5, ToolCallRate: 1})
+		defer s.Close()
+		g, err := generate.New(s, generate.Options{Model: "sim", API: api, Params: map[string]any{"max_tokens": 200}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := longRollout(3)
+		r.Tools = tools
+		if err := g.Turn(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		m := r.Messages[len(r.Messages)-1]
+		if r.Status == pipeline.StatusError || len(m.ToolCalls) != 1 {
+			t.Fatalf("%s: %s %s, message %+v", api, r.Status, r.Error, m)
+		}
+		calls[api] = m.ToolCalls[0]
+	}
+	c, k := calls["chat"], calls["tokens"]
+	if c.Name != k.Name || c.Arguments != k.Arguments || c.Arguments != `{"expression": "sim", "n": 1}` {
+		t.Fatalf("chat %s(%s), tokens %s(%s)", c.Name, c.Arguments, k.Name, k.Arguments)
+	}
+}

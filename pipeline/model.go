@@ -53,6 +53,9 @@ type Task struct {
 	Params map[string]any
 	// Tools are OpenAI function-calling tool definitions carried by the row.
 	Tools []json.RawMessage
+	// StopStrings are the row's own stop_strings field (NeMo RL's datum
+	// key): its rollouts' stop strings until the environment changes them.
+	StopStrings []string
 	// Env is the environment route that steps the task's rollouts (the
 	// env section's routes, chosen per row); empty: the run's only
 	// environment.

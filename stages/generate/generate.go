@@ -183,13 +183,18 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 	if msgs, ok := g.stepMessages(r); ok {
 		return g.stepTurn(ctx, r, msgs)
 	}
-	ok, err := g.prepare(ctx, r)
+	pending, ok, err := g.prepare(ctx, r)
 	if err != nil || !ok {
 		return err
 	}
 	req := g.Request(r)
 	if g.tokens() {
 		req.PromptTokenIDs = r.Tokens()
+	} else if m := g.maxSeqLen(r); m > 0 && pending > 0 {
+		// Chat mode: the observations' ids are known but not in the
+		// sequence yet (the server's prompt ids bring them); the room
+		// left is after them.
+		capMaxTokens(req.Params, m-len(r.PromptTokenIDs)-len(r.ResponseTokenIDs)-pending)
 	}
 	resp, err := g.complete(ctx, r, req)
 	if resp == nil {
@@ -356,8 +361,10 @@ func (g *Generator) Observe(ctx context.Context, r *pipeline.Rollout) error {
 // prepare brings r's token sequence up to the next request: in tokens
 // mode the first prompt's ids or the new observations' ids; with
 // max_seq_len, a sequence with no room left ends the trajectory
-// truncated. ok is false when r resolved instead.
-func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, err error) {
+// truncated. ok is false when r resolved instead. pending is, in chat
+// mode, the length of the new observations' ids, measured but left for
+// the server's prompt ids to bring.
+func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending int, ok bool, err error) {
 	first := r.NumTurns == 0
 	limit := g.opts.PromptMaxTokens
 	switch {
@@ -367,15 +374,15 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		ids, err := g.tokenize(ctx, r, r.Messages, r.Tools, true)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return 0, false, ctx.Err()
 			}
 			if g.tokens() {
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the prompt: %w", err))
-				return false, nil
+				return 0, false, nil
 			}
 			if limit > 0 {
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("%s: prompt.max_tokens: POST /tokenize of the prompt: %w", rowName(r), err))
-				return false, nil
+				return 0, false, nil
 			}
 			break // chat mode goes on without
 		}
@@ -385,7 +392,7 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 			n := len(ids)
 			if ids, err = truncatePrompt(ids, limit, g.opts.PromptTruncation); err != nil {
 				r.Fail(ClassPromptTooLong, fmt.Errorf("%s: %w", rowName(r), err))
-				return false, nil
+				return 0, false, nil
 			}
 			r.PromptTokensDropped = n - len(ids)
 		}
@@ -395,18 +402,21 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		ids, err := g.observationIDs(ctx, r)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return 0, false, ctx.Err()
 			}
 			if g.tokens() {
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: the observation's token ids: %w", err))
-				return false, nil
+				return 0, false, nil
 			}
 			break
 		}
-		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) > g.maxSeqLen(r) {
-			// Chat mode appends only what overflows: the trajectory ends
-			// here, and the next render would have given these ids.
+		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) >= g.maxSeqLen(r) {
+			// Chat mode appends only what fills the sequence: the
+			// trajectory ends here, and the next render would have given
+			// these ids.
 			g.appendObservation(r, ids)
+		} else {
+			pending = len(ids)
 		}
 	}
 	if msl := g.maxSeqLen(r); msl > 0 {
@@ -419,10 +429,10 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		if r.Truncated || n >= msl {
 			r.Truncated = true
 			r.Resolve(pipeline.StatusOK)
-			return false, nil
+			return 0, false, nil
 		}
 	}
-	return true, nil
+	return pending, true, nil
 }
 
 // rowName names r's input row for errors: its source place
@@ -630,12 +640,14 @@ func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int3
 }
 
 // appendObservation appends the ids of the messages after the last
-// assistant message (loss mask 0), cut to the room max_seq_len leaves;
-// a cut ends the trajectory truncated.
+// assistant message (loss mask 0), cut to the room max_seq_len leaves; a
+// sequence that reaches max_seq_len (cut or exactly full, as NeMo RL's
+// >=) ends the trajectory truncated, the last observation of a
+// terminated one too.
 func (g *Generator) appendObservation(r *pipeline.Rollout, ids []int32) {
 	start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-	if m := g.maxSeqLen(r); m > 0 && start+len(ids) > m {
-		ids = ids[:max(m-start, 0)]
+	if m := g.maxSeqLen(r); m > 0 && start+len(ids) >= m {
+		ids = ids[:min(max(m-start, 0), len(ids))]
 		r.Truncated = true
 		r.Resolve(pipeline.StatusOK)
 	}
@@ -654,8 +666,22 @@ func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
 	if len(r.StopStrings) > 0 {
 		p["stop"] = r.StopStrings
 	}
-	if m := g.maxSeqLen(r); m > 0 && (g.tokens() || len(r.PromptTokenIDs) > 0) {
-		capMaxTokens(p, m-len(r.PromptTokenIDs)-len(r.ResponseTokenIDs))
+	if m := g.maxSeqLen(r); m > 0 {
+		// The room left: after the known ids, or without them (a server
+		// that reports none) after the last response's usage; never more
+		// than max_seq_len.
+		known := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if known == 0 && !g.tokens() {
+			known = r.LastUsageTokens
+		}
+		_, given := p["max_tokens"]
+		_, givenC := p["max_completion_tokens"]
+		if known > 0 || given || givenC {
+			// With nothing known, an absent max_tokens stays absent (the
+			// server's own bound) rather than max_seq_len, which the
+			// prompt would push past the model's length.
+			capMaxTokens(p, m-known)
+		}
 	}
 	return p
 }
@@ -698,6 +724,7 @@ func (g *Generator) message(r *pipeline.Rollout, resp *inference.Response) pipel
 	r.NumTurns = turn
 	r.PromptTokens += resp.PromptTokens
 	r.CompletionTokens += resp.CompletionTokens
+	r.LastUsageTokens = resp.PromptTokens + resp.CompletionTokens
 	r.FinishReason = resp.FinishReason
 	r.Extra = resp.Extra
 

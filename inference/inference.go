@@ -38,6 +38,12 @@ type TokenizeRequest struct {
 	// AddGenerationPrompt appends the template's assistant header, as the
 	// prompt of a generation ends.
 	AddGenerationPrompt bool
+	// Raw, when set, asks for the ids of Text alone, without the chat
+	// template or special tokens ({"prompt": Text, "add_special_tokens":
+	// false}); Messages, Tools, AddGenerationPrompt and TemplateArgs are
+	// then not sent.
+	Raw  bool
+	Text string
 	// TemplateArgs are the request's template parameters
 	// (TemplateArgs of its params: chat_template_kwargs, chat_template,
 	// add_special_tokens), sent as the body's keys of those names so that

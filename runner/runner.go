@@ -382,7 +382,8 @@ func (r *run) provision(ctx context.Context) error {
 	if r.gen, err = generate.New(r.client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
 		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		MaxSeqLenOf: r.maxSeqLenOf(), StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
+		ObservationTokens: cfg.Env.ObservationTokens,
+		MaxSeqLenOf:       r.maxSeqLenOf(), StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
 	}); err != nil {
 		return err
 	}

@@ -209,7 +209,8 @@ func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
 	gen, err := generate.New(client, generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen,
 		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		StepPrompt: stepPrompt,
+		ObservationTokens: cfg.Env.ObservationTokens,
+		StepPrompt:        stepPrompt,
 	})
 	if err == nil {
 		err = gen.Check(ctx)

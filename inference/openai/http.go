@@ -283,7 +283,8 @@ const completionsPath = "/completions"
 // template: POST {root}/tokenize as vLLM and SGLang serve it
 // ({"model", "messages", "tools", "add_generation_prompt",
 // "add_special_tokens": false, and req.TemplateArgs} → {"tokens": [...],
-// "count": N}). It
+// "count": N}; with req.Raw, {"model", "prompt", "add_special_tokens":
+// false}). It
 // retries and fails like Complete; a server without the endpoint fails
 // with an error that says to use generate.api: chat.
 func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeRequest) ([]int32, error) {
@@ -300,6 +301,9 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	}
 	for k, v := range req.TemplateArgs {
 		w[k] = v // the row's or config's chat_template_kwargs, add_special_tokens, ...
+	}
+	if req.Raw {
+		w = map[string]any{"model": model, "prompt": req.Text, "add_special_tokens": false}
 	}
 	body, err := json.Marshal(w)
 	if err != nil {

@@ -271,6 +271,9 @@ func (s *Server) Tokenize(ctx context.Context, req *inference.TokenizeRequest) (
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
+	if req.Raw {
+		return Tokenize(req.Text), nil
+	}
 	return s.template().TemplateFor(req.TemplateArgs["chat_template_kwargs"]).Render(req.Messages, req.Tools, req.AddGenerationPrompt), nil
 }
 

@@ -21,6 +21,18 @@ type Config struct {
 	// MaxSeqLen bounds a trajectory's tokens, exactly (0: no bound). The
 	// generate stage enforces it.
 	MaxSeqLen int `yaml:"max_seq_len"`
+	// ObservationTokens is how an observation (the messages after a
+	// reply) becomes token ids in generate.api: tokens: "template" (the
+	// default) renders it with the server's chat template, as the next
+	// chat request would (role headers, the closing of a reply the model
+	// did not finish, the generation prompt after it); "raw" tokenises
+	// each observation's text alone, without the template or special
+	// tokens, as NeMo RL's multi-turn rollout does (its environments put
+	// any chat formatting in the text). The choice changes the sequence,
+	// where max_seq_len cuts, and env_tokens, which counts the
+	// observations' ids either way. Only in the env section, not in a
+	// route; raw needs generate.api: tokens.
+	ObservationTokens string `yaml:"observation_tokens"`
 	// Concurrency bounds environment steps in flight.
 	Concurrency int `yaml:"concurrency"`
 	// TurnTimeout and Timeout bound one step and one trajectory.
@@ -54,6 +66,12 @@ type Config struct {
 	// environment's factory checks them.
 	Options map[string]any `yaml:",inline"`
 }
+
+// The values of env.observation_tokens.
+const (
+	ObservationTemplate = "template"
+	ObservationRaw      = "raw"
+)
 
 // DefaultRouteFields are the fields a row's route is read from when
 // route_field is not set, in order.
@@ -114,6 +132,11 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	var p pipeline.Problems
 	c.validateLimits(&p)
+	switch c.ObservationTokens {
+	case "", ObservationTemplate, ObservationRaw:
+	default:
+		p.Add("observation_tokens", "must be %s or %s, got %q", ObservationTemplate, ObservationRaw, c.ObservationTokens)
+	}
 	if len(c.Routes) == 0 {
 		if c.RouteField != "" {
 			p.Add("route_field", "needs routes")
@@ -145,6 +168,9 @@ func (c *Config) Validate() error {
 		}
 		if r.RouteField != "" {
 			rp.Add("route_field", "belongs to the env section, not to a route")
+		}
+		if r.ObservationTokens != "" {
+			rp.Add("observation_tokens", "belongs to the env section, not to a route")
 		}
 		r.validateLimits(&rp)
 		p.Section("routes."+key, rp.Err())

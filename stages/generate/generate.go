@@ -51,6 +51,11 @@ type Options struct {
 	// RecordSteps keeps, in whole-chat mode, each turn's prompt and
 	// response token ids in the rollout's Steps (output.steps).
 	RecordSteps bool
+	// ObservationTokens is env.observation_tokens: "template" (or "")
+	// renders the messages after a reply with the server's chat template
+	// (inference.ObservationDelta); "raw" tokenises each one's text alone
+	// (POST /tokenize {"prompt"}), as NeMo RL does. raw needs API tokens.
+	ObservationTokens string
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages
@@ -109,6 +114,15 @@ func New(client inference.Client, opts Options) (*Generator, error) {
 	g.tok, _ = client.(inference.Tokenizer)
 	if g.tokens() && g.tok == nil {
 		return nil, fmt.Errorf("generate.api: tokens needs a backend that tokenizes (POST /tokenize); %T cannot: use generate.api: chat", client)
+	}
+	switch opts.ObservationTokens {
+	case "", "template":
+	case "raw":
+		if !g.tokens() {
+			return nil, errors.New("env.observation_tokens: raw needs generate.api: tokens (in chat mode the server renders every observation with its template)")
+		}
+	default:
+		return nil, fmt.Errorf("env.observation_tokens: %q is not one of template, raw", opts.ObservationTokens)
 	}
 	if opts.PromptMaxTokens > 0 {
 		if g.tok == nil {
@@ -571,6 +585,9 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 	if last < 0 || last == len(r.Messages)-1 {
 		return nil, nil
 	}
+	if g.opts.ObservationTokens == "raw" {
+		return g.rawObservationIDs(ctx, r, r.Messages[last+1:])
+	}
 	a := &r.Messages[last]
 	base := inference.DeltaConversation(a)
 	var without []int32
@@ -607,6 +624,24 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 		return nil, err
 	}
 	return inference.ObservationDelta(without, with, eot, closing)
+}
+
+// rawObservationIDs tokenises each message's text alone, without the
+// chat template or special tokens (NeMo RL's observation tokens), and
+// concatenates the ids.
+func (g *Generator) rawObservationIDs(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message) ([]int32, error) {
+	var out []int32
+	for i := range msgs {
+		if msgs[i].Content == "" {
+			continue
+		}
+		ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Raw: true, Text: msgs[i].Content, Affinity: r.GroupID})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
 }
 
 // closingIDs returns what the template writes after an assistant

@@ -115,3 +115,51 @@ func TestToolCallArgumentsSameInBothModes(t *testing.T) {
 		t.Fatalf("chat %s(%s), tokens %s(%s)", c.Name, c.Arguments, k.Name, k.Arguments)
 	}
 }
+
+// env.observation_tokens: raw tokenises each observation's text alone (no
+// template, no closing, no generation prompt), as NeMo RL does; template
+// renders them as the next chat request would. env_tokens counts the
+// observation's ids either way.
+func TestObservationTokens(t *testing.T) {
+	obs := []pipeline.Message{
+		{Role: pipeline.RoleUser, Content: "Wrong. Try again.", Turn: 1},
+		{Role: pipeline.RoleUser, Content: " Hint: add them.", Turn: 1},
+	}
+	for _, mode := range []string{"raw", "template"} {
+		t.Run(mode, func(t *testing.T) {
+			s := sim.New(sim.Options{Seed: 4})
+			defer s.Close()
+			g, err := generate.New(s, generate.Options{Model: "sim", API: "tokens", ObservationTokens: mode, Params: map[string]any{"max_tokens": 5}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := longRollout(6)
+			if err := g.Turn(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			env := r.EnvTokens
+			r.Messages = append(r.Messages, obs...)
+			if err := g.Turn(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Status == pipeline.StatusError {
+				t.Fatalf("rollout failed: %s", r.Error)
+			}
+			span := r.Tokens()[r.Messages[2].TokenStart:r.Messages[2].TokenEnd]
+			want := slices.Concat(sim.Tokenize(obs[0].Content), sim.Tokenize(obs[1].Content))
+			if mode == "template" {
+				// The cut reply's closing, each message, the generation prompt.
+				want = slices.Concat([]int32{sim.TokEnd}, sim.Tokenize("\n"), (sim.Template{}).Render(obs, nil, true))
+			}
+			if !slices.Equal(span, want) {
+				t.Fatalf("observation ids %q, want %q", sim.Detokenize(span, false), sim.Detokenize(want, false))
+			}
+			if r.EnvTokens-env != len(want) {
+				t.Fatalf("env_tokens grew by %d, want %d", r.EnvTokens-env, len(want))
+			}
+		})
+	}
+	if _, err := generate.New(sim.New(sim.Options{}), generate.Options{API: "chat", ObservationTokens: "raw"}); err == nil || !strings.Contains(err.Error(), "needs generate.api: tokens") {
+		t.Fatalf("raw in chat mode: %v", err)
+	}
+}

@@ -40,8 +40,8 @@ const (
 	q3ImEnd     int32 = 151645
 	q3Think     int32 = 151667
 	q3ThinkEnd  int32 = 151668
-	q3NL        int32 = 198    // "\n"
-	q3NLNL      int32 = 271    // "\n\n"
+	q3NL        int32 = 198   // "\n"
+	q3NLNL      int32 = 271   // "\n\n"
 	q3Assistant int32 = 77091 // "assistant"
 )
 

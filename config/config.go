@@ -195,6 +195,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	p.Section("env", c.Env.Validate())
+	if c.Env.ObservationTokens == envstep.ObservationRaw && c.Generate.API != "tokens" {
+		// Chat mode sends messages: the server renders every observation
+		// with its template.
+		p.Add("env.observation_tokens", "raw tokenises observations without the chat template, which needs generate.api: tokens (generate.api is %q)", c.Generate.API)
+	}
 	for _, rs := range c.Env.RouteSpecs() {
 		if h := rs.Config.HistoryLength; h != nil && *h >= 0 {
 			_, err := template.NewStepPrompt(*h, rs.Config.StepTemplate, rs.Config.HistoryTemplate)

@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/storage"
 )
@@ -54,6 +55,11 @@ func (c *Config) Semantic() map[string]string {
 	// fingerprints.
 	if !c.Repeat.SeedConfigured() {
 		sem["repeat.seed"] = "none sent" // (a zero value would be dropped)
+	}
+	// observation_tokens: raw changes the token data; the default is left
+	// out so that the fingerprints of outputs made before the key stay.
+	if ot := c.Env.ObservationTokens; ot != "" && ot != envstep.ObservationTemplate {
+		sem["env.observation_tokens"] = ot
 	}
 	// task_index: dedup renumbers the tasks; the default (line) is left
 	// out so that the fingerprints of outputs made before the key stay.

@@ -73,12 +73,16 @@ var ErrDeltaAlign = errors.New("the chat template renders the fixed conversation
 // closing is what the template writes after an assistant message's content
 // (see ClosingConversations), or nil when unknown.
 //
-// The result is the part of with after the fixed reply, preceded by the
-// tokens that close the reply in the template after the model's own
-// end-of-turn token (the "\n" after Qwen's "<|im_end|>"), which the model
-// never generates; when the model's last token is not the start of the
-// closing (its reply was cut by max_tokens), by the whole closing. Templates that render the fixed reply differently once
-// messages follow it (Qwen3 drops an empty think block from earlier
+// The result is the part of with after the fixed reply, preceded by what
+// closes the trajectory's reply. When the closing is known, the reply
+// ended with its end-of-turn token exactly when last is the closing's
+// first token: the rest of the closing follows (the "\n" after Qwen's
+// "<|im_end|>", which the model never generates). Any other reply (cut by
+// max_tokens or a stop string, aborted, or empty) gets the whole closing
+// ("<|im_end|>\n"), as the template closes every assistant turn. When the
+// closing is unknown, the model's last token is looked for among the
+// rendering's last few. Templates that render the fixed reply differently
+// once messages follow it (Qwen3 drops an empty think block from earlier
 // replies) are aligned on the reply's last tokens.
 func ObservationDelta(without, with []int32, last int32, closing []int32) ([]int32, error) {
 	l := commonPrefix(without, with)
@@ -101,22 +105,29 @@ func ObservationDelta(without, with []int32, last int32, closing []int32) ([]int
 			return nil, ErrDeltaAlign
 		}
 	}
-	// The closing tokens after the model's end-of-turn token.
-	lo := max(tail, len(without)-maxClosing)
-	known := len(closing) > 0 && len(closing) <= len(without) && equal(without[len(without)-len(closing):], closing)
+	known := len(closing) > 0 && len(closing) <= len(without)-tail && equal(without[len(without)-len(closing):], closing)
 	if known {
-		lo = max(tail, len(without)-len(closing))
+		// The template's closing is known: the reply ended with its
+		// end-of-turn token exactly when the model's last token is the
+		// closing's first. Only then does the observation start with the
+		// rest of the closing (Qwen's "\n" after "<|im_end|>"); a reply
+		// that ended otherwise (cut by max_tokens, a stop string, an
+		// abort) gets the whole closing first, as the template would have
+		// closed the turn.
+		if last == closing[0] {
+			return with[end-(len(closing)-1):], nil
+		}
+		return slices.Concat(closing, with[end:]), nil
 	}
+	// The closing is unknown: the tokens after the model's end-of-turn
+	// token, found among the rendering's last few.
+	lo := max(tail, len(without)-maxClosing)
 	if last >= 0 {
 		for p := len(without) - 1; p >= lo; p-- {
 			if without[p] == last {
 				return with[end-(len(without)-1-p):], nil
 			}
 		}
-	}
-	if known {
-		// The reply was cut: the template's whole closing follows it.
-		return slices.Concat(closing, with[end:]), nil
 	}
 	return with[end:], nil
 }

@@ -39,6 +39,9 @@ func TestObservationDelta(t *testing.T) {
 		{"Qwen3: empty think dropped once a user follows", cat(prefix, emptyThink, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, nil, cat([]int32{nl}, obs), false},
 		{"reply rendered with extra tokens later", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, []int32{99, 98}, reply, []int32{imEnd, nl}, obs), imEnd, nil, cat([]int32{nl}, obs), false},
 		{"cut reply gets the whole closing", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), 52, []int32{imEnd, nl}, cat([]int32{imEnd, nl}, obs), false},
+		{"cut reply ending with the closing's second token", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), nl, []int32{imEnd, nl}, cat([]int32{imEnd, nl}, obs), false},
+		{"empty reply gets the whole closing", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), -1, []int32{imEnd, nl}, cat([]int32{imEnd, nl}, obs), false},
+		{"Qwen3 realigned, cut reply", cat(prefix, emptyThink, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), 51, []int32{imEnd, nl}, cat([]int32{imEnd, nl}, obs), false},
 		{"finished reply with a known closing", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, reply, []int32{imEnd, nl}, obs), imEnd, []int32{imEnd, nl}, cat([]int32{nl}, obs), false},
 		{"cannot align", cat(prefix, reply, []int32{imEnd, nl}), cat(prefix, []int32{1, 2, 3}), imEnd, nil, nil, true},
 	}

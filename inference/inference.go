@@ -38,6 +38,17 @@ type TokenizeRequest struct {
 	// AddGenerationPrompt appends the template's assistant header, as the
 	// prompt of a generation ends.
 	AddGenerationPrompt bool
+	// Raw, when set, asks for the ids of Text alone, without the chat
+	// template or special tokens ({"prompt": Text, "add_special_tokens":
+	// false}); Messages, Tools, AddGenerationPrompt and TemplateArgs are
+	// then not sent.
+	Raw  bool
+	Text string
+	// TemplateArgs are the request's template parameters
+	// (TemplateArgs of its params: chat_template_kwargs, chat_template,
+	// add_special_tokens), sent as the body's keys of those names so that
+	// the ids are those a chat request with the same params would get.
+	TemplateArgs map[string]any
 	// Affinity keeps the call on the endpoint of the trajectory's
 	// generations (one tokenizer per fleet is assumed, but a server is
 	// never asked about a template it does not serve).
@@ -49,6 +60,12 @@ type TokenizeRequest struct {
 // beside Client; generate.api: tokens needs it.
 type Tokenizer interface {
 	Tokenize(ctx context.Context, req *TokenizeRequest) ([]int32, error)
+}
+
+// Detokenizer turns token ids back into text (vLLM's and SGLang's POST
+// /detokenize). trajflow validate uses it to show a rendered prompt.
+type Detokenizer interface {
+	Detokenize(ctx context.Context, model string, ids []int32) (string, error)
 }
 
 // Response is what the model generated.

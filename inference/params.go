@@ -37,3 +37,28 @@ func copyValue(v any) any {
 		return v
 	}
 }
+
+// TemplateParams are the request parameters that shape the chat
+// template's rendering rather than the generation: vLLM's and SGLang's
+// chat completions take them, and so does their POST /tokenize.
+// chat_template_kwargs are extra variables of the template (Qwen3's
+// enable_thinking), chat_template replaces the server's template, and
+// add_special_tokens adds the tokenizer's special tokens (a BOS) on top of
+// the template's.
+var TemplateParams = []string{"chat_template", "chat_template_kwargs", "add_special_tokens"}
+
+// TemplateArgs returns the TemplateParams that params holds (copied), nil
+// when it holds none: what a /tokenize call must send to render a prompt
+// as a chat request with params would be rendered.
+func TemplateArgs(params map[string]any) map[string]any {
+	var out map[string]any
+	for _, k := range TemplateParams {
+		if v, ok := params[k]; ok {
+			if out == nil {
+				out = map[string]any{}
+			}
+			out[k] = copyValue(v)
+		}
+	}
+	return out
+}

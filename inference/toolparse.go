@@ -1,7 +1,6 @@
 package inference
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 
@@ -21,7 +20,9 @@ const (
 //
 // When the text holds no <tool_call>, or any call is not such an object,
 // there are no calls and the content is the whole text (vLLM's parser also
-// gives up on the whole message). Calls get no ID; the caller names them.
+// gives up on the whole message). Arguments are stored as vLLM's parser
+// stores them (see parseHermesCall). Calls get no ID; the caller names
+// them.
 func ParseToolCalls(text string) (content string, calls []pipeline.ToolCall) {
 	first := strings.Index(text, toolCallOpen)
 	if first < 0 {
@@ -50,39 +51,28 @@ func ParseToolCalls(text string) (content string, calls []pipeline.ToolCall) {
 	return text[:first], calls
 }
 
-// parseHermesCall reads {"name": "...", "arguments": {...}}. Arguments are
-// kept as compact JSON text (a string value is taken as the JSON text
-// itself, as some models write it).
+// parseHermesCall reads {"name": "...", "arguments": ...} as vLLM's
+// hermes parser does: the arguments are stored as
+// json.dumps(arguments, ensure_ascii=False) writes them (PythonJSON), so
+// that tokens mode stores the same text chat mode gets from vLLM:
+// {"expression": "85 + 15"}, a string value as a JSON string literal, null
+// as "null". A call without "arguments", or whose name is not a non-empty
+// string, is not a call (vLLM's parser then fails on the whole message).
 func parseHermesCall(body string) (pipeline.ToolCall, bool) {
 	var w struct {
 		Name      *string         `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	dec := json.NewDecoder(strings.NewReader(body))
-	if err := dec.Decode(&w); err != nil || w.Name == nil || *w.Name == "" {
+	if err := dec.Decode(&w); err != nil || w.Name == nil || *w.Name == "" || w.Arguments == nil {
 		return pipeline.ToolCall{}, false
 	}
 	if strings.TrimSpace(body[dec.InputOffset():]) != "" { // more than one JSON value
 		return pipeline.ToolCall{}, false
 	}
-	args := "{}"
-	raw := bytes.TrimSpace(w.Arguments)
-	switch {
-	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
-	case raw[0] == '"':
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return pipeline.ToolCall{}, false
-		}
-		if s != "" {
-			args = s
-		}
-	default:
-		var buf bytes.Buffer
-		if json.Compact(&buf, raw) != nil {
-			return pipeline.ToolCall{}, false
-		}
-		args = buf.String()
+	args, err := PythonJSON(w.Arguments)
+	if err != nil {
+		return pipeline.ToolCall{}, false
 	}
 	return pipeline.ToolCall{Type: "function", Name: *w.Name, Arguments: args}, true
 }

@@ -19,11 +19,14 @@ func TestParseToolCalls(t *testing.T) {
 		calls   []pipeline.ToolCall
 	}{
 		{"plain text", "The answer is 4.", "The answer is 4.", nil},
-		{"one call", "Let me compute.\n<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}\n</tool_call>", "Let me compute.\n", []pipeline.ToolCall{call("calculator", `{"expression":"2+2"}`)}},
-		{"two calls", `<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"x": 1}}</tool_call>`, "", []pipeline.ToolCall{call("a", "{}"), call("b", `{"x":1}`)}},
-		{"unclosed last call", `ok <tool_call>{"name": "a", "arguments": {"x": [1, 2]}}`, "ok ", []pipeline.ToolCall{call("a", `{"x":[1,2]}`)}},
-		{"arguments as a string", `<tool_call>{"name": "a", "arguments": "{\"x\": 1}"}</tool_call>`, "", []pipeline.ToolCall{call("a", `{"x": 1}`)}},
-		{"no arguments", `<tool_call>{"name": "a"}</tool_call>`, "", []pipeline.ToolCall{call("a", "{}")}},
+		{"one call", "Let me compute.\n<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}\n</tool_call>", "Let me compute.\n", []pipeline.ToolCall{call("calculator", `{"expression": "2+2"}`)}},
+		{"two calls", `<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"x": 1}}</tool_call>`, "", []pipeline.ToolCall{call("a", "{}"), call("b", `{"x": 1}`)}},
+		{"unclosed last call", `ok <tool_call>{"name": "a", "arguments": {"x": [1, 2]}}`, "ok ", []pipeline.ToolCall{call("a", `{"x": [1, 2]}`)}},
+		// vLLM's hermes parser: json.dumps of the value, whatever it is.
+		{"arguments as a string", `<tool_call>{"name": "a", "arguments": "{\"x\": 1}"}</tool_call>`, "", []pipeline.ToolCall{call("a", `"{\"x\": 1}"`)}},
+		{"null arguments", `<tool_call>{"name": "a", "arguments": null}</tool_call>`, "", []pipeline.ToolCall{call("a", "null")}},
+		{"compact, non-ASCII, floats", `<tool_call>{"name":"a","arguments":{"city":"Zürich","t":1.50,"n":1e2,"s":"<&>"}}</tool_call>`, "", []pipeline.ToolCall{call("a", `{"city": "Zürich", "t": 1.5, "n": 100.0, "s": "<&>"}`)}},
+		{"no arguments: whole text is content", `<tool_call>{"name": "a"}</tool_call>`, `<tool_call>{"name": "a"}</tool_call>`, nil},
 		{"bad JSON: whole text is content", `x <tool_call>{"name": </tool_call>`, `x <tool_call>{"name": </tool_call>`, nil},
 		{"no name", `<tool_call>{"arguments": {}}</tool_call>`, `<tool_call>{"arguments": {}}</tool_call>`, nil},
 		{"trailing garbage", `<tool_call>{"name": "a"} x</tool_call>`, `<tool_call>{"name": "a"} x</tool_call>`, nil},

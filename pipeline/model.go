@@ -53,6 +53,9 @@ type Task struct {
 	Params map[string]any
 	// Tools are OpenAI function-calling tool definitions carried by the row.
 	Tools []json.RawMessage
+	// StopStrings are the row's own stop_strings field (NeMo RL's datum
+	// key): its rollouts' stop strings until the environment changes them.
+	StopStrings []string
 	// Env is the environment route that steps the task's rollouts (the
 	// env section's routes, chosen per row); empty: the run's only
 	// environment.
@@ -184,6 +187,11 @@ type Rollout struct {
 
 	// State is the environment's state for the next turn. Not written out.
 	State any
+	// LastUsageTokens is the last response's usage (prompt_tokens +
+	// completion_tokens): the server's length of the sequence so far,
+	// which bounds the next prompt from below when no token ids are
+	// known. Not written out.
+	LastUsageTokens int
 	// StopStrings are extra stop strings the environment asked for; they
 	// apply to every later turn until the environment changes them. Not
 	// written out.

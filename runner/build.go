@@ -212,7 +212,8 @@ func generatorOptions(cfg *config.Config) (generate.Options, error) {
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API,
 		MaxSeqLen: cfg.Env.MaxSeqLen, MaxSeqLenOf: cfg.Env.SeqLenOf(),
 		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
-		StepPrompt: stepPrompt, RecordSteps: cfg.Output.Steps,
+		ObservationTokens: cfg.Env.ObservationTokens,
+		StepPrompt:        stepPrompt, RecordSteps: cfg.Output.Steps,
 	}, nil
 }
 

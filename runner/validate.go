@@ -344,6 +344,7 @@ func (v *validation) request(ctx context.Context, b *Built, r *pipeline.Rollout)
 		return nil
 	}
 	v.writeRequest(r, req)
+	v.renderedPrompt(ctx, gen, r)
 	v.promptLength(ctx, gen, r)
 	if !v.opts.Send {
 		return nil

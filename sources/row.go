@@ -100,8 +100,29 @@ func jsonErr(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
-// fillTask sets the task's messages, params and tools from its fields.
+// stopStringsKey is the row field holding the row's own stop strings, as
+// NeMo RL's datums carry them.
+const stopStringsKey = "stop_strings"
+
+// fillTask sets the task's messages, params, tools and stop strings from
+// its fields.
 func fillTask(task *pipeline.Task) error {
+	if v, ok := task.Fields[stopStringsKey]; ok && v != nil {
+		list, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("%s: want a list of strings, got %s", stopStringsKey, pipeline.JSONKind(v))
+		}
+		for i, e := range list {
+			s, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("%s[%d]: want a string, got %s", stopStringsKey, i, pipeline.JSONKind(e))
+			}
+			if s == "" {
+				return fmt.Errorf("%s[%d]: an empty stop string", stopStringsKey, i)
+			}
+			task.StopStrings = append(task.StopStrings, s)
+		}
+	}
 	if rcp, ok := task.Fields[nemoGymKey]; ok {
 		return fillNeMoGym(task, rcp)
 	}

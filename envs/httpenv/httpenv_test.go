@@ -464,3 +464,29 @@ func TestSessionCookieExpiry(t *testing.T) {
 		t.Fatalf("merged = %v", s2.Cookies)
 	}
 }
+
+// An observation of role "environment" (NeMo RL's) is taken as the
+// user's.
+func TestEnvironmentRole(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/reset":
+			fmt.Fprint(w, `{"observations":[{"role":"environment","content":"start"}]}`)
+		case "/step":
+			fmt.Fprint(w, `{"observations":[{"role":"environment","content":"next"}],"terminated":true}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	e := newEnv(t, Config{URL: srv.URL})
+	r := rollout("t1", map[string]any{})
+	rs, err := e.Reset(context.Background(), r)
+	if err != nil || len(rs.Observations) != 1 || rs.Observations[0].Role != pipeline.RoleUser {
+		t.Fatalf("reset %+v, %v", rs, err)
+	}
+	st, err := act(context.Background(), e, r, pipeline.Message{Content: "a"})
+	if err != nil || len(st.Observations) != 1 || st.Observations[0].Role != pipeline.RoleUser || st.Observations[0].Content != "next" {
+		t.Fatalf("step %+v, %v", st, err)
+	}
+}

@@ -40,6 +40,7 @@ func helperCommand() ([]string, map[string]string) {
 //	wrongid  answer with another request's id
 //	partial  write half a line and exit
 //	enverror answer {"error": "boom"}
+//	environment answer an observation of role "environment"
 //	image    answer an image observation; metric images_sent counts the
 //	         image parts of the request
 //	anything else: count the step; reward = steps so far; "done" terminates
@@ -96,6 +97,9 @@ func helperMain() {
 				os.Exit(0)
 			case "enverror":
 				resp = map[string]any{"error": "boom"}
+			case "environment":
+				// NeMo RL's observation role.
+				resp = map[string]any{"observations": []any{map[string]any{"role": "environment", "content": "from the env"}}}
 			case "image":
 				// An image observation; the metric counts the image parts
 				// of the messages it was sent, as OpenAI content parts.

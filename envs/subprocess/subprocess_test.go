@@ -493,3 +493,18 @@ func FuzzDecodeLine(f *testing.F) {
 		}
 	})
 }
+
+// An observation of role "environment" (NeMo RL's) is taken as the
+// user's.
+func TestEnvironmentRole(t *testing.T) {
+	e, _ := newHelperEnv(t, 1, 10*time.Second, nil)
+	r := rollout("traj-env", map[string]any{"word": "x"})
+	reset(t, e, r)
+	st, err := step(context.Background(), e, r, "environment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Observations) != 1 || st.Observations[0].Role != pipeline.RoleUser || st.Observations[0].Content != "from the env" {
+		t.Fatalf("observations %+v", st.Observations)
+	}
+}

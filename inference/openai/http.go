@@ -282,7 +282,9 @@ const completionsPath = "/completions"
 // Tokenize renders and tokenizes req's messages with the server's chat
 // template: POST {root}/tokenize as vLLM and SGLang serve it
 // ({"model", "messages", "tools", "add_generation_prompt",
-// "add_special_tokens": false} → {"tokens": [...], "count": N}). It
+// "add_special_tokens": false, and req.TemplateArgs} → {"tokens": [...],
+// "count": N}; with req.Raw, {"model", "prompt", "add_special_tokens":
+// false}). It
 // retries and fails like Complete; a server without the endpoint fails
 // with an error that says to use generate.api: chat.
 func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeRequest) ([]int32, error) {
@@ -293,7 +295,16 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	if model == "" {
 		model = c.cfg.Model
 	}
-	w := wireTokenize{Model: model, Messages: toWireMessages(req.Messages), AddGenerationPrompt: req.AddGenerationPrompt, Tools: req.Tools}
+	w := map[string]any{"model": model, "messages": toWireMessages(req.Messages), "add_generation_prompt": req.AddGenerationPrompt, "add_special_tokens": false}
+	if len(req.Tools) > 0 {
+		w["tools"] = req.Tools
+	}
+	for k, v := range req.TemplateArgs {
+		w[k] = v // the row's or config's chat_template_kwargs, add_special_tokens, ...
+	}
+	if req.Raw {
+		w = map[string]any{"model": model, "prompt": req.Text, "add_special_tokens": false}
+	}
 	body, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("llm: encode tokenize body: %w", err)
@@ -322,12 +333,35 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	return ids, nil
 }
 
-type wireTokenize struct {
-	Model               string            `json:"model"`
-	Messages            []wireMessage     `json:"messages"`
-	AddGenerationPrompt bool              `json:"add_generation_prompt"`
-	AddSpecialTokens    bool              `json:"add_special_tokens"`
-	Tools               []json.RawMessage `json:"tools,omitempty"`
+// Detokenize spells ids with the server's tokenizer: POST
+// {root}/detokenize as vLLM and SGLang serve it ({"model", "tokens"} →
+// {"prompt"}). It retries and fails like Complete.
+func (c *HTTPClient) Detokenize(ctx context.Context, model string, ids []int32) (string, error) {
+	if err := c.checkOpen(); err != nil {
+		return "", err
+	}
+	if model == "" {
+		model = c.cfg.Model
+	}
+	body, err := json.Marshal(map[string]any{"model": model, "tokens": ids})
+	if err != nil {
+		return "", fmt.Errorf("llm: encode detokenize body: %w", err)
+	}
+	var text string
+	_, err = c.do(ctx, "", func(ep *endpoint) string { return ep.root + "/detokenize" }, body, func(data []byte) error {
+		var r struct {
+			Prompt *string `json:"prompt"`
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			return err
+		}
+		if r.Prompt == nil {
+			return errors.New(`no "prompt" in the /detokenize response`)
+		}
+		text = *r.Prompt
+		return nil
+	})
+	return text, err
 }
 
 func (c *HTTPClient) checkOpen() error {

@@ -123,7 +123,7 @@ func encodeRequest(api string, req *inference.Request) ([]byte, error) {
 
 // chatOnlyKeys are chat parameters a token-id completions request drops:
 // the tools are already rendered into the prompt ids.
-var chatOnlyKeys = []string{"tools", "tool_choice", "parallel_tool_calls", "prompt", "response_format", "chat_template_kwargs", "top_logprobs"}
+var chatOnlyKeys = []string{"tools", "tool_choice", "parallel_tool_calls", "prompt", "response_format", "chat_template_kwargs", "chat_template", "top_logprobs"}
 
 // tokenParams adapts a body's chat parameters to a token-id completions
 // request: return_token_ids on, logprobs as a count (true or absent: 1,

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -70,7 +72,7 @@ func (s *Server) chatInput(msgs []pipeline.Message, params map[string]any, tools
 	if len(msgs) == 0 {
 		return nil, &badRequest{"messages: at least one message is required"}
 	}
-	return s.messagesInput(msgs, tools, s.template().Render(msgs, tools, true), params)
+	return s.messagesInput(msgs, tools, s.template().TemplateFor(params["chat_template_kwargs"]).Render(msgs, tools, true), params)
 }
 
 // tokenInput reduces a completions request whose prompt is token ids: the
@@ -346,7 +348,7 @@ func (s *Server) generate(in *input) (*reply, error) {
 		b.WriteString(w)
 	}
 	content := b.String()
-	if o.StripReasoning {
+	if o.StripReasoning && !noThinking(in.promptIDs) {
 		content, sep = thinkOpen+content+thinkClose, "\n"
 	}
 	text := content
@@ -383,7 +385,8 @@ func (s *Server) generate(in *input) (*reply, error) {
 }
 
 // toolCall reads the first tool's name and makes plausible arguments: a
-// value per required parameter (strings "sim", numbers 1, booleans true).
+// value per required parameter (strings "sim", numbers 1, booleans true),
+// as Python's json.dumps writes them ({"e": "sim"}).
 func toolCall(raw json.RawMessage) (name, args string, ok bool) {
 	var t struct {
 		Name     string `json:"name"`
@@ -429,5 +432,19 @@ func toolCall(raw json.RawMessage) (name, args string, ok bool) {
 	if err != nil {
 		return "", "", false
 	}
-	return name, string(b), true
+	// Written as Qwen writes them (its template's tojson: Python's
+	// separators), which is also how vLLM's hermes parser stores them.
+	args, err = inference.PythonJSON(b)
+	if err != nil {
+		return "", "", false
+	}
+	return name, args, true
+}
+
+// noThinking says whether prompt ends with the generation prompt of
+// enable_thinking: false (the assistant start id and an empty think
+// block): the simulated model then writes no reasoning.
+func noThinking(prompt []int32) bool {
+	think := appendTokens([]int32{TokAssistant}, emptyThink)
+	return len(prompt) >= len(think) && slices.Equal(prompt[len(prompt)-len(think):], think)
 }

@@ -22,7 +22,8 @@ const maxBody = 32 << 20
 
 // Handler serves the OpenAI-compatible API: POST /v1/chat/completions,
 // POST /v1/completions (a text prompt, or token ids as vLLM takes them),
-// vLLM's POST /tokenize, GET /v1/models and GET /health.
+// vLLM's POST /tokenize and POST /detokenize, GET /v1/models and GET
+// /health.
 //
 // Like vLLM, responses carry prompt_token_ids (top level) and
 // choices[].token_ids when the request sets return_token_ids, per-token
@@ -33,6 +34,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
 	mux.HandleFunc("POST /tokenize", s.tokenize)
+	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
@@ -161,7 +163,9 @@ func tokenPrompt(raw json.RawMessage) ([]int32, bool) {
 }
 
 // tokenize serves vLLM's POST /tokenize: {"messages", "tools",
-// "add_generation_prompt" (default true)} rendered by the chat template,
+// "add_generation_prompt" (default true), "chat_template_kwargs"} rendered
+// by the chat template (chat_template and add_special_tokens are accepted
+// and change nothing: the simulator has one template and no BOS),
 // or {"prompt"} as text; the answer is {"count", "max_model_len",
 // "tokens", "token_strs"}.
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
@@ -175,6 +179,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		Tools               []json.RawMessage `json:"tools"`
 		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 		Prompt              *string           `json:"prompt"`
+		ChatTemplateKwargs  any               `json:"chat_template_kwargs"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
@@ -190,7 +195,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ids = s.template().Render(msgs, req.Tools, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+		ids = s.template().TemplateFor(req.ChatTemplateKwargs).Render(msgs, req.Tools, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
 	default:
 		writeError(w, http.StatusBadRequest, "messages or prompt: one is required")
 		return
@@ -199,6 +204,19 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		ids = []int32{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.opts.MaxModelLen, "tokens": ids, "token_strs": nil})
+}
+
+// detokenize serves vLLM's POST /detokenize: {"tokens"} → {"prompt"}, the
+// ids spelled with their special tokens.
+func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"prompt": Detokenize(req.Tokens, false)})
 }
 
 // decodeMessages converts wire messages.

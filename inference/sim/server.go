@@ -271,10 +271,23 @@ func (s *Server) Tokenize(ctx context.Context, req *inference.TokenizeRequest) (
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	return s.template().Render(req.Messages, req.Tools, req.AddGenerationPrompt), nil
+	if req.Raw {
+		return Tokenize(req.Text), nil
+	}
+	return s.template().TemplateFor(req.TemplateArgs["chat_template_kwargs"]).Render(req.Messages, req.Tools, req.AddGenerationPrompt), nil
 }
 
 var _ inference.Tokenizer = (*Server)(nil)
+
+// Detokenize spells ids, special ids included, as POST /detokenize does.
+func (s *Server) Detokenize(ctx context.Context, _ string, ids []int32) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("sim: %w", err)
+	}
+	return Detokenize(ids, false), nil
+}
+
+var _ inference.Detokenizer = (*Server)(nil)
 
 func (s *Server) stall(ctx context.Context) error {
 	t := time.NewTimer(s.opts.Faults.StallFor)

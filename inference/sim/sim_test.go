@@ -212,7 +212,7 @@ func TestTokenContinuity(t *testing.T) {
 		if r.FinishReason == "tool_calls" {
 			sawTool = true
 			tc := r.Message.ToolCalls[0]
-			if tc.Name != "search" || tc.Arguments != `{"k":1,"q":"sim"}` {
+			if tc.Name != "search" || tc.Arguments != `{"k": 1, "q": "sim"}` {
 				t.Fatalf("tool call %+v", tc)
 			}
 		}

@@ -88,6 +88,9 @@ func theVocab() *vocabulary {
 	return vocab
 }
 
+// tokNewline is the id of "\n", which follows every message's end id.
+func tokNewline() int32 { return theVocab().ids["\n"] }
+
 // VocabSize is the number of token ids the toy tokenizer uses.
 func VocabSize() int { return int(firstPiece) + len(theVocab().pieces) }
 
@@ -235,8 +238,8 @@ func toolCallText(name, args string) string {
 }
 
 // RenderChat renders messages into prompt ids: per message its role's start
-// id, the content's ids and the end id; the prompt ends with the assistant
-// start id.
+// id, the content's ids, the end id and a newline; the prompt ends with the
+// assistant start id.
 func RenderChat(msgs []pipeline.Message) []int32 {
 	return Template{}.Render(msgs, nil, true)
 }
@@ -247,6 +250,26 @@ type Template struct {
 	// "</think>", and the newlines after it) from the content of assistant
 	// messages before the last user message, as Qwen3's template does.
 	StripReasoning bool
+	// NoThinking is Qwen3's enable_thinking: false (a chat_template_kwargs
+	// key): the generation prompt ends with an empty think block,
+	// "<think>\n\n</think>\n\n".
+	NoThinking bool
+}
+
+// emptyThink is the empty think block NoThinking puts after the
+// generation prompt's assistant start id.
+const emptyThink = thinkOpen + "\n\n" + thinkClose + "\n\n"
+
+// TemplateFor returns the template with the chat_template_kwargs kwargs
+// applied: enable_thinking: false sets NoThinking. Other keys are
+// ignored, as a Jinja template ignores variables it does not use.
+func (t Template) TemplateFor(kwargs any) Template {
+	if m, ok := kwargs.(map[string]any); ok {
+		if v, ok := m["enable_thinking"].(bool); ok && !v {
+			t.NoThinking = true
+		}
+	}
+	return t
 }
 
 // toolsOpen starts the block that renders tool definitions.
@@ -254,15 +277,17 @@ const toolsOpen = "<tools>"
 
 // Render renders messages into ids: first, when tools are given, a system
 // block "<tools>" + the definitions as a JSON list; then per message its
-// role's start id, its text's ids and the end id; and with
-// addGenerationPrompt the assistant start id.
+// role's start id, its text's ids, the end id and a newline (as ChatML
+// closes every message with "<|im_end|>\n": the model generates the end
+// id, never the newline); and with addGenerationPrompt the assistant start
+// id, followed by an empty think block when NoThinking.
 func (t Template) Render(msgs []pipeline.Message, tools []json.RawMessage, addGenerationPrompt bool) []int32 {
 	var out []int32
 	if len(tools) > 0 {
 		list, _ := json.Marshal(tools)
 		out = append(out, TokSystem)
 		out = appendTokens(out, toolsOpen+string(list))
-		out = append(out, TokEnd)
+		out = append(out, TokEnd, tokNewline())
 	}
 	lastUser := -1
 	if t.StripReasoning {
@@ -281,10 +306,13 @@ func (t Template) Render(msgs []pipeline.Message, tools []json.RawMessage, addGe
 			m = &c
 		}
 		out = appendTokens(out, messageText(m))
-		out = append(out, TokEnd)
+		out = append(out, TokEnd, tokNewline())
 	}
 	if addGenerationPrompt {
 		out = append(out, TokAssistant)
+		if t.NoThinking {
+			out = appendTokens(out, emptyThink)
+		}
 	}
 	return out
 }

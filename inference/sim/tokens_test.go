@@ -44,7 +44,7 @@ func TestTemplateStripReasoning(t *testing.T) {
 	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}
 	ids := Template{}.Render(msgs[:1], tools, false)
 	back, gotTools := parseRendered(ids)
-	if len(back) != 1 || len(gotTools) != 1 || ids[len(ids)-1] != TokEnd {
+	if len(back) != 1 || len(gotTools) != 1 || ids[len(ids)-2] != TokEnd {
 		t.Fatalf("tools block: %v %s", back, gotTools)
 	}
 }

@@ -26,6 +26,18 @@ type Config struct {
 	// trajectory ends truncated; no row is longer. The generate stage
 	// enforces it.
 	MaxSeqLen int `yaml:"max_seq_len"`
+	// ObservationTokens is how an observation (the messages after a
+	// reply) becomes token ids in generate.api: tokens: "template" (the
+	// default) renders it with the server's chat template, as the next
+	// chat request would (role headers, the closing of a reply the model
+	// did not finish, the generation prompt after it); "raw" tokenises
+	// each observation's text alone, without the template or special
+	// tokens, as NeMo RL's multi-turn rollout does (its environments put
+	// any chat formatting in the text). The choice changes the sequence,
+	// where max_seq_len cuts, and env_tokens, which counts the
+	// observations' ids either way. Only in the env section, not in a
+	// route; raw needs generate.api: tokens.
+	ObservationTokens string `yaml:"observation_tokens"`
 	// Concurrency bounds the environment steps in flight (the env slots).
 	Concurrency int `yaml:"concurrency"`
 	// TurnTimeout bounds one environment call (0: none).
@@ -75,6 +87,12 @@ type Config struct {
 	// resume; those it declares secret are redacted.
 	Options map[string]any `yaml:",inline"`
 }
+
+// The values of env.observation_tokens.
+const (
+	ObservationTemplate = "template"
+	ObservationRaw      = "raw"
+)
 
 // DefaultRouteFields are the fields a row's route is read from when
 // route_field is not set, in order.
@@ -135,6 +153,11 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	var p pipeline.Problems
 	c.validateLimits(&p)
+	switch c.ObservationTokens {
+	case "", ObservationTemplate, ObservationRaw:
+	default:
+		p.Add("observation_tokens", "must be %s or %s, got %q", ObservationTemplate, ObservationRaw, c.ObservationTokens)
+	}
 	if len(c.Routes) == 0 {
 		if c.RouteField != "" {
 			p.Add("route_field", "needs routes")
@@ -166,6 +189,9 @@ func (c *Config) Validate() error {
 		}
 		if r.RouteField != "" {
 			rp.Add("route_field", "belongs to the env section, not to a route")
+		}
+		if r.ObservationTokens != "" {
+			rp.Add("observation_tokens", "belongs to the env section, not to a route")
 		}
 		r.validateLimits(&rp)
 		p.Section("routes."+key, rp.Err())

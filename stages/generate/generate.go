@@ -51,6 +51,11 @@ type Options struct {
 	// RecordSteps keeps, in whole-chat mode, each turn's prompt and
 	// response token ids in the rollout's Steps (output.steps).
 	RecordSteps bool
+	// ObservationTokens is env.observation_tokens: "template" (or "")
+	// renders the messages after a reply with the server's chat template
+	// (inference.ObservationDelta); "raw" tokenises each one's text alone
+	// (POST /tokenize {"prompt"}), as NeMo RL does. raw needs API tokens.
+	ObservationTokens string
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages
@@ -93,9 +98,10 @@ type Generator struct {
 	mu sync.Mutex
 	// without is the rendering of the fixed delta conversation without
 	// tool calls, and closing what the template writes after an assistant
-	// message's content; each computed once.
-	without []int32
-	closing []int32
+	// message's content; each computed once per set of template
+	// arguments (templateKey).
+	without map[string][]int32
+	closing map[string][]int32
 	// noTokenize is set once the server answered that it has no
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
@@ -108,6 +114,15 @@ func New(client inference.Client, opts Options) (*Generator, error) {
 	g.tok, _ = client.(inference.Tokenizer)
 	if g.tokens() && g.tok == nil {
 		return nil, fmt.Errorf("generate.api: tokens needs a backend that tokenizes (POST /tokenize); %T cannot: use generate.api: chat", client)
+	}
+	switch opts.ObservationTokens {
+	case "", "template":
+	case "raw":
+		if !g.tokens() {
+			return nil, errors.New("env.observation_tokens: raw needs generate.api: tokens (in chat mode the server renders every observation with its template)")
+		}
+	default:
+		return nil, fmt.Errorf("env.observation_tokens: %q is not one of template, raw", opts.ObservationTokens)
 	}
 	if opts.PromptMaxTokens > 0 {
 		if g.tok == nil {
@@ -137,6 +152,7 @@ func (g *Generator) Check(ctx context.Context) error {
 		if g.opts.PromptMaxTokens > 0 {
 			ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
 				Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
+				TemplateArgs: inference.TemplateArgs(g.opts.Params),
 			})
 			if err == nil && len(ids) == 0 {
 				err = errors.New("it returned no tokens")
@@ -149,6 +165,7 @@ func (g *Generator) Check(ctx context.Context) error {
 	}
 	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{
 		Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
+		TemplateArgs: inference.TemplateArgs(g.opts.Params),
 	})
 	if err != nil {
 		return fmt.Errorf("generate.api: tokens: POST /tokenize: %w", err)
@@ -211,12 +228,18 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 		req, ok, err := g.stepRequest(ctx, r, msgs)
 		return req, true, ok, err
 	}
-	if ok, err := g.prepare(ctx, r); err != nil || !ok {
+	pending, ok, err := g.prepare(ctx, r)
+	if err != nil || !ok {
 		return nil, false, false, err
 	}
 	req = g.Request(r)
 	if g.tokens() {
 		req.PromptTokenIDs = r.Tokens()
+	} else if m := g.maxSeqLen(r); m > 0 && pending > 0 {
+		// Chat mode: the observations' ids are known but not in the
+		// sequence yet (the server's prompt ids bring them); the room
+		// left is after them.
+		capMaxTokens(req.Params, m-len(r.PromptTokenIDs)-len(r.ResponseTokenIDs)-pending)
 	}
 	return req, false, true, nil
 }
@@ -380,8 +403,10 @@ func (g *Generator) Observe(ctx context.Context, r *pipeline.Rollout) error {
 // prepare brings r's token sequence up to the next request: in tokens
 // mode the first prompt's ids or the new observations' ids; with
 // max_seq_len, a sequence with no room left ends the trajectory
-// truncated. ok is false when r resolved instead.
-func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, err error) {
+// truncated. ok is false when r resolved instead. pending is, in chat
+// mode, the length of the new observations' ids, measured but left for
+// the server's prompt ids to bring.
+func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending int, ok bool, err error) {
 	first := r.NumTurns == 0
 	limit := g.opts.PromptMaxTokens
 	switch {
@@ -391,15 +416,15 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		ids, err := g.tokenize(ctx, r, r.Messages, r.Tools, true)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return 0, false, ctx.Err()
 			}
 			if g.tokens() {
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the prompt: %w", err))
-				return false, nil
+				return 0, false, nil
 			}
 			if limit > 0 {
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("%s: prompt.max_tokens: POST /tokenize of the prompt: %w", rowName(r), err))
-				return false, nil
+				return 0, false, nil
 			}
 			break // chat mode goes on without
 		}
@@ -409,7 +434,7 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 			n := len(ids)
 			if ids, err = truncatePrompt(ids, limit, g.opts.PromptTruncation); err != nil {
 				r.Fail(ClassPromptTooLong, fmt.Errorf("%s: %w", rowName(r), err))
-				return false, nil
+				return 0, false, nil
 			}
 			r.PromptTokensDropped = n - len(ids)
 		}
@@ -419,18 +444,21 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		ids, err := g.observationIDs(ctx, r)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return 0, false, ctx.Err()
 			}
 			if g.tokens() {
 				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: the observation's token ids: %w", err))
-				return false, nil
+				return 0, false, nil
 			}
 			break
 		}
-		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) > g.maxSeqLen(r) {
-			// Chat mode appends only what overflows: the trajectory ends
-			// here, and the next render would have given these ids.
+		if g.tokens() || len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)+len(ids) >= g.maxSeqLen(r) {
+			// Chat mode appends only what fills the sequence: the
+			// trajectory ends here, and the next render would have given
+			// these ids.
 			g.appendObservation(r, ids)
+		} else {
+			pending = len(ids)
 		}
 	}
 	if msl := g.maxSeqLen(r); msl > 0 {
@@ -443,10 +471,10 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		if r.Truncated || n >= msl {
 			r.Truncated = true
 			r.Resolve(pipeline.StatusOK)
-			return false, nil
+			return 0, false, nil
 		}
 	}
-	return true, nil
+	return pending, true, nil
 }
 
 // rowName names r's input row for errors: its source place
@@ -474,8 +502,38 @@ func truncatePrompt(ids []int32, limit int, mode string) ([]int32, error) {
 	}
 }
 
-// tokenize renders msgs with the server's template. In chat mode a server
-// that has no /tokenize is asked once.
+// templateArgs are r's template parameters (chat_template_kwargs, ...):
+// the config's, else the row's, as its requests merge them.
+func (g *Generator) templateArgs(r *pipeline.Rollout) map[string]any {
+	var row map[string]any
+	if r.Task != nil {
+		row = inference.TemplateArgs(r.Task.Params)
+	}
+	cfg := inference.TemplateArgs(g.opts.Params)
+	if row == nil {
+		return cfg
+	}
+	for k, v := range cfg {
+		row[k] = v
+	}
+	return row
+}
+
+// templateKey names r's template parameters, for the caches of renderings.
+func (g *Generator) templateKey(r *pipeline.Rollout) string {
+	args := g.templateArgs(r)
+	if args == nil {
+		return ""
+	}
+	b, err := json.Marshal(args) // map keys sorted: one name per set
+	if err != nil {
+		return fmt.Sprint(args)
+	}
+	return string(b)
+}
+
+// tokenize renders msgs with the server's template and r's template
+// parameters. In chat mode a server that has no /tokenize is asked once.
 func (g *Generator) tokenize(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message, tools []json.RawMessage, gen bool) ([]int32, error) {
 	if !g.tokens() {
 		g.mu.Lock()
@@ -485,7 +543,8 @@ func (g *Generator) tokenize(ctx context.Context, r *pipeline.Rollout, msgs []pi
 			return nil, errNoTokenize
 		}
 	}
-	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Messages: msgs, Tools: tools, AddGenerationPrompt: gen, Affinity: r.GroupID})
+	ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Messages: msgs, Tools: tools, AddGenerationPrompt: gen,
+		TemplateArgs: g.templateArgs(r), Affinity: r.GroupID})
 	var e *inference.Error
 	if err != nil && !g.tokens() && errors.As(err, &e) && e.Class == inference.ClassHTTP {
 		g.mu.Lock()
@@ -509,6 +568,43 @@ func (g *Generator) PromptTokens(ctx context.Context, r *pipeline.Rollout) (int,
 	return len(ids), err
 }
 
+// RenderedPrompt is r's first prompt as the server's template renders it.
+type RenderedPrompt struct {
+	// IDs are the prompt's token ids (POST /tokenize).
+	IDs []int32
+	// Text spells them (POST /detokenize); "" when TextErr is set.
+	Text    string
+	TextErr error
+	// TemplateArgs are the template parameters sent with the /tokenize
+	// call (chat_template_kwargs, ...); nil when none.
+	TemplateArgs map[string]any
+}
+
+// RenderedPrompt renders r's first prompt (the step-wise prompt of the
+// first turn when env.history_length is set) as the run would: POST
+// /tokenize with r's template parameters, then POST /detokenize for its
+// text when the server has it. trajflow validate shows it. It is nil (and
+// no error) when the server cannot tokenize.
+func (g *Generator) RenderedPrompt(ctx context.Context, r *pipeline.Rollout) (*RenderedPrompt, error) {
+	if g.tok == nil {
+		return nil, nil
+	}
+	ids, err := g.tokenize(ctx, r, g.Request(r).Messages, r.Tools, true)
+	if err != nil {
+		if errors.Is(err, errNoTokenize) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	p := &RenderedPrompt{IDs: ids, TemplateArgs: g.templateArgs(r)}
+	if d, ok := g.client.(inference.Detokenizer); ok {
+		p.Text, p.TextErr = d.Detokenize(ctx, g.opts.Model, ids)
+	} else {
+		p.TextErr = fmt.Errorf("%T cannot detokenize", g.client)
+	}
+	return p, nil
+}
+
 // observationIDs returns the token ids of the messages after r's last
 // assistant message: the server's rendering of a fixed conversation with
 // and without them, differenced (inference.ObservationDelta).
@@ -517,12 +613,16 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 	if last < 0 || last == len(r.Messages)-1 {
 		return nil, nil
 	}
+	if g.opts.ObservationTokens == "raw" {
+		return g.rawObservationIDs(ctx, r, r.Messages[last+1:])
+	}
 	a := &r.Messages[last]
 	base := inference.DeltaConversation(a)
 	var without []int32
+	key := g.templateKey(r)
 	if len(a.ToolCalls) == 0 {
 		g.mu.Lock()
-		without = g.without
+		without = g.without[key]
 		g.mu.Unlock()
 	}
 	if without == nil {
@@ -532,7 +632,10 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 		}
 		if len(a.ToolCalls) == 0 {
 			g.mu.Lock()
-			g.without = without
+			if g.without == nil {
+				g.without = map[string][]int32{}
+			}
+			g.without[key] = without
 			g.mu.Unlock()
 		}
 	}
@@ -551,11 +654,31 @@ func (g *Generator) observationIDs(ctx context.Context, r *pipeline.Rollout) ([]
 	return inference.ObservationDelta(without, with, eot, closing)
 }
 
+// rawObservationIDs tokenises each message's text alone, without the
+// chat template or special tokens (NeMo RL's observation tokens), and
+// concatenates the ids.
+func (g *Generator) rawObservationIDs(ctx context.Context, r *pipeline.Rollout, msgs []pipeline.Message) ([]int32, error) {
+	var out []int32
+	for i := range msgs {
+		if msgs[i].Content == "" {
+			continue
+		}
+		ids, err := g.tok.Tokenize(ctx, &inference.TokenizeRequest{Model: g.opts.Model, Raw: true, Text: msgs[i].Content, Affinity: r.GroupID})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
+}
+
 // closingIDs returns what the template writes after an assistant
-// message's content (inference.ClosingConversations), computed once.
+// message's content (inference.ClosingConversations), computed once per
+// set of template parameters.
 func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int32, error) {
+	key := g.templateKey(r)
 	g.mu.Lock()
-	c := g.closing
+	c := g.closing[key]
 	g.mu.Unlock()
 	if c != nil {
 		return c, nil
@@ -571,18 +694,23 @@ func (g *Generator) closingIDs(ctx context.Context, r *pipeline.Rollout) ([]int3
 	}
 	c = inference.CommonSuffix(ra, rb)
 	g.mu.Lock()
-	g.closing = c
+	if g.closing == nil {
+		g.closing = map[string][]int32{}
+	}
+	g.closing[key] = c
 	g.mu.Unlock()
 	return c, nil
 }
 
 // appendObservation appends the ids of the messages after the last
-// assistant message (loss mask 0), cut to the room max_seq_len leaves;
-// a cut ends the trajectory truncated.
+// assistant message (loss mask 0), cut to the room max_seq_len leaves; a
+// sequence that reaches max_seq_len (cut or exactly full, as NeMo RL's
+// >=) ends the trajectory truncated, the last observation of a
+// terminated one too.
 func (g *Generator) appendObservation(r *pipeline.Rollout, ids []int32) {
 	start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-	if m := g.maxSeqLen(r); m > 0 && start+len(ids) > m {
-		ids = ids[:max(m-start, 0)]
+	if m := g.maxSeqLen(r); m > 0 && start+len(ids) >= m {
+		ids = ids[:min(max(m-start, 0), len(ids))]
 		r.Truncated = true
 		r.Resolve(pipeline.StatusOK)
 	}
@@ -601,8 +729,22 @@ func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
 	if len(r.StopStrings) > 0 {
 		p["stop"] = r.StopStrings
 	}
-	if m := g.maxSeqLen(r); m > 0 && (g.tokens() || len(r.PromptTokenIDs) > 0) {
-		capMaxTokens(p, m-len(r.PromptTokenIDs)-len(r.ResponseTokenIDs))
+	if m := g.maxSeqLen(r); m > 0 {
+		// The room left: after the known ids, or without them (a server
+		// that reports none) after the last response's usage; never more
+		// than max_seq_len.
+		known := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if known == 0 && !g.tokens() {
+			known = r.LastUsageTokens
+		}
+		_, given := p["max_tokens"]
+		_, givenC := p["max_completion_tokens"]
+		if known > 0 || given || givenC {
+			// With nothing known, an absent max_tokens stays absent (the
+			// server's own bound) rather than max_seq_len, which the
+			// prompt would push past the model's length.
+			capMaxTokens(p, m-known)
+		}
 	}
 	return p
 }
@@ -645,6 +787,7 @@ func (g *Generator) message(r *pipeline.Rollout, resp *inference.Response) pipel
 	r.NumTurns = turn
 	r.PromptTokens += resp.PromptTokens
 	r.CompletionTokens += resp.CompletionTokens
+	r.LastUsageTokens = resp.PromptTokens + resp.CompletionTokens
 	r.FinishReason = resp.FinishReason
 	r.Extra = resp.Extra
 

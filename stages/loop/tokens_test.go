@@ -207,6 +207,12 @@ func tokensModeIsExact(t *testing.T, maxTokens int) {
 		if ones != generated || r.EnvTokens != len(r.LossMask)-ones || r.EnvTokens == 0 {
 			t.Fatalf("%s: mask ones %d, generated %d, env tokens %d", r, ones, generated, r.EnvTokens)
 		}
+		// Every turn is closed as the template closes it, whether the
+		// reply finished or was cut: the row is the template's rendering
+		// of the whole conversation (one that keeps earlier reasoning).
+		if want := (sim.Template{}).Render(r.Messages, r.Tools, true); !slices.Equal(row, want) {
+			t.Fatalf("%s: the row is not the template's rendering of its messages:\nrow  %q\nwant %q", r, sim.Detokenize(row, false), sim.Detokenize(want, false))
+		}
 		last := r.Messages[len(r.Messages)-1]
 		if last.Role != pipeline.RoleUser || int(last.TokenEnd) != len(row) {
 			t.Fatalf("%s: the last observation's span [%d, %d), row %d", r, last.TokenStart, last.TokenEnd, len(row))

@@ -3,6 +3,7 @@ package repeat
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -68,6 +69,9 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 			Env:          env,
 			Model:        e.model,
 			Messages:     cloneMessages(task.Messages),
+			// The row's own stop strings (NeMo RL's stop_strings) until
+			// the environment changes them.
+			StopStrings: slices.Clone(task.StopStrings),
 		}
 	}
 	return out

@@ -232,3 +232,19 @@ func TestSeedConfigured(t *testing.T) {
 		})
 	}
 }
+
+// Every rollout starts with its row's own stop strings, a copy of them.
+func TestExpandStopStrings(t *testing.T) {
+	e := New(Config{N: 2}, "run", "math", "m")
+	task := &pipeline.Task{Index: 3, StopStrings: []string{"</answer>"}}
+	rs := e.Expand(task, 0)
+	for _, r := range rs {
+		if len(r.StopStrings) != 1 || r.StopStrings[0] != "</answer>" {
+			t.Fatalf("rollout %d: stop strings %v", r.RolloutIndex, r.StopStrings)
+		}
+	}
+	rs[0].StopStrings[0] = "changed"
+	if task.StopStrings[0] != "</answer>" || rs[1].StopStrings[0] != "</answer>" {
+		t.Fatal("rollouts share the row's stop strings")
+	}
+}

@@ -194,11 +194,17 @@ type Response struct {
 	Anchor json.RawMessage `json:"anchor"`
 }
 
+// RoleEnvironment is the role NeMo RL's environments give their
+// observations. Chat templates know no such role (Qwen3's drops the
+// message), so an observation with it is read as the user's.
+const RoleEnvironment = "environment"
+
 // ErrEnv marks an error the environment reported itself ({"error": ...}).
 var ErrEnv = errors.New("environment error")
 
 // Decode reads one response object strictly: one JSON object, no unknown
-// keys, nothing after it, roles known, numbers finite.
+// keys, nothing after it, roles known (no role and "environment" read as
+// "user"), numbers finite.
 func Decode(data []byte) (*Response, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -217,7 +223,9 @@ func Decode(data []byte) (*Response, error) {
 	}
 	for i := range r.Observations {
 		switch r.Observations[i].Role {
-		case "":
+		case "", RoleEnvironment:
+			// No role, or NeMo RL's "environment": the user's turn, as a
+			// chat template renders an environment's text.
 			r.Observations[i].Role = pipeline.RoleUser
 		case pipeline.RoleUser, pipeline.RoleTool, pipeline.RoleSystem, pipeline.RoleAssistant:
 		default:

@@ -23,6 +23,11 @@ func TestDecode(t *testing.T) {
 				t.Error("absent state did not keep the previous one")
 			}
 		}},
+		{in: `{"observations":[{"role":"environment","content":"x"}]}`, check: func(t *testing.T, r *Response) {
+			if r.Observations[0].Role != "user" || r.Observations[0].Content != "x" {
+				t.Errorf("environment observation read as %+v", r.Observations[0])
+			}
+		}},
 		{in: `{"state": null}`, check: func(t *testing.T, r *Response) {
 			if r.Step("prev").State != nil {
 				t.Error("null state did not clear it")

@@ -76,6 +76,9 @@ func (c *Config) Semantic() map[string]string {
 	if a := c.Groups.StepAdvantage; a != "" && a != groups.StepMeanNorm {
 		sem["groups.step_advantage"] = a
 	}
+	if w := c.Groups.StepAdvantageW; w != nil && *w != groups.DefaultStepAdvantageW {
+		sem["groups.step_advantage_w"] = fmt.Sprint(*w)
+	}
 	if c.Output.Steps {
 		// Every data part file has its steps part: a resume must not
 		// turn them on or off.

@@ -24,6 +24,7 @@ func TestStepKeys(t *testing.T) {
 		{[]string{"env.invalid_action_penalty=-1"}, "env.invalid_action_penalty: must be a finite number >= 0"},
 		{[]string{"groups.gamma=1.5"}, "groups.gamma: must be in [0, 1]"},
 		{[]string{"groups.step_advantage=zscore"}, "groups.step_advantage"},
+		{[]string{"groups.step_advantage_w=.nan"}, "groups.step_advantage_w: must be a finite number"},
 	} {
 		_, err := load(c.sets...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -40,7 +41,7 @@ func TestStepKeys(t *testing.T) {
 	}
 	base := fp()
 	seen := map[string]string{"": base}
-	for _, set := range []string{"env.history_length=0", "env.history_length=2", "output.steps=true", "env.invalid_action_penalty=0.1", "groups.gamma=0.9", "groups.step_advantage=mean_std_norm"} {
+	for _, set := range []string{"env.history_length=0", "env.history_length=2", "output.steps=true", "env.invalid_action_penalty=0.1", "groups.gamma=0.9", "groups.step_advantage=mean_std_norm", "groups.step_advantage_w=0.5"} {
 		h := fp(set)
 		for k, v := range seen {
 			if v == h {

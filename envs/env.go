@@ -44,8 +44,9 @@ type Step struct {
 	// State replaces the trajectory's state for the next turn.
 	State any
 	// InvalidAction marks the model's action as invalid (verl-agent's
-	// is_action_valid = false): the step's reward is lowered by
-	// env.invalid_action_penalty and the rollout counts it.
+	// is_action_valid = false): the step is charged
+	// env.invalid_action_penalty (in its step row's return and episode
+	// score, not in the rewards) and the rollout counts it.
 	InvalidAction bool
 	// ReportsValidity says that the environment judged the action's
 	// validity (valid unless InvalidAction); the rollout's

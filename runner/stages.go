@@ -150,7 +150,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			switch {
 			case d.Verdict == groups.Keep || d.Verdict == groups.KeepUnfiltered:
 				if cfg.Output.Steps {
-					groups.StepStats(gr, *cfg.Groups.Gamma, cfg.Groups.StepAdvantage)
+					groups.StepStats(gr, groups.StepParamsOf(cfg.Groups))
 				}
 				out = append(out, routed{gr, DataDir})
 			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":

@@ -9,7 +9,7 @@ import (
 // the steps directory, output.steps). It changes whenever a step column is
 // added, removed, renamed or changes type, and is written into every steps
 // file's key-value metadata under StepsMetadataKey.
-const StepsVersion = "1"
+const StepsVersion = "2"
 
 // StepsMetadataKey is the key-value metadata key holding a steps file's
 // schema version.
@@ -34,6 +34,8 @@ var stepSchema = arrow.NewSchema([]arrow.Field{
 	field("anchor_return_std", arrow.PrimitiveTypes.Float64),
 	field("step_return", arrow.PrimitiveTypes.Float64),
 	field("step_advantage", arrow.PrimitiveTypes.Float64),
+	field("episode_advantage", arrow.PrimitiveTypes.Float64),
+	field("joint_advantage", arrow.PrimitiveTypes.Float64),
 	field("prompt_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
 	field("response_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
 	field("loss_mask", ListOf(arrow.PrimitiveTypes.Int8)),
@@ -70,6 +72,8 @@ type StepRow struct {
 	AnchorReturnStd  float64
 	StepReturn       float64
 	StepAdvantage    float64
+	EpisodeAdvantage float64
+	JointAdvantage   float64
 	PromptTokenIDs   []int32
 	ResponseTokenIDs []int32
 	LossMask         []int8
@@ -102,10 +106,11 @@ func StepRows(rec arrow.Record) ([]StepRow, error) {
 			IsActionValid: col(10).(*array.Boolean).Value(r), AnchorObs: optStr(11, r), AnchorGroupID: optStr(12, r),
 			AnchorGroupSize: i32(13, r), AnchorReturnMean: f64(14, r), AnchorReturnStd: f64(15, r),
 			StepReturn: f64(16, r), StepAdvantage: f64(17, r),
-			PromptTokenIDs:   listValues[int32](col(18), r),
-			ResponseTokenIDs: listValues[int32](col(19), r),
-			LossMask:         listValues[int8](col(20), r),
-			ResponseLogprobs: listValues[float32](col(21), r),
+			EpisodeAdvantage: f64(18, r), JointAdvantage: f64(19, r),
+			PromptTokenIDs:   listValues[int32](col(20), r),
+			ResponseTokenIDs: listValues[int32](col(21), r),
+			LossMask:         listValues[int8](col(22), r),
+			ResponseLogprobs: listValues[float32](col(23), r),
 		}
 	}
 	return out, nil

@@ -35,9 +35,13 @@ type Config struct {
 	// name defaults to its key; its scheduling keys left unset take this
 	// section's.
 	Routes map[string]*Config `yaml:"routes"`
-	// InvalidActionPenalty is subtracted from the reward of each step
-	// whose action the environment marked invalid (is_action_valid:
-	// false); 0: none.
+	// InvalidActionPenalty is charged to each step whose action the
+	// environment marked invalid (is_action_valid: false), as
+	// verl-agent's invalid_action_penalty_coef: it is taken off the step
+	// row's step_return (after the returns are computed) and its episode
+	// score (episode_advantage), not off step_reward, the trajectory's
+	// reward or the keep rule's rewards; 0: none. It shapes step rows
+	// only (output.steps).
 	InvalidActionPenalty float64 `yaml:"invalid_action_penalty"`
 	// HistoryLength, when set, turns on step-wise prompting: each turn's
 	// request holds the task, the last HistoryLength (observation,

@@ -22,9 +22,9 @@ type Limits struct {
 	// MaxSeqLen bounds a trajectory's tokens (the generate stage applies
 	// it, through Stepper.MaxSeqLen); 0: none.
 	MaxSeqLen int
-	// InvalidActionPenalty is subtracted from the reward of a step whose
-	// action the environment marked invalid (verl-agent's
-	// invalid_action_penalty); 0: none.
+	// InvalidActionPenalty is charged to a step whose action the
+	// environment marked invalid (pipeline.Step.Penalty; verl-agent's
+	// invalid_action_penalty_coef); 0: none.
 	InvalidActionPenalty float64
 }
 
@@ -211,9 +211,15 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if st == nil {
 		st = &envs.Step{Terminated: true}
 	}
+	// The environment's reward is the episode's and the step's as it
+	// stands; an invalid action's penalty is charged to the step's
+	// training signal only (Step.Penalty, taken off its return after the
+	// returns are computed), as verl-agent's apply_invalid_action_penalty
+	// does, so that the keep rule sees the rewards the environment gave.
 	reward := st.Reward
+	penalty := 0.0
 	if st.InvalidAction {
-		reward -= s.limits.InvalidActionPenalty
+		penalty = s.limits.InvalidActionPenalty
 		r.InvalidActions++
 	}
 	if st.InvalidAction || st.ReportsValidity {
@@ -229,6 +235,7 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if n := len(r.Steps); n > 0 {
 		last := &r.Steps[n-1]
 		last.Reward = reward
+		last.Penalty = penalty
 		last.ActionValid = !st.InvalidAction
 	}
 	r.Anchor = st.Anchor

@@ -1,6 +1,10 @@
 package groups
 
-import "github.com/trajflow/trajflow/pipeline"
+import (
+	"math"
+
+	"github.com/trajflow/trajflow/pipeline"
+)
 
 // Config is the groups section: group statistics, the keep rule and the
 // dynamic-sampling target.
@@ -45,10 +49,18 @@ type Config struct {
 	// Gamma discounts the step rows' returns (step_return), as
 	// verl-agent's gamma; default 1 (no discount).
 	Gamma *float64 `yaml:"gamma"`
-	// StepAdvantage is how GiGPO normalises a step's return within its
-	// anchor group: mean_norm (return − mean, verl-agent's default) or
-	// mean_std_norm ((return − mean) / (std + 1e-6)).
+	// StepAdvantage is GiGPO's normalisation (verl-agent's
+	// algorithm.gigpo.mode), of a step's return within its anchor group
+	// (step_advantage) and of its episode score within the group
+	// (episode_advantage) alike: mean_norm subtracts the mean (the
+	// default), mean_std_norm subtracts the mean and divides by the
+	// sample standard deviation + 1e-6.
 	StepAdvantage string `yaml:"step_advantage"`
+	// StepAdvantageW weighs the step advantage in the step rows'
+	// joint_advantage = episode_advantage + step_advantage_w ×
+	// step_advantage (verl-agent's algorithm.gigpo.step_advantage_w);
+	// default 1.
+	StepAdvantageW *float64 `yaml:"step_advantage_w"`
 }
 
 // DefaultGamma is groups.gamma's default.
@@ -75,6 +87,10 @@ func (c *Config) SetDefaults() {
 		c.Gamma = &g
 	}
 	def(&c.StepAdvantage, StepMeanNorm)
+	if c.StepAdvantageW == nil {
+		w := DefaultStepAdvantageW
+		c.StepAdvantageW = &w
+	}
 }
 
 // Validate reports every problem of the section at once.
@@ -110,6 +126,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gamma != nil && !(*c.Gamma >= 0 && *c.Gamma <= 1) {
 		p.Add("gamma", "must be in [0, 1], got %v", *c.Gamma)
+	}
+	if w := c.StepAdvantageW; w != nil && (math.IsNaN(*w) || math.IsInf(*w, 0)) {
+		p.Add("step_advantage_w", "must be a finite number, got %v", *w)
 	}
 	if c.StepAdvantage != "" {
 		p.OneOf("step_advantage", c.StepAdvantage, StepMeanNorm, StepMeanStdNorm)

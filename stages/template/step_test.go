@@ -111,7 +111,9 @@ func FuzzStepPrompt(f *testing.F) {
 // TestStepPromptImages: the prompt's images and the current observation's
 // are sent after the rendered text; earlier observations' images are not.
 func TestStepPromptImages(t *testing.T) {
-	img := func(u string) pipeline.ContentPart { return pipeline.ContentPart{Type: pipeline.PartImage, ImageURL: u} }
+	img := func(u string) pipeline.ContentPart {
+		return pipeline.ContentPart{Type: pipeline.PartImage, ImageURL: u}
+	}
 	withImage := func(m pipeline.Message, u string) pipeline.Message {
 		m.Parts = []pipeline.ContentPart{{Type: pipeline.PartText, Text: m.Content}, img(u)}
 		return m

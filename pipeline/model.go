@@ -131,7 +131,13 @@ type Rollout struct {
 	// configured and no seed of the row's own); Seed is then trajflow's
 	// derived seed, kept for retries and the output's seed column.
 	NoSeed bool
-	Env    string
+	// ConfigParams are the config's request parameters (generate.params),
+	// which the generate stage lays over the task's own; NeMo Gym's
+	// responses_create_params repeat them, as Gym merges its config
+	// overrides into every row. Shared by the rollouts of a run: read
+	// only. Not written out.
+	ConfigParams map[string]any
+	Env          string
 	Model  string
 
 	Messages []Message

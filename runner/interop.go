@@ -28,6 +28,7 @@ func (r *run) provisionInterop() error {
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
+		f.Overrides(cfg.Generate.Params, cfg.Repeat.SeedConfigured())
 		r.interop = append(r.interop, namedSink{"output.jsonl", f})
 		r.closers = append(r.closers, f.Abort)
 	}

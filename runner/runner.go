@@ -494,7 +494,7 @@ func (r *run) execute(parent context.Context) error {
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
 
-	r.exp = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
+	r.exp = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model).WithParams(cfg.Generate.Params)
 	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			r.loop.Stop()

@@ -304,7 +304,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 		return
 	}
 	defer src.Close()
-	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
+	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model).WithParams(cfg.Generate.Params)
 	rows := 0
 	for rows < v.opts.Rows {
 		t, err := src.Next(ctx)

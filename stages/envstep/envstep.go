@@ -253,9 +253,10 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 		r.Terminated = true
 	case st.Truncated:
 		r.Truncated = true
-	case r.Truncated:
-		// The generate stage found the sequence full.
-	case s.limits.MaxTurns > 0 && r.NumTurns >= s.limits.MaxTurns:
+	}
+	if s.limits.MaxTurns > 0 && r.NumTurns >= s.limits.MaxTurns {
+		// NeMo RL's async loop: a sample that took its last allowed turn
+		// reached max turns, whether or not that turn also ended it.
 		r.MaxTurnsReached = true
 	}
 	for _, m := range st.Observations {

@@ -26,7 +26,12 @@ type Config struct {
 	// sampled (1: once).
 	MaxAttempts int `yaml:"max_attempts"`
 	// Resample is same_task (a dropped task gets another attempt with new
-	// seeds, up to max_attempts) or next_task (move on).
+	// seeds, up to max_attempts, while new tasks are read), next_task
+	// (move on) or batch (verl-agent's dynamic sampling,
+	// dynamic_multi_turn_loop: the input is the batch; once it is read
+	// and every group finished short of the target, every task of it is
+	// sampled again with new seeds, kept ones included, up to
+	// max_attempts rounds, max_num_gen_batches; needs a target).
 	Resample string `yaml:"resample"`
 	// SampleRetries is how many times one failed rollout is tried again on
 	// its own before it counts as failed.
@@ -62,6 +67,9 @@ type Config struct {
 	// default 1.
 	StepAdvantageW *float64 `yaml:"step_advantage_w"`
 }
+
+// ResampleBatch is groups.resample: batch.
+const ResampleBatch = "batch"
 
 // DefaultGamma is groups.gamma's default.
 const DefaultGamma = 1.0
@@ -109,7 +117,10 @@ func (c *Config) Validate() error {
 		p.Add("target", "must be >= 0, got %d", c.Target)
 	}
 	p.OneOf("on_target", c.OnTarget, "cancel", "drain")
-	p.OneOf("resample", c.Resample, "same_task", "next_task")
+	p.OneOf("resample", c.Resample, "same_task", "next_task", ResampleBatch)
+	if c.Resample == ResampleBatch && c.Target == 0 {
+		p.Add("resample", "batch samples the input again until groups.target groups are kept, but no target is set")
+	}
 	p.OneOf("order", c.Order, "completion", "task")
 	p.OneOf("on_exhausted", c.OnExhausted, "exit", "keep_unfiltered")
 	if c.OnExhausted == "keep_unfiltered" && c.Target == 0 {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -185,5 +186,48 @@ func TestNeMoGymExampleParams(t *testing.T) {
 	}
 	if n != 4*len(rows) || rowTemps == 0 {
 		t.Fatalf("%d lines for %d rows, %d with a row temperature the override replaced", n, len(rows), rowTemps)
+	}
+}
+
+// TestNeMoGymAggregateMetricsFailureFailsTheRun: a resources server whose
+// /aggregate_metrics fails fails the run, as Gym's rollout collection
+// fails on it; the rows are committed all the same.
+func TestNeMoGymAggregateMetricsFailureFailsTheRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/seed_session":
+			fmt.Fprint(w, `{}`)
+		case "/verify":
+			fmt.Fprint(w, `{"reward": 1}`)
+		default:
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	env, err := httpenv.New(httpenv.Config{URL: srv.URL, Protocol: httpenv.ProtocolNeMoGym})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"responses_create_params":{"input":"Say hi."}}`+"\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	cfg, err := config.Parse([]byte(`
+source: {path: `+tasks+`}
+repeat: {n: 2}
+generate: {endpoints: ["sim://"], model: sim}
+env: {name: bank}
+output: {dir: `+out+`}
+run: {progress: 0}
+`), "gym.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := runner.Run(context.Background(), cfg, runner.Options{Env: env, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "aggregate metrics") || !strings.Contains(err.Error(), "500") {
+		t.Fatalf("run: %v, want the failed /aggregate_metrics", err)
+	}
+	if sum == nil || sum.OK != 2 || len(readBack(t, out, runner.DataDir)) != 2 {
+		t.Fatalf("summary %+v: the rows are not committed", sum)
 	}
 }

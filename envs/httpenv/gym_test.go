@@ -272,14 +272,24 @@ func TestGymAggregateMetrics(t *testing.T) {
 	if res, err := e.Finish(context.Background()); res != nil || err != nil {
 		t.Fatalf("Finish before any verify = %s, %v", res, err)
 	}
-	for i := range 3 {
-		drive(t, e, 2, gymRollout(gymRow, 0, i), answer(fmt.Sprint(i)))
+	// Finished out of order, with task indexes that sort differently as
+	// text (10 before 2) and as numbers.
+	for _, k := range [][2]int{{10, 0}, {2, 1}, {2, 0}} {
+		drive(t, e, 2, gymRollout(gymRow, int64(k[0]), k[1]), answer(fmt.Sprint(k)))
 	}
 	res, err := e.Finish(context.Background())
 	if err != nil || !strings.Contains(string(res), `"agent_metrics": {"n": 3}`) {
 		t.Fatalf("Finish = %s, %v", res, err)
 	}
 	rows := g.got("/aggregate_metrics")[0]["verify_responses"].([]any)
+	var order []string
+	for _, r := range rows {
+		m := r.(map[string]any)
+		order = append(order, fmt.Sprint(m["_ng_task_index"], "/", m["_ng_rollout_index"]))
+	}
+	if fmt.Sprint(order) != "[2/0 2/1 10/0]" {
+		t.Fatalf("verify_responses in order %v, want Gym's (task, rollout) numeric order", order)
+	}
 	first := rows[0].(map[string]any)
 	if first["_ng_rollout_index"] != 0.0 || first["reward"] == nil || first["agent_ref"] == nil || first["extracted_answer"] != "x" {
 		t.Fatalf("verify_responses[0] = %v", first)

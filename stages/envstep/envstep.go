@@ -165,6 +165,23 @@ func (s *route) reset(ctx context.Context, r *pipeline.Rollout) error {
 	return nil
 }
 
+// MetricToolCalling is the step metric an environment reports the tool
+// calls of a step under (verl-agent's info["tool_calling"]): unlike other
+// metrics, whose last value stands, it is summed over the trajectory's
+// steps, as verl-agent's collector sums it into tool_callings.
+const MetricToolCalling = "tool_calling"
+
+// addMetrics records a step's metrics on r: the last value of each, but
+// tool_calling summed.
+func addMetrics(r *pipeline.Rollout, m map[string]float64) {
+	for k, v := range m {
+		if k == MetricToolCalling {
+			v += r.Metrics[k]
+		}
+		r.AddMetric(k, v)
+	}
+}
+
 // MetricInvalidActions is the metric counting a rollout's actions its
 // environment marked invalid; a rollout has it when its environment judged
 // the validity of at least one action.
@@ -239,9 +256,7 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 		last.ActionValid = !st.InvalidAction
 	}
 	r.Anchor = st.Anchor
-	for k, v := range st.Metrics {
-		r.AddMetric(k, v)
-	}
+	addMetrics(r, st.Metrics)
 	r.State = st.State
 	if st.StopStrings != nil {
 		// NeMo RL's async loop: stop strings carry forward until the
@@ -306,9 +321,7 @@ func (s *route) end(ctx context.Context, r *pipeline.Rollout) error {
 	if n := len(r.Steps); n > 0 {
 		r.Steps[n-1].Reward += st.Reward
 	}
-	for k, v := range st.Metrics {
-		r.AddMetric(k, v)
-	}
+	addMetrics(r, st.Metrics)
 	r.State = st.State
 	return nil
 }

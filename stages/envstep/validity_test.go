@@ -95,3 +95,29 @@ func TestNoValidityNoMetric(t *testing.T) {
 		t.Fatalf("metrics %v reward %v", r.Metrics, r.Reward)
 	}
 }
+
+// TestToolCallingSummed: the tool_calling metric is summed over the steps
+// (verl-agent's tool_callings += info["tool_calling"]); other metrics keep
+// their last value.
+func TestToolCallingSummed(t *testing.T) {
+	env := &scriptEnv{steps: []*envs.Step{
+		{Metrics: map[string]float64{envstep.MetricToolCalling: 2, "acc": 0}},
+		{Metrics: map[string]float64{"acc": 0}},
+		{Metrics: map[string]float64{envstep.MetricToolCalling: 1, "acc": 1}, Terminated: true},
+	}}
+	s := envstep.New(env, "script", envstep.Limits{})
+	r := &pipeline.Rollout{Task: &pipeline.Task{}}
+	if err := s.Reset(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	for turn := 1; turn <= 3; turn++ {
+		r.NumTurns = turn
+		r.Messages = append(r.Messages, pipeline.Message{Role: pipeline.RoleAssistant, Turn: turn})
+		if _, err := s.Step(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.Metrics[envstep.MetricToolCalling] != 3 || r.Metrics["acc"] != 1 {
+		t.Fatalf("metrics %v, want tool_calling 3 (summed) and acc 1 (the last)", r.Metrics)
+	}
+}

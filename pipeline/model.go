@@ -138,7 +138,7 @@ type Rollout struct {
 	// only. Not written out.
 	ConfigParams map[string]any
 	Env          string
-	Model  string
+	Model        string
 
 	Messages []Message
 	// PromptTokenIDs are the token ids of the initial prompt as the server

@@ -88,6 +88,9 @@ func (c *Config) Semantic() map[string]string {
 		// Each route's environment, its semantic options and limits; the
 		// keys of a run without routes stay as they were.
 		sem["env.route_field"] = c.Env.RouteField
+		if c.Env.DefaultRoute != "" {
+			sem["env.default_route"] = c.Env.DefaultRoute
+		}
 		routes := map[string]any{}
 		for key, r := range c.Env.Routes {
 			rt := map[string]any{

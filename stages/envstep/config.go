@@ -30,6 +30,10 @@ type Config struct {
 	// (e.g. agent_ref.name); empty: task_name, then agent_ref.name (NeMo
 	// RL's and NeMo Gym's fields). Only with Routes.
 	RouteField string `yaml:"route_field"`
+	// DefaultRoute is the route of a row that has no value at the route
+	// field (NeMo Gym's +agent_name for rows without agent_ref); empty: such
+	// a row is a bad row. Only with Routes; it must be one of their keys.
+	DefaultRoute string `yaml:"default_route"`
 	// Routes are the run's environments by route name: each is an env
 	// section of its own (name, options, scheduling keys). A route's
 	// name defaults to its key; its scheduling keys left unset take this
@@ -122,6 +126,9 @@ func (c *Config) Validate() error {
 		if c.RouteField != "" {
 			p.Add("route_field", "needs routes")
 		}
+		if c.DefaultRoute != "" {
+			p.Add("default_route", "needs routes")
+		}
 		return p.Err()
 	}
 	if c.Name != "" {
@@ -138,6 +145,9 @@ func (c *Config) Validate() error {
 	if c.RouteField != "" && strings.Trim(c.RouteField, ".") != c.RouteField {
 		p.Add("route_field", "must be a dotted path such as agent_ref.name, got %q", c.RouteField)
 	}
+	if _, ok := c.Routes[c.DefaultRoute]; c.DefaultRoute != "" && !ok {
+		p.Add("default_route", "%q is not a route (routes: %s)", c.DefaultRoute, strings.Join(c.RouteKeys(), ", "))
+	}
 	for _, key := range c.RouteKeys() {
 		r := c.Routes[key]
 		var rp pipeline.Problems
@@ -149,6 +159,9 @@ func (c *Config) Validate() error {
 		}
 		if r.RouteField != "" {
 			rp.Add("route_field", "belongs to the env section, not to a route")
+		}
+		if r.DefaultRoute != "" {
+			rp.Add("default_route", "belongs to the env section, not to a route")
 		}
 		r.validateLimits(&rp)
 		p.Section("routes."+key, rp.Err())
@@ -251,7 +264,8 @@ func (c *Config) MaxTimeout() pipeline.Duration {
 
 // RouteOf returns the route of a row (its decoded top-level fields): the
 // section's name without routes; else the value at route_field (or the
-// first of task_name, agent_ref.name present), which must name a route.
+// first of task_name, agent_ref.name present), which must name a route,
+// or default_route when the row has none.
 // The error names the field, the value and the routes known.
 func (c *Config) RouteOf(fields map[string]any) (string, error) {
 	if !c.Routed() {
@@ -281,7 +295,10 @@ func (c *Config) RouteOf(fields map[string]any) (string, error) {
 		}
 		return s, nil
 	}
-	return "", fmt.Errorf("env route: the row has no %s to choose its environment by (routes: %s)", strings.Join(paths, " or "), known)
+	if c.DefaultRoute != "" {
+		return c.DefaultRoute, nil
+	}
+	return "", fmt.Errorf("env route: the row has no %s to choose its environment by (routes: %s; env.default_route names one for such rows)", strings.Join(paths, " or "), known)
 }
 
 // lookupPath follows a dotted path through nested objects.

@@ -385,6 +385,11 @@ func TestGridExample(t *testing.T) {
 		if !s.IsActionValid {
 			invalid++
 		}
+		// The grid gives 1 at the goal and 0 otherwise: the rewards carry
+		// no penalty (verl-agent charges it to the training scores only).
+		if s.StepReward != 0 && s.StepReward != 1 || s.EpisodeReward != 0 && s.EpisodeReward != 1 {
+			t.Fatalf("%s step %d: step_reward %v episode_reward %v, want the grid's 0 or 1", s.TrajID, s.Step, s.StepReward, s.EpisodeReward)
+		}
 	}
 	for _, s := range steps {
 		rs := returns[*s.AnchorGroupID]

@@ -71,7 +71,8 @@ type Ender interface {
 // Finisher is an optional interface of an Env with a result for the whole
 // run (the nemo_gym environment's /aggregate_metrics). The runner asks it
 // once, after the last group, and writes a non-nil result next to
-// metrics.json. An error is reported, and does not fail the run's data.
+// metrics.json. An error fails the run (as a failed /aggregate_metrics
+// fails NeMo Gym's rollout collection) after its rows are committed.
 type Finisher interface {
 	Finish(ctx context.Context) (json.RawMessage, error)
 }

@@ -98,7 +98,8 @@ type Metrics struct {
 	// ScoredTruncationRate is the share of scored rows cut short by a
 	// length limit.
 	ScoredTruncationRate float64 `json:"scored_truncation_rate"`
-	// MaxTurnsRate is the share of scored rows stopped at the turn limit.
+	// MaxTurnsRate is the share of scored rows with max_turns_reached
+	// (rows that took their last allowed turn).
 	MaxTurnsRate float64 `json:"max_turns_rate"`
 	// TokenContinuityBreaks is the sum of token_continuity_breaks over rows.
 	TokenContinuityBreaks int64 `json:"token_continuity_breaks"`

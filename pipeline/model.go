@@ -223,6 +223,11 @@ type Step struct {
 	PromptTokenIDs   []int32
 	ResponseTokenIDs []int32
 	Logprobs         []float32
+	// RawPrompt is the step's request as text, a JSON list of {"role",
+	// "content"} (verl-agent's raw_prompt with return_raw_chat), in
+	// step-wise mode; nil with the whole chat (the trajectory's messages
+	// hold it).
+	RawPrompt *string
 	// Reward is the step's reward as the environment gave it.
 	Reward float64
 	// Penalty is the invalid-action penalty charged to the step

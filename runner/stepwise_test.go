@@ -215,8 +215,12 @@ func TestStepRows(t *testing.T) {
 					sent[fmt.Sprint(e.seed, e.promptIDs)] = e.responseIDs
 				}
 			}
-			checkSteps(t, cfg.Output.Dir, sent, 0.5, 1)
 			stepwise := strings.Contains(c.name, "stepwise")
+			var prompts map[string]string
+			if stepwise {
+				prompts = sentPrompts(x)
+			}
+			checkSteps(t, cfg.Output.Dir, sent, prompts, 0.5, 1)
 			for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
 				empty := len(r.PromptTokenIDs) == 0 && len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0
 				if empty != stepwise || r.CompletionTokens == 0 {
@@ -228,13 +232,32 @@ func TestStepRows(t *testing.T) {
 	}
 }
 
+// sentPrompts are the chat requests' messages as raw_prompt writes them
+// (JSON, role and content), by prompt ids (equal ids are the same
+// rendering of the same messages); in tokens mode, the messages of the
+// /tokenize request that rendered the prompt ids.
+func sentPrompts(x *exchanges) map[string]string {
+	out := map[string]string{}
+	for _, e := range x.ex {
+		if len(e.messages) == 0 || e.promptIDs == nil {
+			continue
+		}
+		b, _ := json.Marshal(e.messages)
+		out[fmt.Sprint(e.promptIDs)] = string(b)
+	}
+	return out
+}
+
 // checkSteps checks the pairing of the data and steps directories and
 // every step row against its trajectory and, when sent is not nil, the
-// server's exchanges. Step rewards are the environment's (the
+// server's exchanges. prompts, when not nil, are the requests' texts by
+// prompt ids (sentPrompts): each step's raw_prompt must be its request's;
+// nil, raw_prompt must be null (whole-chat requests). Step rewards are the
+// environment's (the
 // trajectory's turn_rewards); step_return is the discounted return of the
 // step rewards (gamma) less the penalty of an invalid step, charged after
 // the returns are computed, as verl-agent charges it.
-func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty, gamma float64) {
+func checkSteps(t *testing.T, dir string, sent map[string][]int32, prompts map[string]string, penalty, gamma float64) {
 	t.Helper()
 	dataFiles, _ := filepath.Glob(filepath.Join(dir, runner.DataDir, "part-*.parquet"))
 	stepFiles, _ := filepath.Glob(filepath.Join(dir, runner.StepsDir, "part-*.parquet"))
@@ -287,6 +310,12 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty, gamm
 
 				if len(s.LossMask) != len(s.ResponseTokenIDs) || len(s.ResponseLogprobs) != len(s.ResponseTokenIDs) || len(s.ResponseTokenIDs) == 0 || len(s.PromptTokenIDs) == 0 {
 					t.Fatalf("%s step %d: %d prompt ids, %d response ids, %d mask, %d logprobs", r, j+1, len(s.PromptTokenIDs), len(s.ResponseTokenIDs), len(s.LossMask), len(s.ResponseLogprobs))
+				}
+				switch key := fmt.Sprint(s.PromptTokenIDs); {
+				case prompts == nil && s.RawPrompt != nil:
+					t.Fatalf("%s step %d: raw_prompt %s with whole-chat requests", r, j+1, *s.RawPrompt)
+				case prompts != nil && (s.RawPrompt == nil || *s.RawPrompt != prompts[key]):
+					t.Fatalf("%s step %d: raw_prompt %v, the request was %s", r, j+1, s.RawPrompt, prompts[key])
 				}
 				if sent != nil {
 					got, ok := sent[fmt.Sprint(r.Seed, s.PromptTokenIDs)]
@@ -349,7 +378,7 @@ func TestGridExample(t *testing.T) {
 			t.Fatalf("a request holds %d earlier steps:\n%s", n, u)
 		}
 	}
-	checkSteps(t, cfg.Output.Dir, sent, 0.1, 0.95)
+	checkSteps(t, cfg.Output.Dir, sent, sentPrompts(x), 0.1, 0.95)
 	steps, err := parquet.ReadSteps(filepath.Join(cfg.Output.Dir, runner.StepsDir))
 	if err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ var stepSchema = arrow.NewSchema([]arrow.Field{
 	field("step_advantage", arrow.PrimitiveTypes.Float64),
 	field("episode_advantage", arrow.PrimitiveTypes.Float64),
 	field("joint_advantage", arrow.PrimitiveTypes.Float64),
+	{Name: "raw_prompt", Type: arrow.BinaryTypes.String, Nullable: true},
 	field("prompt_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
 	field("response_token_ids", ListOf(arrow.PrimitiveTypes.Int32)),
 	field("loss_mask", ListOf(arrow.PrimitiveTypes.Int8)),
@@ -43,8 +44,9 @@ var stepSchema = arrow.NewSchema([]arrow.Field{
 }, nil)
 
 // StepSchema returns the step table's schema: one row per step of a kept
-// trajectory. Only anchor_obs and anchor_group_id are nullable (null: the
-// environment gave no anchor). The returned schema is shared; do not
+// trajectory. Only anchor_obs and anchor_group_id (null: the environment
+// gave no anchor) and raw_prompt (null: whole-chat requests) are
+// nullable. The returned schema is shared; do not
 // modify it.
 func StepSchema() *arrow.Schema { return stepSchema }
 
@@ -74,6 +76,7 @@ type StepRow struct {
 	StepAdvantage    float64
 	EpisodeAdvantage float64
 	JointAdvantage   float64
+	RawPrompt        *string
 	PromptTokenIDs   []int32
 	ResponseTokenIDs []int32
 	LossMask         []int8
@@ -106,11 +109,11 @@ func StepRows(rec arrow.Record) ([]StepRow, error) {
 			IsActionValid: col(10).(*array.Boolean).Value(r), AnchorObs: optStr(11, r), AnchorGroupID: optStr(12, r),
 			AnchorGroupSize: i32(13, r), AnchorReturnMean: f64(14, r), AnchorReturnStd: f64(15, r),
 			StepReturn: f64(16, r), StepAdvantage: f64(17, r),
-			EpisodeAdvantage: f64(18, r), JointAdvantage: f64(19, r),
-			PromptTokenIDs:   listValues[int32](col(20), r),
-			ResponseTokenIDs: listValues[int32](col(21), r),
-			LossMask:         listValues[int8](col(22), r),
-			ResponseLogprobs: listValues[float32](col(23), r),
+			EpisodeAdvantage: f64(18, r), JointAdvantage: f64(19, r), RawPrompt: optStr(20, r),
+			PromptTokenIDs:   listValues[int32](col(21), r),
+			ResponseTokenIDs: listValues[int32](col(22), r),
+			LossMask:         listValues[int8](col(23), r),
+			ResponseLogprobs: listValues[float32](col(24), r),
 		}
 	}
 	return out, nil

@@ -290,10 +290,29 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 	msg := g.message(r, resp)
 	r.Steps = append(r.Steps, pipeline.Step{
 		PromptTokenIDs: prompt, ResponseTokenIDs: resp.Message.TokenIDs, Logprobs: stepLogprobs(resp.Message),
-		ActionValid: true, Anchor: r.Anchor,
+		RawPrompt: rawPrompt(msgs), ActionValid: true, Anchor: r.Anchor,
 	})
 	r.Messages = append(r.Messages, msg)
 	return nil
+}
+
+// rawPrompt is a step's request messages as JSON text, their roles and
+// texts (verl-agent's raw_prompt).
+func rawPrompt(msgs []pipeline.Message) *string {
+	type chat struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	out := make([]chat, len(msgs))
+	for i, m := range msgs {
+		out[i] = chat{m.Role, m.Content}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }
 
 // stepLogprobs are a response's logprobs, one per generated token (zeros

@@ -25,9 +25,11 @@ type Config struct {
 	// (Shard.Resolve).
 	Shard Shard `yaml:"shard"`
 	// TaskIndex numbers the tasks: line (default: the row's 0-based
-	// position) or dedup (NeMo Gym's _ng_task_index: identical rows, by
-	// canonical JSON, are one task numbered in order of first appearance;
-	// a later copy is passed over).
+	// position), dedup (identical rows, by canonical JSON, are one task
+	// numbered in order of first appearance; a later copy is passed over)
+	// or dedup_lines (the same, identical meaning byte for byte, as NeMo
+	// Gym's _ng_task_index compares the raw lines: rows differing only in
+	// key order or spacing are two tasks).
 	TaskIndex string `yaml:"task_index"`
 }
 
@@ -35,6 +37,8 @@ type Config struct {
 const (
 	TaskIndexLine  = "line"
 	TaskIndexDedup = "dedup"
+	// TaskIndexDedupLines numbers as dedup, comparing rows byte for byte.
+	TaskIndexDedupLines = "dedup_lines"
 )
 
 // SetDefaults fills the keys left unset.
@@ -72,7 +76,7 @@ func (c *Config) Validate() error {
 	}
 	p.OneOf("on_bad_row", c.OnBadRow, "error", "skip")
 	if c.TaskIndex != "" {
-		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup)
+		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup, TaskIndexDedupLines)
 	}
 	c.Shard.validate(&p)
 	return p.Err()

@@ -334,7 +334,9 @@ func (c *Controller) commit(g *pipeline.Group) {
 			c.cands = nil
 		}
 		c.trimCands()
-	case c.unfiltered && g.FilterReason != ReasonError && g.FilterReason != ReasonTarget:
+	case c.unfiltered && g.FilterReason != ReasonError && g.FilterReason != ReasonTarget &&
+		(!c.batch || g.Key.Attempt+1 >= c.maxAttempts):
+		// Under resample: batch only the last round is a last try.
 		c.cands = append(c.cands, g)
 		c.trimCands()
 	default:

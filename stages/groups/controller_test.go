@@ -150,3 +150,49 @@ func TestBatchResample(t *testing.T) {
 		t.Fatalf("sampled %v, want %v", sampled, want)
 	}
 }
+
+// TestBatchResampleLastTry: with on_exhausted: keep_unfiltered, a batch
+// run fills its target from the last round's dropped groups only, as
+// verl-agent returns its last try unfiltered; earlier rounds' dropped
+// groups are dropped.
+func TestBatchResampleLastTry(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Target: 3, MaxAttempts: 2, Resample: ResampleBatch, OnExhausted: "keep_unfiltered"}
+	cfg.SetDefaults()
+	c := NewController(cfg, 100, 0, nil)
+	input := []*pipeline.Task{{Index: 0}, {Index: 1}}
+	read := 0
+	verdicts := map[[2]int64]Verdict{}
+	for {
+		act, j, _ := c.Next(ctx)
+		if act == ActDone {
+			break
+		}
+		if act == ActRead {
+			if read == len(input) {
+				c.ReadDone(nil)
+				continue
+			}
+			j = Job{Task: input[read]}
+			read++
+			c.ReadDone(j.Task)
+		}
+		// Only task 0 in round 0 passes the rule.
+		k := [2]int64{j.Task.Index, int64(j.Attempt)}
+		g := &pipeline.Group{Key: pipeline.GroupKey{TaskIndex: j.Task.Index, Attempt: j.Attempt}, Kept: k == [2]int64{0, 0}}
+		if !g.Kept {
+			g.FilterReason = ReasonZeroStd
+		}
+		for _, d := range c.GroupDone(g, j.Task) {
+			verdicts[[2]int64{d.Group.Key.TaskIndex, int64(d.Group.Key.Attempt)}] = d.Verdict
+		}
+	}
+	out, _ := c.Flush()
+	for _, d := range out {
+		verdicts[[2]int64{d.Group.Key.TaskIndex, int64(d.Group.Key.Attempt)}] = d.Verdict
+	}
+	want := map[[2]int64]Verdict{{0, 0}: Keep, {1, 0}: Drop, {0, 1}: KeepUnfiltered, {1, 1}: KeepUnfiltered}
+	if fmt.Sprint(verdicts) != fmt.Sprint(want) {
+		t.Fatalf("verdicts %v, want %v", verdicts, want)
+	}
+}

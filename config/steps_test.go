@@ -25,6 +25,8 @@ func TestStepKeys(t *testing.T) {
 		{[]string{"groups.gamma=1.5"}, "groups.gamma: must be in [0, 1]"},
 		{[]string{"groups.step_advantage=zscore"}, "groups.step_advantage"},
 		{[]string{"groups.step_advantage_w=.nan"}, "groups.step_advantage_w: must be a finite number"},
+		{[]string{"groups.max_rollouts=-1"}, "groups.max_rollouts: must be >= 0"},
+		{[]string{"groups.resample=batch"}, "groups.resample: batch samples the input again until groups.target"},
 		{[]string{"env.invalid_action_penalty=0.1"}, "env.invalid_action_penalty: is charged in the step rows"},
 	} {
 		_, err := load(c.sets...)

@@ -113,7 +113,7 @@ func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
 	step := r.stepper()
 	r.loop = loop.New(g, "loop", r.gen, step, loop.Options{
-		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(),
+		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(), MaxInflight: cfg.Groups.MaxRollouts,
 		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
 		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {

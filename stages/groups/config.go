@@ -39,6 +39,12 @@ type Config struct {
 	// MaxInflight bounds the groups in flight (0: derived from the
 	// generate and env concurrency).
 	MaxInflight int `yaml:"max_inflight"`
+	// MaxRollouts bounds the rollouts in flight in the generate ⇄ env
+	// loop, from their admission to their resolution, whether they wait
+	// for the model or for their environment (NeMo Gym's
+	// num_samples_in_parallel); 0: generate.concurrency plus the env
+	// concurrency.
+	MaxRollouts int `yaml:"max_rollouts"`
 	// Order is completion (a group is committed as soon as it finishes)
 	// or task (groups are committed in the order their tasks were read:
 	// a group waits until every earlier task is resolved, so that the
@@ -134,6 +140,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflight < 0 {
 		p.Add("max_inflight", "must be >= 0, got %d", c.MaxInflight)
+	}
+	if c.MaxRollouts < 0 {
+		p.Add("max_rollouts", "must be >= 0, got %d", c.MaxRollouts)
 	}
 	if c.Gamma != nil && !(*c.Gamma >= 0 && *c.Gamma <= 1) {
 		p.Add("gamma", "must be in [0, 1], got %v", *c.Gamma)

@@ -200,6 +200,20 @@ func (c *Config) Validate() error {
 		// with its template.
 		p.Add("env.observation_tokens", "raw tokenises observations without the chat template, which needs generate.api: tokens (generate.api is %q)", c.Generate.API)
 	}
+	if !c.Output.Steps {
+		// The penalty is charged where verl-agent charges it, to the
+		// steps' training scores: without step rows it would do nothing.
+		const why = "is charged in the step rows (step_return, episode_advantage), as verl-agent charges it; set output.steps: true"
+		if c.Env.InvalidActionPenalty != 0 {
+			p.Add("env.invalid_action_penalty", why)
+		} else {
+			for _, k := range c.Env.RouteKeys() {
+				if c.Env.Routes[k].InvalidActionPenalty != 0 {
+					p.Add("env.routes."+k+".invalid_action_penalty", why)
+				}
+			}
+		}
+	}
 	for _, rs := range c.Env.RouteSpecs() {
 		if h := rs.Config.HistoryLength; h != nil && *h >= 0 {
 			_, err := template.NewStepPrompt(*h, rs.Config.StepTemplate, rs.Config.HistoryTemplate)

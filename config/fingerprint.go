@@ -82,6 +82,9 @@ func (c *Config) Semantic() map[string]string {
 	if a := c.Groups.StepAdvantage; a != "" && a != groups.StepMeanNorm {
 		sem["groups.step_advantage"] = a
 	}
+	if w := c.Groups.StepAdvantageW; w != nil && *w != groups.DefaultStepAdvantageW {
+		sem["groups.step_advantage_w"] = fmt.Sprint(*w)
+	}
 	if c.Output.Steps {
 		// Every data part file has its steps part: a resume must not
 		// turn them on or off.
@@ -91,6 +94,9 @@ func (c *Config) Semantic() map[string]string {
 		// Each route's environment, its semantic options and limits; the
 		// keys of a run without routes stay as they were.
 		sem["env.route_field"] = c.Env.RouteField
+		if c.Env.DefaultRoute != "" {
+			sem["env.default_route"] = c.Env.DefaultRoute
+		}
 		routes := map[string]any{}
 		for key, r := range c.Env.Routes {
 			rt := map[string]any{

@@ -24,6 +24,10 @@ func TestStepKeys(t *testing.T) {
 		{[]string{"env.invalid_action_penalty=-1"}, "env.invalid_action_penalty: must be a finite number >= 0"},
 		{[]string{"groups.gamma=1.5"}, "groups.gamma: must be in [0, 1]"},
 		{[]string{"groups.step_advantage=zscore"}, "groups.step_advantage"},
+		{[]string{"groups.step_advantage_w=.nan"}, "groups.step_advantage_w: must be a finite number"},
+		{[]string{"groups.max_rollouts=-1"}, "groups.max_rollouts: must be >= 0"},
+		{[]string{"groups.resample=batch"}, "groups.resample: batch samples the input again until groups.target"},
+		{[]string{"env.invalid_action_penalty=0.1"}, "env.invalid_action_penalty: is charged in the step rows"},
 	} {
 		_, err := load(c.sets...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -40,7 +44,7 @@ func TestStepKeys(t *testing.T) {
 	}
 	base := fp()
 	seen := map[string]string{"": base}
-	for _, set := range []string{"env.history_length=0", "env.history_length=2", "output.steps=true", "env.invalid_action_penalty=0.1", "groups.gamma=0.9", "groups.step_advantage=mean_std_norm"} {
+	for _, set := range []string{"env.history_length=0", "env.history_length=2", "output.steps=true", "groups.gamma=0.9", "groups.step_advantage=mean_std_norm", "groups.step_advantage_w=0.5"} {
 		h := fp(set)
 		for k, v := range seen {
 			if v == h {
@@ -48,6 +52,9 @@ func TestStepKeys(t *testing.T) {
 			}
 		}
 		seen[set] = h
+	}
+	if fp("output.steps=true", "env.invalid_action_penalty=0.1") == fp("output.steps=true") {
+		t.Error("invalid_action_penalty left the fingerprint as it was")
 	}
 	if fp("groups.gamma=1") != base {
 		t.Error("the default gamma changed the fingerprint")

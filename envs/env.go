@@ -44,8 +44,9 @@ type Step struct {
 	// State replaces the trajectory's state for the next turn.
 	State any
 	// InvalidAction marks the model's action as invalid (verl-agent's
-	// is_action_valid = false): the step's reward is lowered by
-	// env.invalid_action_penalty and the rollout counts it.
+	// is_action_valid = false): the step is charged
+	// env.invalid_action_penalty (in its step row's return and episode
+	// score, not in the rewards) and the rollout counts it.
 	InvalidAction bool
 	// ReportsValidity says that the environment judged the action's
 	// validity (valid unless InvalidAction); the rollout's
@@ -70,7 +71,8 @@ type Ender interface {
 // Finisher is an optional interface of an Env with a result for the whole
 // run (the nemo_gym environment's /aggregate_metrics). The runner asks it
 // once, after the last group, and writes a non-nil result next to
-// metrics.json. An error is reported, and does not fail the run's data.
+// metrics.json. An error fails the run (as a failed /aggregate_metrics
+// fails NeMo Gym's rollout collection) after its rows are committed.
 type Finisher interface {
 	Finish(ctx context.Context) (json.RawMessage, error)
 }

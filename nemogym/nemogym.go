@@ -75,17 +75,66 @@ func CreateParams(fields map[string]any, r *pipeline.Rollout) map[string]any {
 
 // Request returns what Gym's rollout collection posts for one rollout (to
 // its agent, and the agent on to /seed_session and, with the response, to
-// /verify): the row's fields, its responses_create_params (CreateParams),
+// /verify): the row's fields, its responses_create_params (CreateParams)
+// with the config's request parameters laid over them and the rollout's
+// seed when it sends one (Overridden), agent_ref (the row's, or the
+// rollout's environment route as {"name": ROUTE} for a row without one),
 // _ng_task_index and _ng_rollout_index.
 func Request(r *pipeline.Rollout) (map[string]any, error) {
 	fields, err := Fields(r.Task)
 	if err != nil {
 		return nil, err
 	}
-	fields[ParamsKey] = CreateParams(fields, r)
+	var seed *int64
+	if !r.NoSeed {
+		seed = &r.Seed
+	}
+	fields[ParamsKey] = Overridden(CreateParams(fields, r), r.ConfigParams, seed)
+	if _, ok := fields[AgentRefKey]; !ok && r.Env != "" {
+		// Gym gives a row without agent_ref the run's agent (agent_name);
+		// trajflow's is the rollout's environment route.
+		fields[AgentRefKey] = map[string]any{"name": r.Env}
+	}
 	fields[TaskIndexKey] = r.Task.Index
 	fields[RolloutIndexKey] = r.RolloutIndex
 	return fields, nil
+}
+
+// Overridden returns rcp laid under the config's request parameters, as
+// Gym's rollout collection merges its responses_create_params overrides
+// into every row (row | overrides: shallow, an override replaces the
+// row's key), then with "seed" set when seed is not nil (Gym's
+// num_repeats_add_seed; trajflow's rollout seed). The parameters are
+// written in the Responses API's names: max_tokens and
+// max_completion_tokens as max_output_tokens, reasoning_effort as
+// reasoning.effort. rcp is not changed; the result is a new map.
+func Overridden(rcp, params map[string]any, seed *int64) map[string]any {
+	out := make(map[string]any, len(rcp)+len(params)+1)
+	maps.Copy(out, rcp)
+	for k, v := range params {
+		switch k {
+		case "max_tokens", "max_completion_tokens":
+			if k == "max_completion_tokens" {
+				if _, both := params["max_tokens"]; both {
+					continue
+				}
+			}
+			out["max_output_tokens"] = v
+		case "reasoning_effort":
+			r := map[string]any{}
+			if old, ok := out["reasoning"].(map[string]any); ok {
+				maps.Copy(r, old)
+			}
+			r["effort"] = v
+			out["reasoning"] = r
+		default:
+			out[k] = v
+		}
+	}
+	if seed != nil {
+		out["seed"] = *seed
+	}
+	return out
 }
 
 // responseCopied are the create params a Gym response repeats

@@ -74,7 +74,7 @@ func TestCheckTools(t *testing.T) {
 
 func TestRequestKeepsTheRowsParams(t *testing.T) {
 	raw := `{"responses_create_params":{"input":"Say hi","instructions":"Be terse.","temperature":0.25},"expected_answer":"hi","agent_ref":{"name":"a"}}`
-	r := &pipeline.Rollout{
+	r := &pipeline.Rollout{NoSeed: true,
 		Task:         &pipeline.Task{Index: 4, Raw: json.RawMessage(raw)},
 		RolloutIndex: 2,
 		Messages:     []pipeline.Message{{Role: "system", Content: "Be terse."}, {Role: "user", Content: "Say hi"}},
@@ -91,7 +91,7 @@ func TestRequestKeepsTheRowsParams(t *testing.T) {
 }
 
 func TestCreateParamsFromTheRenderedPrompt(t *testing.T) {
-	r := &pipeline.Rollout{
+	r := &pipeline.Rollout{NoSeed: true,
 		Task: &pipeline.Task{
 			Raw:    json.RawMessage(`{"question":"1+1"}`),
 			Params: map[string]any{"temperature": 0.5},
@@ -108,7 +108,7 @@ func TestCreateParamsFromTheRenderedPrompt(t *testing.T) {
 }
 
 func TestResponse(t *testing.T) {
-	r := &pipeline.Rollout{
+	r := &pipeline.Rollout{NoSeed: true,
 		TrajID: "t1", Model: "m", FinishReason: "length", PromptTokens: 30, CompletionTokens: 12,
 		Messages: []pipeline.Message{
 			{Role: "user", Content: "q"},
@@ -138,7 +138,7 @@ func TestResponse(t *testing.T) {
 // A prompt or observation with images becomes Responses API input parts.
 func TestImagePartsAsInputImage(t *testing.T) {
 	parts := []pipeline.ContentPart{{Type: "text", Text: "see"}, {Type: "image_url", ImageURL: "sha256:ab"}}
-	r := &pipeline.Rollout{
+	r := &pipeline.Rollout{NoSeed: true,
 		Task:     &pipeline.Task{Raw: json.RawMessage(`{}`)},
 		Messages: []pipeline.Message{{Role: "user", Content: "see", Parts: parts}, {Role: "assistant", Content: "ok", Turn: 1}, {Role: "user", Content: "see", Parts: parts, Turn: 1}},
 	}
@@ -151,5 +151,37 @@ func TestImagePartsAsInputImage(t *testing.T) {
 	out, _ := json.Marshal(nemogym.Output(r.Messages[1:]))
 	if !strings.Contains(string(out), `{"content":[{"text":"see","type":"input_text"},{"detail":"auto","image_url":"sha256:ab","type":"input_image"}],"role":"user","type":"message"}`) {
 		t.Fatalf("output = %s", out)
+	}
+}
+
+// TestOverridden: Gym merges its responses_create_params overrides over
+// every row (row | overrides) and, with num_repeats_add_seed, sets seed;
+// the overrides are written in the Responses API's names.
+func TestOverridden(t *testing.T) {
+	seed := int64(3)
+	tests := []struct {
+		name        string
+		rcp, params map[string]any
+		seed        *int64
+		want        string
+	}{
+		{"none", map[string]any{"input": "hi", "temperature": 0.5}, nil, nil, `{"input":"hi","temperature":0.5}`},
+		{"override wins", map[string]any{"input": "hi", "temperature": 0.5}, map[string]any{"temperature": 1.0}, nil, `{"input":"hi","temperature":1}`},
+		{"seed", map[string]any{"input": "hi", "seed": 9}, nil, &seed, `{"input":"hi","seed":3}`},
+		{"names", map[string]any{"input": "hi", "max_output_tokens": 10, "reasoning": map[string]any{"summary": "auto"}},
+			map[string]any{"max_tokens": 64, "reasoning_effort": "low", "top_p": 0.9}, nil,
+			`{"input":"hi","max_output_tokens":64,"reasoning":{"effort":"low","summary":"auto"},"top_p":0.9}`},
+		{"max_tokens first", map[string]any{"input": "hi"}, map[string]any{"max_tokens": 64, "max_completion_tokens": 32}, nil, `{"input":"hi","max_output_tokens":64}`},
+		{"max_completion_tokens", map[string]any{"input": "hi"}, map[string]any{"max_completion_tokens": 32}, nil, `{"input":"hi","max_output_tokens":32}`},
+	}
+	for _, tt := range tests {
+		before, _ := json.Marshal(tt.rcp)
+		got, _ := json.Marshal(nemogym.Overridden(tt.rcp, tt.params, tt.seed))
+		if string(got) != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+		if after, _ := json.Marshal(tt.rcp); string(after) != string(before) {
+			t.Errorf("%s: the row's params changed to %s", tt.name, after)
+		}
 	}
 }

@@ -134,8 +134,14 @@ type Rollout struct {
 	// configured and no seed of the row's own); Seed is then trajflow's
 	// derived seed, kept for retries and the output's seed column.
 	NoSeed bool
-	Env    string
-	Model  string
+	// ConfigParams are the config's request parameters (generate.params),
+	// which the generate stage lays over the task's own; NeMo Gym's
+	// responses_create_params repeat them, as Gym merges its config
+	// overrides into every row. Shared by the rollouts of a run: read
+	// only. Not written out.
+	ConfigParams map[string]any
+	Env          string
+	Model        string
 
 	Messages []Message
 	// PromptTokenIDs are the token ids of the initial prompt as the server
@@ -225,25 +231,45 @@ type Step struct {
 	PromptTokenIDs   []int32
 	ResponseTokenIDs []int32
 	Logprobs         []float32
-	// Reward is the step's reward, any invalid-action penalty included.
+	// RawPrompt is the step's request as text, a JSON list of {"role",
+	// "content"} (verl-agent's raw_prompt with return_raw_chat), in
+	// step-wise mode; nil with the whole chat (the trajectory's messages
+	// hold it).
+	RawPrompt *string
+	// Reward is the step's reward as the environment gave it.
 	Reward float64
+	// Penalty is the invalid-action penalty charged to the step
+	// (env.invalid_action_penalty when the environment marked the action
+	// invalid, else 0). It is taken off the step's Return and its episode
+	// score, as verl-agent's apply_invalid_action_penalty does, not off
+	// Reward or the rollout's reward.
+	Penalty float64
 	// ActionValid is false when the environment marked the action invalid.
 	ActionValid bool
 	// Anchor is the anchor observation of the state the action was taken
 	// at; nil: the environment gave none.
 	Anchor *string
-	// Return is the discounted return from this step on (groups.gamma).
+	// Return is the discounted return of the step rewards from this step
+	// on (groups.gamma), less the step's Penalty.
 	Return float64
 	// AnchorGroup numbers the step's anchor group within its group (0, 1,
 	// … in order of first appearance); -1 when the step has no anchor.
 	AnchorGroup int
 	// AnchorGroupSize, AnchorMean and AnchorStd describe the anchor group's
-	// returns (GiGPO: a group of one has mean 0 and std 1); Advantage is
-	// the step-level advantage computed from them.
+	// returns (GiGPO's step_norm_reward: a group of one has its own return
+	// as mean and std 1, so its advantage is 0); Advantage is the
+	// step-level advantage computed from them.
 	AnchorGroupSize int
 	AnchorMean      float64
 	AnchorStd       float64
 	Advantage       float64
+	// EpisodeAdvantage is GiGPO's episode-level advantage of the step: its
+	// episode score (the rollout's reward less the step's Penalty)
+	// normalised over the scores of every step of the group;
+	// JointAdvantage is EpisodeAdvantage + groups.step_advantage_w ×
+	// Advantage, the advantage GiGPO trains the step on.
+	EpisodeAdvantage float64
+	JointAdvantage   float64
 }
 
 // HasImages reports whether m holds an image part.

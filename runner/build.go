@@ -319,7 +319,7 @@ func (b *Built) openSource(ctx context.Context) error {
 // newExpander sets Expander from the repeat section.
 func (b *Built) newExpander() {
 	cfg := b.cfg
-	b.Expander = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
+	b.Expander = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model).WithParams(cfg.Generate.Params)
 }
 
 // newSim is the in-process simulator behind sim:// endpoints.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -186,5 +187,68 @@ func TestImageRowsRefusedInTokensMode(t *testing.T) {
 		if !strings.Contains(r.Error, "tasks.jsonl:") || !strings.Contains(r.Error, "holds an image, which generate.api: tokens cannot send") {
 			t.Errorf("%s: %s", r, r.Error)
 		}
+	}
+}
+
+// TestImagesStepwise: with step-wise prompts (env.history_length) the
+// request still holds the row's image, so examples/vlm scores as its
+// whole-chat run does (the simulator answers right at its accuracy, 0.7,
+// when it sees the image, and never without it). The rows differ one by
+// one: the simulator's draws depend on the prompt's text, which step-wise
+// rendering changes.
+func TestImagesStepwise(t *testing.T) {
+	defer leak.Check(t)()
+	_, urls := vlmRows(t)
+	rewards := map[string]map[string]float64{}
+	for _, c := range []struct {
+		name string
+		sets []string
+	}{
+		{"whole chat", nil},
+		{"stepwise", []string{"env.history_length=1"}},
+	} {
+		s := sim.New(sim.Options{Seed: 5, Accuracy: 0.7, Model: "sim-vlm"})
+		rec := &chatBodies{h: s.Handler()}
+		srv := httptest.NewServer(rec)
+		cfg := vlm(t, append([]string{"generate.endpoints=[" + srv.URL + "/v1]"}, c.sets...)...)
+		if _, err := run(t, cfg, runner.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		srv.Close()
+		s.Close()
+		images := 0
+		for _, body := range rec.sent {
+			for _, u := range urls {
+				if bytes.Contains(body, []byte(u)) {
+					images++
+					break
+				}
+			}
+		}
+		if images != len(rec.sent) || images == 0 {
+			t.Fatalf("%s: %d of %d requests hold the row's image", c.name, images, len(rec.sent))
+		}
+		got := map[string]float64{}
+		sum := 0.0
+		for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+			got[fmt.Sprint(r.Task.Index, "/", r.RolloutIndex)] = r.Reward
+			sum += r.Reward
+		}
+		t.Logf("%s: mean reward %.3f over %d rows", c.name, sum/float64(len(got)), len(got))
+		rewards[c.name] = got
+	}
+	mean := func(m map[string]float64) float64 {
+		s := 0.0
+		for _, v := range m {
+			s += v
+		}
+		return s / float64(len(m))
+	}
+	whole, step := rewards["whole chat"], rewards["stepwise"]
+	if len(whole) != len(step) || len(whole) == 0 {
+		t.Fatalf("%d and %d rows", len(whole), len(step))
+	}
+	if w, s := mean(whole), mean(step); w < 0.5 || s < 0.5 || math.Abs(w-s) > 0.25 {
+		t.Fatalf("mean reward %.3f step-wise, %.3f whole chat: want both near the accuracy 0.7", s, w)
 	}
 }

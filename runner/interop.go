@@ -30,6 +30,7 @@ func (r *run) provisionInterop() error {
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
+		f.Overrides(cfg.Generate.Params, cfg.Repeat.SeedConfigured())
 		r.commit.interop = append(r.commit.interop, namedSink{"output.jsonl", f})
 	}
 	if cfg.Output.ArrowStream != "" {

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -115,5 +117,117 @@ run: {progress: 0}
 	var agg []map[string]any
 	if err := json.Unmarshal(b, &agg); err != nil || len(agg) != 1 || fmt.Sprint(agg[0]["agent_ref"]) != "map[name:bank]" || fmt.Sprint(agg[0]["agent_metrics"]) != "map[n:4]" {
 		t.Fatalf("aggregate_metrics.json = %s (%v)", b, err)
+	}
+}
+
+// TestNeMoGymExampleParams runs examples/nemo-gym with a temperature
+// override and repeat.seed, writing Gym-shaped JSONL: every line's
+// responses_create_params is the row's, with the config's parameters laid
+// over it (temperature replacing the row's own, max_tokens as
+// max_output_tokens) and the rollout's seed, as Gym's rollout collection
+// writes them; every line has agent_ref.
+func TestNeMoGymExampleParams(t *testing.T) {
+	cfg := nemoGym(t, "generate.params.temperature=0.25", "repeat.seed=0", "output.jsonl=true")
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[int64]map[string]any{}
+	root, _ := filepath.Abs("..")
+	b, err := os.ReadFile(filepath.Join(root, "examples/nemo-gym/tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var row map[string]any
+		if err := json.Unmarshal(l, &row); err != nil {
+			t.Fatal(err)
+		}
+		rows[int64(i)] = row
+	}
+	files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.JSONLDir, "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("jsonl files %v", files)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n, rowTemps := 0, 0
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		ti := int64(line["_ng_task_index"].(float64))
+		ri := line["_ng_rollout_index"].(float64)
+		// Gym: row[rcp] | overrides, then seed = rollout index.
+		want := map[string]any{}
+		for k, v := range rows[ti]["responses_create_params"].(map[string]any) {
+			want[k] = v
+		}
+		if _, ok := want["temperature"]; ok {
+			rowTemps++
+		}
+		want["temperature"] = 0.25
+		want["max_output_tokens"] = 64.0
+		want["seed"] = ri
+		got, _ := json.Marshal(line["responses_create_params"])
+		w, _ := json.Marshal(want)
+		if string(got) != string(w) {
+			t.Errorf("task %d rollout %v: responses_create_params %s, want %s", ti, ri, got, w)
+		}
+		if ref, ok := line["agent_ref"].(map[string]any); !ok || ref["name"] == nil {
+			t.Errorf("task %d rollout %v: agent_ref %v", ti, ri, line["agent_ref"])
+		}
+	}
+	if n != 4*len(rows) || rowTemps == 0 {
+		t.Fatalf("%d lines for %d rows, %d with a row temperature the override replaced", n, len(rows), rowTemps)
+	}
+}
+
+// TestNeMoGymAggregateMetricsFailureFailsTheRun: a resources server whose
+// /aggregate_metrics fails fails the run, as Gym's rollout collection
+// fails on it; the rows are committed all the same.
+func TestNeMoGymAggregateMetricsFailureFailsTheRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/seed_session":
+			fmt.Fprint(w, `{}`)
+		case "/verify":
+			fmt.Fprint(w, `{"reward": 1}`)
+		default:
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	env, err := httpenv.New(httpenv.Config{URL: srv.URL, Protocol: httpenv.ProtocolNeMoGym})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"responses_create_params":{"input":"Say hi."}}`+"\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	cfg, err := config.Parse([]byte(`
+source: {path: `+tasks+`}
+repeat: {n: 2}
+generate: {endpoints: ["sim://"], model: sim}
+env: {name: bank}
+output: {dir: `+out+`}
+run: {progress: 0}
+`), "gym.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := runner.Run(context.Background(), cfg, runner.Options{Env: env, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "aggregate metrics") || !strings.Contains(err.Error(), "500") {
+		t.Fatalf("run: %v, want the failed /aggregate_metrics", err)
+	}
+	if sum == nil || sum.OK != 2 || len(readBack(t, out, runner.DataDir)) != 2 {
+		t.Fatalf("summary %+v: the rows are not committed", sum)
 	}
 }

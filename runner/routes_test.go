@@ -173,8 +173,11 @@ func TestRoutesCheck(t *testing.T) {
 }
 
 // metrics.json holds NeMo RL's rollout metrics, overall and per
-// environment, matching a recomputation from the Parquet rows; the Gym
-// aggregate file has one entry per environment.
+// environment, matching a recomputation from the Parquet rows with NeMo
+// RL's rules (natural termination: terminated or truncated, as its batched
+// loop's done; max turns reached: num_turns >= the route's max_turns, as
+// its async loop's turn_count >= max_rollout_turns); the Gym aggregate
+// file has one entry per environment.
 func TestNeMoRLMetricsFromParquet(t *testing.T) {
 	cfg := nemoGym(t)
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
@@ -209,6 +212,12 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
+	maxTurns := func(route string) int {
+		if rc := cfg.Env.Routes[route]; rc != nil && rc.MaxTurns > 0 {
+			return rc.MaxTurns
+		}
+		return cfg.Env.MaxTurns
+	}
 	recompute := func(env string) nemo {
 		var m nemo
 		var n, term, trunc, maxT, gen, envTok, total float64
@@ -222,7 +231,11 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 			for _, c := range []struct {
 				on bool
 				n  *float64
-			}{{r.Terminated, &term}, {r.Truncated, &trunc}, {r.MaxTurnsReached, &maxT}} {
+			}{
+				{r.Terminated || r.Truncated, &term},
+				{r.Truncated, &trunc},
+				{maxTurns(r.Env) > 0 && r.NumTurns >= maxTurns(r.Env), &maxT},
+			} {
 				if c.on {
 					*c.n++
 				}
@@ -294,5 +307,56 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 	}
 	if _, ok := agg[0].KeyMetrics["pass@1"]; !ok {
 		t.Errorf("key metrics lack pass@1: %v", agg[0].KeyMetrics)
+	}
+}
+
+// TestNeMoRLExampleMetrics runs examples/nemo-rl (one turn allowed) and
+// recomputes NeMo RL's rates from the rows with its rules: every sample
+// took its last allowed turn, so run_async_multi_turn_rollout counts it in
+// max_turns_reached_rate (turn_count >= max_rollout_turns, checked after
+// the turn whatever ended it); run_multi_turn_rollout's
+// natural_termination_rate counts the samples done by termination or
+// truncation.
+func TestNeMoRLExampleMetrics(t *testing.T) {
+	root, _ := filepath.Abs("..")
+	cfg, err := config.Load(filepath.Join(root, "examples/nemo-rl/config.yaml"), []string{
+		"source.path=" + filepath.Join(root, "examples/quickstart/tasks.jsonl"),
+		"output.dir=" + t.TempDir(), "run.progress=0", "source.limit=10",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	var n, maxT, natural float64
+	for _, r := range rows {
+		n++
+		turnCount := r.NumTurns
+		if turnCount >= cfg.Env.MaxTurns {
+			maxT++
+		}
+		if r.Terminated || r.Truncated {
+			natural++
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		NaturalTerminationRate float64 `json:"natural_termination_rate"`
+		MaxTurnsReachedRate    float64 `json:"max_turns_reached_rate"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 || got.MaxTurnsReachedRate != maxT/n || got.NaturalTerminationRate != natural/n {
+		t.Fatalf("max_turns_reached_rate %v natural_termination_rate %v; NeMo RL's rules give %v and %v over %v rows",
+			got.MaxTurnsReachedRate, got.NaturalTerminationRate, maxT/n, natural/n, n)
+	}
+	if got.MaxTurnsReachedRate != 1 {
+		t.Fatalf("max_turns_reached_rate %v: every sample of a one-turn run took its last allowed turn", got.MaxTurnsReachedRate)
 	}
 }

@@ -157,7 +157,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 			err = errors.Join(err, merr)
 		}
 		if aerr := r.writeAggregate(r.stopper.hard); aerr != nil {
-			fmt.Fprintf(r.opts.Stderr, "trajflow: %v\n", aerr)
+			// As Gym's rollout collection, whose raise_for_status on
+			// /aggregate_metrics fails the command: the committed rows
+			// stay.
+			err = errors.Join(err, aerr)
 		}
 		// On object storage, metrics.json and the side files go up last.
 		if r.remote.mirror != nil {

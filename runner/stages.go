@@ -113,7 +113,7 @@ func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
 	step := r.built.Stepper
 	r.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
-		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(),
+		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(), MaxInflight: cfg.Groups.MaxRollouts,
 		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
 		Renew: func(f *pipeline.Rollout) *pipeline.Rollout {
@@ -150,7 +150,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			switch {
 			case d.Verdict == groups.Keep || d.Verdict == groups.KeepUnfiltered:
 				if cfg.Output.Steps {
-					groups.StepStats(gr, *cfg.Groups.Gamma, cfg.Groups.StepAdvantage)
+					groups.StepStats(gr, groups.StepParamsOf(cfg.Groups))
 				}
 				out = append(out, routed{gr, DataDir})
 			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":

@@ -215,8 +215,12 @@ func TestStepRows(t *testing.T) {
 					sent[fmt.Sprint(e.seed, e.promptIDs)] = e.responseIDs
 				}
 			}
-			checkSteps(t, cfg.Output.Dir, sent, 0.5)
 			stepwise := strings.Contains(c.name, "stepwise")
+			var prompts map[string]string
+			if stepwise {
+				prompts = sentPrompts(x)
+			}
+			checkSteps(t, cfg.Output.Dir, sent, prompts, 0.5, 1)
 			for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
 				empty := len(r.PromptTokenIDs) == 0 && len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0
 				if empty != stepwise || r.CompletionTokens == 0 {
@@ -228,17 +232,39 @@ func TestStepRows(t *testing.T) {
 	}
 }
 
+// sentPrompts are the chat requests' messages as raw_prompt writes them
+// (JSON, role and content), by prompt ids (equal ids are the same
+// rendering of the same messages); in tokens mode, the messages of the
+// /tokenize request that rendered the prompt ids.
+func sentPrompts(x *exchanges) map[string]string {
+	out := map[string]string{}
+	for _, e := range x.ex {
+		if len(e.messages) == 0 || e.promptIDs == nil {
+			continue
+		}
+		b, _ := json.Marshal(e.messages)
+		out[fmt.Sprint(e.promptIDs)] = string(b)
+	}
+	return out
+}
+
 // checkSteps checks the pairing of the data and steps directories and
 // every step row against its trajectory and, when sent is not nil, the
-// server's exchanges.
-func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty float64) {
+// server's exchanges. prompts, when not nil, are the requests' texts by
+// prompt ids (sentPrompts): each step's raw_prompt must be its request's;
+// nil, raw_prompt must be null (whole-chat requests). Step rewards are the
+// environment's (the
+// trajectory's turn_rewards); step_return is the discounted return of the
+// step rewards (gamma) less the penalty of an invalid step, charged after
+// the returns are computed, as verl-agent charges it.
+func checkSteps(t *testing.T, dir string, sent map[string][]int32, prompts map[string]string, penalty, gamma float64) {
 	t.Helper()
 	dataFiles, _ := filepath.Glob(filepath.Join(dir, runner.DataDir, "part-*.parquet"))
 	stepFiles, _ := filepath.Glob(filepath.Join(dir, runner.StepsDir, "part-*.parquet"))
 	if len(dataFiles) < 2 || len(stepFiles) != len(dataFiles) {
 		t.Fatalf("%d data files, %d steps files: want pairs (and more than one)", len(dataFiles), len(stepFiles))
 	}
-	total, invalid := 0, 0
+	total := 0
 	for i, df := range dataFiles {
 		if filepath.Base(df) != filepath.Base(stepFiles[i]) {
 			t.Fatalf("data %s paired with steps %s", df, stepFiles[i])
@@ -261,6 +287,18 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty float
 				t.Fatalf("%s: %d step rows in %s, num_turns %d", r, len(ks), filepath.Base(df), r.NumTurns)
 			}
 			total += r.NumTurns
+			next := 0.0
+			for j := len(ks) - 1; j >= 0; j-- {
+				s := steps[ks[j]]
+				next = s.StepReward + gamma*next
+				want := next
+				if !s.IsActionValid {
+					want -= penalty
+				}
+				if d := s.StepReturn - want; d > 1e-9 || d < -1e-9 {
+					t.Fatalf("%s step %d: step_return %v, want %v", r, j+1, s.StepReturn, want)
+				}
+			}
 			for j, k := range ks {
 				s := steps[k]
 				if int(s.Step) != j+1 || s.GroupID != r.GroupID || s.TaskIndex != r.Task.Index || int(s.RolloutIndex) != r.RolloutIndex || int(s.Attempt) != r.Attempt {
@@ -269,14 +307,15 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty float
 				if s.EpisodeReward != r.Reward || int(s.EpisodeLength) != r.NumTurns || s.StepReward != r.TurnRewards[j] {
 					t.Fatalf("%s step %d: episode_reward %v length %d step_reward %v; trajectory %v %d %v", r, j+1, s.EpisodeReward, s.EpisodeLength, s.StepReward, r.Reward, r.NumTurns, r.TurnRewards)
 				}
-				if !s.IsActionValid {
-					invalid++
-					if s.StepReward != -penalty {
-						t.Fatalf("%s step %d: invalid action's reward %v, want the penalty -%v", r, j+1, s.StepReward, penalty)
-					}
-				}
+
 				if len(s.LossMask) != len(s.ResponseTokenIDs) || len(s.ResponseLogprobs) != len(s.ResponseTokenIDs) || len(s.ResponseTokenIDs) == 0 || len(s.PromptTokenIDs) == 0 {
 					t.Fatalf("%s step %d: %d prompt ids, %d response ids, %d mask, %d logprobs", r, j+1, len(s.PromptTokenIDs), len(s.ResponseTokenIDs), len(s.LossMask), len(s.ResponseLogprobs))
+				}
+				switch key := fmt.Sprint(s.PromptTokenIDs); {
+				case prompts == nil && s.RawPrompt != nil:
+					t.Fatalf("%s step %d: raw_prompt %s with whole-chat requests", r, j+1, *s.RawPrompt)
+				case prompts != nil && (s.RawPrompt == nil || *s.RawPrompt != prompts[key]):
+					t.Fatalf("%s step %d: raw_prompt %v, the request was %s", r, j+1, s.RawPrompt, prompts[key])
 				}
 				if sent != nil {
 					got, ok := sent[fmt.Sprint(r.Seed, s.PromptTokenIDs)]
@@ -294,7 +333,6 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32, penalty float
 			t.Fatalf("%s: step rows of trajectories not in %s", stepFiles[i], df)
 		}
 	}
-	_ = invalid
 	if total == 0 {
 		t.Fatal("no steps")
 	}
@@ -340,7 +378,7 @@ func TestGridExample(t *testing.T) {
 			t.Fatalf("a request holds %d earlier steps:\n%s", n, u)
 		}
 	}
-	checkSteps(t, cfg.Output.Dir, sent, 0.1)
+	checkSteps(t, cfg.Output.Dir, sent, sentPrompts(x), 0.1, 0.95)
 	steps, err := parquet.ReadSteps(filepath.Join(cfg.Output.Dir, runner.StepsDir))
 	if err != nil {
 		t.Fatal(err)
@@ -349,8 +387,14 @@ func TestGridExample(t *testing.T) {
 	idOf := map[key]string{}
 	anchorOf := map[string]string{}
 	returns := map[string][]float64{}
-	invalid, shared := 0, 0
+	invalid, shared, lone := 0, 0, 0
+	scores := map[string][]float64{} // group -> every step's episode score
 	for _, s := range steps {
+		score := s.EpisodeReward
+		if !s.IsActionValid {
+			score -= 0.1
+		}
+		scores[s.GroupID] = append(scores[s.GroupID], score)
 		if s.AnchorObs == nil || s.AnchorGroupID == nil {
 			t.Fatalf("step without an anchor: %+v", s)
 		}
@@ -370,26 +414,56 @@ func TestGridExample(t *testing.T) {
 		if !s.IsActionValid {
 			invalid++
 		}
+		// The grid gives 1 at the goal and 0 otherwise: the rewards carry
+		// no penalty (verl-agent charges it to the training scores only).
+		if s.StepReward != 0 && s.StepReward != 1 || s.EpisodeReward != 0 && s.EpisodeReward != 1 {
+			t.Fatalf("%s step %d: step_reward %v episode_reward %v, want the grid's 0 or 1", s.TrajID, s.Step, s.StepReward, s.EpisodeReward)
+		}
 	}
 	for _, s := range steps {
 		rs := returns[*s.AnchorGroupID]
 		if int(s.AnchorGroupSize) != len(rs) {
 			t.Fatalf("%s: anchor_group_size %d, %d steps", *s.AnchorGroupID, s.AnchorGroupSize, len(rs))
 		}
+		// GiGPO's step_norm_reward (mean_norm): the return less its anchor
+		// group's mean return, which for a step alone is its own return.
+		mean := 0.0
+		for _, r := range rs {
+			mean += r
+		}
+		mean /= float64(len(rs))
 		if len(rs) > 1 {
 			shared++
-			mean := 0.0
-			for _, r := range rs {
-				mean += r
-			}
-			mean /= float64(len(rs))
-			if d := s.AnchorReturnMean - mean; d > 1e-9 || d < -1e-9 || s.StepAdvantage != s.StepReturn-s.AnchorReturnMean {
-				t.Fatalf("%s: mean %v (want %v), advantage %v", *s.AnchorGroupID, s.AnchorReturnMean, mean, s.StepAdvantage)
+		} else {
+			lone++
+			if s.StepAdvantage != 0 {
+				t.Fatalf("%s: alone in its anchor group, step_advantage %v (want 0)", *s.AnchorGroupID, s.StepAdvantage)
 			}
 		}
+		if d := s.AnchorReturnMean - mean; d > 1e-9 || d < -1e-9 || s.StepAdvantage != s.StepReturn-s.AnchorReturnMean {
+			t.Fatalf("%s: mean %v (want %v), advantage %v", *s.AnchorGroupID, s.AnchorReturnMean, mean, s.StepAdvantage)
+		}
+		// episode_norm_reward (mean_norm, across steps): the step's
+		// episode score less the mean over every step of its group.
+		ss := scores[s.GroupID]
+		emean := 0.0
+		for _, x := range ss {
+			emean += x
+		}
+		emean /= float64(len(ss))
+		score := s.EpisodeReward
+		if !s.IsActionValid {
+			score -= 0.1
+		}
+		if d := s.EpisodeAdvantage - (score - emean); d > 1e-9 || d < -1e-9 {
+			t.Fatalf("%s step %d: episode_advantage %v, want %v", s.TrajID, s.Step, s.EpisodeAdvantage, score-emean)
+		}
+		if d := s.JointAdvantage - (s.EpisodeAdvantage + s.StepAdvantage); d > 1e-12 || d < -1e-12 {
+			t.Fatalf("%s step %d: joint_advantage %v, episode %v + step %v", s.TrajID, s.Step, s.JointAdvantage, s.EpisodeAdvantage, s.StepAdvantage)
+		}
 	}
-	if invalid == 0 || shared == 0 {
-		t.Fatalf("%d invalid steps, %d steps in shared anchor groups: the example exercises neither", invalid, shared)
+	if invalid == 0 || shared == 0 || lone == 0 {
+		t.Fatalf("%d invalid steps, %d steps in shared anchor groups, %d alone: the example does not exercise them all", invalid, shared, lone)
 	}
-	t.Logf("%d steps, %d invalid, %d in shared anchor groups", len(steps), invalid, shared)
+	t.Logf("%d steps, %d invalid, %d in shared anchor groups, %d alone", len(steps), invalid, shared, lone)
 }

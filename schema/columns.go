@@ -161,7 +161,7 @@ var columns = []Column{
 	{Name: "total_tokens", Type: arrow.PrimitiveTypes.Int64, Doc: "tokens of the training view without the prompt: `len(response_token_ids)` = `gen_tokens + env_tokens` (NeMo RL's per-sample total tokens)"},
 	{Name: "turn_gen_tokens", Type: ListOf(arrow.PrimitiveTypes.Int32), Doc: "tokens generated in each turn: entry `t-1` is Σ (`token_end - token_start`) over the assistant `messages` of turn `t` (0 where a turn's tokens are not in the sequence); one entry per turn, `num_turns` of them. A light copy of what `messages` holds, so that `stats` sums NeMo RL's `total_gen_tokens_per_turn` without reading `messages`"},
 	{Name: "prompt_tokens_dropped", Type: arrow.PrimitiveTypes.Int32, Doc: "ids of the prompt that `prompt.max_tokens` cut (step-wise, `env.history_length`: summed over the steps' prompts) (`prompt.truncation: left`, `right` or `middle`, [docs/prompts.md](docs/prompts.md#prompt-length-limit)); `0` when none. `prompt_token_ids` holds what was sent, `prompt_tokens_dropped` more were rendered"},
-	{Name: "invalid_actions", Type: arrow.PrimitiveTypes.Int32, Doc: "steps whose action the environment marked invalid (`is_action_valid: false`, [docs/environments.md](docs/environments.md#action-validity-and-anchor-states)); each took `env.invalid_action_penalty` off its step's reward. `0` when none or when the environment judges no actions"},
+	{Name: "invalid_actions", Type: arrow.PrimitiveTypes.Int32, Doc: "steps whose action the environment marked invalid (`is_action_valid: false`, [docs/environments.md](docs/environments.md#action-validity-and-anchor-states)); each is charged `env.invalid_action_penalty` in its step row (not in `reward`). `0` when none or when the environment judges no actions"},
 	{Name: "gen_ms", Type: arrow.PrimitiveTypes.Float64, Doc: "time spent generating, milliseconds"},
 	{Name: "env_ms", Type: arrow.PrimitiveTypes.Float64, Doc: "time spent in environment steps, milliseconds"},
 	{Name: "total_ms", Type: arrow.PrimitiveTypes.Float64, Doc: "wall time from first request to resolution, milliseconds"},
@@ -192,7 +192,7 @@ var messageFields = []Column{
 const stepKey = "the step's trajectory: join on `traj_id` (or `task_index, attempt, rollout_index`)"
 
 // anchorStats is the doc of anchor_return_mean and anchor_return_std.
-const anchorStats = "mean and sample standard deviation of the anchor group's `step_return`s; a group of one has mean 0 and std 1, as GiGPO takes them"
+const anchorStats = "mean and sample standard deviation of the anchor group's `step_return`s; a group of one has its own `step_return` as mean and std 1, as GiGPO's `step_norm_reward` takes them (so its `step_advantage` is 0)"
 
 // stepColumns is the step table, in order. Consecutive columns with the
 // same doc share one row of SCHEMA.md's table.
@@ -204,17 +204,20 @@ var stepColumns = []Column{
 	{Name: "group_id", Type: arrow.BinaryTypes.String, Doc: stepKey},
 	{Name: "traj_id", Type: arrow.BinaryTypes.String, Doc: stepKey},
 	{Name: "step", Type: arrow.PrimitiveTypes.Int32, Doc: "the step's number in its trajectory, 1..`num_turns`"},
-	{Name: "step_reward", Type: arrow.PrimitiveTypes.Float64, Doc: "the step's reward: `turn_rewards[step]`, any `env.invalid_action_penalty` included"},
+	{Name: "step_reward", Type: arrow.PrimitiveTypes.Float64, Doc: "the step's reward as the environment gave it: `turn_rewards[step]` (no penalty)"},
 	{Name: "episode_reward", Type: arrow.PrimitiveTypes.Float64, Doc: "the trajectory's `reward`"},
 	{Name: "episode_length", Type: arrow.PrimitiveTypes.Int32, Doc: "the trajectory's `num_turns`"},
 	{Name: "is_action_valid", Type: arrow.FixedWidthTypes.Boolean, Doc: "false when the environment marked the action invalid"},
 	{Name: "anchor_obs", Type: arrow.BinaryTypes.String, Nullable: true, Doc: "the anchor observation of the state the action was taken at; null when the environment gave none"},
-	{Name: "anchor_group_id", Type: arrow.BinaryTypes.String, Nullable: true, Doc: "`GROUP_ID/aN`: steps of one group with equal `anchor_obs` share it; null with `anchor_obs`"},
+	{Name: "anchor_group_id", Type: arrow.BinaryTypes.String, Nullable: true, Doc: "`GROUP_ID/aN`: steps of one group with equal `anchor_obs` share it (JSON anchors compared as values: object keys in any order, `1` and `1.0` alike, as GiGPO's `to_hashable`; other text as text); null with `anchor_obs`"},
 	{Name: "anchor_group_size", Type: arrow.PrimitiveTypes.Int32, Doc: "the number of steps in the anchor group (1 without an anchor)"},
 	{Name: "anchor_return_mean", Type: arrow.PrimitiveTypes.Float64, Doc: anchorStats},
 	{Name: "anchor_return_std", Type: arrow.PrimitiveTypes.Float64, Doc: anchorStats},
-	{Name: "step_return", Type: arrow.PrimitiveTypes.Float64, Doc: "the discounted return from this step on: `step_reward + groups.gamma × next step's step_return`"},
-	{Name: "step_advantage", Type: arrow.PrimitiveTypes.Float64, Doc: "GiGPO's step-level advantage: `step_return − anchor_return_mean` (`groups.step_advantage: mean_norm`, the default) or that divided by `anchor_return_std + 1e-6` (`mean_std_norm`)"},
+	{Name: "step_return", Type: arrow.PrimitiveTypes.Float64, Doc: "the discounted return of the step rewards from this step on (`G = step_reward + groups.gamma × G_next`), less `env.invalid_action_penalty` when the action was invalid: verl-agent's `step_rewards` after `apply_invalid_action_penalty`, which charges the penalty after the returns are computed (so it is not discounted into earlier steps)"},
+	{Name: "step_advantage", Type: arrow.PrimitiveTypes.Float64, Doc: "GiGPO's step-level advantage: `step_return − anchor_return_mean` (`groups.step_advantage: mean_norm`, the default) or that divided by `anchor_return_std + 1e-6` (`mean_std_norm`); 0 for a step alone in its anchor group"},
+	{Name: "episode_advantage", Type: arrow.PrimitiveTypes.Float64, Doc: "GiGPO's episode-level advantage of the step: its episode score (`episode_reward`, less the penalty when the action was invalid) less the mean of the scores of every step of the group (`mean_norm`), or that divided by their sample standard deviation + 1e-6 (`mean_std_norm`); mean 0 and std 1 when the group has one step in all (verl-agent's `episode_norm_reward`, mean and std across steps)"},
+	{Name: "joint_advantage", Type: arrow.PrimitiveTypes.Float64, Doc: "the advantage GiGPO trains the step on: `episode_advantage + groups.step_advantage_w × step_advantage` (default weight 1)"},
+	{Name: "raw_prompt", Type: arrow.BinaryTypes.String, Nullable: true, Doc: "step-wise (`env.history_length`): the step's request as text, a JSON list of `{\"role\", \"content\"}` (verl-agent's `raw_prompt` with `data.return_raw_chat`; images are not in it); null with whole-chat requests, whose text is the trajectory's `messages` up to the step"},
 	{Name: "prompt_token_ids", Type: ListOf(arrow.PrimitiveTypes.Int32), Doc: "the step's request prompt, as the server tokenized it (chat: the response's `prompt_token_ids`, so set `generate.params.return_token_ids: true`) or as trajflow sent it (`generate.api: tokens`)"},
 	{Name: "response_token_ids", Type: ListOf(arrow.PrimitiveTypes.Int32), Doc: "the tokens generated in this step"},
 	{Name: "loss_mask", Type: ListOf(arrow.PrimitiveTypes.Int8), Doc: "all 1: every response token was generated in exactly this context"},

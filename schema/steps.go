@@ -9,7 +9,7 @@ import (
 // the steps directory, output.steps). It changes whenever a step column is
 // added, removed, renamed or changes type, and is written into every steps
 // file's key-value metadata under StepsMetadataKey.
-const StepsVersion = "1"
+const StepsVersion = "2"
 
 // StepsMetadataKey is the key-value metadata key holding a steps file's
 // schema version.
@@ -18,8 +18,9 @@ const StepsMetadataKey = "trajflow.steps_schema_version"
 var stepSchema = arrow.NewSchema(fields(stepColumns), nil)
 
 // StepSchema returns the step table's schema: one row per step of a kept
-// trajectory. Only anchor_obs and anchor_group_id are nullable (null: the
-// environment gave no anchor). The returned schema is shared; do not
+// trajectory. Only anchor_obs and anchor_group_id (null: the environment
+// gave no anchor) and raw_prompt (null: whole-chat requests) are
+// nullable. The returned schema is shared; do not
 // modify it.
 func StepSchema() *arrow.Schema { return stepSchema }
 
@@ -47,6 +48,9 @@ type StepRow struct {
 	AnchorReturnStd  float64
 	StepReturn       float64
 	StepAdvantage    float64
+	EpisodeAdvantage float64
+	JointAdvantage   float64
+	RawPrompt        *string
 	PromptTokenIDs   []int32
 	ResponseTokenIDs []int32
 	LossMask         []int8
@@ -79,10 +83,11 @@ func StepRows(rec arrow.Record) ([]StepRow, error) {
 			IsActionValid: col(10).(*array.Boolean).Value(r), AnchorObs: optStr(11, r), AnchorGroupID: optStr(12, r),
 			AnchorGroupSize: i32(13, r), AnchorReturnMean: f64(14, r), AnchorReturnStd: f64(15, r),
 			StepReturn: f64(16, r), StepAdvantage: f64(17, r),
-			PromptTokenIDs:   listValues[int32](col(18), r),
-			ResponseTokenIDs: listValues[int32](col(19), r),
-			LossMask:         listValues[int8](col(20), r),
-			ResponseLogprobs: listValues[float32](col(21), r),
+			EpisodeAdvantage: f64(18, r), JointAdvantage: f64(19, r), RawPrompt: optStr(20, r),
+			PromptTokenIDs:   listValues[int32](col(21), r),
+			ResponseTokenIDs: listValues[int32](col(22), r),
+			LossMask:         listValues[int8](col(23), r),
+			ResponseLogprobs: listValues[float32](col(24), r),
 		}
 	}
 	return out, nil

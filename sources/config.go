@@ -38,10 +38,12 @@ type Config struct {
 	//
 	// Default: `{index: 0, count: 1}`.
 	Shard Shard `yaml:"shard"`
-	// TaskIndex numbers the tasks: line (a task's index is its row's
-	// 0-based position) or dedup (identical rows, by canonical JSON, are
-	// one task, numbered in order of first appearance as NeMo Gym's
-	// _ng_task_index; later copies are passed over; docs/sources.md).
+	// TaskIndex numbers the tasks: line (default: the row's 0-based
+	// position), dedup (identical rows, by canonical JSON, are one task
+	// numbered in order of first appearance; a later copy is passed over)
+	// or dedup_lines (the same, identical meaning byte for byte, as NeMo
+	// Gym's _ng_task_index compares the raw lines: rows differing only in
+	// key order or spacing are two tasks).
 	TaskIndex string `yaml:"task_index"`
 }
 
@@ -49,6 +51,8 @@ type Config struct {
 const (
 	TaskIndexLine  = "line"
 	TaskIndexDedup = "dedup"
+	// TaskIndexDedupLines numbers as dedup, comparing rows byte for byte.
+	TaskIndexDedupLines = "dedup_lines"
 )
 
 // SetDefaults fills the keys left unset.
@@ -86,7 +90,7 @@ func (c *Config) Validate() error {
 	}
 	p.OneOf("on_bad_row", c.OnBadRow, "error", "skip")
 	if c.TaskIndex != "" {
-		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup)
+		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup, TaskIndexDedupLines)
 	}
 	c.Shard.validate(&p)
 	return p.Err()

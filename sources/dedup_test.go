@@ -32,6 +32,10 @@ func TestTaskIndexDedup(t *testing.T) {
 		{"line (default)", Config{}, nil, []int64{0, 1, 2, 3, 4, 5, 6}, nil},
 		{"dedup", Config{TaskIndex: TaskIndexDedup}, nil, []int64{0, 1, 2, 3},
 			[]string{"tasks.jsonl:1", "tasks.jsonl:2", "tasks.jsonl:4", "tasks.jsonl:7"}},
+		// NeMo Gym's numbering compares the raw lines: row 2 (key order,
+		// spacing) is a task of its own.
+		{"dedup_lines", Config{TaskIndex: TaskIndexDedupLines}, nil, []int64{0, 1, 2, 3, 4},
+			[]string{"tasks.jsonl:1", "tasks.jsonl:2", "tasks.jsonl:3", "tasks.jsonl:4", "tasks.jsonl:7"}},
 		// Rows before the offset still number the tasks and make later copies repeats.
 		{"dedup with offset", Config{TaskIndex: TaskIndexDedup, Offset: 2}, nil, []int64{2, 3},
 			[]string{"tasks.jsonl:4", "tasks.jsonl:7"}},

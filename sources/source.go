@@ -108,9 +108,12 @@ func Open(cfg Config, opts Options) (Reader, error) {
 	case "", TaskIndexLine:
 	case TaskIndexDedup:
 		b.seen = map[[sha256.Size]byte]int64{}
+	case TaskIndexDedupLines:
+		b.seen = map[[sha256.Size]byte]int64{}
+		b.rawDedup = true
 	default:
 		f.Close()
-		return nil, fmt.Errorf("source.task_index: %q is not one of line, dedup", cfg.TaskIndex)
+		return nil, fmt.Errorf("source.task_index: %q is not one of line, dedup, dedup_lines", cfg.TaskIndex)
 	}
 	switch format {
 	case FormatParquet:
@@ -215,6 +218,7 @@ type base struct {
 	// seen maps each distinct row's canonical-JSON hash to its task index
 	// under task_index: dedup; nil under line.
 	seen     map[[sha256.Size]byte]int64
+	rawDedup bool  // dedup_lines: rows compared byte for byte
 	distinct int64 // task indices given under dedup
 }
 
@@ -227,7 +231,12 @@ func (b *base) taskIndex(i int64, row []byte) (index int64, dup bool) {
 	if b.seen == nil {
 		return i, false
 	}
-	k := sha256.Sum256(canonicalJSON(row))
+	var k [sha256.Size]byte
+	if b.rawDedup {
+		k = sha256.Sum256(row)
+	} else {
+		k = sha256.Sum256(canonicalJSON(row))
+	}
 	if idx, ok := b.seen[k]; ok {
 		return idx, true
 	}

@@ -233,6 +233,8 @@ func TestGymTruncatedReplyIsIncomplete(t *testing.T) {
 	}
 }
 
+// TestGymRowsAreSentUnchanged: without config overrides or a seed, the
+// row's responses_create_params reach the resources server as they are.
 func TestGymRowsAreSentUnchanged(t *testing.T) {
 	rows := []map[string]any{
 		{"responses_create_params": map[string]any{"input": "What is 7?", "instructions": "Answer with a number.", "temperature": 0.5}, "expected_answer": "7"},
@@ -242,6 +244,7 @@ func TestGymRowsAreSentUnchanged(t *testing.T) {
 		g, srv := newGymResources(t)
 		e := newEnv(t, Config{URL: srv.URL, Protocol: ProtocolNeMoGym})
 		r := gymRollout(row, int64(10+i), 2)
+		r.NoSeed = true
 		// The prompt the model sees has the instructions as a system message.
 		r.Messages = []pipeline.Message{{Role: "system", Content: "x"}, {Role: "user", Content: "y"}}
 		drive(t, e, 2, r, answer("<think>easy</think>7"))
@@ -269,14 +272,24 @@ func TestGymAggregateMetrics(t *testing.T) {
 	if res, err := e.Finish(context.Background()); res != nil || err != nil {
 		t.Fatalf("Finish before any verify = %s, %v", res, err)
 	}
-	for i := range 3 {
-		drive(t, e, 2, gymRollout(gymRow, 0, i), answer(fmt.Sprint(i)))
+	// Finished out of order, with task indexes that sort differently as
+	// text (10 before 2) and as numbers.
+	for _, k := range [][2]int{{10, 0}, {2, 1}, {2, 0}} {
+		drive(t, e, 2, gymRollout(gymRow, int64(k[0]), k[1]), answer(fmt.Sprint(k)))
 	}
 	res, err := e.Finish(context.Background())
 	if err != nil || !strings.Contains(string(res), `"agent_metrics": {"n": 3}`) {
 		t.Fatalf("Finish = %s, %v", res, err)
 	}
 	rows := g.got("/aggregate_metrics")[0]["verify_responses"].([]any)
+	var order []string
+	for _, r := range rows {
+		m := r.(map[string]any)
+		order = append(order, fmt.Sprint(m["_ng_task_index"], "/", m["_ng_rollout_index"]))
+	}
+	if fmt.Sprint(order) != "[2/0 2/1 10/0]" {
+		t.Fatalf("verify_responses in order %v, want Gym's (task, rollout) numeric order", order)
+	}
 	first := rows[0].(map[string]any)
 	if first["_ng_rollout_index"] != 0.0 || first["reward"] == nil || first["agent_ref"] == nil || first["extracted_answer"] != "x" {
 		t.Fatalf("verify_responses[0] = %v", first)
@@ -313,5 +326,35 @@ func TestGymToolArguments(t *testing.T) {
 		if got := argumentsError(c.args); got != c.want {
 			t.Errorf("argumentsError(%q) = %s, want %s", c.args, got, c.want)
 		}
+	}
+}
+
+// TestGymRowsSentWithOverrides: the config's request parameters are laid
+// over the row's responses_create_params (an override replaces the row's
+// key, in the Responses API's names) and the rollout's seed is added, in
+// the bodies of /seed_session and /verify, as Gym's rollout collection
+// merges its overrides and num_repeats_add_seed into every row. A row
+// without agent_ref gets its route's name.
+func TestGymRowsSentWithOverrides(t *testing.T) {
+	row := map[string]any{"responses_create_params": map[string]any{"input": "What is 7?", "temperature": 0.5, "top_p": 0.9}, "expected_answer": "7"}
+	g, srv := newGymResources(t)
+	e := newEnv(t, Config{URL: srv.URL, Protocol: ProtocolNeMoGym})
+	r := gymRollout(row, 3, 1)
+	r.Seed = 1
+	r.ConfigParams = map[string]any{"temperature": 1.0, "max_tokens": 64}
+	drive(t, e, 2, r, answer("7"))
+	want := `{"input":"What is 7?","max_output_tokens":64,"seed":1,"temperature":1,"top_p":0.9}`
+	for _, path := range []string{"/seed_session", "/verify"} {
+		b := g.got(path)[0]
+		got, _ := json.Marshal(b["responses_create_params"])
+		if string(got) != want {
+			t.Errorf("%s got responses_create_params %s, want %s", path, got, want)
+		}
+		if ref, _ := json.Marshal(b["agent_ref"]); string(ref) != `{"name":"`+r.Env+`"}` || r.Env == "" {
+			t.Errorf("%s got agent_ref %s", path, ref)
+		}
+	}
+	if len(row["responses_create_params"].(map[string]any)) != 3 {
+		t.Fatal("the row's own params were changed")
 	}
 }

@@ -142,8 +142,13 @@ func (e *Env) Finish(ctx context.Context) (json.RawMessage, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
+	// Gym sorts the results by (task index, rollout index), as numbers.
 	sort.SliceStable(rows, func(i, j int) bool {
-		return fmt.Sprint(rows[i][nemogym.TaskIndexKey], "/", rows[i][nemogym.RolloutIndexKey]) < fmt.Sprint(rows[j][nemogym.TaskIndexKey], "/", rows[j][nemogym.RolloutIndexKey])
+		ti, tj := indexOf(rows[i][nemogym.TaskIndexKey]), indexOf(rows[j][nemogym.TaskIndexKey])
+		if ti != tj {
+			return ti < tj
+		}
+		return indexOf(rows[i][nemogym.RolloutIndexKey]) < indexOf(rows[j][nemogym.RolloutIndexKey])
 	})
 	res, err := e.postGym(ctx, "/aggregate_metrics", map[string]any{"verify_responses": rows}, nil)
 	if err != nil {
@@ -156,6 +161,23 @@ func (e *Env) Finish(ctx context.Context) (json.RawMessage, error) {
 		return nil, fmt.Errorf("http env: POST %s: bad answer %s", res.url, snippet(res.body))
 	}
 	return json.RawMessage(res.body), nil
+}
+
+// indexOf is a row index as a number (-1 when it is not one).
+func indexOf(v any) float64 {
+	switch x := v.(type) {
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	case json.Number:
+		if f, err := x.Float64(); err == nil {
+			return f
+		}
+	}
+	return -1
 }
 
 // nemoTools posts each tool call to {url}/<name> and answers with one tool

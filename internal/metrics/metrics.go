@@ -98,7 +98,8 @@ type Metrics struct {
 	// ScoredTruncationRate is the share of scored rows cut short by a
 	// length limit.
 	ScoredTruncationRate float64 `json:"scored_truncation_rate"`
-	// MaxTurnsRate is the share of scored rows stopped at the turn limit.
+	// MaxTurnsRate is the share of scored rows with max_turns_reached
+	// (rows that took their last allowed turn).
 	MaxTurnsRate float64 `json:"max_turns_rate"`
 	// TokenContinuityBreaks is the sum of token_continuity_breaks over rows.
 	TokenContinuityBreaks int64 `json:"token_continuity_breaks"`
@@ -128,12 +129,15 @@ type NeMoRL struct {
 	AvgTurnsPerSample float64 `json:"avg_turns_per_sample"`
 	// MaxTurnsPerSample is max num_turns.
 	MaxTurnsPerSample int64 `json:"max_turns_per_sample"`
-	// NaturalTerminationRate is the rows the environment ended
-	// (terminated), / N.
+	// NaturalTerminationRate is the rows that ended before the turn
+	// limit ran out, terminated or truncated, / N (NeMo RL's batched
+	// loop: sample_terminated |= truncated | terminated).
 	NaturalTerminationRate float64 `json:"natural_termination_rate"`
 	// TruncationRate is the rows cut short by max_seq_len (truncated), / N.
 	TruncationRate float64 `json:"truncation_rate"`
-	// MaxTurnsReachedRate is the rows stopped at max_turns, / N.
+	// MaxTurnsReachedRate is the rows that took their last allowed turn
+	// (max_turns_reached, also when that turn ended them), / N (NeMo RL's
+	// async loop: turn_count >= max_rollout_turns).
 	MaxTurnsReachedRate float64 `json:"max_turns_reached_rate"`
 	// MeanGenTokensPerSample is Σ gen_tokens / N (NeMo RL's assistant
 	// tokens).
@@ -473,7 +477,8 @@ func (a *Aggregator) AddCounts(r *pipeline.Rollout, c Counts) {
 	a.rows++
 	a.genTok += c.GenTokens
 	a.totalTok += c.TotalTokens
-	if r.Terminated {
+	if r.Terminated || r.Truncated {
+		// NeMo RL's batched loop: done = truncated | terminated.
 		a.allTerm++
 	}
 	if r.Truncated {

@@ -384,3 +384,25 @@ func TestWriteFile(t *testing.T) {
 		t.Error("writing into a missing directory succeeded")
 	}
 }
+
+// TestNeMoRLTerminationRates: natural_termination_rate counts every row
+// done by termination or truncation, as NeMo RL's batched loop's
+// sample_terminated |= truncated | terminated; a row truncated without
+// termination counts. max_turns_reached_rate counts the max_turns_reached
+// rows, terminated ones included.
+func TestNeMoRLTerminationRates(t *testing.T) {
+	a := New()
+	for _, r := range []*pipeline.Rollout{
+		{Status: pipeline.StatusOK, NumTurns: 1, Terminated: true},
+		{Status: pipeline.StatusOK, NumTurns: 2, Truncated: true},
+		{Status: pipeline.StatusOK, NumTurns: 3, Terminated: true, MaxTurnsReached: true},
+		{Status: pipeline.StatusOK, NumTurns: 3, MaxTurnsReached: true},
+	} {
+		r.Task = &pipeline.Task{}
+		a.Add(r)
+	}
+	m := a.Result()
+	if m.NaturalTerminationRate != 0.75 || m.TruncationRate != 0.25 || m.MaxTurnsReachedRate != 0.5 {
+		t.Fatalf("natural %v truncation %v max turns %v, want 0.75 0.25 0.5", m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate)
+	}
+}

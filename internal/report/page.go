@@ -186,7 +186,7 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <tr><th>tasks</th><td class="n">{{.Metrics.Tasks}}</td><th>complete</th><td>{{.Metrics.TasksComplete}} ({{f4 .Metrics.TaskCompletion}})</td></tr>
 <tr><th>groups</th><td class="n">{{.Metrics.Groups.Count}}</td><th>kept / dropped</th><td>{{.Metrics.Groups.Kept}} / {{.Metrics.Groups.Dropped}}{{range $k, $v := .Metrics.Groups.DroppedBy}} · {{$k}} {{$v}}{{end}}</td></tr>
 <tr><th>pass@k</th><td></td><td colspan="2">{{range .Metrics.AtK}}k={{.K}}: {{f4 .PassAtK}} &nbsp; {{end}}</td></tr>
-<tr><th>terminated</th><td class="n">{{f4 .Metrics.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Metrics.TruncationRate}} · {{f4 .Metrics.MaxTurnsRate}}</td></tr>
+<tr><th>natural termination</th><td class="n">{{f4 .Metrics.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Metrics.TruncationRate}} · {{f4 .Metrics.MaxTurnsRate}}</td></tr>
 </table>
 </section>
 <div class="grid">

@@ -44,6 +44,9 @@ func CreateNext(dir, prefix, suffix string) (*File, error) {
 	}
 }
 
+// Overrides sets the request overrides of the rows written (Writer.Overrides).
+func (f *File) Overrides(params map[string]any, sendSeed bool) { f.w.Overrides(params, sendSeed) }
+
 // Write appends one line per row of rec.
 func (f *File) Write(ctx context.Context, rec arrow.Record) error { return f.w.Write(ctx, rec) }
 

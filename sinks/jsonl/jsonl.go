@@ -44,8 +44,9 @@ type Trajflow struct {
 }
 
 // NewLine builds the line of one rollout in NeMo Gym's rollout shape: the
-// input row's fields, responses_create_params as sent (the row's own,
-// unchanged), _ng_task_index, _ng_rollout_index, reward, the Responses API
+// input row's fields, responses_create_params as sent (the row's own with
+// the rollout's ConfigParams and seed laid over them, nemogym.Request),
+// _ng_task_index, _ng_rollout_index, agent_ref, reward, the Responses API
 // response (package nemogym), and trajflow's own fields under "trajflow".
 func NewLine(r *pipeline.Rollout) (map[string]any, error) {
 	line, err := nemogym.Request(r)
@@ -70,6 +71,18 @@ func NewLine(r *pipeline.Rollout) (map[string]any, error) {
 type Writer struct {
 	bw  *bufio.Writer
 	enc *json.Encoder
+	// params and sendSeed are the run's request overrides, for rows
+	// decoded from records (which carry neither).
+	params   map[string]any
+	sendSeed bool
+}
+
+// Overrides gives the rows Write decodes the run's request parameters
+// (generate.params) and says whether their seeds were sent (repeat.seed
+// set, or the row's own seed), so that their responses_create_params are
+// what the requests carried; rows passed to WriteGroup keep their own.
+func (w *Writer) Overrides(params map[string]any, sendSeed bool) {
+	w.params, w.sendSeed = params, sendSeed
 }
 
 // New returns a Writer into out. Close flushes but does not close out.
@@ -109,6 +122,11 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	rs, err := schema.Rollouts(rec)
 	if err != nil {
 		return fmt.Errorf("jsonl: %w", err)
+	}
+	for _, r := range rs {
+		r.ConfigParams = w.params
+		// A row's own seed is in its responses_create_params already.
+		r.NoSeed = !w.sendSeed
 	}
 	return w.WriteGroup(ctx, &pipeline.Group{Rollouts: rs})
 }

@@ -23,6 +23,7 @@ func TestRecordsAndGroupsGiveSameLines(t *testing.T) {
 	ctx := context.Background()
 	var fromGroups, fromRecords bytes.Buffer
 	wg, wr := jsonl.New(&fromGroups), jsonl.New(&fromRecords)
+	wr.Overrides(nil, true) // the groups' rollouts send their seeds
 	c := collate.New(alloc, 4)
 	defer c.Release()
 	for task := range int64(3) {
@@ -92,6 +93,7 @@ func ExampleNewLine() {
 	r := &pipeline.Rollout{
 		Task:         &pipeline.Task{Index: 7, Raw: json.RawMessage(`{"question":"1+1"}`)},
 		RolloutIndex: 2,
+		NoSeed:       true, // no seed was sent: none is added
 		Reward:       1,
 		Status:       pipeline.StatusOK,
 		Messages: []pipeline.Message{

@@ -64,7 +64,7 @@ func TestRoundTrip(t *testing.T) {
 			pipeline.Message{Role: "assistant", Turn: 1, Content: "<think>hm</think>", ToolCalls: []pipeline.ToolCall{{ID: "c1", Type: "function", Name: "deposit", Arguments: `{"amount":7}`}}},
 			pipeline.Message{Role: "tool", Turn: 1, ToolCallID: "c1", Content: `{"balance":7}`},
 			pipeline.Message{Role: "assistant", Turn: 2, Content: "7"})
-		r := &pipeline.Rollout{Task: task, RolloutIndex: 1, Messages: msgs, Reward: 1, Status: pipeline.StatusOK, PromptTokens: 9, CompletionTokens: 3}
+		r := &pipeline.Rollout{Task: task, RolloutIndex: 1, NoSeed: true, Messages: msgs, Reward: 1, Status: pipeline.StatusOK, PromptTokens: 9, CompletionTokens: 3}
 		if err := w.WriteGroup(context.Background(), &pipeline.Group{Rollouts: []*pipeline.Rollout{r}}); err != nil {
 			t.Fatal(err)
 		}

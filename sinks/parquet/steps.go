@@ -34,6 +34,9 @@ type stepRow struct {
 	AnchorReturnStd  float64   `parquet:"anchor_return_std"`
 	StepReturn       float64   `parquet:"step_return"`
 	StepAdvantage    float64   `parquet:"step_advantage"`
+	EpisodeAdvantage float64   `parquet:"episode_advantage"`
+	JointAdvantage   float64   `parquet:"joint_advantage"`
+	RawPrompt        *string   `parquet:"raw_prompt,optional"`
 	PromptTokenIDs   []int32   `parquet:"prompt_token_ids,list"`
 	ResponseTokenIDs []int32   `parquet:"response_token_ids,list"`
 	LossMask         []int8    `parquet:"loss_mask,list"`
@@ -156,6 +159,7 @@ func (w *StepWriter) row(r *pipeline.Rollout, i int) stepRow {
 		IsActionValid: st.ActionValid, AnchorObs: st.Anchor,
 		AnchorGroupSize: int32(st.AnchorGroupSize), AnchorReturnMean: st.AnchorMean, AnchorReturnStd: st.AnchorStd,
 		StepReturn: st.Return, StepAdvantage: st.Advantage,
+		EpisodeAdvantage: st.EpisodeAdvantage, JointAdvantage: st.JointAdvantage, RawPrompt: st.RawPrompt,
 		PromptTokenIDs: st.PromptTokenIDs, ResponseTokenIDs: st.ResponseTokenIDs,
 		LossMask: w.ones[:len(st.ResponseTokenIDs)], ResponseLogprobs: lp,
 	}

@@ -51,16 +51,23 @@ type Config struct {
 	//
 	// Default: `task_name`, then `agent_ref.name` (NeMo RL's and NeMo Gym's fields).
 	RouteField string `yaml:"route_field"`
+	// DefaultRoute is the route of a row that has no value at the route
+	// field (NeMo Gym's +agent_name for rows without agent_ref); empty: such
+	// a row is a bad row. Only with Routes; it must be one of their keys.
+	DefaultRoute string `yaml:"default_route"`
 	// Routes are several environments in one run, chosen per row by
 	// RouteField: {ROUTE: {name: ENV, ...its options and scheduling
 	// keys...}}, each an env section of its own. A route's name defaults
 	// to its key; its scheduling keys left unset take this section's. The
 	// env column holds the route's name (docs/environments.md).
 	Routes map[string]*Config `yaml:"routes"`
-	// InvalidActionPenalty is subtracted from the reward of each step
-	// whose action the environment marked invalid (is_action_valid:
-	// false), as verl-agent's invalid_action_penalty; 0: none
-	// (docs/environments.md, Action validity and anchor states).
+	// InvalidActionPenalty is charged to each step whose action the
+	// environment marked invalid (is_action_valid: false), as
+	// verl-agent's invalid_action_penalty_coef: it is taken off the step
+	// row's step_return (after the returns are computed) and its episode
+	// score (episode_advantage), not off step_reward, the trajectory's
+	// reward or the keep rule's rewards; 0: none. It shapes step rows
+	// only (output.steps).
 	InvalidActionPenalty float64 `yaml:"invalid_action_penalty"`
 	// HistoryLength, when set, turns on step-wise prompting: each turn's
 	// request holds the task, the last HistoryLength (observation,
@@ -162,6 +169,9 @@ func (c *Config) Validate() error {
 		if c.RouteField != "" {
 			p.Add("route_field", "needs routes")
 		}
+		if c.DefaultRoute != "" {
+			p.Add("default_route", "needs routes")
+		}
 		return p.Err()
 	}
 	if c.Name != "" {
@@ -178,6 +188,9 @@ func (c *Config) Validate() error {
 	if c.RouteField != "" && strings.Trim(c.RouteField, ".") != c.RouteField {
 		p.Add("route_field", "must be a dotted path such as agent_ref.name, got %q", c.RouteField)
 	}
+	if _, ok := c.Routes[c.DefaultRoute]; c.DefaultRoute != "" && !ok {
+		p.Add("default_route", "%q is not a route (routes: %s)", c.DefaultRoute, strings.Join(c.RouteKeys(), ", "))
+	}
 	for _, key := range c.RouteKeys() {
 		r := c.Routes[key]
 		var rp pipeline.Problems
@@ -192,6 +205,9 @@ func (c *Config) Validate() error {
 		}
 		if r.ObservationTokens != "" {
 			rp.Add("observation_tokens", "belongs to the env section, not to a route")
+		}
+		if r.DefaultRoute != "" {
+			rp.Add("default_route", "belongs to the env section, not to a route")
 		}
 		r.validateLimits(&rp)
 		p.Section("routes."+key, rp.Err())
@@ -294,7 +310,8 @@ func (c *Config) MaxTimeout() pipeline.Duration {
 
 // RouteOf returns the route of a row (its decoded top-level fields): the
 // section's name without routes; else the value at route_field (or the
-// first of task_name, agent_ref.name present), which must name a route.
+// first of task_name, agent_ref.name present), which must name a route,
+// or default_route when the row has none.
 // The error names the field, the value and the routes known.
 func (c *Config) RouteOf(fields map[string]any) (string, error) {
 	if !c.Routed() {
@@ -324,7 +341,10 @@ func (c *Config) RouteOf(fields map[string]any) (string, error) {
 		}
 		return s, nil
 	}
-	return "", fmt.Errorf("env route: the row has no %s to choose its environment by (routes: %s)", strings.Join(paths, " or "), known)
+	if c.DefaultRoute != "" {
+		return c.DefaultRoute, nil
+	}
+	return "", fmt.Errorf("env route: the row has no %s to choose its environment by (routes: %s; env.default_route names one for such rows)", strings.Join(paths, " or "), known)
 }
 
 // lookupPath follows a dotted path through nested objects.

@@ -22,9 +22,9 @@ type Limits struct {
 	// MaxSeqLen bounds a trajectory's tokens (the generate stage applies
 	// it, through Stepper.MaxSeqLen); 0: none.
 	MaxSeqLen int
-	// InvalidActionPenalty is subtracted from the reward of a step whose
-	// action the environment marked invalid (verl-agent's
-	// invalid_action_penalty); 0: none.
+	// InvalidActionPenalty is charged to a step whose action the
+	// environment marked invalid (pipeline.Step.Penalty; verl-agent's
+	// invalid_action_penalty_coef); 0: none.
 	InvalidActionPenalty float64
 }
 
@@ -165,6 +165,23 @@ func (s *route) reset(ctx context.Context, r *pipeline.Rollout) error {
 	return nil
 }
 
+// MetricToolCalling is the step metric an environment reports the tool
+// calls of a step under (verl-agent's info["tool_calling"]): unlike other
+// metrics, whose last value stands, it is summed over the trajectory's
+// steps, as verl-agent's collector sums it into tool_callings.
+const MetricToolCalling = "tool_calling"
+
+// addMetrics records a step's metrics on r: the last value of each, but
+// tool_calling summed.
+func addMetrics(r *pipeline.Rollout, m map[string]float64) {
+	for k, v := range m {
+		if k == MetricToolCalling {
+			v += r.Metrics[k]
+		}
+		r.AddMetric(k, v)
+	}
+}
+
 // MetricInvalidActions is the metric counting a rollout's actions its
 // environment marked invalid; a rollout has it when its environment judged
 // the validity of at least one action.
@@ -211,9 +228,15 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if st == nil {
 		st = &envs.Step{Terminated: true}
 	}
+	// The environment's reward is the episode's and the step's as it
+	// stands; an invalid action's penalty is charged to the step's
+	// training signal only (Step.Penalty, taken off its return after the
+	// returns are computed), as verl-agent's apply_invalid_action_penalty
+	// does, so that the keep rule sees the rewards the environment gave.
 	reward := st.Reward
+	penalty := 0.0
 	if st.InvalidAction {
-		reward -= s.limits.InvalidActionPenalty
+		penalty = s.limits.InvalidActionPenalty
 		r.InvalidActions++
 	}
 	if st.InvalidAction || st.ReportsValidity {
@@ -229,12 +252,11 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if n := len(r.Steps); n > 0 {
 		last := &r.Steps[n-1]
 		last.Reward = reward
+		last.Penalty = penalty
 		last.ActionValid = !st.InvalidAction
 	}
 	r.Anchor = st.Anchor
-	for k, v := range st.Metrics {
-		r.AddMetric(k, v)
-	}
+	addMetrics(r, st.Metrics)
 	r.State = st.State
 	if st.StopStrings != nil {
 		// NeMo RL's async loop: stop strings carry forward until the
@@ -246,9 +268,10 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 		r.Terminated = true
 	case st.Truncated:
 		r.Truncated = true
-	case r.Truncated:
-		// The generate stage found the sequence full.
-	case s.limits.MaxTurns > 0 && r.NumTurns >= s.limits.MaxTurns:
+	}
+	if s.limits.MaxTurns > 0 && r.NumTurns >= s.limits.MaxTurns {
+		// NeMo RL's async loop: a sample that took its last allowed turn
+		// reached max turns, whether or not that turn also ended it.
 		r.MaxTurnsReached = true
 	}
 	for _, m := range st.Observations {
@@ -298,9 +321,7 @@ func (s *route) end(ctx context.Context, r *pipeline.Rollout) error {
 	if n := len(r.Steps); n > 0 {
 		r.Steps[n-1].Reward += st.Reward
 	}
-	for k, v := range st.Metrics {
-		r.AddMetric(k, v)
-	}
+	addMetrics(r, st.Metrics)
 	r.State = st.State
 	return nil
 }

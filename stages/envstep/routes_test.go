@@ -64,6 +64,7 @@ func TestRouteOf(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		field  string
+		def    string
 		fields map[string]any
 		want   string
 		err    string
@@ -72,11 +73,15 @@ func TestRouteOf(t *testing.T) {
 		{name: "agent_ref by default", fields: map[string]any{"agent_ref": map[string]any{"name": "quiz"}}, want: "quiz"},
 		{name: "route_field", field: "agent_ref.name", fields: map[string]any{"task_name": "x", "agent_ref": map[string]any{"name": "quiz"}}, want: "quiz"},
 		{name: "unknown value", field: "agent_ref.name", fields: map[string]any{"agent_ref": map[string]any{"name": "chess"}}, err: `agent_ref.name "chess" has no route (routes: math, quiz)`},
-		{name: "missing", fields: map[string]any{}, err: "the row has no task_name or agent_ref.name to choose its environment by (routes: math, quiz)"},
+		{name: "missing", fields: map[string]any{}, err: "the row has no task_name or agent_ref.name to choose its environment by (routes: math, quiz; env.default_route names one"},
 		{name: "not a name", field: "kind", fields: map[string]any{"kind": []any{}}, err: "field kind is a []interface {}"},
+		// Gym's +agent_name: the route of rows without agent_ref.
+		{name: "default route", def: "quiz", fields: map[string]any{}, want: "quiz"},
+		{name: "default route, row's own", def: "quiz", fields: map[string]any{"agent_ref": map[string]any{"name": "math"}}, want: "math"},
+		{name: "default route, unknown value", def: "quiz", fields: map[string]any{"agent_ref": map[string]any{"name": "chess"}}, err: `"chess" has no route`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := envstep.Config{RouteField: tc.field, Routes: routes}
+			c := envstep.Config{RouteField: tc.field, DefaultRoute: tc.def, Routes: routes}
 			got, err := c.RouteOf(tc.fields)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -167,5 +172,21 @@ func TestFromConfig(t *testing.T) {
 				t.Errorf("reward %v: stepped by the wrong environment, want %v", r.Reward, tc.reward)
 			}
 		})
+	}
+}
+
+func TestDefaultRouteErrors(t *testing.T) {
+	for _, tc := range []struct {
+		c    envstep.Config
+		want string
+	}{
+		{envstep.Config{Name: "math", DefaultRoute: "math"}, "default_route: needs routes"},
+		{envstep.Config{DefaultRoute: "chess", Routes: map[string]*envstep.Config{"math": {}}}, `default_route: "chess" is not a route (routes: math)`},
+		{envstep.Config{Routes: map[string]*envstep.Config{"math": {DefaultRoute: "math"}}}, "routes.math.default_route: belongs to the env section"},
+	} {
+		tc.c.SetDefaults()
+		if err := tc.c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want %q", tc.c, err, tc.want)
+		}
 	}
 }

@@ -341,9 +341,28 @@ func (g *Generator) applyStep(r *pipeline.Rollout, req *inference.Request, resp 
 	msg := g.message(r, resp)
 	r.Steps = append(r.Steps, pipeline.Step{
 		PromptTokenIDs: prompt, ResponseTokenIDs: resp.Message.TokenIDs, Logprobs: stepLogprobs(resp.Message),
-		ActionValid: true, Anchor: r.Anchor,
+		RawPrompt: rawPrompt(req.Messages), ActionValid: true, Anchor: r.Anchor,
 	})
 	r.Messages = append(r.Messages, msg)
+}
+
+// rawPrompt is a step's request messages as JSON text, their roles and
+// texts (verl-agent's raw_prompt).
+func rawPrompt(msgs []pipeline.Message) *string {
+	type chat struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	out := make([]chat, len(msgs))
+	for i, m := range msgs {
+		out[i] = chat{m.Role, m.Content}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }
 
 // stepLogprobs are a response's logprobs, one per generated token (zeros

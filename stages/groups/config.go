@@ -1,6 +1,10 @@
 package groups
 
-import "github.com/trajflow/trajflow/pipeline"
+import (
+	"math"
+
+	"github.com/trajflow/trajflow/pipeline"
+)
 
 // Config is the groups section: group statistics, the keep rule and the
 // dynamic-sampling target.
@@ -28,7 +32,12 @@ type Config struct {
 	// sampled (1: once), with new seeds each attempt.
 	MaxAttempts int `yaml:"max_attempts"`
 	// Resample is same_task (a dropped task gets another attempt with new
-	// seeds, up to max_attempts) or next_task (move on).
+	// seeds, up to max_attempts, while new tasks are read), next_task
+	// (move on) or batch (verl-agent's dynamic sampling,
+	// dynamic_multi_turn_loop: the input is the batch; once it is read
+	// and every group finished short of the target, every task of it is
+	// sampled again with new seeds, kept ones included, up to
+	// max_attempts rounds, max_num_gen_batches; needs a target).
 	Resample string `yaml:"resample"`
 	// SampleRetries is how many times one failed rollout is tried again on
 	// its own (new seed, same key) before it counts as failed, instead of
@@ -40,6 +49,12 @@ type Config struct {
 	// (every group started beyond the need is waste); otherwise twice what
 	// the generate and env slots hold.
 	MaxInflight int `yaml:"max_inflight"`
+	// MaxRollouts bounds the rollouts in flight in the generate ⇄ env
+	// loop, from their admission to their resolution, whether they wait
+	// for the model or for their environment (NeMo Gym's
+	// num_samples_in_parallel); 0: generate.concurrency plus the env
+	// concurrency.
+	MaxRollouts int `yaml:"max_rollouts"`
 	// Order is completion (a group is committed as soon as it finishes)
 	// or task (groups are committed in the order their tasks were read:
 	// a group waits until every earlier task is resolved, so that the
@@ -57,11 +72,22 @@ type Config struct {
 	// Gamma discounts the step rows' returns (step_return), as
 	// verl-agent's gamma (1: no discount; with output.steps).
 	Gamma *float64 `yaml:"gamma"`
-	// StepAdvantage is how GiGPO normalises a step's return within its
-	// anchor group: mean_norm (return − mean, verl-agent's default) or
-	// mean_std_norm ((return − mean) / (std + 1e-6)).
+	// StepAdvantage is GiGPO's normalisation (verl-agent's
+	// algorithm.gigpo.mode), of a step's return within its anchor group
+	// (step_advantage) and of its episode score within the group
+	// (episode_advantage) alike: mean_norm subtracts the mean (the
+	// default), mean_std_norm subtracts the mean and divides by the
+	// sample standard deviation + 1e-6.
 	StepAdvantage string `yaml:"step_advantage"`
+	// StepAdvantageW weighs the step advantage in the step rows'
+	// joint_advantage = episode_advantage + step_advantage_w ×
+	// step_advantage (verl-agent's algorithm.gigpo.step_advantage_w);
+	// default 1.
+	StepAdvantageW *float64 `yaml:"step_advantage_w"`
 }
+
+// ResampleBatch is groups.resample: batch.
+const ResampleBatch = "batch"
 
 // DefaultGamma is groups.gamma's default.
 const DefaultGamma = 1.0
@@ -87,6 +113,10 @@ func (c *Config) SetDefaults() {
 		c.Gamma = &g
 	}
 	def(&c.StepAdvantage, StepMeanNorm)
+	if c.StepAdvantageW == nil {
+		w := DefaultStepAdvantageW
+		c.StepAdvantageW = &w
+	}
 }
 
 // Validate reports every problem of the section at once.
@@ -105,7 +135,10 @@ func (c *Config) Validate() error {
 		p.Add("target", "must be >= 0, got %d", c.Target)
 	}
 	p.OneOf("on_target", c.OnTarget, "cancel", "drain")
-	p.OneOf("resample", c.Resample, "same_task", "next_task")
+	p.OneOf("resample", c.Resample, "same_task", "next_task", ResampleBatch)
+	if c.Resample == ResampleBatch && c.Target == 0 {
+		p.Add("resample", "batch samples the input again until groups.target groups are kept, but no target is set")
+	}
 	p.OneOf("order", c.Order, "completion", "task")
 	p.OneOf("on_exhausted", c.OnExhausted, "exit", "keep_unfiltered")
 	if c.OnExhausted == "keep_unfiltered" && c.Target == 0 {
@@ -120,8 +153,14 @@ func (c *Config) Validate() error {
 	if c.MaxInflight < 0 {
 		p.Add("max_inflight", "must be >= 0, got %d", c.MaxInflight)
 	}
+	if c.MaxRollouts < 0 {
+		p.Add("max_rollouts", "must be >= 0, got %d", c.MaxRollouts)
+	}
 	if c.Gamma != nil && !(*c.Gamma >= 0 && *c.Gamma <= 1) {
 		p.Add("gamma", "must be in [0, 1], got %v", *c.Gamma)
+	}
+	if w := c.StepAdvantageW; w != nil && (math.IsNaN(*w) || math.IsInf(*w, 0)) {
+		p.Add("step_advantage_w", "must be a finite number, got %v", *w)
 	}
 	if c.StepAdvantage != "" {
 		p.OneOf("step_advantage", c.StepAdvantage, StepMeanNorm, StepMeanStdNorm)

@@ -3,6 +3,7 @@ package groups
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -35,6 +36,11 @@ type Controller struct {
 	onReached   func()
 	ordered     bool
 	unfiltered  bool
+	// batch: groups.resample: batch (verl-agent's dynamic sampling): once
+	// the input is read and every group of a round finished short of the
+	// target, the next round samples every task read again (kept ones
+	// included), up to maxAttempts rounds; no task is read twice.
+	batch bool
 
 	mu        sync.Mutex
 	changed   chan struct{}
@@ -58,6 +64,10 @@ type Controller struct {
 	// out are decisions made by a call that does not return them
 	// (Abandon), for the next GroupDone or Flush.
 	out []Decision
+	// tasks are the tasks read that a batch round samples again, in read
+	// order; round is the current round (the attempt of its groups).
+	tasks []*pipeline.Task
+	round int
 }
 
 // slot is one read task's state under groups.order: task.
@@ -84,6 +94,7 @@ func NewController(cfg Config, maxGroups, kept int, onReached func()) *Controlle
 	c.reached = c.target > 0 && kept >= c.target
 	c.ordered = cfg.Order == "task"
 	c.unfiltered = cfg.OnExhausted == "keep_unfiltered"
+	c.batch = cfg.Resample == ResampleBatch
 	return c
 }
 
@@ -140,6 +151,9 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 			c.inflight++
 			c.mu.Unlock()
 			return ActRead, Job{}, nil
+		case c.exhausted && c.inflight == 0 && c.nextRound():
+			c.mu.Unlock()
+			continue
 		case c.exhausted && c.inflight == 0:
 			c.mu.Unlock()
 			return ActDone, Job{}, nil
@@ -153,12 +167,29 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 	}
 }
 
+// nextRound starts the next round of groups.resample: batch, when one is
+// left: every task read is sampled again, in read order, with the round's
+// attempt. It reports whether it queued anything.
+func (c *Controller) nextRound() bool {
+	if !c.batch || c.reached || c.stopped || c.round+1 >= c.maxAttempts || len(c.tasks) == 0 {
+		return false
+	}
+	c.round++
+	for _, t := range c.tasks {
+		c.again = append(c.again, Job{Task: t, Attempt: c.round})
+	}
+	return true
+}
+
 // ReadDone reports the outcome of an ActRead: the task read, or nil when
 // the input ended, so the group handed out is not in flight after all.
 func (c *Controller) ReadDone(t *pipeline.Task) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t != nil {
+		if c.batch {
+			c.tasks = append(c.tasks, t)
+		}
 		if c.ordered {
 			c.order = append(c.order, t.Index)
 			c.slots[t.Index] = &slot{}
@@ -303,7 +334,9 @@ func (c *Controller) commit(g *pipeline.Group) {
 			c.cands = nil
 		}
 		c.trimCands()
-	case c.unfiltered && g.FilterReason != ReasonError && g.FilterReason != ReasonTarget:
+	case c.unfiltered && g.FilterReason != ReasonError && g.FilterReason != ReasonTarget &&
+		(!c.batch || g.Key.Attempt+1 >= c.maxAttempts):
+		// Under resample: batch only the last round is a last try.
 		c.cands = append(c.cands, g)
 		c.trimCands()
 	default:
@@ -335,6 +368,10 @@ func (c *Controller) Abandon(task *pipeline.Task) {
 	c.mu.Lock()
 	c.inflight--
 	was := c.reached
+	if c.batch {
+		// A task rejected or done by an earlier run is not sampled again.
+		c.tasks = slices.DeleteFunc(c.tasks, func(t *pipeline.Task) bool { return t == task })
+	}
 	if s := c.slots[task.Index]; c.ordered && s != nil {
 		s.resolved = true
 		c.release()
@@ -394,6 +431,7 @@ func (c *Controller) Stop() {
 	c.mu.Lock()
 	c.stopped = true
 	c.again = nil
+	c.tasks = nil
 	c.mu.Unlock()
 	c.signal()
 }

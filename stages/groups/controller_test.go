@@ -1,8 +1,12 @@
 package groups
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"testing"
+
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // binomAtLeast is P(X >= k) for X ~ Binomial(n, p).
@@ -59,5 +63,136 @@ func TestBudgetHoldsTheNeedWithMargin(t *testing.T) {
 	// Without a target the budget is the cap.
 	if got := newController(0, 17, 1, false, nil).budget(); got != 17 {
 		t.Fatalf("no target: budget %d, want 17", got)
+	}
+}
+
+// TestBatchResample: under groups.resample: batch the controller reads the
+// input once and, each time a round ends short of the target, samples
+// every task read again in the next attempt, kept ones included, as
+// verl-agent's dynamic_multi_turn_loop re-runs its batch; tasks given up
+// (Abandon) are not sampled again, and max_attempts bounds the rounds.
+func TestBatchResample(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Target: 4, MaxAttempts: 3, Resample: ResampleBatch}
+	cfg.SetDefaults()
+	c := NewController(cfg, 100, 0, nil)
+	input := []*pipeline.Task{{Index: 0}, {Index: 1}, {Index: 2}}
+	// keep says which (task, attempt) groups the keep rule keeps.
+	keep := map[[2]int64]bool{{0, 0}: true, {0, 1}: true, {1, 1}: true}
+	var sampled [][2]int64
+	read := 0
+	for {
+		act, j, err := c.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if act == ActDone {
+			break
+		}
+		if act == ActRead {
+			if read == len(input) {
+				c.ReadDone(nil)
+				continue
+			}
+			j = Job{Task: input[read]}
+			read++
+			c.ReadDone(j.Task)
+			if j.Task.Index == 2 {
+				// Rejected (or committed by an earlier run): given up.
+				c.Abandon(j.Task)
+				continue
+			}
+		}
+		k := [2]int64{j.Task.Index, int64(j.Attempt)}
+		sampled = append(sampled, k)
+		g := &pipeline.Group{Key: pipeline.GroupKey{TaskIndex: j.Task.Index, Attempt: j.Attempt}, Kept: keep[k]}
+		if !g.Kept {
+			g.FilterReason = ReasonZeroStd
+		}
+		for _, d := range c.GroupDone(g, j.Task) {
+			if (d.Verdict == Keep) != g.Kept {
+				t.Fatalf("%v: verdict %v", k, d.Verdict)
+			}
+		}
+	}
+	want := [][2]int64{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}}
+	if fmt.Sprint(sampled) != fmt.Sprint(want) {
+		t.Fatalf("sampled %v, want %v", sampled, want)
+	}
+	if kept, short := c.ShortOfTarget(); kept != 3 || !short {
+		t.Fatalf("kept %d short %v", kept, short)
+	}
+
+	// The target reached mid-round ends the run.
+	cfg.Target = 2
+	c = NewController(cfg, 100, 0, nil)
+	sampled = nil
+	read = 0
+	for {
+		act, j, _ := c.Next(ctx)
+		if act == ActDone {
+			break
+		}
+		if act == ActRead {
+			if read == 2 {
+				c.ReadDone(nil)
+				continue
+			}
+			j = Job{Task: input[read]}
+			read++
+			c.ReadDone(j.Task)
+		}
+		k := [2]int64{j.Task.Index, int64(j.Attempt)}
+		sampled = append(sampled, k)
+		c.GroupDone(&pipeline.Group{Key: pipeline.GroupKey{TaskIndex: j.Task.Index, Attempt: j.Attempt}, Kept: keep[k]}, j.Task)
+	}
+	if want := [][2]int64{{0, 0}, {1, 0}, {0, 1}}; fmt.Sprint(sampled) != fmt.Sprint(want) {
+		t.Fatalf("sampled %v, want %v", sampled, want)
+	}
+}
+
+// TestBatchResampleLastTry: with on_exhausted: keep_unfiltered, a batch
+// run fills its target from the last round's dropped groups only, as
+// verl-agent returns its last try unfiltered; earlier rounds' dropped
+// groups are dropped.
+func TestBatchResampleLastTry(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Target: 3, MaxAttempts: 2, Resample: ResampleBatch, OnExhausted: "keep_unfiltered"}
+	cfg.SetDefaults()
+	c := NewController(cfg, 100, 0, nil)
+	input := []*pipeline.Task{{Index: 0}, {Index: 1}}
+	read := 0
+	verdicts := map[[2]int64]Verdict{}
+	for {
+		act, j, _ := c.Next(ctx)
+		if act == ActDone {
+			break
+		}
+		if act == ActRead {
+			if read == len(input) {
+				c.ReadDone(nil)
+				continue
+			}
+			j = Job{Task: input[read]}
+			read++
+			c.ReadDone(j.Task)
+		}
+		// Only task 0 in round 0 passes the rule.
+		k := [2]int64{j.Task.Index, int64(j.Attempt)}
+		g := &pipeline.Group{Key: pipeline.GroupKey{TaskIndex: j.Task.Index, Attempt: j.Attempt}, Kept: k == [2]int64{0, 0}}
+		if !g.Kept {
+			g.FilterReason = ReasonZeroStd
+		}
+		for _, d := range c.GroupDone(g, j.Task) {
+			verdicts[[2]int64{d.Group.Key.TaskIndex, int64(d.Group.Key.Attempt)}] = d.Verdict
+		}
+	}
+	out, _ := c.Flush()
+	for _, d := range out {
+		verdicts[[2]int64{d.Group.Key.TaskIndex, int64(d.Group.Key.Attempt)}] = d.Verdict
+	}
+	want := map[[2]int64]Verdict{{0, 0}: Keep, {1, 0}: Drop, {0, 1}: KeepUnfiltered, {1, 1}: KeepUnfiltered}
+	if fmt.Sprint(verdicts) != fmt.Sprint(want) {
+		t.Fatalf("verdicts %v, want %v", verdicts, want)
 	}
 }

@@ -30,7 +30,7 @@ func TestStepStats(t *testing.T) {
 		{Status: pipeline.StatusOK, Steps: stepsOf([]string{"A", ""}, []float64{0, 1})},
 		{Status: pipeline.StatusError, Steps: stepsOf([]string{"A"}, []float64{5})},
 	}}
-	groups.StepStats(g, 0.5, groups.StepMeanNorm)
+	groups.StepStats(g, groups.StepParams{Gamma: 0.5, Mode: groups.StepMeanNorm, W: 1})
 	type want struct {
 		ret            float64
 		group, size    int
@@ -44,9 +44,9 @@ func TestStepStats(t *testing.T) {
 	meanB := 0.25
 	stdB := math.Sqrt((math.Pow(0.5-meanB, 2) + math.Pow(0-meanB, 2)) / 1)
 	wants := [][]want{
-		{{0.25, 0, 3, meanA, stdA, 0.25 - meanA}, {0.5, 1, 2, meanB, stdB, 0.5 - meanB}, {1, 2, 1, 0, 1, 1}},
+		{{0.25, 0, 3, meanA, stdA, 0.25 - meanA}, {0.5, 1, 2, meanB, stdB, 0.5 - meanB}, {1, 2, 1, 1, 1, 0}},
 		{{-0.5, 0, 3, meanA, stdA, -0.5 - meanA}, {0, 1, 2, meanB, stdB, -meanB}},
-		{{0.5, 0, 3, meanA, stdA, 0.5 - meanA}, {1, -1, 1, 0, 1, 1}},
+		{{0.5, 0, 3, meanA, stdA, 0.5 - meanA}, {1, -1, 1, 1, 1, 0}},
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
 	for ri, ws := range wants {
@@ -61,21 +61,22 @@ func TestStepStats(t *testing.T) {
 	if st := g.Rollouts[3].Steps[0]; st.AnchorGroupSize != 0 || st.Return != 0 {
 		t.Errorf("a failed rollout's step got statistics: %+v", st)
 	}
-	groups.StepStats(g, 0.5, groups.StepMeanStdNorm)
+	groups.StepStats(g, groups.StepParams{Gamma: 0.5, Mode: groups.StepMeanStdNorm, W: 1})
 	if st := g.Rollouts[0].Steps[0]; !near(st.Advantage, (0.25-meanA)/(stdA+1e-6)) {
 		t.Errorf("mean_std_norm advantage %v", st.Advantage)
 	}
 }
 
 // Two rollouts of a group meet in state B: their steps there form one
-// anchor group, whose mean return is their baseline.
+// anchor group, whose mean return is their baseline. A step alone in its
+// anchor group has no baseline to compare with: its step advantage is 0.
 func ExampleStepStats() {
 	a, b, c := "A", "B", "C"
 	g := &pipeline.Group{Rollouts: []*pipeline.Rollout{
 		{Status: pipeline.StatusOK, Steps: []pipeline.Step{{Anchor: &a}, {Anchor: &b, Reward: 1}}},
 		{Status: pipeline.StatusOK, Steps: []pipeline.Step{{Anchor: &c}, {Anchor: &b}}},
 	}}
-	groups.StepStats(g, 0.9, groups.StepMeanNorm)
+	groups.StepStats(g, groups.StepParams{Gamma: 0.9, Mode: groups.StepMeanNorm, W: 1})
 	for i, r := range g.Rollouts {
 		for j, s := range r.Steps {
 			fmt.Printf("rollout %d step %d: anchor %s group %d size %d return %.2f advantage %.2f\n",
@@ -83,7 +84,7 @@ func ExampleStepStats() {
 		}
 	}
 	// Output:
-	// rollout 0 step 1: anchor A group 0 size 1 return 0.90 advantage 0.90
+	// rollout 0 step 1: anchor A group 0 size 1 return 0.90 advantage 0.00
 	// rollout 0 step 2: anchor B group 1 size 2 return 1.00 advantage 0.50
 	// rollout 1 step 1: anchor C group 2 size 1 return 0.00 advantage 0.00
 	// rollout 1 step 2: anchor B group 1 size 2 return 0.00 advantage -0.50

@@ -23,6 +23,7 @@ type Expander struct {
 	hash              bool
 	overrideRowSeed   bool
 	sendSeed          bool // a seed is configured
+	params            map[string]any
 	runID, env, model string
 }
 
@@ -42,6 +43,14 @@ func (e *Expander) N() int { return e.n }
 
 // Expand returns the n rollouts of the task's given attempt, in rollout
 // index order. Each rollout owns a copy of the task's messages.
+// WithParams sets the config's request parameters (generate.params) the
+// rollouts carry as ConfigParams, and returns e. params is shared by every
+// rollout: it must not change afterwards.
+func (e *Expander) WithParams(params map[string]any) *Expander {
+	e.params = params
+	return e
+}
+
 func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout {
 	group := GroupID(task.Index, attempt)
 	env := e.env
@@ -66,6 +75,7 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 			TrajID:       group + "-r" + strconv.Itoa(i),
 			Seed:         seed,
 			NoSeed:       !hasRowSeed && !e.sendSeed,
+			ConfigParams: e.params,
 			Env:          env,
 			Model:        e.model,
 			Messages:     cloneMessages(task.Messages),

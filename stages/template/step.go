@@ -105,6 +105,13 @@ func (p *StepPrompt) HistoryLength() int { return p.historyLength }
 //     rendered by the history template, oldest first;
 //   - {history_length}: how many steps {history} holds;
 //   - {step}: the number of steps taken so far.
+//
+// Images are kept: when the prompt's other messages or the current
+// observation hold image parts, the user message holds the rendered text
+// as its first part, then those images in order (the prompt's, then the
+// observation's), as verl-agent sends the current observation's image
+// with each step. The images of earlier observations are not repeated;
+// the history shows their text.
 func (p *StepPrompt) Messages(r *pipeline.Rollout) []pipeline.Message {
 	np := 0
 	if r.Task != nil {
@@ -112,12 +119,14 @@ func (p *StepPrompt) Messages(r *pipeline.Rollout) []pipeline.Message {
 	}
 	var out []pipeline.Message
 	var task []string
+	var images, obsImages []pipeline.ContentPart
 	for _, m := range r.Messages[:np] {
 		if m.Role == pipeline.RoleSystem || m.Role == "developer" {
-			out = append(out, pipeline.Message{Role: m.Role, Content: m.Content})
+			out = append(out, pipeline.Message{Role: m.Role, Content: m.Content, Parts: m.Parts})
 			continue
 		}
 		task = append(task, m.Content)
+		images = appendImages(images, m)
 	}
 	// obs[t] is the observation the (t+1)-th action was taken at;
 	// actions[t] the (t+1)-th action.
@@ -127,8 +136,10 @@ func (p *StepPrompt) Messages(r *pipeline.Rollout) []pipeline.Message {
 		if m.Role == pipeline.RoleAssistant {
 			actions = append(actions, actionText(m))
 			obs = append(obs, "")
+			obsImages = obsImages[:0]
 			continue
 		}
+		obsImages = appendImages(obsImages, m)
 		cur := &obs[len(obs)-1]
 		if *cur != "" {
 			*cur += "\n"
@@ -149,7 +160,21 @@ func (p *StepPrompt) Messages(r *pipeline.Rollout) []pipeline.Message {
 		"observation":    obs[n],
 		"step":           strconv.Itoa(n),
 	})
-	return append(out, pipeline.Message{Role: pipeline.RoleUser, Content: b.String()})
+	user := pipeline.Message{Role: pipeline.RoleUser, Content: b.String()}
+	if images = append(images, obsImages...); len(images) > 0 {
+		user.Parts = append([]pipeline.ContentPart{{Type: pipeline.PartText, Text: user.Content}}, images...)
+	}
+	return append(out, user)
+}
+
+// appendImages appends m's image parts to dst.
+func appendImages(dst []pipeline.ContentPart, m pipeline.Message) []pipeline.ContentPart {
+	for _, p := range m.Parts {
+		if p.Type == pipeline.PartImage {
+			dst = append(dst, p)
+		}
+	}
+	return dst
 }
 
 // actionText is an action as the history shows it: its content, then one

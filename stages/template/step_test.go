@@ -107,3 +107,50 @@ func FuzzStepPrompt(f *testing.F) {
 		}
 	})
 }
+
+// TestStepPromptImages: the prompt's images and the current observation's
+// are sent after the rendered text; earlier observations' images are not.
+func TestStepPromptImages(t *testing.T) {
+	img := func(u string) pipeline.ContentPart {
+		return pipeline.ContentPart{Type: pipeline.PartImage, ImageURL: u}
+	}
+	withImage := func(m pipeline.Message, u string) pipeline.Message {
+		m.Parts = []pipeline.ContentPart{{Type: pipeline.PartText, Text: m.Content}, img(u)}
+		return m
+	}
+	p, err := template.NewStepPrompt(1, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := played(2)
+	r.Task.Messages[1] = withImage(r.Task.Messages[1], "data:task")
+	r.Messages[1] = r.Task.Messages[1]
+	r.Messages[2] = withImage(r.Messages[2], "data:obs0") // before the first action
+	r.Messages[6] = withImage(r.Messages[6], "data:obs2") // the current observation
+	tests := []struct {
+		steps int
+		want  []string
+	}{
+		{0, []string{"data:task", "data:obs0"}},
+		{1, []string{"data:task"}},
+		{2, []string{"data:task", "data:obs2"}},
+	}
+	for _, tt := range tests {
+		rr := *r
+		rr.Messages = r.Messages[:3+2*tt.steps]
+		msgs := p.Messages(&rr)
+		u := msgs[len(msgs)-1]
+		if len(u.Parts) != 1+len(tt.want) || u.Parts[0].Type != pipeline.PartText || u.Parts[0].Text != u.Content {
+			t.Fatalf("steps %d: parts %+v", tt.steps, u.Parts)
+		}
+		for i, w := range tt.want {
+			if p := u.Parts[1+i]; p.Type != pipeline.PartImage || p.ImageURL != w {
+				t.Errorf("steps %d: part %d %+v, want %s", tt.steps, 1+i, p, w)
+			}
+		}
+	}
+	// Text-only rollouts keep text-only requests.
+	if m := p.Messages(played(2)); m[len(m)-1].Parts != nil {
+		t.Fatalf("parts %+v", m[len(m)-1].Parts)
+	}
+}

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/sinks/images"
-	"github.com/trajflow/trajflow/sinks/parquet"
 
 	"github.com/trajflow/trajflow/internal/cli"
 	"github.com/trajflow/trajflow/pipeline"
@@ -36,7 +36,7 @@ func runExample(t *testing.T, name string, extra ...string) []*pipeline.Rollout 
 	if !strings.Contains(stdout.String(), "rows written:") {
 		t.Fatalf("no summary:\n%s", &stdout)
 	}
-	rows, err := parquet.ReadDir(filepath.Join(out, "data"))
+	rows, err := readback.Dir(filepath.Join(out, "data"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 		in, _ := filepath.Glob(filepath.Join(out, "shards", "*", "steps", "part-*.parquet"))
 		var inSteps []string
 		for _, p := range in {
-			rows, err := parquet.ReadStepsFile(p)
+			rows, err := readback.StepsFile(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,7 +373,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 			if filepath.Base(steps[i]) != filepath.Base(d) {
 				t.Fatalf("%s has no steps file of its name (%s)", d, steps[i])
 			}
-			trajs, err := parquet.ReadFile(d)
+			trajs, err := readback.File(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -381,7 +381,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 			for _, r := range trajs {
 				turns[fmt.Sprintf("%d/%d/%d", r.Task.Index, r.Attempt, r.RolloutIndex)] = r.NumTurns
 			}
-			rows, err := parquet.ReadStepsFile(steps[i])
+			rows, err := readback.StepsFile(steps[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,7 +414,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 		if want := fmt.Sprintf("images: %d copied into %s (0 already there)", len(have), filepath.Join(dest, "images")); len(have) == 0 || !strings.Contains(said, want) {
 			t.Fatalf("merge's output lacks %q:\n%s", want, said)
 		}
-		rows, err := parquet.ReadDir(filepath.Join(dest, "data"))
+		rows, err := readback.Dir(filepath.Join(dest, "data"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func TestLayers(t *testing.T) {
 			func(i string) bool { return i == "pipeline" }},
 		{"components import no config, runner, command line or sibling implementation",
 			func(p string) bool { return under(p, "sources", "stages", "envs", "sinks", "inference") },
-			func(i string) bool { return !under(i, "config", "runner", "internal/cli", "cmd", "bench") }},
+			func(i string) bool { return !under(i, "config", "runner", "internal/command/cli", "cmd", "bench") }},
 		{"sinks import no stage or source", func(p string) bool { return under(p, "sinks") },
 			func(i string) bool { return !under(i, "stages", "sources", "envs") }},
 		{"stages, sources and envs import no sink", func(p string) bool { return under(p, "stages", "sources", "envs") },
@@ -61,8 +61,8 @@ func TestLayers(t *testing.T) {
 		{"only the command chooses the built-in environments",
 			func(p string) bool { return !under(p, "cmd", "bench", "envs/builtin") },
 			func(i string) bool { return i != "envs/builtin" }},
-		{"the library does not import the command line", func(p string) bool { return !under(p, "cmd", "internal/cli", "bench") },
-			func(i string) bool { return !under(i, "internal/cli") }},
+		{"the library does not import the command line", func(p string) bool { return !under(p, "cmd", "internal/command/cli", "bench") },
+			func(i string) bool { return !under(i, "internal/command/cli") }},
 	}
 	checked := 0
 	for pkg, imps := range imports {

@@ -17,7 +17,7 @@ import (
 	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/sinks/images"
 
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -25,7 +25,7 @@ import (
 // command line, into a temporary output directory.
 func runExample(t *testing.T, name string, extra ...string) []*pipeline.Rollout {
 	t.Helper()
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
@@ -68,7 +68,7 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 
 func TestExamples(t *testing.T) {
 	// Each example has its subtest below.
-	configs, _ := filepath.Glob("../../examples/*/config.yaml")
+	configs, _ := filepath.Glob("../../../examples/*/config.yaml")
 	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true, "grid": true}
 	for _, c := range configs {
 		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
@@ -271,7 +271,7 @@ func TestBadConfigExits2BeforeCreatingAnything(t *testing.T) {
 }
 
 func TestStatsAndMerge(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	out := t.TempDir()
 	main := func(args ...string) string {
@@ -324,7 +324,7 @@ func TestStatsAndMerge(t *testing.T) {
 // example) copies every image its rows name, and each resolves to bytes
 // of its hash. The merged steps are read with Arrow's reader.
 func TestMergeCarriesStepsAndImages(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	runIt := func(t *testing.T, args ...string) {
 		t.Helper()

@@ -11,8 +11,8 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/runner"
-	"github.com/trajflow/trajflow/sinks/parquet"
 )
 
 // lengthEnv is an embedder's own environment: one turn, rewarded 1 when
@@ -59,7 +59,7 @@ run: {progress: 0}
 	}
 	fmt.Println("ok rollouts:", sum.OK)
 
-	rows, err := parquet.ReadDir(filepath.Join(dir, "out", "data"))
+	rows, err := readback.Dir(filepath.Join(dir, "out", "data"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
-	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/readback"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +60,7 @@ func run(t *testing.T, cfg *config.Config, opts runner.Options) (*runner.Summary
 // (not the writer's library) and decodes the rows.
 func readBack(t *testing.T, dir, sub string) []*pipeline.Rollout {
 	t.Helper()
-	rs, err := parquet.ReadDir(filepath.Join(dir, sub))
+	rs, err := readback.Dir(filepath.Join(dir, sub))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
+	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/runner"
-	"github.com/trajflow/trajflow/sinks/parquet"
 )
 
 // exchange is one request the server received and what it answered.
@@ -269,11 +269,11 @@ func checkSteps(t *testing.T, dir string, sent map[string][]int32, prompts map[s
 		if filepath.Base(df) != filepath.Base(stepFiles[i]) {
 			t.Fatalf("data %s paired with steps %s", df, stepFiles[i])
 		}
-		trajs, err := parquet.ReadFile(df)
+		trajs, err := readback.File(df)
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps, err := parquet.ReadStepsFile(stepFiles[i])
+		steps, err := readback.StepsFile(stepFiles[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +379,7 @@ func TestGridExample(t *testing.T) {
 		}
 	}
 	checkSteps(t, cfg.Output.Dir, sent, sentPrompts(x), 0.1, 0.95)
-	steps, err := parquet.ReadSteps(filepath.Join(cfg.Output.Dir, runner.StepsDir))
+	steps, err := readback.Steps(filepath.Join(cfg.Output.Dir, runner.StepsDir))
 	if err != nil {
 		t.Fatal(err)
 	}

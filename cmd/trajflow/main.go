@@ -6,7 +6,7 @@ import (
 	"os"
 
 	_ "github.com/trajflow/trajflow/envs/builtin" // the built-in environments
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 func main() {

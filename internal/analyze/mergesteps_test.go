@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -134,7 +135,7 @@ func TestMergeForcedKeepsStepsPaired(t *testing.T) {
 	if err := pqsink.PairSteps(filepath.Join(out, "data"), filepath.Join(out, "steps")); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pqsink.ReadSteps(filepath.Join(out, "steps"))
+	rows, err := readback.Steps(filepath.Join(out, "steps"))
 	if err != nil {
 		t.Fatal(err)
 	}

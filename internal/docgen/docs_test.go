@@ -222,7 +222,7 @@ func TestReadmeCommandsTrue(t *testing.T) {
 	var test, quick string
 	for _, line := range strings.Split(readme, "\n") {
 		switch {
-		case strings.HasPrefix(line, "go vet ./..."):
+		case strings.HasPrefix(line, "go vet ./..."), strings.HasPrefix(line, "go mod tidy -diff && go vet ./..."):
 			test = line
 		case strings.HasPrefix(line, "go run ./cmd/trajflow run "):
 			quick = line

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	pqsink "github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/readback"
 )
 
 // TestCrashResumeSteps: runs with output.steps killed with SIGKILL at
@@ -57,11 +57,11 @@ func TestCrashResumeSteps(t *testing.T) {
 		if filepath.Base(p) != filepath.Base(stepParts[i]) {
 			t.Fatalf("data %s paired with steps %s", p, stepParts[i])
 		}
-		trajs, err := pqsink.ReadFile(p)
+		trajs, err := readback.File(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ss, err := pqsink.ReadStepsFile(stepParts[i])
+		ss, err := readback.StepsFile(stepParts[i])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ import (
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
-	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/readback"
 )
 
 // vowels rewards the share of vowels in the answer.
@@ -58,7 +58,7 @@ func main() {
 		fmt.Println("run:", err)
 		os.Exit(1)
 	}
-	rows, err := parquet.ReadDir(filepath.Join(dir, "out", "data"))
+	rows, err := readback.Dir(filepath.Join(dir, "out", "data"))
 	if err != nil {
 		fmt.Println("read:", err)
 		os.Exit(1)

@@ -21,6 +21,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -326,7 +327,7 @@ func TestMinIO(t *testing.T) {
 		if err := pqsink.PairSteps(filepath.Join(merged, "data"), filepath.Join(merged, "steps")); err != nil {
 			t.Fatalf("merge of the s3:// root: %v", err)
 		}
-		steps, err := pqsink.ReadSteps(filepath.Join(merged, "steps"))
+		steps, err := readback.Steps(filepath.Join(merged, "steps"))
 		if err != nil {
 			t.Fatal(err)
 		}

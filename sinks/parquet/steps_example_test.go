@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -29,7 +30,7 @@ func ExampleStepWriter() {
 	if err := w.Commit("part-00000.parquet"); err != nil {
 		panic(err)
 	}
-	rows, err := pqsink.ReadSteps(filepath.Join(dir, "steps"))
+	rows, err := readback.Steps(filepath.Join(dir, "steps"))
 	if err != nil {
 		panic(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -68,7 +69,7 @@ func TestStepWriterRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Abort()
-	rows, err := parquet.ReadSteps(dir)
+	rows, err := readback.Steps(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
 )
@@ -61,7 +62,7 @@ func writeHostile(t testing.TB, ss []string) {
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := pqsink.ReadFile(filepath.Join(dir, "part-00000.parquet"))
+	got, err := readback.File(filepath.Join(dir, "part-00000.parquet"))
 	if err != nil {
 		t.Fatalf("Arrow's reader: %v", err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
 )
@@ -176,7 +177,7 @@ func TestRoundTrip(t *testing.T) {
 			// Schema v2: token ids are stored once, in the training view;
 			// messages hold spans, from which the decoder restores them.
 			checkSpans(t, got, want)
-			viaPQRead, err := pqsink.ReadFile(filepath.Join(dir, "part-00000.parquet"))
+			viaPQRead, err := readback.File(filepath.Join(dir, "part-00000.parquet"))
 			if err != nil {
 				t.Fatal(err)
 			}

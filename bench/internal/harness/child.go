@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 // ChildEnv marks a benchmark binary re-executed as trajflow's own command

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/inference/sim"
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 // validate runs `trajflow validate` and checks that it created no output
@@ -29,7 +29,7 @@ func validate(t *testing.T, out string, args ...string) (code int, stdout, stder
 // Every example validates offline: config, rendered rows, the simulator,
 // the environment reset (python-env needs python3).
 func TestValidateExamples(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	configs, err := filepath.Glob("examples/*/config.yaml")
 	if err != nil || len(configs) == 0 {

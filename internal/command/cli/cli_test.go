@@ -14,10 +14,10 @@ import (
 	"testing"
 
 	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/sinks/images"
-	"github.com/trajflow/trajflow/sinks/parquet"
 
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -25,7 +25,7 @@ import (
 // command line, into a temporary output directory.
 func runExample(t *testing.T, name string, extra ...string) []*pipeline.Rollout {
 	t.Helper()
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
@@ -36,7 +36,7 @@ func runExample(t *testing.T, name string, extra ...string) []*pipeline.Rollout 
 	if !strings.Contains(stdout.String(), "rows written:") {
 		t.Fatalf("no summary:\n%s", &stdout)
 	}
-	rows, err := parquet.ReadDir(filepath.Join(out, "data"))
+	rows, err := readback.Dir(filepath.Join(out, "data"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 
 func TestExamples(t *testing.T) {
 	// Each example has its subtest below.
-	configs, _ := filepath.Glob("../../examples/*/config.yaml")
+	configs, _ := filepath.Glob("../../../examples/*/config.yaml")
 	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true, "grid": true}
 	for _, c := range configs {
 		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
@@ -271,7 +271,7 @@ func TestBadConfigExits2BeforeCreatingAnything(t *testing.T) {
 }
 
 func TestStatsAndMerge(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	out := t.TempDir()
 	main := func(args ...string) string {
@@ -324,7 +324,7 @@ func TestStatsAndMerge(t *testing.T) {
 // example) copies every image its rows name, and each resolves to bytes
 // of its hash. The merged steps are read with Arrow's reader.
 func TestMergeCarriesStepsAndImages(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	runIt := func(t *testing.T, args ...string) {
 		t.Helper()
@@ -350,7 +350,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 		in, _ := filepath.Glob(filepath.Join(out, "shards", "*", "steps", "part-*.parquet"))
 		var inSteps []string
 		for _, p := range in {
-			rows, err := parquet.ReadStepsFile(p)
+			rows, err := readback.StepsFile(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,7 +373,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 			if filepath.Base(steps[i]) != filepath.Base(d) {
 				t.Fatalf("%s has no steps file of its name (%s)", d, steps[i])
 			}
-			trajs, err := parquet.ReadFile(d)
+			trajs, err := readback.File(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -381,7 +381,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 			for _, r := range trajs {
 				turns[fmt.Sprintf("%d/%d/%d", r.Task.Index, r.Attempt, r.RolloutIndex)] = r.NumTurns
 			}
-			rows, err := parquet.ReadStepsFile(steps[i])
+			rows, err := readback.StepsFile(steps[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,7 +414,7 @@ func TestMergeCarriesStepsAndImages(t *testing.T) {
 		if want := fmt.Sprintf("images: %d copied into %s (0 already there)", len(have), filepath.Join(dest, "images")); len(have) == 0 || !strings.Contains(said, want) {
 			t.Fatalf("merge's output lacks %q:\n%s", want, said)
 		}
-		rows, err := parquet.ReadDir(filepath.Join(dest, "data"))
+		rows, err := readback.Dir(filepath.Join(dest, "data"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,15 +8,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/cli"
-	"github.com/trajflow/trajflow/internal/report"
+	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/internal/command/report"
 )
 
 // trajflow report on a run's output (the quick start on the simulator,
 // with dynamic sampling so that filtered/ exists) writes one HTML file
 // holding every chart and no reference to another host.
 func TestReport(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	out := t.TempDir()
 	main := func(code int, args ...string) (string, string) {

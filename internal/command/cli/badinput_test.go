@@ -19,7 +19,7 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 	"github.com/trajflow/trajflow/runner"
 )
 
@@ -153,7 +153,7 @@ func server(t *testing.T, h http.HandlerFunc) string {
 // good run's committed data, that every file under data/ is unchanged
 // byte for byte. docs/reliability.md ("Bad input") summarises it.
 func TestBadInputCatalogue(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	h := &badHarness{t: t, dir: t.TempDir()}
 	h.tasks = h.file("tasks.jsonl", []byte(rows(4)))

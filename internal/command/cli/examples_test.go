@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 // The migration examples (docs/migrating.md) run offline, from the
 // repository root, as a user would run them.
 func TestMigrationExamples(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	for _, tc := range []struct {
 		config string
 		rows   int64

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/config"
-	"github.com/trajflow/trajflow/internal/slurm"
+	"github.com/trajflow/trajflow/internal/command/slurm"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/storage"
 )

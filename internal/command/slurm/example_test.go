@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/slurm"
+	"github.com/trajflow/trajflow/internal/command/slurm"
 )
 
 func ExampleJob_Array() {

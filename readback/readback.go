@@ -1,9 +1,8 @@
-package parquet
+package readback
 
 import (
 	"context"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
 	"path/filepath"
 	"sort"
 
@@ -12,15 +11,15 @@ import (
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 )
 
-// ReadDir reads back every committed part file (part-*.parquet) of an
-// output directory (OUTPUT/data, say), in file order, with Arrow's own
-// Parquet reader: a reader independent of this package's writer. Every
-// Arrow buffer it allocates is released before it returns; it fails if any
-// is left. It holds every row in memory: for large outputs read files one
-// by one with ReadFile, or query them with DuckDB or pyarrow.
-func ReadDir(dir string) ([]*pipeline.Rollout, error) {
+// Dir reads back every committed part file (part-*.parquet) of an
+// output directory (OUTPUT/data, say), in file order. Every Arrow buffer it
+// allocates is released before it returns; it fails if any is left. It
+// holds every row in memory: for large outputs read files one by one with
+// File, or query them with DuckDB or pyarrow.
+func Dir(dir string) ([]*pipeline.Rollout, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, schema.PartGlob))
 	if err != nil {
 		return nil, err
@@ -28,7 +27,7 @@ func ReadDir(dir string) ([]*pipeline.Rollout, error) {
 	sort.Strings(paths)
 	var out []*pipeline.Rollout
 	for _, p := range paths {
-		rs, err := ReadFile(p)
+		rs, err := File(p)
 		if err != nil {
 			return nil, err
 		}
@@ -37,8 +36,8 @@ func ReadDir(dir string) ([]*pipeline.Rollout, error) {
 	return out, nil
 }
 
-// ReadFile reads back one Parquet file of the output schema.
-func ReadFile(path string) ([]*pipeline.Rollout, error) {
+// File reads back one Parquet file of the output schema.
+func File(path string) ([]*pipeline.Rollout, error) {
 	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	rs, err := read(path, alloc)
 	if n := alloc.CurrentAlloc(); n != 0 && err == nil {
@@ -68,10 +67,9 @@ func read(path string, alloc memory.Allocator) ([]*pipeline.Rollout, error) {
 	return out, nil
 }
 
-// ReadSteps reads back every committed steps file (part-*.parquet) of a
-// steps directory (OUTPUT/steps), in file order, with Arrow's own Parquet
-// reader (ReadStepsFile).
-func ReadSteps(dir string) ([]schema.StepRow, error) {
+// Steps reads back every committed steps file (part-*.parquet) of a
+// steps directory (OUTPUT/steps), in file order (StepsFile).
+func Steps(dir string) ([]schema.StepRow, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, schema.PartGlob))
 	if err != nil {
 		return nil, err
@@ -79,7 +77,7 @@ func ReadSteps(dir string) ([]schema.StepRow, error) {
 	sort.Strings(paths)
 	var out []schema.StepRow
 	for _, p := range paths {
-		rows, err := ReadStepsFile(p)
+		rows, err := StepsFile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -88,9 +86,9 @@ func ReadSteps(dir string) ([]schema.StepRow, error) {
 	return out, nil
 }
 
-// ReadStepsFile reads back one steps file with Arrow's own Parquet
-// reader, checking its steps schema version.
-func ReadStepsFile(path string) ([]schema.StepRow, error) {
+// StepsFile reads back one steps file, checking its steps schema
+// version.
+func StepsFile(path string) ([]schema.StepRow, error) {
 	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	f, err := pqread.Open(path, alloc, 256)
 	if err != nil {

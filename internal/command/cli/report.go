@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/trajflow/trajflow/internal/command/report"
 	"github.com/trajflow/trajflow/internal/metrics"
-	"github.com/trajflow/trajflow/internal/report"
 	"github.com/trajflow/trajflow/storage"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/trajflow/trajflow/internal/cli"
+	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 // On a terminal, `trajflow run` draws the live view: tasks read, rollouts
@@ -34,7 +34,7 @@ func TestLiveViewOnATerminal(t *testing.T) {
 		io.Copy(&screen, ptmx) // until the terminal closes
 	}()
 
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	var stdout bytes.Buffer
 	code := cli.Main([]string{"run", "examples/quickstart/config.yaml",

@@ -96,11 +96,15 @@ func TestValidateSendsWhatRunSends(t *testing.T) {
 
 	// Validate's requests: /tokenize of each row's prompt, then its
 	// token-id prompt on /completions (after the start-up check's).
+	// /detokenize only shows the rendered prompt to the user: it sends
+	// nothing the run would generate from.
 	var prompts []map[string]any
 	tokenized := 0
 	for _, b := range validated {
 		path, body, _ := strings.Cut(b, " ")
 		switch {
+		case strings.HasSuffix(path, "/detokenize"):
+			continue
 		case strings.HasSuffix(path, "/tokenize"):
 			tokenized++
 		case strings.HasSuffix(path, "/completions"):

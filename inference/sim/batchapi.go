@@ -60,7 +60,7 @@ func (b *simBatch) object() map[string]any {
 		"id": b.ID, "object": "batch", "endpoint": b.Endpoint, "input_file_id": b.InputFileID,
 		"completion_window": b.Window, "status": b.Status, "created_at": b.Created,
 		"request_counts": map[string]int{"total": b.Total, "completed": b.Done, "failed": b.Failed},
-		"metadata": b.Metadata, "output_file_id": nil, "error_file_id": nil,
+		"metadata":       b.Metadata, "output_file_id": nil, "error_file_id": nil,
 	}
 	if b.OutputFileID != "" {
 		o["output_file_id"] = b.OutputFileID

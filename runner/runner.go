@@ -19,7 +19,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
@@ -253,6 +252,7 @@ type run struct {
 	red *config.Redactor
 
 	client  inference.Client
+	hosted  hosted
 	gen     *generate.Generator
 	closers []func()
 	// envs are the run's environments by route (one without routes).
@@ -351,28 +351,12 @@ func (r *run) provision(ctx context.Context) error {
 		r.client = s
 		r.closers = append(r.closers, s.Close)
 	default:
-		key := ""
-		if cfg.Generate.APIKeyEnv != "" {
-			key = os.Getenv(cfg.Generate.APIKeyEnv)
-		}
-		hopts := openai.HTTPOptions{APIKey: key, OnBreak: func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) }}
-		if r.prom != nil {
-			hopts.OnAttempt = r.prom.attempt
-		}
-		if r.prom != nil || r.opts.Progress != nil {
-			r.scraper = newScraper(cfg.Generate.Endpoints)
-		}
-		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
-		if err != nil {
+		if err := r.provisionHTTP(ctx); err != nil {
 			return err
 		}
-		r.client = c
-		r.closers = append(r.closers, c.Close)
-		// Fail fast: a broken endpoint set-up stops the run before any data
-		// is read, instead of filling the output with error rows.
-		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
-			return fmt.Errorf("%w: %w", ErrEndpoint, err)
-		}
+	}
+	if err := r.decorate(); err != nil {
+		return err
 	}
 
 	stepPrompt, err := stepPrompts(cfg)

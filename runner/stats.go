@@ -206,6 +206,9 @@ type Summary struct {
 	// did not stop early): a signal, a fatal error, the circuit breaker or
 	// run.max_error_rate.
 	Stop string
+	// Hosted is the response cache's, the rate limiter's and the Batch
+	// API's figures.
+	Hosted HostedStats
 }
 
 func (r *run) summary(err error) *Summary {
@@ -228,6 +231,7 @@ func (r *run) summary(err error) *Summary {
 	if cause := r.stopper.err(); cause != nil {
 		sum.Stop = cause.Error()
 	}
+	sum.Hosted = r.hosted.stats()
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
 	}
@@ -293,6 +297,7 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	b.WriteString(s.hostedLines())
 	metrics := "none (nothing committed)"
 	if s.Metrics != "" {
 		metrics = s.Metrics

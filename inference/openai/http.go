@@ -118,7 +118,9 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	}
 	var path string
 	switch cfg.API {
-	case "", "chat", "tokens":
+	case "", "chat", "tokens", "batch":
+		// batch: the Batch API client sends batches; this client's chat
+		// requests serve trajflow validate's checks.
 		path = "/chat/completions"
 	case "completions":
 		path = "/completions"

@@ -127,7 +127,23 @@ func ratesLine(s runner.Snapshot) string {
 	if len(s.ErrorClasses) > 0 {
 		errs += " (" + counts(s.ErrorClasses) + ")"
 	}
-	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted)
+	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted) + hostedText(s.Hosted)
+}
+
+// hostedText is the rate limiter's, the response cache's and the Batch
+// API's part of the progress line ("" when the run uses none).
+func hostedText(h runner.HostedStats) string {
+	var b strings.Builder
+	if h.RateLimitWaiting > 0 || h.RateLimitWait > 0 {
+		fmt.Fprintf(&b, "   rate limit: %d waiting, waited %s", h.RateLimitWaiting, h.RateLimitWait.Round(time.Second))
+	}
+	if h.CacheHits+h.CacheMisses > 0 {
+		fmt.Fprintf(&b, "   cache %d hits, %d misses", h.CacheHits, h.CacheMisses)
+	}
+	if h.Batches+h.BatchesRecovered > 0 || h.BatchPending > 0 {
+		fmt.Fprintf(&b, "   batches %d submitted, %d collected from earlier runs, %d requests waiting", h.Batches, h.BatchesRecovered, h.BatchPending)
+	}
+	return b.String()
 }
 
 func endpointLine(s runner.Snapshot, i int) string {

@@ -1,0 +1,199 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/cache"
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/inference/ratelimit"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// hosted holds the run's inference clients beside the decorated one: the
+// HTTP client (its endpoints' figures), the rate limiter, the response
+// cache and the Batch API client; each nil when the config has none.
+type hosted struct {
+	http    *openai.HTTPClient
+	limiter *ratelimit.Limiter
+	cache   *cache.Store
+	batch   *openai.BatchClient
+}
+
+// HostedStats are the figures of the hosted-API features: the response
+// cache, the rate limiter and the Batch API.
+type HostedStats struct {
+	// CacheHits and CacheMisses count requests answered from
+	// generate.cache and those sent (zero without a cache).
+	CacheHits, CacheMisses int64
+	// RateLimitWaiting is the requests waiting for the rate limiter now;
+	// RateLimitWait the time requests spent waiting, summed.
+	RateLimitWaiting int
+	RateLimitWait    time.Duration
+	// Batches and BatchRequests are what this run submitted to the Batch
+	// API; BatchesRecovered the earlier runs' batches it took up;
+	// BatchPending the requests waiting for a batch now.
+	Batches, BatchRequests, BatchesRecovered int64
+	BatchPending                             int
+}
+
+func (h *hosted) stats() HostedStats {
+	var s HostedStats
+	if h.cache != nil {
+		st := h.cache.Stats()
+		s.CacheHits, s.CacheMisses = st.Hits, st.Misses
+	}
+	if h.limiter != nil {
+		st := h.limiter.Stats()
+		s.RateLimitWaiting, s.RateLimitWait = st.Waiting, st.Waited
+	}
+	if h.batch != nil {
+		st := h.batch.Stats()
+		s.Batches, s.BatchRequests, s.BatchesRecovered, s.BatchPending = st.Batches, st.Requests, st.Recovered, st.Pending
+	}
+	return s
+}
+
+// provisionHTTP builds the client of HTTP endpoints: the Batch API client
+// (generate.api: batch) or the OpenAI-compatible HTTP client, whose
+// responses' headers feed the rate limiter.
+func (r *run) provisionHTTP(ctx context.Context) error {
+	cfg := r.cfg
+	key := ""
+	if cfg.Generate.APIKeyEnv != "" {
+		key = os.Getenv(cfg.Generate.APIKeyEnv)
+	}
+	hopts := openai.HTTPOptions{APIKey: key, OnBreak: func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) }}
+	if r.prom != nil {
+		hopts.OnAttempt = r.prom.attempt
+	}
+	if cfg.Generate.RateLimit.Enabled() {
+		r.hosted.limiter = ratelimit.New(cfg.Generate.RateLimit, nil, nil)
+		lim := r.hosted.limiter
+		hopts.OnResponse = func(_ string, _ int, h http.Header) { lim.Observe(h) }
+	}
+	if cfg.Generate.API == "batch" {
+		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
+			return fmt.Errorf("%w: %w", ErrEndpoint, err)
+		}
+		b, err := openai.NewBatch(ctx, cfg.Generate.Config, cfg.Generate.Batch, openai.BatchOptions{
+			APIKey: key, StateFile: filepath.Join(cfg.Output.Dir, schema.BatchStateFile), RunID: cfg.Run.ID,
+			Logf: func(format string, args ...any) { fmt.Fprintf(r.opts.Stderr, "trajflow: "+format+"\n", args...) },
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrEndpoint, err)
+		}
+		r.hosted.batch = b
+		r.client = b
+		r.closers = append(r.closers, b.Close)
+		return nil
+	}
+	if r.prom != nil || r.opts.Progress != nil {
+		r.scraper = newScraper(cfg.Generate.Endpoints)
+	}
+	c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
+	if err != nil {
+		return err
+	}
+	r.client = c
+	r.hosted.http = c
+	r.closers = append(r.closers, c.Close)
+	// Fail fast: a broken endpoint set-up stops the run before any data
+	// is read, instead of filling the output with error rows.
+	if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
+		return fmt.Errorf("%w: %w", ErrEndpoint, err)
+	}
+	return nil
+}
+
+// decorate wraps the run's client in the rate limiter and the response
+// cache (outermost: a hit spends nothing of the rate limits).
+func (r *run) decorate() error {
+	cfg := r.cfg
+	if cfg.Generate.RateLimit.Enabled() {
+		if r.hosted.limiter == nil {
+			r.hosted.limiter = ratelimit.New(cfg.Generate.RateLimit, nil, nil)
+		}
+		r.client = ratelimit.Wrap(r.client, r.hosted.limiter)
+	}
+	if cfg.Generate.Cache != "" {
+		store, err := cache.Open(cfg.Generate.Cache, cfg.Generate.CacheMaxBytes)
+		if err != nil {
+			return fmt.Errorf("generate.cache: %w", err)
+		}
+		r.hosted.cache = store
+		warned := false
+		r.client = cache.New(r.client, store, cacheKey(cfg.Generate.Model, cfg.Generate.API), func(err error) {
+			if !warned {
+				warned = true
+				fmt.Fprintf(r.opts.Stderr, "trajflow: generate.cache: a response was not stored: %v\n", err)
+			}
+		})
+	}
+	return nil
+}
+
+// cacheKey hashes what a request sends: the model, the endpoint's API,
+// the body as the HTTP client encodes it, and the sample.
+func cacheKey(model, api string) cache.KeyFunc {
+	if api == "batch" {
+		api = "chat" // the Batch API's lines are chat requests
+	}
+	return func(req *inference.Request) (cache.Key, error) {
+		r := *req
+		if r.Model == "" {
+			r.Model = model
+		}
+		body, err := openai.EncodeRequest(api, &r)
+		if err != nil {
+			return cache.Key{}, err
+		}
+		endpoint := api
+		if r.PromptTokenIDs != nil {
+			endpoint = "completions"
+		}
+		return cache.KeyOf([]byte(r.Model), []byte(endpoint), body, []byte(r.Sample)), nil
+	}
+}
+
+// hostedLines are the summary's lines of the hosted-API features.
+func (s *Summary) hostedLines() string {
+	var b strings.Builder
+	h := s.Hosted
+	if h.CacheHits+h.CacheMisses > 0 {
+		fmt.Fprintf(&b, "response cache: %d hits, %d misses (requests sent)\n", h.CacheHits, h.CacheMisses)
+	}
+	if h.RateLimitWait > 0 {
+		fmt.Fprintf(&b, "rate limit: requests waited %s in all\n", h.RateLimitWait.Round(time.Millisecond))
+	}
+	if h.Batches+h.BatchesRecovered > 0 {
+		fmt.Fprintf(&b, "batch API: %d batches submitted (%d requests), %d of earlier runs collected\n", h.Batches, h.BatchRequests, h.BatchesRecovered)
+	}
+	return b.String()
+}
+
+var (
+	descCache    = prometheus.NewDesc("trajflow_cache_requests_total", "Requests looked up in generate.cache, by result (hit or miss).", []string{"result"}, nil)
+	descRLWait   = prometheus.NewDesc("trajflow_rate_limit_wait_seconds_total", "Time requests spent waiting for the rate limiter (generate.rate_limit), summed.", nil, nil)
+	descRLQueue  = prometheus.NewDesc("trajflow_rate_limit_waiting", "Requests waiting for the rate limiter now.", nil, nil)
+	descBatches  = prometheus.NewDesc("trajflow_batches_total", "Batch API batches this run submitted.", nil, nil)
+	descBatchReq = prometheus.NewDesc("trajflow_batch_pending_requests", "Requests waiting for a Batch API batch's results now.", nil, nil)
+	hostedDescs  = []*prometheus.Desc{descCache, descRLWait, descRLQueue, descBatches, descBatchReq}
+)
+
+// collectHosted adds the hosted-API figures to a scrape.
+func collectHosted(ch chan<- prometheus.Metric, h HostedStats) {
+	ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(h.CacheHits), "hit")
+	ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(h.CacheMisses), "miss")
+	ch <- prometheus.MustNewConstMetric(descRLWait, prometheus.CounterValue, h.RateLimitWait.Seconds())
+	ch <- prometheus.MustNewConstMetric(descRLQueue, prometheus.GaugeValue, float64(h.RateLimitWaiting))
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(h.Batches))
+	ch <- prometheus.MustNewConstMetric(descBatchReq, prometheus.GaugeValue, float64(h.BatchPending))
+}

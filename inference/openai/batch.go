@@ -110,8 +110,8 @@ const (
 
 // BatchStats count the Batch API client's work.
 type BatchStats struct {
-	// Submitted is the batches and requests this run submitted;
-	// Recovered the batches of an earlier run it collects.
+	// Batches and Requests are what this run submitted; Recovered counts
+	// the batches of earlier runs it collected results from.
 	Batches, Requests, Recovered int64
 	// Pending is the requests waiting for a batch's results now.
 	Pending int
@@ -233,7 +233,6 @@ func (c *BatchClient) recover(ctx context.Context, planned []*plannedBatch) erro
 			for _, id := range p.IDs {
 				c.byID[id] = b
 			}
-			c.stats.Recovered++
 		default:
 			// Planned (and maybe uploaded) but never created: nothing was
 			// submitted; its requests join new batches when they come.
@@ -334,6 +333,7 @@ func (c *BatchClient) Complete(ctx context.Context, req *inference.Request) (*in
 	} else if !b.collecting && b.batch != "" {
 		// A batch of an earlier run, first asked for now.
 		b.collecting = true
+		c.stats.Recovered++
 		c.wg.Add(1)
 		go c.collect(b)
 	}

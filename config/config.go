@@ -128,8 +128,8 @@ type Generate struct {
 	// CacheMaxBytes bounds the cache directory: when a new response takes
 	// it over, the entries used least recently go first (0: no bound).
 	CacheMaxBytes int64 `yaml:"cache_max_bytes"`
-	// Batch says how generate.api: batch cuts requests into Batch API
-	// batches (the provider's limits) and how often it polls them. See
+	// Batch says how generate.api: batch cuts requests into batches
+	// (within the provider's limits) and how often it polls them. See
 	// docs/hosted-apis.md.
 	Batch openai.BatchConfig `yaml:"batch"`
 }

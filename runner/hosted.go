@@ -83,6 +83,9 @@ func (r *run) provisionHTTP(ctx context.Context) error {
 		if err := openai.Preflight(ctx, cfg.Generate.Config, hopts); err != nil {
 			return fmt.Errorf("%w: %w", ErrEndpoint, err)
 		}
+		if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, key); err != nil {
+			return fmt.Errorf("%w: %w", ErrEndpoint, err)
+		}
 		b, err := openai.NewBatch(ctx, cfg.Generate.Config, cfg.Generate.Batch, openai.BatchOptions{
 			APIKey: key, StateFile: filepath.Join(cfg.Output.Dir, schema.BatchStateFile), RunID: cfg.Run.ID,
 			Logf: func(format string, args ...any) { fmt.Fprintf(r.opts.Stderr, "trajflow: "+format+"\n", args...) },

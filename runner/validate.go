@@ -193,6 +193,13 @@ func (v *validation) endpoints(ctx context.Context) (inference.Client, func()) {
 			fmt.Fprintf(v.out, "endpoints: %d of %d failed the check\n", n, len(cfg.Generate.Endpoints))
 			return nil, nothing
 		}
+		if cfg.Generate.API == "batch" {
+			if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, key); err != nil {
+				v.problem(err)
+				return nil, nothing
+			}
+			fmt.Fprintln(v.out, "endpoints: the Batch API answers (GET /v1/batches)")
+		}
 		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
 		if err != nil {
 			v.problem(err)

@@ -445,12 +445,14 @@ func (c *BatchClient) submit(b *batchRun) error {
 	if err := c.state.append(stateEvent{Op: "file", Key: b.key, File: file}); err != nil {
 		return err
 	}
-	id, err := c.create(ctx, b)
+	id, unknown, err := c.create(ctx, b)
 	if err != nil {
-		if id == "" {
+		if !unknown {
 			return abandon(err)
 		}
-		return err
+		// The batch may exist: the state keeps its file, and the next
+		// run looks for it by its key before anything else.
+		return fmt.Errorf("%w (the batch may exist on the server: the next run of this output directory looks for it by its key %s)", err, b.key)
 	}
 	b.batch = id
 	if err := c.state.append(stateEvent{Op: "batch", Key: b.key, Batch: id}); err != nil {
@@ -492,8 +494,8 @@ func (c *BatchClient) upload(ctx context.Context, b *batchRun) (string, error) {
 
 // create creates b's batch. When a call's outcome is unknown (no answer,
 // 5xx) the batch may exist: it is looked for by its key before trying
-// again. A non-empty id with an error: the batch exists.
-func (c *BatchClient) create(ctx context.Context, b *batchRun) (string, error) {
+// again. unknown reports a failure after which the batch may still exist.
+func (c *BatchClient) create(ctx context.Context, b *batchRun) (id string, unknown bool, err error) {
 	body, _ := json.Marshal(map[string]any{
 		"input_file_id": b.file, "endpoint": batchURL, "completion_window": c.bc.CompletionWindow,
 		"metadata": map[string]string{MetaKey: b.key, MetaRun: c.opts.RunID},
@@ -501,8 +503,9 @@ func (c *BatchClient) create(ctx context.Context, b *batchRun) (string, error) {
 	var out struct {
 		ID string `json:"id"`
 	}
-	err := c.retry(ctx, "create the batch", func() (bool, error) {
+	err = c.retry(ctx, "create the batch", func() (bool, error) {
 		again, err := c.call(ctx, http.MethodPost, c.base+"/batches", "application/json", body, &out)
+		unknown = again
 		if err == nil || !again {
 			return again, err
 		}
@@ -514,12 +517,14 @@ func (c *BatchClient) create(ctx context.Context, b *batchRun) (string, error) {
 			out.ID = id
 			return false, nil
 		}
+		// Not there: the call did not create it.
+		unknown = false
 		return true, err
 	})
 	if err == nil && out.ID == "" {
 		err = errors.New("batch: the batch create answered no id")
 	}
-	return out.ID, err
+	return out.ID, unknown, err
 }
 
 // findBatches lists the server's batches: key → batch id of those with a
@@ -806,4 +811,25 @@ func (c *BatchClient) retry(ctx context.Context, what string, f func() (again bo
 		}
 		delay = time.Duration(math.Min(float64(2*delay), float64(c.cfg.BackoffMax.D())))
 	}
+}
+
+// CheckBatchAPI makes sure cfg's first endpoint serves the Batch API: it
+// lists one batch (GET /v1/batches?limit=1).
+func CheckBatchAPI(ctx context.Context, cfg inference.Config, apiKey string) error {
+	c := &BatchClient{cfg: cfg, opts: BatchOptions{APIKey: apiKey}, client: &http.Client{Timeout: DefaultPreflightTimeout}}
+	if len(cfg.Endpoints) == 0 {
+		return errors.New("generate.endpoints: none")
+	}
+	base, _, _, err := normaliseEndpoint(cfg.Endpoints[0])
+	if err != nil {
+		return fmt.Errorf("generate.endpoints[0]: %w", err)
+	}
+	c.base = base
+	var list struct {
+		Object string `json:"object"`
+	}
+	if _, err := c.call(ctx, http.MethodGet, base+"/batches?limit=1", "", nil, &list); err != nil {
+		return fmt.Errorf("generate.api: batch: %w", err)
+	}
+	return nil
 }

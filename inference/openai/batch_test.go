@@ -248,3 +248,25 @@ func TestBatchResultClasses(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckBatchAPI(t *testing.T) {
+	_, ep := batchServer(t, nil)
+	cfg := inference.Config{Endpoints: []string{ep}, Model: "m"}
+	if err := CheckBatchAPI(context.Background(), cfg, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, bare := batchServer(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "/batches") {
+				http.NotFound(w, r)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	cfg.Endpoints = []string{bare}
+	err := CheckBatchAPI(context.Background(), cfg, "")
+	if err == nil || !strings.Contains(err.Error(), "needs a server with the Batch API") {
+		t.Fatalf("a server without the Batch API: %v", err)
+	}
+}

@@ -32,6 +32,9 @@ func (c *Config) validateHosted(p *pipeline.Problems) {
 			break
 		}
 	}
+	if storage.IsURL(c.Output.Dir) {
+		p.Add("output.dir", "generate.api: batch records its batches in the output directory (batches.jsonl) so that a restart collects them instead of submitting again; an s3:// output.dir is staged in a temporary directory that a restart does not find: use a local output.dir")
+	}
 	if g.RateLimit.Enabled() {
 		p.Add("generate.rate_limit", "applies to requests sent one by one; generate.api: batch sends batches, which the provider queues under its own batch limits")
 	}

@@ -192,3 +192,27 @@ func TestOpenAIDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenRateLimit(t *testing.T) {
+	s, base := startHTTP(t, Options{Seed: 1, RateLimit: RateLimit{TokensPerMinute: 600, Window: time.Second}}) // 10 tokens a second
+	post := func() *http.Response {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model": "sim", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 20}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if r := post(); r.StatusCode != 200 || r.Header.Get("x-ratelimit-limit-tokens") != "600" {
+		t.Fatalf("first: %d %v", r.StatusCode, r.Header)
+	}
+	// The first request's prompt and reply put the bucket in debt.
+	r := post()
+	if r.StatusCode != 429 || r.Header.Get("x-ratelimit-remaining-tokens") != "0" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("second: %d %v", r.StatusCode, r.Header)
+	}
+	if st := s.RateStats(); st.Accepted != 1 || st.Limited != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

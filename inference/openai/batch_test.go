@@ -270,3 +270,33 @@ func TestCheckBatchAPI(t *testing.T) {
 		t.Fatalf("a server without the Batch API: %v", err)
 	}
 }
+
+func FuzzBatchState(f *testing.F) {
+	f.Add([]byte(`{"op":"plan","key":"k","ids":["a","b"]}` + "\n" + `{"op":"file","key":"k","file":"f"}` + "\n"))
+	f.Add([]byte(`{"op":"batch","key":"k","batch":"b"}` + "\n" + `{"op":"ab`))
+	f.Add([]byte("\n\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "batches.jsonl")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, planned, err := openState(p)
+		if err != nil {
+			return
+		}
+		defer s.close()
+		for _, b := range planned {
+			if b.Key == "" {
+				t.Fatalf("a batch without a key from %q", data)
+			}
+		}
+		// What was read is whole lines: appending keeps the file readable.
+		if err := s.append(stateEvent{Op: "abandon", Key: "z"}); err != nil {
+			t.Fatal(err)
+		}
+		s.close()
+		if _, _, err := openState(p); err != nil {
+			t.Fatalf("after an append: %v (from %q)", err, data)
+		}
+	})
+}

@@ -216,3 +216,37 @@ func TestTokenRateLimit(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func TestBatchCancel(t *testing.T) {
+	_, base := startHTTP(t, Options{Seed: 1, BatchDelay: time.Hour})
+	fid := upload(t, base, []byte(`{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "sim", "messages": [{"role": "user", "content": "hi"}]}}`+"\n"))
+	resp, err := http.Post(base+"/v1/batches", "application/json", strings.NewReader(fmt.Sprintf(`{"input_file_id": %q, "endpoint": "/v1/chat/completions"}`, fid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b map[string]any
+	json.NewDecoder(resp.Body).Decode(&b)
+	resp.Body.Close()
+	id := b["id"].(string)
+	if b["status"] != "in_progress" {
+		t.Fatalf("created: %v", b)
+	}
+	resp, err = http.Post(base+"/v1/batches/"+id+"/cancel", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for deadline := time.Now().Add(10 * time.Second); b["status"] != "cancelled"; {
+		getJSON(t, base+"/v1/batches/"+id, &b)
+		if time.Now().After(deadline) {
+			t.Fatalf("not cancelled: %v", b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if b["error_file_id"] == nil || b["output_file_id"] != nil {
+		t.Fatalf("cancelled batch: %v", b)
+	}
+	if code := getJSON(t, base+"/v1/batches/batch-none", &b); code != 404 {
+		t.Fatalf("unknown batch: %d", code)
+	}
+}

@@ -671,17 +671,7 @@ func (c *BatchClient) readResults(ctx context.Context, batch, file string, resul
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		var l struct {
-			CustomID string `json:"custom_id"`
-			Response *struct {
-				StatusCode int             `json:"status_code"`
-				Body       json.RawMessage `json:"body"`
-			} `json:"response"`
-			Error *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var l batchOutLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.CustomID == "" {
 			return fmt.Errorf("batch %s: file %s line %d: not a batch result line", batch, file, n)
 		}
@@ -690,13 +680,26 @@ func (c *BatchClient) readResults(ctx context.Context, batch, file string, resul
 	return sc.Err()
 }
 
-func resultOf(batch string, resp *struct {
+// batchOutLine is a line of a batch's output or error file.
+type batchOutLine struct {
+	CustomID string            `json:"custom_id"`
+	Response *batchOutResponse `json:"response"`
+	Error    *batchOutError    `json:"error"`
+}
+
+type batchOutResponse struct {
 	StatusCode int             `json:"status_code"`
 	Body       json.RawMessage `json:"body"`
-}, e *struct {
+}
+
+type batchOutError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-}) batchResult {
+}
+
+// resultOf turns a result line's response or error into a request's
+// response or classified error.
+func resultOf(batch string, resp *batchOutResponse, e *batchOutError) batchResult {
 	if e != nil && (resp == nil || resp.StatusCode/100 != 2) {
 		class := inference.ClassHTTP
 		switch e.Code {

@@ -215,14 +215,8 @@ func TestBatchStateErrors(t *testing.T) {
 }
 
 func TestBatchResultClasses(t *testing.T) {
-	type resp = struct {
-		StatusCode int             `json:"status_code"`
-		Body       json.RawMessage `json:"body"`
-	}
-	type errT = struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
+	type resp = batchOutResponse
+	type errT = batchOutError
 	ok := `{"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}`
 	for _, tc := range []struct {
 		name  string

@@ -416,6 +416,14 @@ func (c *BatchClient) flushLocked() {
 	c.wg.Add(1)
 	go func() {
 		if err := c.submit(b); err != nil {
+			var e *inference.Error
+			switch {
+			case errors.As(err, &e):
+			case c.ctx.Err() != nil:
+				err = &inference.Error{Class: inference.ClassCancelled, Msg: err.Error()}
+			default:
+				err = &inference.Error{Class: inference.ClassServer, Msg: err.Error()}
+			}
 			b.err = err
 			close(b.done)
 			c.wg.Done()
@@ -442,6 +450,7 @@ func (c *BatchClient) submit(b *batchRun) error {
 		return abandon(err)
 	}
 	b.file = file
+	b.lines = bytes.Buffer{} // uploaded: the lines are the server's now
 	if err := c.state.append(stateEvent{Op: "file", Key: b.key, File: file}); err != nil {
 		return err
 	}

@@ -44,6 +44,22 @@ type HostedStats struct {
 	BatchPending                             int
 }
 
+// Parts are the figures a progress line shows, each a phrase; none for a
+// feature the run does not use.
+func (h HostedStats) Parts() []string {
+	var out []string
+	if h.RateLimitWaiting > 0 || h.RateLimitWait > 0 {
+		out = append(out, fmt.Sprintf("rate limit: %d waiting, waited %s", h.RateLimitWaiting, h.RateLimitWait.Round(time.Second)))
+	}
+	if h.CacheHits+h.CacheMisses > 0 {
+		out = append(out, fmt.Sprintf("cache %d hits, %d misses", h.CacheHits, h.CacheMisses))
+	}
+	if h.Batches+h.BatchesRecovered > 0 || h.BatchPending > 0 {
+		out = append(out, fmt.Sprintf("batches %d submitted, %d collected from earlier runs, %d requests waiting", h.Batches, h.BatchesRecovered, h.BatchPending))
+	}
+	return out
+}
+
 func (h *hosted) stats() HostedStats {
 	var s HostedStats
 	if h.cache != nil {

@@ -152,8 +152,12 @@ func (r *run) progressLine() string {
 	el := time.Since(r.started)
 	resolved := s.ok.Load() + s.errored.Load() + s.cancelled.Load()
 	rate := float64(resolved) / el.Seconds()
-	return fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
+	line := fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
+	for _, p := range r.hosted.stats().Parts() {
+		line += ", " + p
+	}
+	return line
 }
 
 // Summary is what a run did.

@@ -134,14 +134,8 @@ func ratesLine(s runner.Snapshot) string {
 // API's part of the progress line ("" when the run uses none).
 func hostedText(h runner.HostedStats) string {
 	var b strings.Builder
-	if h.RateLimitWaiting > 0 || h.RateLimitWait > 0 {
-		fmt.Fprintf(&b, "   rate limit: %d waiting, waited %s", h.RateLimitWaiting, h.RateLimitWait.Round(time.Second))
-	}
-	if h.CacheHits+h.CacheMisses > 0 {
-		fmt.Fprintf(&b, "   cache %d hits, %d misses", h.CacheHits, h.CacheMisses)
-	}
-	if h.Batches+h.BatchesRecovered > 0 || h.BatchPending > 0 {
-		fmt.Fprintf(&b, "   batches %d submitted, %d collected from earlier runs, %d requests waiting", h.Batches, h.BatchesRecovered, h.BatchPending)
+	for _, p := range h.Parts() {
+		b.WriteString("   " + p)
 	}
 	return b.String()
 }

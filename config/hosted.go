@@ -38,6 +38,9 @@ func (c *Config) validateHosted(p *pipeline.Problems) {
 	if g.RateLimit.Enabled() {
 		p.Add("generate.rate_limit", "applies to requests sent one by one; generate.api: batch sends batches, which the provider queues under its own batch limits")
 	}
+	if st, ok := g.Params["stream"].(bool); ok && st {
+		p.Add("generate.params.stream", "the Batch API answers whole responses; remove the key")
+	}
 	if c.Prompt.MaxTokens > 0 {
 		p.Add("prompt.max_tokens", "counts the prompt with POST /tokenize, which generate.api: batch does not use")
 	}

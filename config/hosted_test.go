@@ -29,6 +29,7 @@ func TestHostedKeys(t *testing.T) {
 		{"bad batch limits", base + "generate:\n  endpoints: [\"http://h:8000/v1\"]\n  api: batch\n  batch: {max_requests: -1, max_bytes: 10, poll_interval: -1s}\nenv: {max_turns: 1}\n",
 			[]string{"generate.batch.max_requests: must be >= 1", "generate.batch.max_bytes: must be >= 1024", "generate.batch.poll_interval: must be > 0"}},
 		{"batch with s3 output", batch + "env: {max_turns: 1}\noutput: {dir: s3://bucket/out}\n", []string{"output.dir: generate.api: batch records its batches in the output directory"}},
+		{"batch with stream", base + "generate: {endpoints: [\"http://h:8000/v1\"], api: batch, params: {stream: true}}\nenv: {max_turns: 1}\n", []string{"generate.params.stream: the Batch API answers whole responses"}},
 		{"unknown api", base + "generate: {api: batches}\n", []string{`generate.api: "batches" is not one of chat, completions, tokens, batch`}},
 	}
 	for _, tt := range tests {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/inference/ratelimit"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/parquet"
@@ -110,6 +112,26 @@ type Generate struct {
 	// Sim configures the built-in simulator behind sim:// endpoints; see
 	// docs/sim.md.
 	Sim sim.Config `yaml:"sim"`
+	// RateLimit keeps the run under a hosted API account's limits, for the
+	// whole fleet: requests wait for room, and every response's
+	// x-ratelimit-* and Retry-After headers tighten the limiter (see
+	// docs/hosted-apis.md).
+	RateLimit ratelimit.Config `yaml:"rate_limit"`
+	// Cache is a directory of responses kept across runs, keyed by exactly
+	// what each request sends (its body, the model, the API, the sample):
+	// a rerun whose requests are unchanged sends none and writes the same
+	// rows. A local directory only (not s3://); several runs may share
+	// it. See docs/hosted-apis.md.
+	//
+	// Default: none (no cache).
+	Cache string `yaml:"cache"`
+	// CacheMaxBytes bounds the cache directory: when a new response takes
+	// it over, the entries used least recently go first (0: no bound).
+	CacheMaxBytes int64 `yaml:"cache_max_bytes"`
+	// Batch says how generate.api: batch cuts requests into batches
+	// (within the provider's limits) and how often it polls them. See
+	// docs/hosted-apis.md.
+	Batch openai.BatchConfig `yaml:"batch"`
 }
 
 // Output is the output section: where rows go, and the collate stage's
@@ -152,6 +174,7 @@ func (c *Config) SetDefaults() {
 	c.Repeat.SetDefaults()
 	c.Generate.Config.SetDefaults()
 	c.Generate.Sim.SetDefaults()
+	c.Generate.Batch.SetDefaults()
 	c.Env.SetDefaults()
 	c.Groups.SetDefaults()
 	if c.Output.Dir == "" {
@@ -183,6 +206,7 @@ func (c *Config) Validate() error {
 	p.Section("repeat", c.Repeat.Validate())
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
+	c.validateHosted(&p)
 	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
 		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
 	}

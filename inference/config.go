@@ -25,13 +25,16 @@ type Config struct {
 	// with a text prompt) or tokens (trajflow holds each trajectory's token
 	// ids: POST /tokenize for the prompt and every observation, token-id
 	// prompts on /v1/completions; exact multi-turn training data, see
-	// docs/inference.md).
+	// docs/inference.md), or batch (chat requests through the Batch API:
+	// /v1/files and /v1/batches, at the provider's batch price; single-turn
+	// only; see docs/hosted-apis.md).
 	API string `yaml:"api"`
 	// APIKeyEnv names the environment variable holding the API key; its
 	// value is redacted from everything trajflow writes.
 	APIKeyEnv string `yaml:"api_key_env"`
 	// Concurrency bounds the generations in flight over all endpoints (the
-	// LLM slots).
+	// LLM slots). With api: batch it bounds the requests waiting in batches
+	// at once (default 1000 there): raise it for bigger batches.
 	Concurrency int `yaml:"concurrency"`
 	// EndpointConcurrency bounds the requests in flight per endpoint (0: no
 	// bound beyond Concurrency).
@@ -72,6 +75,10 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
+		if c.API == "batch" {
+			// The requests waiting in batches at once.
+			c.Concurrency = 1000
+		}
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
@@ -103,7 +110,7 @@ func (c *Config) Validate() error {
 			p.Add(fmt.Sprintf("endpoints[%d]", i), "%q: want http://host:port/v1, https://… or sim://", e)
 		}
 	}
-	p.OneOf("api", c.API, "chat", "completions", "tokens")
+	p.OneOf("api", c.API, "chat", "completions", "tokens", "batch")
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be >= 1, got %d", c.Concurrency)
 	}

@@ -27,6 +27,11 @@ type Request struct {
 	// prompt set to these ids and return_token_ids set, Messages and Tools
 	// are not sent, and the response must carry the generated ids.
 	PromptTokenIDs []int32
+	// Sample names the sample the request belongs to (the trajectory's
+	// id), telling apart requests whose bodies are the same (the samples
+	// of a group without seeds). The response cache and the Batch API's
+	// custom_id key on it with the body. Empty: the body alone.
+	Sample string
 }
 
 // TokenizeRequest asks for the token ids of a conversation rendered by the
@@ -89,6 +94,19 @@ type Response struct {
 // Client generates one response.
 type Client interface {
 	Complete(ctx context.Context, req *Request) (*Response, error)
+}
+
+// Decorate returns outer, a client wrapping inner, with inner's Tokenize
+// when inner has one: a decorator (rate limits, the response cache) keeps
+// what its backend can do.
+func Decorate(outer, inner Client) Client {
+	if t, ok := inner.(Tokenizer); ok {
+		return struct {
+			Client
+			Tokenizer
+		}{outer, t}
+	}
+	return outer
 }
 
 // Error classes, written to the output's error_class column.

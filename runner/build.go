@@ -80,8 +80,11 @@ type Built struct {
 	Source     sources.Reader
 	SourcePath string
 
-	// http is Client when it is the config's HTTP client.
+	// http is the config's HTTP client (nil for the simulator or an
+	// embedder's client); hosted are the decorators and the Batch API
+	// client around it.
 	http    *openai.HTTPClient
+	hosted  hosted
 	closers []func() error
 }
 
@@ -121,6 +124,12 @@ func (b *Built) buildAll(ctx context.Context) error {
 	// is read, instead of filling the output with error rows.
 	if err := b.preflight(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrEndpoint, err)
+	}
+	if err := b.openBatch(ctx); err != nil {
+		return err
+	}
+	if err := b.decorate(); err != nil {
+		return err
 	}
 	// A server that cannot do what generate.api needs fails here, at
 	// start-up, rather than in every rollout.
@@ -169,6 +178,7 @@ func (b *Built) openClient() error {
 			return err
 		}
 		b.Client, b.http = c, c
+		b.hosted.http = c
 		b.closers = append(b.closers, func() error { c.Close(); return nil })
 	}
 	return nil
@@ -181,7 +191,7 @@ func (b *Built) httpOptions() openai.HTTPOptions {
 	if b.cfg.Generate.APIKeyEnv != "" {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
 	}
-	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt}
+	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt, OnResponse: b.limiterHook()}
 }
 
 // httpEndpoints reports whether the client is the config's HTTP client

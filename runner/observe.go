@@ -11,7 +11,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/trajflow/trajflow/inference/openai"
 )
 
 // Snapshot is a run's progress at one moment: what the progress view and
@@ -40,6 +39,9 @@ type Snapshot struct {
 	Queues map[string]int
 	// Endpoints are the inference endpoints' loads (HTTP endpoints only).
 	Endpoints []EndpointLoad
+	// Hosted is the response cache's, the rate limiter's and the Batch
+	// API's figures.
+	Hosted HostedStats
 }
 
 // EndpointLoad is one inference endpoint as trajflow sees it, and as the
@@ -120,7 +122,8 @@ func (r *run) snapshot() Snapshot {
 	if g := r.graph; g != nil {
 		s.Queues = g.QueueDepths()
 	}
-	if c, ok := r.client.(*openai.HTTPClient); ok {
+	s.Hosted = r.hostedStats()
+	if c := r.httpClient(); c != nil {
 		for i, e := range c.Stats() {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
 				Endpoint: e.Endpoint, InFlight: e.InFlight, Requests: e.Requests,

@@ -81,7 +81,7 @@ var (
 
 // Describe implements prometheus.Collector for the snapshot's metrics.
 func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range snapshotDescs {
+	for _, d := range append(snapshotDescs, hostedDescs...) {
 		ch <- d
 	}
 }
@@ -116,6 +116,7 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descFiles, float64(s.FilesCommitted))
 	counter(descRows, float64(s.RowsCommitted))
+	collectHosted(ch, s.Hosted)
 	for _, e := range s.Endpoints {
 		gauge(descRequests, float64(e.InFlight), e.Endpoint)
 		if e.Server.OK {

@@ -153,8 +153,12 @@ func (r *run) progressLine() string {
 	el := time.Since(r.started)
 	resolved := s.ok.Load() + s.errored.Load() + s.cancelled.Load()
 	rate := float64(resolved) / el.Seconds()
-	return fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
+	line := fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
+	for _, p := range r.hostedStats().Parts() {
+		line += ", " + p
+	}
+	return line
 }
 
 // Summary is what a run did.
@@ -207,6 +211,9 @@ type Summary struct {
 	// did not stop early): a signal, a fatal error, the circuit breaker or
 	// run.max_error_rate.
 	Stop string
+	// Hosted is the response cache's, the rate limiter's and the Batch
+	// API's figures.
+	Hosted HostedStats
 }
 
 func (r *run) summary(err error) *Summary {
@@ -229,6 +236,7 @@ func (r *run) summary(err error) *Summary {
 	if cause := r.stopper.err(); cause != nil {
 		sum.Stop = cause.Error()
 	}
+	sum.Hosted = r.hostedStats()
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
 	}
@@ -294,6 +302,7 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	b.WriteString(s.hostedLines())
 	metrics := "none (nothing committed)"
 	if s.Metrics != "" {
 		metrics = s.Metrics

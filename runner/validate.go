@@ -201,6 +201,13 @@ func (v *validation) endpoints(ctx context.Context, b *Built) {
 	case !b.httpEndpoints():
 		fmt.Fprintln(v.out, "endpoints: sim:// (the built-in simulator)")
 	default:
+		if cfg.Generate.API == "batch" {
+			if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, b.httpOptions().APIKey); err != nil {
+				v.problem(err)
+				return
+			}
+			fmt.Fprintln(v.out, "endpoints: the Batch API answers (GET /v1/batches)")
+		}
 		fmt.Fprintf(v.out, "endpoints: %d ok (reachable, key accepted, model %q served)\n", len(cfg.Generate.Endpoints), cfg.Generate.Model)
 	}
 	if err := b.newGenerator(ctx); err != nil {

@@ -59,6 +59,10 @@ type HTTPOptions struct {
 	// is known: the endpoint, how long it took, its error (nil on
 	// success) and whether the client tries again (metrics).
 	OnAttempt func(endpoint string, took time.Duration, err *inference.Error, retrying bool)
+	// OnResponse, when set, sees the status and headers of every HTTP
+	// response a generation attempt got, before its body is read: the rate
+	// limiter reads x-ratelimit-* and Retry-After from them.
+	OnResponse func(endpoint string, status int, header http.Header)
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -114,7 +118,9 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	}
 	var path string
 	switch cfg.API {
-	case "", "chat", "tokens":
+	case "", "chat", "tokens", "batch":
+		// batch: the Batch API client sends batches; this client's chat
+		// requests serve trajflow validate's checks.
 		path = "/chat/completions"
 	case "completions":
 		path = "/completions"
@@ -520,6 +526,9 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 		return c.transportError(ctx, ep, err), 0
 	}
 	defer hresp.Body.Close()
+	if c.opts.OnResponse != nil {
+		c.opts.OnResponse(ep.name, hresp.StatusCode, hresp.Header)
+	}
 	buf := c.bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer c.bufPool.Put(buf)

@@ -22,8 +22,9 @@ const maxBody = 32 << 20
 
 // Handler serves the OpenAI-compatible API: POST /v1/chat/completions,
 // POST /v1/completions (a text prompt, or token ids as vLLM takes them),
-// vLLM's POST /tokenize and POST /detokenize, GET /v1/models and GET
-// /health.
+// vLLM's POST /tokenize and POST /detokenize, GET /v1/models, GET /health,
+// and the Batch API (files and batches, see batchapi.go). With
+// Options.RateLimit it enforces an account's rate limits as hosted APIs do.
 //
 // Like vLLM, responses carry prompt_token_ids (top level) and
 // choices[].token_ids when the request sets return_token_ids, per-token
@@ -37,6 +38,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.batchRoutes(mux)
 	return mux
 }
 
@@ -306,7 +308,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
-	f := s.drawFault()
+	if !s.limits.admit(w) {
+		return
+	}
+	s.answer(w, r, body, chat, true)
+}
+
+// answer writes the response to a request body; faults says whether
+// injected faults apply (not to the lines of a batch).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, chat, faults bool) {
+	f := fault{}
+	if faults {
+		f = s.drawFault()
+	}
 	switch f.kind {
 	case faultStatus:
 		if f.status == http.StatusTooManyRequests || f.status == http.StatusServiceUnavailable {
@@ -357,6 +371,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 		return // the client went away
 	}
+	s.limits.charge(len(in.promptIDs) + len(rep.ids))
 	model := req.wire.Model
 	if model == "" {
 		model = s.opts.Model

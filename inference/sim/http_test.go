@@ -364,7 +364,7 @@ func TestMain_(t *testing.T) {
 	var stderr bytes.Buffer
 	errc := make(chan error, 1)
 	go func() {
-		errc <- Main(ctx, []string{"--addr", "127.0.0.1:0", "--seed", "4", "--time-scale", "0", "--fail", "500=0"}, pw, &stderr)
+		errc <- Main(ctx, []string{"--addr", "127.0.0.1:0", "--seed", "4", "--time-scale", "0", "--fail", "500=0", "--rpm", "6000"}, pw, &stderr)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -379,12 +379,15 @@ func TestMain_(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v %v %s", resp, err, data)
 	}
+	if resp.Header.Get("x-ratelimit-limit-requests") != "6000" {
+		t.Fatalf("--rpm: headers %v", resp.Header)
+	}
 	cancel()
 	go io.Copy(io.Discard, pr)
 	if err := <-errc; err != nil {
 		t.Fatalf("Main: %v", err)
 	}
-	for _, args := range [][]string{{"--preset", "nope"}, {"--fail", "429=7"}, {"--capacity", "0"}, {"extra"}, {"--keep", "2"}} {
+	for _, args := range [][]string{{"--preset", "nope"}, {"--fail", "429=7"}, {"--capacity", "0"}, {"extra"}, {"--keep", "2"}, {"--rpm", "-1"}, {"--rate-window", "0s"}, {"--batch-delay", "-1s"}} {
 		if err := Main(context.Background(), append([]string{"--addr", "127.0.0.1:0"}, args...), io.Discard, io.Discard); err == nil {
 			t.Errorf("Main %v: no error", args)
 		}

@@ -46,6 +46,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	trunc := fs.Float64("truncate", 0, "probability of a truncated body")
 	retryAfter := fs.Duration("retry-after", time.Second, "Retry-After of 429 and 503 faults")
 	fs.Int64Var(&o.Faults.Seed, "fault-seed", 0, "seed of the fault draws (0: --seed)")
+	fs.IntVar(&o.RateLimit.RequestsPerMinute, "rpm", 0, "enforce a requests-per-minute limit: 429 past it, x-ratelimit-* headers on every response (0: none)")
+	fs.IntVar(&o.RateLimit.TokensPerMinute, "tpm", 0, "enforce a tokens-per-minute limit (prompt and completion tokens; 0: none)")
+	fs.DurationVar(&o.RateLimit.Window, "rate-window", time.Minute, "how much of a minute's limit the rate buckets hold (bursts past it fail)")
+	fs.DurationVar(&o.BatchDelay, "batch-delay", 0, "how long a Batch API batch stays in_progress before it is answered")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +72,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("sim-server: --max-model-len must be >= 0, got %d", o.MaxModelLen)
 	case o.MinTurns < 0 || o.MaxTurns < 0 || (o.MaxTurns > 0 && o.MinTurns > o.MaxTurns):
 		return fmt.Errorf("sim-server: want 0 <= --min-turns <= --max-turns, got %d and %d", o.MinTurns, o.MaxTurns)
+	case o.RateLimit.RequestsPerMinute < 0 || o.RateLimit.TokensPerMinute < 0 || o.RateLimit.Window <= 0:
+		return errors.New("sim-server: --rpm and --tpm must be >= 0 and --rate-window > 0")
+	case o.BatchDelay < 0:
+		return errors.New("sim-server: --batch-delay must be >= 0")
 	case *a < 0 || *c < 0 || *p < 0:
 		return errors.New("sim-server: --a, --c and --p must be >= 0")
 	}

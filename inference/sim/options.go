@@ -70,6 +70,13 @@ type Options struct {
 	Model string
 	// Faults inject errors.
 	Faults Faults
+	// RateLimit, when a limit is set, makes the HTTP server enforce an
+	// account's rate limits as hosted APIs do: 429 with Retry-After past
+	// them, and x-ratelimit-* headers on every response.
+	RateLimit RateLimit
+	// BatchDelay is how long a Batch API batch stays in_progress before
+	// its lines are answered (0: at once).
+	BatchDelay time.Duration
 }
 
 // LengthModel is the response-length distribution:

@@ -29,6 +29,9 @@ type Server struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 
+	limits  *limits   // nil: no rate limits
+	batches *batchAPI // the Batch API's files and batches
+
 	noSeed  atomic.Uint64
 	faultN  atomic.Uint64
 	instant struct {
@@ -51,6 +54,8 @@ func New(opts Options) *Server {
 		wake:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
 	}
+	s.limits = newLimits(o.RateLimit)
+	s.batches = newBatchAPI()
 	sc := o.TimeScale
 	s.model = newModel(o.A.Seconds()*sc, o.C.Seconds()*sc, o.P.Seconds()*sc, o.Capacity)
 	if sc > 0 {

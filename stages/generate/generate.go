@@ -389,6 +389,7 @@ func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
 		Params:   g.requestParams(r),
 		Tools:    r.Tools,
 		Affinity: r.GroupID,
+		Sample:   r.TrajID,
 	}
 }
 

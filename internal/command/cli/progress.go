@@ -127,7 +127,17 @@ func ratesLine(s runner.Snapshot) string {
 	if len(s.ErrorClasses) > 0 {
 		errs += " (" + counts(s.ErrorClasses) + ")"
 	}
-	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted)
+	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted) + hostedText(s.Hosted)
+}
+
+// hostedText is the rate limiter's, the response cache's and the Batch
+// API's part of the progress line ("" when the run uses none).
+func hostedText(h runner.HostedStats) string {
+	var b strings.Builder
+	for _, p := range h.Parts() {
+		b.WriteString("   " + p)
+	}
+	return b.String()
 }
 
 func endpointLine(s runner.Snapshot, i int) string {

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/trajflow/trajflow/runner"
 )
@@ -26,5 +28,24 @@ func TestViewLines(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("got  %q\nwant %q", tt.got, tt.want)
 		}
+	}
+}
+
+func TestHostedText(t *testing.T) {
+	for _, tt := range []struct {
+		h    runner.HostedStats
+		want string
+	}{
+		{runner.HostedStats{}, ""},
+		{runner.HostedStats{RateLimitWaiting: 3, RateLimitWait: 90 * time.Second, CacheHits: 5, CacheMisses: 2},
+			"   rate limit: 3 waiting, waited 1m30s   cache 5 hits, 2 misses"},
+		{runner.HostedStats{Batches: 2, BatchesRecovered: 1, BatchPending: 40}, "   batches 2 submitted, 1 collected from earlier runs, 40 requests waiting"},
+	} {
+		if got := hostedText(tt.h); got != tt.want {
+			t.Errorf("got  %q\nwant %q", got, tt.want)
+		}
+	}
+	if line := ratesLine(runner.Snapshot{Hosted: runner.HostedStats{CacheHits: 1}}); !strings.HasSuffix(line, "cache 1 hits, 0 misses") {
+		t.Errorf("rates line %q lacks the cache", line)
 	}
 }

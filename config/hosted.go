@@ -1,0 +1,59 @@
+package config
+
+import (
+	"strings"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/storage"
+)
+
+// validateHosted checks the keys of hosted-API generation: rate limits,
+// the response cache and the Batch API.
+func (c *Config) validateHosted(p *pipeline.Problems) {
+	g := &c.Generate
+	p.Section("generate.rate_limit", g.RateLimit.Validate())
+	p.Section("generate.batch", g.Batch.Validate())
+	switch {
+	case storage.IsURL(g.Cache):
+		p.Add("generate.cache", "%q: a local directory only for now (object storage is not supported for the response cache)", g.Cache)
+	case g.Cache == "" && g.CacheMaxBytes != 0:
+		p.Add("generate.cache_max_bytes", "has no effect without generate.cache")
+	}
+	if g.CacheMaxBytes < 0 {
+		p.Add("generate.cache_max_bytes", "must be >= 0 (0: no bound), got %d", g.CacheMaxBytes)
+	}
+	if g.API != "batch" {
+		return
+	}
+	for i, e := range g.Endpoints {
+		if strings.HasPrefix(e, inference.SimScheme) {
+			p.Add("generate.endpoints", "generate.api: batch needs an HTTP server with the Batch API (endpoints[%d] is %s): run `trajflow sim-server` and name its URL for an offline one", i, e)
+			break
+		}
+	}
+	if storage.IsURL(c.Output.Dir) {
+		p.Add("output.dir", "generate.api: batch records its batches in the output directory (batches.jsonl) so that a restart collects them instead of submitting again; an s3:// output.dir is staged in a temporary directory that a restart does not find: use a local output.dir")
+	}
+	if g.RateLimit.Enabled() {
+		p.Add("generate.rate_limit", "applies to requests sent one by one; generate.api: batch sends batches, which the provider queues under its own batch limits")
+	}
+	if st, ok := g.Params["stream"].(bool); ok && st {
+		p.Add("generate.params.stream", "the Batch API answers whole responses; remove the key")
+	}
+	if c.Prompt.MaxTokens > 0 {
+		p.Add("prompt.max_tokens", "counts the prompt with POST /tokenize, which generate.api: batch does not use")
+	}
+	const why = "generate.api: batch is single-turn: a batch takes minutes to hours, and each further turn would wait for a batch of its own; set env.max_turns: 1 (or use generate.api: chat for multi-turn)"
+	if len(c.Env.Routes) == 0 {
+		if c.Env.MaxTurns != 1 {
+			p.Add("env.max_turns", "%s", why)
+		}
+		return
+	}
+	for name, r := range c.Env.Routes {
+		if r != nil && r.MaxTurns != 1 {
+			p.Add("env.routes."+name+".max_turns", "%s", why)
+		}
+	}
+}

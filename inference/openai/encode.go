@@ -1,0 +1,16 @@
+package openai
+
+import "github.com/trajflow/trajflow/inference"
+
+// EncodeRequest is the JSON body the client sends for req under
+// generate.api (chat, completions or tokens): the bytes the response cache
+// and the Batch API's custom_id hash.
+func EncodeRequest(api string, req *inference.Request) ([]byte, error) {
+	return encodeRequest(api, req)
+}
+
+// DecodeResponse parses an OpenAI chat or completions response body (as a
+// Batch API output line's response.body carries it).
+func DecodeResponse(body []byte) (*inference.Response, error) {
+	return decodeResponse(body)
+}

@@ -29,7 +29,7 @@ func (r *run) provisionInterop() error {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
 		r.interop = append(r.interop, namedSink{"output.jsonl", f})
-		r.closers = append(r.closers, f.Abort)
+		r.closeChecked(f.Abort)
 	}
 	if cfg.Output.ArrowStream != "" {
 		w, err := arrowipc.Create(cfg.Output.ArrowStream, schema.Schema(), r.opts.Alloc)
@@ -37,7 +37,7 @@ func (r *run) provisionInterop() error {
 			return fmt.Errorf("output.arrow_stream: %w", err)
 		}
 		r.interop = append(r.interop, namedSink{"output.arrow_stream", w})
-		r.closers = append(r.closers, w.Abort)
+		r.closeChecked(w.Abort)
 	}
 	return nil
 }

@@ -6,4 +6,4 @@ package runner
 const LockFile = ".trajflow.lock"
 
 // lockDir is a no-op where flock is not available.
-func lockDir(dir string) (func(), error) { return func() {}, nil }
+func lockDir(dir string) (func() error, error) { return func() error { return nil }, nil }

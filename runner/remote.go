@@ -87,10 +87,13 @@ func (r *run) provisionRemote(ctx context.Context) error {
 		return storeError("output.dir", where, err)
 	}
 	r.remote.url, r.remote.lock = &u, lock
-	r.closers = append(r.closers, func() {
+	r.closeChecked(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		lock.Release(ctx)
+		if err := lock.Release(ctx); err != nil {
+			return fmt.Errorf("output.dir %s: release the lock: %w", where, err)
+		}
+		return nil
 	})
 	if err := s.AbortIncomplete(ctx, u.Bucket, u.Prefix()); err != nil {
 		return storeError("output.dir", where, err)

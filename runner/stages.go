@@ -286,8 +286,7 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 				// Before the record: a commit the record triggers
 				// takes its step rows along.
 				if err := r.steps.WriteGroups(b.groups); err != nil {
-					w.Abort()
-					return err
+					return errors.Join(err, w.Abort())
 				}
 			}
 		}

@@ -149,8 +149,7 @@ func (w *StepWriter) flushCopied() error {
 	w.copied = w.copied[:0]
 	if err != nil {
 		tmp := w.tmp
-		w.Abort()
-		return fmt.Errorf("parquet: write %s: %w", tmp, err)
+		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	return nil
 }

@@ -103,7 +103,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 		return fmt.Errorf("output.dir: staging directory: %w", err)
 	}
 	r.remote.staging = staging
-	r.closers = append(r.closers, func() { os.RemoveAll(staging) })
+	r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
 	out := filepath.Join(staging, "output")
 	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
@@ -184,7 +184,7 @@ func (r *run) localSource(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("source.path: staging directory: %w", err)
 		}
 		r.remote.staging = staging
-		r.closers = append(r.closers, func() { os.RemoveAll(staging) })
+		r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
 	}
 	dir := filepath.Join(r.remote.staging, "source")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

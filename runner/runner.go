@@ -411,7 +411,7 @@ func (r *run) provision(ctx context.Context) error {
 		}
 		r.envs[rs.Route] = env
 		if c, ok := env.(io.Closer); ok {
-			r.closers = append(r.closers, func() { c.Close() })
+			r.closers = append(r.closers, func() { _ = c.Close() }) // best effort: the environment's shutdown does not touch the output
 		}
 	}
 	if r.prom != nil {
@@ -433,7 +433,7 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.source = src
-	r.closers = append(r.closers, func() { src.Close() })
+	r.closers = append(r.closers, func() { _ = src.Close() }) // best effort: read only
 
 	r.writers = map[string]*parquet.Writer{}
 	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))

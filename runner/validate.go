@@ -303,7 +303,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 		v.problem(err)
 		return
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }() // best effort: read only
 	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
 	rows := 0
 	for rows < v.opts.Rows {

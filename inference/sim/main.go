@@ -104,6 +104,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	s.Close() // fail requests still in flight so Shutdown need not wait for them
 	_ = srv.Shutdown(sctx)
-	<-errc
+	_ = <-errc // best effort: Serve's error after Shutdown is http.ErrServerClosed
 	return nil
 }

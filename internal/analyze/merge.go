@@ -190,7 +190,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	if err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}
-	defer os.RemoveAll(tmp) // nothing is left there once renamed
+	defer func() { _ = os.RemoveAll(tmp) }() // best effort: nothing is left there once renamed
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}

@@ -44,16 +44,16 @@ func OpenSteps(path string) (*StepReader, error) {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("parquet: %w", err)
 	}
 	pf, err := pq.OpenFile(f, st.Size())
 	if err != nil {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("parquet: %s: %w", path, err)
 	}
 	if v, _ := pf.Lookup(schema.StepsMetadataKey); v != schema.StepsVersion {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		if v == "" {
 			v = "none"
 		}
@@ -116,7 +116,7 @@ func (r *StepReader) CopyTo(w *StepWriter) error {
 // Close closes the file.
 func (r *StepReader) Close() error {
 	if err := r.r.Close(); err != nil {
-		r.f.Close()
+		_ = r.f.Close() // best effort: read only
 		return fmt.Errorf("parquet: %s: %w", r.path, err)
 	}
 	return r.f.Close()

@@ -104,6 +104,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	s.Close() // fail requests still in flight so Shutdown need not wait for them
 	_ = srv.Shutdown(sctx)
-	_ = <-errc // best effort: Serve's error after Shutdown is http.ErrServerClosed
+	// After Shutdown, Serve returns http.ErrServerClosed.
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("sim-server: %w", err)
+	}
 	return nil
 }

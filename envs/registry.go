@@ -115,7 +115,7 @@ func Validate(name string, opts Options) error {
 	}
 	env, err := e.New(opts)
 	if c, ok := env.(io.Closer); ok {
-		c.Close()
+		_ = c.Close() // best effort: the environment's shutdown does not touch the output
 	}
 	return err
 }

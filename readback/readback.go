@@ -51,7 +51,7 @@ func read(path string, alloc memory.Allocator) ([]*pipeline.Rollout, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	var out []*pipeline.Rollout
 	err = f.Records(context.Background(), nil, func(rec arrow.Record) error {
 		rs, err := schema.Rollouts(rec)
@@ -95,7 +95,7 @@ func StepsFile(path string) ([]schema.StepRow, error) {
 		return nil, err
 	}
 	if v := f.Metadata()[schema.StepsMetadataKey]; v != schema.StepsVersion {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("%s: steps schema version %q, want %s", path, v, schema.StepsVersion)
 	}
 	var out []schema.StepRow
@@ -107,7 +107,7 @@ func StepsFile(path string) ([]schema.StepRow, error) {
 		out = append(out, rows...)
 		return nil
 	})
-	f.Close()
+	_ = f.Close() // best effort: read only
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -145,8 +146,7 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 		}
 		if c.steps != nil {
 			if err := c.steps.WriteGroups(groups); err != nil {
-				w.Abort()
-				return err
+				return errors.Join(err, w.Abort())
 			}
 		}
 	}
@@ -188,19 +188,22 @@ func (c *committer) close(ctx context.Context) error {
 }
 
 // abort drops what is not committed: the open files of the writers (in
-// reverse order), the steps file, the interop sinks' staged output.
-func (c *committer) abort() {
+// reverse order), the steps file, the interop sinks' staged output. It
+// returns every error met: a file it could not remove is left behind.
+func (c *committer) abort() error {
+	var errs []error
 	for i := len(c.opened) - 1; i >= 0; i-- {
-		c.opened[i].Abort()
+		errs = append(errs, c.opened[i].Abort())
 	}
 	if c.steps != nil {
-		c.steps.Abort()
+		errs = append(errs, c.steps.Abort())
 	}
 	for i := len(c.interop) - 1; i >= 0; i-- {
 		if a, ok := c.interop[i].sink.(sinks.Aborter); ok {
-			a.Abort()
+			errs = append(errs, a.Abort())
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // push uploads what was committed since the last upload, and counts the

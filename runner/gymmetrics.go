@@ -78,7 +78,7 @@ func writeAggregateMetrics(path string, m *metrics.Metrics) error {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name()) // best effort: a temporary file, not output
 		return fmt.Errorf("metrics: %s: %w", path, err)
 	}
 	return nil

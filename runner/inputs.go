@@ -59,7 +59,7 @@ func openInputs(path string) (*inputsWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", InputsFile, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	br := bufio.NewReader(f)
 	var good int64 // bytes up to the end of the last whole line
 	for {

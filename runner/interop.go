@@ -24,7 +24,7 @@ func (r *run) provisionInterop() error {
 	cfg := r.cfg
 	// What is not committed is dropped at the end: the open files of the
 	// writers and the interop sinks.
-	r.closers = append(r.closers, r.commit.abort)
+	r.closeChecked(r.commit.abort)
 	if cfg.Output.JSONL {
 		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
 		if err != nil {

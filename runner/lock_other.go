@@ -8,4 +8,4 @@ import "github.com/trajflow/trajflow/schema"
 const LockFile = schema.LockFile
 
 // lockDir is a no-op where flock is not available.
-func lockDir(dir string) (func(), error) { return func() {}, nil }
+func lockDir(dir string) (func() error, error) { return func() error { return nil }, nil }

@@ -211,7 +211,7 @@ func (s *scraper) fetch(ctx context.Context, u string) (load ServerLoad, served 
 	if err != nil {
 		return load, true
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 	if resp.StatusCode != http.StatusOK {
 		return load, false
 	}

@@ -77,10 +77,13 @@ func (r *run) provisionRemote(ctx context.Context) error {
 		return storeError("output.dir", where, err)
 	}
 	r.remote.url, r.remote.lock = &u, lock
-	r.closers = append(r.closers, func() {
+	r.closeChecked(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		lock.Release(ctx)
+		if err := lock.Release(ctx); err != nil {
+			return fmt.Errorf("output.dir %s: release the lock: %w", where, err)
+		}
+		return nil
 	})
 	if err := s.AbortIncomplete(ctx, u.Bucket, u.Prefix()); err != nil {
 		return storeError("output.dir", where, err)
@@ -90,7 +93,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 		return fmt.Errorf("output.dir: staging directory: %w", err)
 	}
 	r.remote.staging = staging
-	r.closers = append(r.closers, func() { os.RemoveAll(staging) })
+	r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
 	out := filepath.Join(staging, "output")
 	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Last: schema.DataDir, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
@@ -145,7 +148,7 @@ func (r *run) localSource(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("source.path: staging directory: %w", err)
 		}
 		r.remote.staging = staging
-		r.closers = append(r.closers, func() { os.RemoveAll(staging) })
+		r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
 	}
 	dir := filepath.Join(r.remote.staging, "source")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -65,7 +65,7 @@ func secretKey(dir string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // best effort: a temporary file, not output
 	_, err = tmp.WriteString(hex.EncodeToString(key) + "\n")
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
@@ -177,7 +177,7 @@ func checkVersion(path string) error {
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	return fileVersion(f, path)
 }
 
@@ -203,7 +203,7 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	if err := fileVersion(f, path); err != nil {
 		return err
 	}

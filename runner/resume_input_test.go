@@ -66,12 +66,12 @@ func TestResumeKnowsItsInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(a, append(orig, []byte(`{"question": "2+2", "expected_answer": "4"}`+"\n")...), 0o644)
-	sum, err := run(t, quickstart(t, append(sets2, "source.limit=30")...), runner.Options{})
+	_, err = run(t, quickstart(t, append(sets2, "source.limit=30")...), runner.Options{})
 	if err == nil || !strings.Contains(err.Error(), "source.limit") {
 		// source.limit is semantic: the refusal names it, not the input.
 		t.Fatalf("limit change: %v", err)
 	}
-	if sum, err = run(t, quickstart(t, sets2...), runner.Options{}); err != nil || sum.Resumed == 0 {
+	if sum, err := run(t, quickstart(t, sets2...), runner.Options{}); err != nil || sum.Resumed == 0 {
 		t.Fatalf("same input resumed: %+v, %v", sum, err)
 	}
 }

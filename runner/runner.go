@@ -94,7 +94,7 @@ const (
 // finished group is committed and metrics.json written, and Run returns an
 // error wrapping ErrInterrupted. A fatal error (a bad input row or page,
 // the circuit breaker, run.max_error_rate) stops the run the same way.
-func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error) {
+func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err error) {
 	// The run keys its fingerprint to its output directory (UseSecretKey):
 	// it works on its own copy, so the caller's config is never changed and
 	// may serve several runs at once.
@@ -128,7 +128,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	opts.Stderr = red.Writer(opts.Stderr)
 	r := &run{cfg: cfg, root: root, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red, stopper: newStopper(ctx)}
 	defer r.stopper.release()
-	defer r.cleanup()
+	defer func() {
+		// What the closers failed to flush, close or release is an error
+		// of the run's too.
+		r.cleanup()
+		err = errors.Join(err, r.closeErr)
+	}()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
@@ -242,6 +247,8 @@ type run struct {
 	// built are the run's components (Build): client, generator,
 	// environments, template, source, expander.
 	built *Built
+	// closeErr joins the errors of the closers added by closeChecked.
+	closeErr error
 	// envs are the run's environments by route (one without routes).
 	envs    map[string]envs.Env
 	rejects *lines.Writer
@@ -289,7 +296,7 @@ func (r *run) provision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.closers = append(r.closers, unlock)
+	r.closeChecked(unlock)
 	// What a crashed run left half-written goes before anything is read.
 	for _, dest := range outputDirs {
 		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
@@ -308,11 +315,11 @@ func (r *run) provision(ctx context.Context) error {
 		r.commit.images = images.New(dir)
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
-	r.closers = append(r.closers, func() { r.rejects.Close() })
+	r.closeChecked(r.rejects.Close)
 	if r.inputs, err = openInputs(filepath.Join(cfg.Output.Dir, InputsFile)); err != nil {
 		return err
 	}
-	r.closers = append(r.closers, func() { r.inputs.Close() })
+	r.closeChecked(r.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
 		r.prom = newPromMetrics(r.snapshot)
 		stop, err := r.prom.serve(ctx, cfg.Run.MetricsAddr)
@@ -344,7 +351,7 @@ func (r *run) provision(ctx context.Context) error {
 	}
 
 	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
-	r.closers = append(r.closers, func() { r.failures.Close() })
+	r.closeChecked(r.failures.Close)
 	return r.provisionInterop()
 }
 

@@ -118,7 +118,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	r.closers = append(r.closers, func() { os.RemoveAll(local) })
+	r.closers = append(r.closers, func() { _ = os.RemoveAll(local) }) // best effort: a temporary directory, not output
 	names := []string{SecretKeyFile, ManifestFile}
 	for attempt := 0; attempt < 4; attempt++ {
 		pulled := map[string]bool{}

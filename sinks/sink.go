@@ -20,6 +20,8 @@ type Sink interface {
 
 // Aborter is a Sink that can be dropped without committing: Abort removes
 // what was not committed yet and frees the sink. It is safe after Close.
+// Its error says what could not be closed or removed (a staged file left
+// behind); the sink is freed all the same.
 type Aborter interface {
-	Abort()
+	Abort() error
 }

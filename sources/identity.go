@@ -93,7 +93,7 @@ func Verify(path string, id Identity) error {
 	if err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	h := sha256.New()
 	n, err := io.Copy(h, io.LimitReader(f, id.Bytes))
 	if err != nil {

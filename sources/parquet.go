@@ -21,7 +21,7 @@ type parquetReader struct {
 	base
 	f      *os.File
 	pf     *parquet.File
-	rows   *parquet.Reader
+	rows   parquet.Rows // the file's row groups, one after the other
 	schema *parquet.Schema
 	tree   *pnode
 	cols   [][]parquet.Value // per leaf column, the current row's values
@@ -51,7 +51,9 @@ func openParquet(f *os.File, size int64, b base) (r *parquetReader, err error) {
 	var ncols int
 	r.tree, ncols = buildSchemaTree(r.schema)
 	r.cols = make([][]parquet.Value, ncols)
-	r.rows = parquet.NewReader(pf)
+	// The row groups' own readers, in file order: they read a page of
+	// each column at a time, never the whole file.
+	r.rows = parquet.MultiRowGroup(pf.RowGroups()...).Rows()
 	// Under task_index: dedup the rows before the offset are read too:
 	// they number the tasks.
 	if b.win.offset > 0 && b.seen == nil {

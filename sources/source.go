@@ -96,11 +96,11 @@ func Open(cfg Config, opts Options) (Reader, error) {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("source: %w", err)
 	}
 	if st.IsDir() {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("source: %s is a directory, want a file", cfg.Path)
 	}
 	b := base{path: cfg.Path, size: st.Size(), win: win, opts: opts, skipBad: skipBad}
@@ -112,27 +112,27 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		b.seen = map[[sha256.Size]byte]int64{}
 		b.rawDedup = true
 	default:
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("source.task_index: %q is not one of line, dedup, dedup_lines", cfg.TaskIndex)
 	}
 	switch format {
 	case FormatParquet:
 		n, sum, err := hashFile(f)
 		if err != nil {
-			f.Close()
+			_ = f.Close() // best effort: read only
 			return nil, fmt.Errorf("source: %s: %w", cfg.Path, err)
 		}
 		b.fullHash = &Identity{Path: cfg.Path, Size: st.Size(), Bytes: n, SHA256: sum}
 		r, err := openParquet(f, st.Size(), b)
 		if err != nil {
-			f.Close()
+			_ = f.Close() // best effort: read only
 			return nil, err
 		}
 		return r, nil
 	default:
 		r, err := openJSONL(f, b)
 		if err != nil {
-			f.Close()
+			_ = f.Close() // best effort: read only
 			return nil, err
 		}
 		return r, nil

@@ -115,7 +115,7 @@ func (l *Lock) read(ctx context.Context) (lockInfo, string, error) {
 	if err != nil {
 		return info, "", err
 	}
-	defer o.Close()
+	defer func() { _ = o.Close() }() // best effort: read only
 	st, err := o.Stat()
 	if err != nil {
 		return info, "", err

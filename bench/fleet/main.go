@@ -150,7 +150,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // best effort: a temporary directory, not output
 
 	capacity := (*inflight + *nEndpoints - 1) / *nEndpoints
 	b := harness.Bench{Seed: 7, RepeatSeed: 1000, TimeScale: *scale, Capacity: capacity, Concurrency: *inflight, EnvConcurrency: *inflight}

@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "memory:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // best effort: a temporary directory, not output
 
 	srv, err := harness.StartSim(sim.Options{Seed: 7, Preset: "short", Keep: -1})
 	if err != nil {

@@ -35,12 +35,12 @@ func traceChild(ctx context.Context, dir, tag string, every time.Duration, gctra
 	if err != nil {
 		return harness.ChildRun{}, err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // best effort: a benchmark's trace
 	csv, err := os.Create(filepath.Join(dir, "rss-"+tag+".csv"))
 	if err != nil {
 		return harness.ChildRun{}, err
 	}
-	defer csv.Close()
+	defer func() { _ = csv.Close() }() // best effort: a benchmark's trace
 	var stdout strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, logf
 	start := time.Now()
@@ -52,7 +52,7 @@ func traceChild(ctx context.Context, dir, tag string, every time.Duration, gctra
 	go func() {
 		defer close(sampled)
 		w := bufio.NewWriter(csv)
-		defer w.Flush()
+		defer func() { _ = w.Flush() }() // best effort: a benchmark's trace
 		fmt.Fprintln(w, "t_s,rss_mib")
 		status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 		t := time.NewTicker(every)

@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "overhead:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // best effort: a temporary directory, not output
 	if *profile == "" {
 		*profile = filepath.Join(dir, "cpu.pprof")
 	}
@@ -198,7 +198,7 @@ func pipeline(ctx context.Context, cfg *config.Config, profile string) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	start, cpu0 := time.Now(), harness.CPUTime()
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return Result{}, err
@@ -260,7 +260,7 @@ func rawLoop(ctx context.Context, base string, reqs []*inference.Request, conc i
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 			return err
 		}

@@ -147,7 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "schedule:", err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // best effort: a temporary directory, not output
 		o.workdir = dir
 	}
 	rows, err := runSuites(ctx, o, stderr)

@@ -56,7 +56,7 @@ func soak(tasks, n int, every, commit time.Duration, dir string) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }() // best effort: a temporary directory, not output
 		dir = d
 	}
 	taskFile := filepath.Join(dir, "tasks.jsonl")
@@ -133,7 +133,7 @@ func rssMiB() float64 {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {

@@ -293,7 +293,7 @@ func (e *Env) once(ctx context.Context, u string, payload []byte, cookies map[st
 		}
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading body: %w", err)

@@ -215,10 +215,12 @@ func argumentsError(args string) string {
 	if err == nil {
 		return ""
 	}
+	msg := err.Error()
 	if args == "" {
-		err = fmt.Errorf("Expecting value: line 1 column 1 (char 0)")
+		// Python's json.loads words it so.
+		msg = "Expecting value: line 1 column 1 (char 0)"
 	}
-	return toolError(fmt.Sprintf("Invalid tool call arguments: JSONDecodeError('%s')", err.Error()))
+	return toolError(fmt.Sprintf("Invalid tool call arguments: JSONDecodeError('%s')", msg))
 }
 
 // toolError is a tool output {"error": msg}, spaced as Python's json.dumps.

@@ -21,7 +21,7 @@ func (l *lockedWriter) writeLine(prefix string, line []byte) {
 	buf = append(buf, prefix...)
 	buf = append(buf, line...)
 	buf = append(buf, '\n')
-	l.w.Write(buf) // best effort: a failing stderr must not fail the env
+	_, _ = l.w.Write(buf) // best effort: a failing stderr must not fail the env
 }
 
 // prefixWriter splits a worker's stderr into lines and writes each with the

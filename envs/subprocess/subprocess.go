@@ -174,7 +174,7 @@ func New(c Config) (*Env, error) {
 		s := &slot{id: i}
 		p, err := e.start(s.id)
 		if err != nil {
-			e.Close()
+			_ = e.Close() // best effort: the environment's shutdown does not touch the output
 			return nil, err
 		}
 		s.p = p
@@ -345,8 +345,8 @@ func startProc(id int, c Config, stderr *lockedWriter) (*proc, error) {
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		inR.Close()
-		inW.Close()
+		_ = inR.Close() // best effort: the error above is returned
+		_ = inW.Close() // best effort: the error above is returned
 		return nil, err
 	}
 	errw := &prefixWriter{prefix: fmt.Sprintf("[env worker %d] ", id), w: stderr}
@@ -355,11 +355,11 @@ func startProc(id int, c Config, stderr *lockedWriter) (*proc, error) {
 	cmd.Stderr = errw
 	cmd.WaitDelay = time.Second
 	err = cmd.Start()
-	inR.Close()
-	outW.Close()
+	_ = inR.Close()  // best effort: the child's ends, held by the child now
+	_ = outW.Close() // best effort: the child's ends, held by the child now
 	if err != nil {
-		inW.Close()
-		outR.Close()
+		_ = inW.Close()  // best effort: the error above is returned
+		_ = outR.Close() // best effort: the error above is returned
 		return nil, err
 	}
 	return &proc{id: id, cmd: cmd, stdin: inW, stdout: outR, out: bufio.NewReaderSize(outR, 64<<10), errw: errw}, nil
@@ -372,11 +372,11 @@ func (p *proc) isDead() bool { return p.dead.Load() }
 // process can no longer be trusted.
 func (p *proc) roundTrip(ctx context.Context, line []byte, id int64, timeout time.Duration) (*wire.Response, error) {
 	deadline := time.Now().Add(timeout)
-	p.stdin.SetWriteDeadline(deadline)
-	p.stdout.SetReadDeadline(deadline)
+	_ = p.stdin.SetWriteDeadline(deadline) // best effort: a pipe without deadlines fails the exchange itself
+	_ = p.stdout.SetReadDeadline(deadline) // best effort: a pipe without deadlines fails the exchange itself
 	stop := context.AfterFunc(ctx, func() {
-		p.stdin.SetWriteDeadline(time.Unix(1, 0))
-		p.stdout.SetReadDeadline(time.Unix(1, 0))
+		_ = p.stdin.SetWriteDeadline(time.Unix(1, 0)) // best effort: a pipe without deadlines fails the exchange itself
+		_ = p.stdout.SetReadDeadline(time.Unix(1, 0)) // best effort: a pipe without deadlines fails the exchange itself
 	})
 	defer stop()
 	fail := func(what string, err error) error {
@@ -486,17 +486,17 @@ func (p *proc) wait() {
 func (p *proc) kill() {
 	p.killOnce.Do(func() {
 		p.dead.Store(true)
-		p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill() // best effort: the worker may have exited
 		p.wait()
-		p.stdin.Close()
-		p.stdout.Close()
+		_ = p.stdin.Close()  // best effort: the environment's shutdown does not touch the output
+		_ = p.stdout.Close() // best effort: the environment's shutdown does not touch the output
 	})
 }
 
 // shutdown closes stdin (a well-behaved process exits at end of input),
 // waits up to grace, then kills.
 func (p *proc) shutdown(grace time.Duration) {
-	p.stdin.Close()
+	_ = p.stdin.Close() // best effort: the environment's shutdown does not touch the output
 	done := make(chan struct{})
 	go func() { p.wait(); close(done) }()
 	select {

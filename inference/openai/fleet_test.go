@@ -122,11 +122,9 @@ func TestAffinity(t *testing.T) {
 
 func TestAffinityYieldsToLoad(t *testing.T) {
 	g := newGate()
-	var srvs []*server
 	var urls []string
 	for i := 0; i < 3; i++ {
 		s := newServer(t, g.handle)
-		srvs = append(srvs, s)
 		urls = append(urls, s.URL)
 	}
 	c := newClient(t, testConfig(urls...), HTTPOptions{AffinitySlack: 2})

@@ -525,7 +525,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	if err != nil {
 		return c.transportError(ctx, ep, err), 0
 	}
-	defer hresp.Body.Close()
+	defer func() { _ = hresp.Body.Close() }() // best effort: a response body, read
 	if c.opts.OnResponse != nil {
 		c.opts.OnResponse(ep.name, hresp.StatusCode, hresp.Header)
 	}
@@ -660,8 +660,8 @@ func (c *HTTPClient) get(ctx context.Context, u string) bool {
 	if err != nil {
 		return false
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // best effort: a response body, read
+	_ = resp.Body.Close()                                        // best effort: a response body, read
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }
 

@@ -93,7 +93,7 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 		}
 		return fmt.Errorf("%s: unreachable: %v", name, stripURL(err))
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	msg := serverMessage(body)
 	if key != "" {

@@ -112,6 +112,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	s.Close() // fail requests still in flight so Shutdown need not wait for them
 	_ = srv.Shutdown(sctx)
-	<-errc
+	// After Shutdown, Serve returns http.ErrServerClosed.
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("sim-server: %w", err)
+	}
 	return nil
 }

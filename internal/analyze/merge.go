@@ -190,7 +190,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	if err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}
-	defer os.RemoveAll(tmp) // nothing is left there once renamed
+	defer func() { _ = os.RemoveAll(tmp) }() // best effort: nothing is left there once renamed
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}
@@ -406,7 +406,7 @@ func copyRows(ctx context.Context, files, steps []string, outDir string, opts *M
 		if sc, err = newStepCopier(filepath.Join(outDir, schema.StepsDir), opts.Compression, res.Metadata); err != nil {
 			return fmt.Errorf("analyze: merge: %w", err)
 		}
-		defer sc.close()
+		defer func() { err = errors.Join(err, sc.close()) }()
 	}
 	wopts := pqsink.Options{
 		FileRows:     math.MaxInt, // cuts are made here, between groups
@@ -433,7 +433,7 @@ func copyRows(ctx context.Context, files, steps []string, outDir string, opts *M
 			return
 		}
 		if w != nil {
-			w.Abort()
+			err = errors.Join(err, w.Abort())
 		}
 		for _, p := range res.Files {
 			_ = os.Remove(p)

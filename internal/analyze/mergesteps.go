@@ -192,11 +192,12 @@ func (c *stepCopier) finish(file int) error {
 	return err
 }
 
-// close drops what is not committed.
-func (c *stepCopier) close() {
-	c.w.Abort()
+// close drops what is not committed and returns what failed to.
+func (c *stepCopier) close() error {
+	err := c.w.Abort()
 	if c.r != nil {
-		_ = c.r.Close()
+		err = errors.Join(err, c.r.Close())
 		c.r = nil
 	}
+	return err
 }

@@ -89,7 +89,7 @@ func writeLinked(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp)
+	defer func() { _ = os.Remove(tmp) }() // best effort: a temporary file, not output
 	return os.Link(tmp, path)
 }
 
@@ -111,7 +111,7 @@ func writeTemp(path string, data []byte) (string, error) {
 		err = os.Chmod(tmp.Name(), 0o644)
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name()) // best effort: a temporary file, not output
 		return "", err
 	}
 	return tmp.Name(), nil
@@ -141,7 +141,7 @@ func WriteStatus(dir string, s Status) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp)
+	defer func() { _ = os.Remove(tmp) }() // best effort: a temporary file, not output
 	return os.Rename(tmp, filepath.Join(dir, StatusFile))
 }
 

@@ -111,6 +111,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}
+	w.f = nil
 	if err == nil {
 		err = os.Rename(w.tmp, w.final)
 	}
@@ -122,10 +123,16 @@ func (w *Writer) Close(ctx context.Context) error {
 }
 
 // Abort discards a file being written; on a stream it only stops writing.
-func (w *Writer) Abort() {
+// The error says what failed to close or remove the file.
+func (w *Writer) Abort() error {
 	w.done = true
-	if w.f != nil {
-		_ = w.f.Close()
-		_ = os.Remove(w.tmp)
+	if w.f == nil {
+		return nil
 	}
+	err := w.f.Close()
+	if rerr := os.Remove(w.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	w.f = nil
+	return err
 }

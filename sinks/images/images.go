@@ -3,6 +3,7 @@ package images
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -117,15 +118,14 @@ func writeFile(dir, path string, data []byte) error {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // best effort: a temporary file, not output
 		return err
 	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // Lookup returns the bytes and media subtype of a reference stored in

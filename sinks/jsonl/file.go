@@ -2,6 +2,7 @@ package jsonl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,18 +62,27 @@ func (f *File) Close(ctx context.Context) error {
 	if err := f.f.Sync(); err != nil {
 		return err
 	}
-	if err := f.f.Close(); err != nil {
+	err := f.f.Close()
+	f.f = nil
+	if err != nil {
+		if rerr := os.Remove(f.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
 		return err
 	}
-	f.f = nil
 	return os.Rename(f.tmp, f.final)
 }
 
-// Abort removes the uncommitted file.
-func (f *File) Abort() {
-	if f.f != nil {
-		f.f.Close()
-		os.Remove(f.tmp)
-		f.f = nil
+// Abort removes the uncommitted file and returns what failed to close or
+// remove it.
+func (f *File) Abort() error {
+	if f.f == nil {
+		return nil
 	}
+	err := f.f.Close()
+	if rerr := os.Remove(f.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	f.f = nil
+	return err
 }

@@ -52,7 +52,10 @@ func (w *Writer) Close() error {
 	}
 	err := w.f.Close()
 	w.f = nil
-	return err
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(w.path), err)
+	}
+	return nil
 }
 
 // Failure is one line of the failures log: a rollout that resolved as an

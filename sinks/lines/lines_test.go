@@ -46,3 +46,18 @@ func TestWriterCreatesItsFileOnTheFirstLine(t *testing.T) {
 		t.Fatalf("line %+v", f)
 	}
 }
+
+// A line the disk has no room for fails its Write, naming the file.
+func TestWriterReportsAFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full:", err)
+	}
+	w := lines.New("/dev/full")
+	err := w.Write(lines.Reject{Where: "t.jsonl:1", Reason: "bad"})
+	if err == nil || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("Write: %v, want the full disk's error naming the file", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}

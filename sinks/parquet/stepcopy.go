@@ -44,16 +44,16 @@ func OpenSteps(path string) (*StepReader, error) {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("parquet: %w", err)
 	}
 	pf, err := pq.OpenFile(f, st.Size())
 	if err != nil {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("parquet: %s: %w", path, err)
 	}
 	if v, _ := pf.Lookup(schema.StepsMetadataKey); v != schema.StepsVersion {
-		f.Close()
+		_ = f.Close() // best effort: read only
 		if v == "" {
 			v = "none"
 		}
@@ -116,7 +116,7 @@ func (r *StepReader) CopyTo(w *StepWriter) error {
 // Close closes the file.
 func (r *StepReader) Close() error {
 	if err := r.r.Close(); err != nil {
-		r.f.Close()
+		_ = r.f.Close() // best effort: read only
 		return fmt.Errorf("parquet: %s: %w", r.path, err)
 	}
 	return r.f.Close()
@@ -149,8 +149,7 @@ func (w *StepWriter) flushCopied() error {
 	w.copied = w.copied[:0]
 	if err != nil {
 		tmp := w.tmp
-		w.Abort()
-		return fmt.Errorf("parquet: write %s: %w", tmp, err)
+		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	return nil
 }

@@ -136,8 +136,7 @@ func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
 	}
 	if _, err := w.pw.Write(w.rows); err != nil {
 		tmp := w.tmp
-		w.Abort()
-		return fmt.Errorf("parquet: write %s: %w", tmp, err)
+		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	clear(w.rows)
 	return nil
@@ -182,8 +181,7 @@ func (w *StepWriter) Commit(name string) error {
 	}
 	fail := func(step string, err error) error {
 		tmp := w.tmp
-		w.Abort()
-		return fmt.Errorf("parquet: %s %s: %w", step, tmp, err)
+		return errors.Join(fmt.Errorf("parquet: %s %s: %w", step, tmp, err), w.Abort())
 	}
 	if err := w.pw.Close(); err != nil {
 		return fail("close", err)
@@ -207,18 +205,14 @@ func (w *StepWriter) Commit(name string) error {
 	return nil
 }
 
-// Abort removes the open, uncommitted file, if any.
-func (w *StepWriter) Abort() {
+// Abort removes the open, uncommitted file, if any, and returns what
+// failed to close or remove it.
+func (w *StepWriter) Abort() error {
 	clear(w.copied)
 	w.copied = w.copied[:0]
-	if w.f != nil {
-		_ = w.f.Close()
-		w.f = nil
-	}
-	if w.tmp != "" {
-		_ = os.Remove(w.tmp)
-	}
-	w.pw, w.tmp = nil, ""
+	err := abortFile(w.f, w.tmp)
+	w.pw, w.f, w.tmp = nil, nil, ""
+	return err
 }
 
 // ErrUnpaired is returned by PairSteps for a trajectory part file without

@@ -84,8 +84,9 @@ type Options struct {
 	// step rows of the same trajectories) is committed there, so that it
 	// is in place before the file that makes the commit visible.
 	BeforeRename func(final string) error
-	// OnAbort, when set, is called when the Writer is aborted.
-	OnAbort func()
+	// OnAbort, when set, is called when the Writer is aborted; its error
+	// is joined to Abort's.
+	OnAbort func() error
 }
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
@@ -304,8 +305,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	w.conv.reset()
 	if err != nil {
 		tmp := w.tmp
-		w.Abort()
-		return fmt.Errorf("parquet: write %s: %w", tmp, err)
+		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	w.rows += len(rows)
 	if w.rows >= w.opts.FileRows || w.pw.Size() >= w.opts.FileBytes {
@@ -356,8 +356,7 @@ func (w *Writer) commit() error {
 	if w.opts.BeforeRename != nil {
 		if err := w.opts.BeforeRename(w.final); err != nil {
 			tmp := w.tmp
-			w.Abort()
-			return fmt.Errorf("parquet: commit of %s: %w", tmp, err)
+			return errors.Join(fmt.Errorf("parquet: commit of %s: %w", tmp, err), w.Abort())
 		}
 	}
 	if err := os.Rename(w.tmp, w.final); err != nil {
@@ -378,8 +377,7 @@ func (w *Writer) commit() error {
 
 func (w *Writer) failCommit(step string, err error) error {
 	tmp := w.tmp
-	w.Abort()
-	return fmt.Errorf("parquet: %s %s: %w", step, tmp, err)
+	return errors.Join(fmt.Errorf("parquet: %s %s: %w", step, tmp, err), w.Abort())
 }
 
 func syncDir(dir string) error {
@@ -427,19 +425,31 @@ func (w *Writer) Close(ctx context.Context) error {
 }
 
 // Abort removes the open, uncommitted file. Committed files stay. After
-// Abort the Writer accepts no more records.
-func (w *Writer) Abort() {
+// Abort the Writer accepts no more records. The error says what failed to
+// close or remove the file (OnAbort's joined).
+func (w *Writer) Abort() error {
 	w.closed = true
+	var err error
 	if w.opts.OnAbort != nil {
-		w.opts.OnAbort()
+		err = w.opts.OnAbort()
 	}
-	if w.f != nil {
-		_ = w.f.Close()
-		w.f = nil
-	}
-	if w.tmp != "" {
-		_ = os.Remove(w.tmp)
-	}
-	w.pw, w.tmp, w.final, w.rows = nil, "", "", 0
+	err = errors.Join(err, abortFile(w.f, w.tmp))
+	w.pw, w.f, w.tmp, w.final, w.rows = nil, nil, "", "", 0
 	w.conv.reset()
+	return err
+}
+
+// abortFile closes f (when open) and removes the staged file tmp (when
+// named), and returns what failed; a tmp already gone is no failure.
+func abortFile(f *os.File, tmp string) error {
+	var err error
+	if f != nil {
+		err = f.Close()
+	}
+	if tmp != "" {
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return err
 }

@@ -74,14 +74,12 @@ func readFile(t testing.TB, path string, alloc memory.Allocator, cols []string) 
 		t.Fatal(err)
 	}
 	var leaves []int
-	if cols != nil {
-		for _, name := range cols {
-			i := f.MetaData().Schema.ColumnIndexByName(name)
-			if i < 0 {
-				t.Fatalf("%s: no leaf column %q", path, name)
-			}
-			leaves = append(leaves, i)
+	for _, name := range cols {
+		i := f.MetaData().Schema.ColumnIndexByName(name)
+		if i < 0 {
+			t.Fatalf("%s: no leaf column %q", path, name)
 		}
+		leaves = append(leaves, i)
 	}
 	var tbl arrow.Table
 	if leaves == nil {

@@ -26,7 +26,7 @@ func LoadTasks(ctx context.Context, cfg *config.Config) ([]*pipeline.Task, error
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }() // best effort: read only
 	tmpl, err := template.New(cfg.Prompt)
 	if err != nil {
 		return nil, err

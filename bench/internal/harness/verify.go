@@ -57,7 +57,7 @@ func readPart(ctx context.Context, path string, c *Committed, groups map[string]
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	cols, err := f.Fields("group_id", "group_reward_std", "kept", "task_index")
 	if err != nil {
 		return err

@@ -87,12 +87,12 @@ func WriteTasks(path string, n int) error {
 			"expected_answer": fmt.Sprint(a + c),
 		}
 		if err := enc.Encode(row); err != nil {
-			f.Close()
+			_ = f.Close() // best effort: the error above is returned
 			return err
 		}
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
+		_ = f.Close() // best effort: the error above is returned
 		return err
 	}
 	return f.Close()

@@ -26,7 +26,7 @@ type fetched struct {
 
 func (f *fetched) close() {
 	if f.tmp != "" {
-		os.RemoveAll(f.tmp)
+		_ = os.RemoveAll(f.tmp) // best effort: a temporary directory, not output
 	}
 }
 

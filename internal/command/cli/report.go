@@ -69,7 +69,7 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if remoteDest != "" {
 		*out = filepath.Join(os.TempDir(), fmt.Sprintf("trajflow-report-%d.html", os.Getpid()))
-		defer os.Remove(*out)
+		defer func() { _ = os.Remove(*out) }() // best effort: a temporary file, not output
 	}
 	st, err := os.Stat(output)
 	if err != nil {

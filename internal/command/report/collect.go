@@ -172,7 +172,7 @@ func (c *collector) file(ctx context.Context, fileIndex int, path string, opts O
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	s, err := f.Schema()
 	if err != nil {
 		return fmt.Errorf("report: %w", err)

@@ -147,9 +147,9 @@ func WriteFile(ctx context.Context, paths []string, path string, opts Options) e
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
+	defer func() { _ = os.Remove(tmp.Name()) }() // best effort: after a successful rename, a no-op
 	if err := Write(ctx, paths, tmp, opts); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // best effort: the error above is returned
 		return err
 	}
 	if err := tmp.Close(); err != nil {

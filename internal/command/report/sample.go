@@ -93,7 +93,7 @@ func readFileSamples(ctx context.Context, path string, want []candidate, opts Op
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	var out []sampleView
 	first := 0
 	err = f.Records(ctx, nil, func(rec arrow.Record) error {

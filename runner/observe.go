@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Snapshot is a run's progress at one moment: what the progress view and
@@ -224,7 +225,9 @@ func (s *scraper) fetch(ctx context.Context, u string) (load ServerLoad, served 
 // older versions).
 func parseServerMetrics(r io.Reader) ServerLoad {
 	var l ServerLoad
-	var p expfmt.TextParser
+	// vLLM's names hold colons (vllm:num_requests_running): UTF-8
+	// validation takes them, as the legacy one does.
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil && len(fams) == 0 {
 		return l

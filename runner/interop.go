@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"github.com/trajflow/trajflow/config"
 	"path/filepath"
 
 	"github.com/trajflow/trajflow/schema"
@@ -30,7 +31,10 @@ func (r *run) provisionInterop() error {
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
-		f.Overrides(cfg.Generate.Params, cfg.Repeat.SeedConfigured())
+		// The file is an output like any other: a parameter named like a
+		// secret is written redacted.
+		params, _ := config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)).(map[string]any)
+		f.Overrides(params, cfg.Repeat.SeedConfigured())
 		r.commit.interop = append(r.commit.interop, namedSink{"output.jsonl", f})
 	}
 	if cfg.Output.ArrowStream != "" {

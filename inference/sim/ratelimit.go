@@ -32,11 +32,10 @@ type RateStats struct {
 }
 
 type simBucket struct {
-	limit       float64 // per minute
-	rate, cap   float64
-	level       float64
-	last        time.Time
-	initialized bool
+	limit     float64 // per minute
+	rate, cap float64
+	level     float64
+	last      time.Time
 }
 
 func (b *simBucket) refill(now time.Time) {

@@ -157,7 +157,7 @@ func TestValidateUsage(t *testing.T) {
 // --send sends each rendered row's first request: the server's answer is
 // reported, and a request the server refuses is a problem (exit 2).
 func TestValidateSend(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	s := sim.New(sim.Options{Seed: 1, Model: "sim-math"})
 	defer s.Close()

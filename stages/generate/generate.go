@@ -51,6 +51,9 @@ type Options struct {
 	// RecordSteps keeps, in whole-chat mode, each turn's prompt and
 	// response token ids in the rollout's Steps (output.steps).
 	RecordSteps bool
+	// Policy is the fleet's policy version and pause (trajflow serve);
+	// nil: version 0, never paused.
+	Policy *Policy
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages

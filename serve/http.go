@@ -111,7 +111,7 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 	out := StepQuery{Format: FormatArrow}
 	for k := range q {
 		if k != "groups" && k != "format" {
-			return out, &ParamError{k, fmt.Sprintf("unknown parameter %q: want groups and format", k)}
+			return out, &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want groups and format", k)}
 		}
 	}
 	gs := q["groups"]
@@ -133,6 +133,15 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 		out.Format = fs[0]
 	}
 	return out, nil
+}
+
+// paramName is an unknown query parameter's name as an error names it:
+// "query" for one without a name.
+func paramName(k string) string {
+	if k == "" {
+		return "query"
+	}
+	return k
 }
 
 // ParamError is a bad request parameter.
@@ -318,7 +327,7 @@ func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMo
 	mode := def
 	for k := range query {
 		if k != "mode" {
-			return "", &ParamError{k, fmt.Sprintf("unknown parameter %q: want mode", k)}
+			return "", &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want mode", k)}
 		}
 	}
 	if ms, ok := query["mode"]; ok {

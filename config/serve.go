@@ -85,13 +85,13 @@ func (s *Serve) SetDefaults() {
 	}
 }
 
-// Validate reports every problem of the serve section's keys at once.
+// Validate reports every problem of the serve section's keys at once. The
+// token a non-loopback addr requires is checked by trajflow serve
+// (NeedsToken), which alone listens.
 func (s *Serve) Validate() error {
 	var p pipeline.Problems
-	if host, port, err := net.SplitHostPort(s.Addr); err != nil || port == "" {
+	if _, port, err := net.SplitHostPort(s.Addr); err != nil || port == "" {
 		p.Add("addr", "%q: want host:port, e.g. %s", s.Addr, DefaultServeAddr)
-	} else if !IsLoopback(host) && s.TokenEnv == "" {
-		p.Add("token_env", "required: addr %s is not a loopback address, and anyone who can reach it could take steps or pause the fleet; name the environment variable holding a bearer token", s.Addr)
 	}
 	if s.Lease < 0 {
 		p.Add("lease", "must be > 0, got %s", s.Lease.D())
@@ -107,6 +107,13 @@ func (s *Serve) Validate() error {
 		p.Add("commit_interval", "must be > 0, got %s", s.CommitInterval.D())
 	}
 	return p.Err()
+}
+
+// NeedsToken reports whether addr (host:port) is off loopback, where
+// serve requires a bearer token.
+func (s *Serve) NeedsToken() bool {
+	host, _, err := net.SplitHostPort(s.Addr)
+	return err == nil && !IsLoopback(host)
 }
 
 // IsLoopback reports whether host (of a host:port) is a loopback address:

@@ -73,6 +73,9 @@ func Check(cfg *config.Config, opts Options) error {
 	if cfg.Source.Shard.Sharded() || cfg.Source.Shard.Auto {
 		p.Add("source.shard", "serve reads the whole input; leave source.shard unset")
 	}
+	if cfg.Serve.NeedsToken() && cfg.Serve.TokenEnv == "" {
+		p.Add("serve.token_env", "required: serve.addr %s is not a loopback address, and anyone who can reach it could take steps or pause the fleet; name the environment variable holding a bearer token", cfg.Serve.Addr)
+	}
 	if name := cfg.Serve.TokenEnv; name != "" {
 		if v, ok := opts.lookupEnv()(name); !ok || v == "" {
 			p.Add("serve.token_env", "the variable %s is unset or empty: it must hold the bearer token", name)
@@ -114,7 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	// serve.commit_interval.
 	cfg.Output.Filtered = true
 	cfg.Output.Parquet.CommitInterval = cfg.Serve.CommitInterval
-	cfg.Run.Progress = config.Duration(time.Second)
+	cfg.Run.Progress = config.Duration(250 * time.Millisecond)
 
 	dir := filepath.Join(cfg.Output.Dir, schema.ServedDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

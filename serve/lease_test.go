@@ -206,3 +206,60 @@ func TestServeToken(t *testing.T) {
 		t.Fatalf("the log holds the token, or is not the service's: %s", l)
 	}
 }
+
+// TestServeRestart: after a stop and a start on the same output, the
+// policy version is the one set, the acknowledged step is not served
+// again, the one not acknowledged is (whole, under its number), and the
+// next step holds groups of neither.
+func TestServeRestart(t *testing.T) {
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := start(t, testConfig(t, out), serve.Options{})
+	c := client.New(s.url, "")
+	acked, err := c.Next(ctx, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acked.Release()
+	if err := c.Ack(ctx, acked.Number); err != nil {
+		t.Fatal(err)
+	}
+	open, err := c.Next(ctx, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Release()
+	if err := c.SetPolicy(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	s.stop(t)
+
+	s = start(t, testConfig(t, out), serve.Options{})
+	c = client.New(s.url, "")
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PolicyVersion != 4 || st.Steps.Made != 2 || st.Steps.Acked != 1 || st.Steps.Pending != 1 {
+		t.Fatalf("restarted: version %d, steps %+v", st.PolicyVersion, st.Steps)
+	}
+	again, err := c.Next(ctx, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Release()
+	if again.Number != open.Number || !slices.Equal(groupsOf(t, again), groupsOf(t, open)) {
+		t.Fatalf("restarted: step %d %v, want step %d %v again", again.Number, groupsOf(t, again), open.Number, groupsOf(t, open))
+	}
+	next, err := c.Next(ctx, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release()
+	for _, g := range groupsOf(t, next) {
+		if slices.Contains(groupsOf(t, open), g) || slices.Contains(groupsOf(t, acked), g) {
+			t.Fatalf("group %v served twice", g)
+		}
+	}
+}

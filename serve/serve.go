@@ -19,6 +19,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/serve/client"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
@@ -117,6 +118,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	// serve.commit_interval.
 	cfg.Output.Filtered = true
 	cfg.Output.Parquet.CommitInterval = cfg.Serve.CommitInterval
+	// The run's progress feeds the status; the service prints its own
+	// line every run.progress.
+	every := cfg.Run.Progress.D()
 	cfg.Run.Progress = config.Duration(250 * time.Millisecond)
 
 	dir := filepath.Join(cfg.Output.Dir, schema.ServedDir)
@@ -224,6 +228,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}()
 	tick := time.NewTicker(max(min(s.lease/10, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
+	var progress <-chan time.Time
+	if every > 0 {
+		pt := time.NewTicker(every)
+		defer pt.Stop()
+		progress = pt.C
+	}
 	if opts.Listening != nil {
 		opts.Listening(ln.Addr())
 	}
@@ -247,6 +257,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			}
 		case <-tick.C:
 			s.tick()
+		case <-progress:
+			logf("%s", progressLine(s.status()))
 		case <-ctx.Done():
 			if !running {
 				return runErr
@@ -258,6 +270,16 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 	}
 	return runErr
+}
+
+// progressLine is the service's periodic line on stderr.
+func progressLine(st client.Status) string {
+	paused := ""
+	if st.Paused {
+		paused = " (paused, " + st.PauseMode + ")"
+	}
+	return fmt.Sprintf("steps %d made, %d acked, %d leased, %d to serve again; %d groups queued, %d requests waiting; policy v%d%s; in flight %d gen %d env; keep rate %.2f",
+		st.Steps.Made, st.Steps.Acked, st.Steps.Leased, st.Steps.Pending, st.QueuedGroups, len(st.Waiting), st.PolicyVersion, paused, st.InGeneration, st.InEnvironment, st.KeepRate)
 }
 
 // loader calls load for each path added, in order, on a goroutine of its

@@ -197,7 +197,7 @@ func std(xs []float64) float64 {
 // policy versions; the steps are committed under served/.
 func TestServeThreeSteps(t *testing.T) {
 	out := t.TempDir()
-	s := start(t, testConfig(t, out), serve.Options{})
+	s := start(t, testConfig(t, out, "run.progress=50ms"), serve.Options{})
 	c := client.New(s.url, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -233,6 +233,14 @@ func TestServeThreeSteps(t *testing.T) {
 	}
 	if status.Steps.Made != 3 || status.Steps.Acked != 3 || status.Served != 3 {
 		t.Fatalf("status %+v", status.Steps)
+	}
+	// The progress line, every run.progress.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.log(), "steps 3 made, 3 acked, 0 leased") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress line for the three steps: %s", s.log())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

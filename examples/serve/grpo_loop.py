@@ -5,7 +5,7 @@ advantages, and a sleep standing in for the optimizer), then update the
 policy as an asynchronous trainer does: pause the fleet, load the new
 weights (a sleep), announce the version, resume, and acknowledge the step.
 
-    go run ./cmd/trajflow serve examples/serve/config.yaml &
+    go run ./cmd/trajflow serve examples/serve/serve.yaml &
     python3 examples/serve/grpo_loop.py --url http://127.0.0.1:8700 --steps 3 --groups 8
 
 It exits 1 when the service breaks a promise it checks: exactly K complete

@@ -238,17 +238,22 @@ func TestServeRefusesOpenAddrWithoutToken(t *testing.T) {
 }
 
 // TestServePythonExample runs examples/serve/grpo_loop.py (the Python
-// client of the standard library) against a trajflow serve process with a
-// bearer token.
+// client of the standard library) against a trajflow serve process of
+// examples/serve/serve.yaml with a bearer token.
 func TestServePythonExample(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 not installed")
 	}
 	dir := t.TempDir()
-	cfg := writeServeConfig(t, dir, writeTasks(t, dir, 400, 5), filepath.Join(dir, "out"))
+	tasks, err := filepath.Abs(filepath.Join("..", "..", "examples", "quickstart", "tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	const token = "e2e-python-token-0123"
-	p := startServeEnv(t, []string{"TRAJFLOW_E2E_TOKEN=" + token}, cfg, "--set", "serve.token_env=TRAJFLOW_E2E_TOKEN")
+	p := startServeEnv(t, []string{"TRAJFLOW_E2E_TOKEN=" + token}, filepath.Join("..", "..", "examples", "serve", "serve.yaml"),
+		"--addr", "127.0.0.1:0", "--set", "serve.token_env=TRAJFLOW_E2E_TOKEN",
+		"--set", "source.path="+tasks, "--set", "output.dir="+filepath.Join(dir, "out"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, filepath.Join("..", "..", "examples", "serve", "grpo_loop.py"),

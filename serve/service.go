@@ -206,10 +206,16 @@ func versionsOf(rec arrow.Record) func(i int) []int64 {
 	if !ok {
 		return func(int) []int64 { return nil }
 	}
-	vals, ok := st.Field(vi).(*array.Int64)
-	if !ok {
+	var value func(j int) int64
+	switch vals := st.Field(vi).(type) {
+	case *array.Int64:
+		value = func(j int) int64 { return vals.Value(j) }
+	case *array.Int32:
+		value = func(j int) int64 { return int64(vals.Value(j)) }
+	default:
 		return func(int) []int64 { return nil }
 	}
+	field := st.Field(vi)
 	return func(i int) []int64 {
 		if list.IsNull(i) {
 			return nil
@@ -217,8 +223,8 @@ func versionsOf(rec arrow.Record) func(i int) []int64 {
 		from, to := list.ValueOffsets(i)
 		var out []int64
 		for j := from; j < to; j++ {
-			if vals.IsValid(int(j)) {
-				out = addVersions(out, []int64{vals.Value(int(j))})
+			if field.IsValid(int(j)) {
+				out = addVersions(out, []int64{value(int(j))})
 			}
 		}
 		return out

@@ -191,6 +191,17 @@ func TestServeKillRestart(t *testing.T) {
 	}
 
 	data := groupsIn(t, readDataset(t, filepath.Join(out, "data"))) // fails on a duplicate row
+	// A group filtered out is committed too (filtered/), once: its prompt
+	// is consumed and never sampled again across the restart.
+	filtered := groupsIn(t, readDataset(t, filepath.Join(out, "filtered")))
+	if len(filtered) == 0 {
+		t.Fatal("no filtered group committed")
+	}
+	for g := range filtered {
+		if _, ok := data[g]; ok {
+			t.Fatalf("group %v both kept and filtered", g)
+		}
+	}
 	steps, _ := filepath.Glob(filepath.Join(out, "served", "step-*"))
 	sort.Strings(steps)
 	if len(steps) != 5 {
@@ -265,6 +276,35 @@ func TestServePythonExample(t *testing.T) {
 	}
 	if !strings.Contains(string(outb), "ok: 3 steps, policy v3") {
 		t.Fatalf("grpo_loop.py: %s", outb)
+	}
+	// The client's Parquet format (the bytes; a table where pyarrow is
+	// installed) and its errors naming the parameter.
+	script := `
+import sys
+sys.path.insert(0, sys.argv[1])
+from client import ServeClient, ServeError
+c = ServeClient(sys.argv[2], token=sys.argv[3])
+s = c.next(2, format="parquet")
+assert s.body[:4] == b"PAR1" and s.body[-4:] == b"PAR1", s.body[:8]
+assert s.groups == 2 and s.versions == [0], (s.groups, s.versions)
+if s.table is not None:
+    assert s.table.num_rows == s.rows_count
+c.ack(s.number)
+try:
+    c.next(0)
+    sys.exit("groups=0 accepted")
+except ServeError as e:
+    assert e.status == 400 and e.parameter == "groups", e
+try:
+    ServeClient(sys.argv[2]).status()
+    sys.exit("no token accepted")
+except ServeError as e:
+    assert e.status == 401, e
+print("parquet ok", s.number)
+`
+	cmd = exec.CommandContext(ctx, py, "-c", script, filepath.Join("..", "..", "examples", "serve"), p.url, token)
+	if outb, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(outb), "parquet ok") {
+		t.Fatalf("client.py, parquet: %v\n%s", err, outb)
 	}
 	if strings.Contains(p.log(), token) {
 		t.Fatalf("the token is in serve's log: %s", p.log())

@@ -77,6 +77,16 @@ func (h *handler) routes() http.Handler {
 	mux.HandleFunc("POST /v1/pause", h.auth(h.pause))
 	mux.HandleFunc("POST /v1/resume", h.auth(h.resume))
 	mux.HandleFunc("GET /v1/status", h.auth(h.status))
+	// The API's paths with another method: 405 naming the allowed one.
+	for path, allowed := range map[string]string{
+		"/healthz": "GET", "/v1/steps/next": "GET", "/v1/steps/{n}/ack": "POST", "/v1/policy": "POST",
+		"/v1/pause": "POST", "/v1/resume": "POST", "/v1/status": "GET",
+	} {
+		mux.HandleFunc(path, h.auth(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allowed)
+			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, r.URL.Path, allowed)
+		}))
+	}
 	mux.HandleFunc("/", h.auth(func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "", "no such endpoint: %s %s (see docs/serve.md)", r.Method, r.URL.Path)
 	}))

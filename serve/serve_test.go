@@ -270,6 +270,9 @@ func TestServeBadRequests(t *testing.T) {
 		{"POST", "/v1/pause?mode=stop", "", 400, "mode"},
 		{"POST", "/v1/pause", `{"mode": "later"}`, 400, "mode"},
 		{"GET", "/v1/nothing", "", 404, ""},
+		{"GET", "/v1/policy", "", 405, "method"},
+		{"POST", "/v1/steps/next?groups=1", "", 405, "method"},
+		{"GET", "/v1/steps/1/ack", "", 405, "method"},
 	} {
 		req, _ := http.NewRequest(tc.method, s.url+tc.path, strings.NewReader(tc.body))
 		resp, err := http.DefaultClient.Do(req)

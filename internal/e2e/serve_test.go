@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,4 +322,92 @@ func startServeEnv(t *testing.T, env []string, args ...string) *serveProc {
 		t.Setenv(k, v)
 	}
 	return startServe(t, args...)
+}
+
+// TestServeKillLoop: trainers take and acknowledge steps while serve is
+// killed with kill -9 at random moments and started again: a step number
+// always names the same bytes, whichever start served it; no group is in
+// two steps; data/ holds every rollout once; every step folder is whole.
+func TestServeKillLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several kill -9 cycles (skipped under -short)")
+	}
+	dir := t.TempDir()
+	tasks := writeTasks(t, dir, 3000, 11)
+	out := filepath.Join(dir, "out")
+	cfg := writeServeConfig(t, dir, tasks, out)
+	var mu sync.Mutex
+	bodies := map[int64]string{} // step → sha256 of its Parquet body
+	rng := rand.New(rand.NewPCG(7, 0))
+	for round := range 4 {
+		p := startServe(t, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := client.New(p.url, "")
+				for ctx.Err() == nil {
+					st, err := c.Next(ctx, 3, client.FormatParquet)
+					if err != nil {
+						return
+					}
+					sum := sha256.Sum256(st.Body)
+					mu.Lock()
+					if prev, ok := bodies[st.Number]; ok && prev != hex.EncodeToString(sum[:]) {
+						mu.Unlock()
+						t.Errorf("round %d: step %d served with other bytes", round, st.Number)
+						return
+					}
+					bodies[st.Number] = hex.EncodeToString(sum[:])
+					mu.Unlock()
+					if (st.Number+int64(w))%2 == 0 {
+						_ = c.Ack(ctx, st.Number)
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		cancel()
+		wg.Wait()
+	}
+	p := startServe(t, cfg)
+	if code := p.signal(t, syscall.SIGTERM); code != 130 {
+		t.Fatalf("SIGTERM: exit %d: %s", code, p.log())
+	}
+	data := groupsIn(t, readDataset(t, filepath.Join(out, "data")))
+	steps, _ := filepath.Glob(filepath.Join(out, "served", "step-*"))
+	if len(steps) < 4 {
+		t.Fatalf("%d steps in 4 rounds", len(steps))
+	}
+	inStep := map[groupKey]string{}
+	for _, sd := range steps {
+		var n int64
+		fmt.Sscanf(filepath.Base(sd), "step-%d", &n)
+		b, err := os.ReadFile(filepath.Join(sd, "part-00000.parquet"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		if want, ok := bodies[n]; ok && want != hex.EncodeToString(sum[:]) {
+			t.Fatalf("%s differs from what was served", sd)
+		}
+		gs := groupsIn(t, readDataset(t, sd))
+		if len(gs) != 3 {
+			t.Fatalf("%s: %d groups", sd, len(gs))
+		}
+		for g, rows := range gs {
+			if prev, ok := inStep[g]; ok {
+				t.Fatalf("group %v in %s and %s", g, prev, sd)
+			}
+			inStep[g] = sd
+			if len(rows) != len(data[g]) {
+				t.Fatalf("group %v: %d rows in %s, %d in data/", g, len(rows), sd, len(data[g]))
+			}
+		}
+	}
+	t.Logf("%d steps served over 4 kill -9 cycles, %d kept groups committed", len(steps), len(data))
 }

@@ -47,6 +47,10 @@ type Options struct {
 	// Listening, when set, hears the address the service listens on once
 	// it accepts requests.
 	Listening func(addr net.Addr)
+	// Progress, when set, receives the run's progress and the service's
+	// status twice a second instead of the plain line on Stderr every
+	// run.progress (the command line draws a live view with it).
+	Progress func(runner.Snapshot, client.Status)
 }
 
 func (o Options) lookupEnv() func(string) (string, bool) {
@@ -229,6 +233,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	tick := time.NewTicker(max(min(s.lease/10, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	var progress <-chan time.Time
+	if opts.Progress != nil {
+		every = 500 * time.Millisecond
+	}
 	if every > 0 {
 		pt := time.NewTicker(every)
 		defer pt.Stop()
@@ -258,7 +265,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		case <-tick.C:
 			s.tick()
 		case <-progress:
-			logf("%s", progressLine(s.status()))
+			if opts.Progress != nil {
+				opts.Progress(s.snapshot(), s.status())
+			} else {
+				logf("%s", progressLine(s.status()))
+			}
 		case <-ctx.Done():
 			if !running {
 				return runErr

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/serve"
+	"github.com/trajflow/trajflow/serve/client"
 )
 
 const serveUsage = `Usage: trajflow serve CONFIG.yaml [--addr HOST:PORT] [--set section.key=value ...]
@@ -29,6 +31,16 @@ is admitted, every finished group is committed, and a restart serves the
 steps not acknowledged again. Exit codes: 1 failed, 2 bad config (a missing
 token included), 4 too many failures, 130 stopped by a signal.
 `
+
+// serveLine is the live view's line of the service.
+func serveLine(st client.Status) string {
+	paused := ""
+	if st.Paused {
+		paused = ", paused (" + st.PauseMode + ")"
+	}
+	return fmt.Sprintf("serve     steps %d made, %d acked, %d leased, %d to serve again; %d groups queued, %d waiting; policy v%d%s",
+		st.Steps.Made, st.Steps.Acked, st.Steps.Leased, st.Steps.Pending, st.QueuedGroups, len(st.Waiting), st.PolicyVersion, paused)
+}
 
 func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
 	allowChange := false
@@ -65,8 +77,31 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 		return ExitUsage
 	}
 	red := cfg.Redactor()
+	opts := serve.Options{Abort: abort, AllowConfigChange: allowChange}
+	var view *liveView
+	if cfg.Run.Progress > 0 && isTerminal(stderr) {
+		// On a terminal, the run's live view and a line of the service's.
+		view = newLiveView(stderr)
+		var mu sync.Mutex
+		var st client.Status
+		view.line(func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return serveLine(st)
+		})
+		opts.Progress = func(snap runner.Snapshot, s client.Status) {
+			mu.Lock()
+			st = s
+			mu.Unlock()
+			view.update(snap)
+		}
+	}
 	stderr = red.Writer(stderr)
-	err = serve.Run(ctx, cfg, serve.Options{Stderr: stderr, Abort: abort, AllowConfigChange: allowChange})
+	opts.Stderr = stderr
+	err = serve.Run(ctx, cfg, opts)
+	if view != nil {
+		view.done()
+	}
 	var invalid *config.ValidationError
 	switch {
 	case err == nil:

@@ -86,3 +86,43 @@ func TestServeMetrics(t *testing.T) {
 	}
 	_ = st
 }
+
+// TestServeCallerGoesAway: a trainer that stops waiting is forgotten, and
+// no group is lost: the next steps take every group committed.
+func TestServeCallerGoesAway(t *testing.T) {
+	s := start(t, testConfig(t, t.TempDir(), "source.limit=40"), serve.Options{})
+	c := client.New(s.url, "")
+	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := c.Next(short, 500, "")
+	cancelShort()
+	if err == nil {
+		t.Fatal("a step of 500 groups from 40 tasks")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	var st *client.Status
+	for {
+		if st, err = c.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Waiting) == 0 && st.Ended != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Everything kept is queued: one step takes it all.
+	if st.QueuedGroups != st.GroupsKept || st.QueuedGroups == 0 {
+		t.Fatalf("%d queued, %d kept", st.QueuedGroups, st.GroupsKept)
+	}
+	step, err := c.Next(ctx, st.QueuedGroups, client.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if step.Groups != st.QueuedGroups {
+		t.Fatalf("step of %d groups, want %d", step.Groups, st.QueuedGroups)
+	}
+}

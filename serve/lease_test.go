@@ -263,3 +263,29 @@ func TestServeRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestServeTaskOrder: under groups.order: task the steps hold the kept
+// groups in task order: every task of a step comes before those of the
+// next.
+func TestServeTaskOrder(t *testing.T) {
+	s := start(t, testConfig(t, t.TempDir(), "groups.order=task"), serve.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := client.New(s.url, "")
+	last := int64(-1)
+	for range 3 {
+		st, err := c.Next(ctx, 4, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := groupsOf(t, st)
+		st.Release()
+		if len(gs) != 4 || gs[0].task <= last {
+			t.Fatalf("step %d: groups %v after task %d", st.Number, gs, last)
+		}
+		last = gs[len(gs)-1].task
+		if err := c.Ack(ctx, st.Number); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

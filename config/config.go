@@ -57,6 +57,9 @@ type Config struct {
 	// SCHEMA.md, the Parquet sink in docs/parquet-sink.md and the interop
 	// sinks in docs/sinks-interop.md.
 	Output Output `yaml:"output"`
+	// Serve holds the settings of trajflow serve, the rollout service
+	// that hands training steps to trainers over HTTP (docs/serve.md).
+	Serve Serve `yaml:"serve"`
 
 	// File is the path the config was read from ("" for an inline config).
 	File string `yaml:"-"`
@@ -192,6 +195,7 @@ func (c *Config) SetDefaults() {
 		c.Run.Progress = Duration(5 * time.Second)
 	}
 	c.Run.setDefaults()
+	c.Serve.SetDefaults()
 }
 
 // Validate reports every problem of the config's own keys at once, each
@@ -263,5 +267,6 @@ func (c *Config) Validate() error {
 	p.Section("output", c.Output.Collate.Validate())
 	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
+	p.Section("serve", c.Serve.Validate())
 	return p.Err()
 }

@@ -240,6 +240,14 @@ func newRedactor(tree any) *Redactor {
 				}
 			}
 		}
+		// serve's bearer token.
+		if sv, ok := m["serve"].(map[string]any); ok {
+			if name, ok := sv["token_env"].(string); ok && name != "" {
+				if key := os.Getenv(name); key != "" {
+					seen[key] = true
+				}
+			}
+		}
 	}
 	// The object storage credentials (storage.FromEnv) are secrets
 	// wherever they would surface: a store's error echoing a request, a

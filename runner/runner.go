@@ -15,6 +15,7 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/internal/analyze"
@@ -24,6 +25,7 @@ import (
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/storage"
@@ -61,6 +63,22 @@ type Options struct {
 	// takes the shard from (see sources.Shard.Resolve). Default
 	// os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Policy is the fleet's policy version and the pause that brackets a
+	// weight update, passed to the generate stage; nil: version 0, never
+	// paused.
+	Policy *generate.Policy
+	// Supply, when set, makes the run continuous (trajflow serve): its
+	// target of kept groups replaces groups.target and grows as Raise asks
+	// for more; when it is met the run waits for more rather than ending,
+	// and groups in flight count toward the next demand. Such a run ends
+	// when its context is cancelled or its input runs out.
+	Supply *groups.Supply
+	// OnCommit, when set, hears of each data file committed (on object
+	// storage: once uploaded) with its path and row count.
+	OnCommit func(path string, rows int)
+	// Collector, when set, is served beside the run's own metrics on
+	// run.metrics_addr.
+	Collector prometheus.Collector
 }
 
 // lookupEnv is opts.LookupEnv or os.LookupEnv.
@@ -322,6 +340,11 @@ func (r *run) provision(ctx context.Context) error {
 	r.closeChecked(r.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
 		r.prom = newPromMetrics(r.snapshot)
+		if r.opts.Collector != nil {
+			if err := r.prom.reg.Register(r.opts.Collector); err != nil {
+				return fmt.Errorf("run.metrics_addr: %w", err)
+			}
+		}
 		stop, err := r.prom.serve(ctx, cfg.Run.MetricsAddr)
 		if err != nil {
 			return err
@@ -405,11 +428,7 @@ func (r *run) execute(parent context.Context) error {
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
 
-	r.ctl = groups.NewController(cfg.Groups, groups.MaxInflight(cfg.Groups, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
-		if cfg.Groups.OnTarget == "cancel" {
-			r.loop.Stop()
-		}
-	})
+	r.ctl = r.newController()
 	r.sourceStage(g).
 		Via(r.templateStage(g)).
 		Via(r.repeatStage(g)).
@@ -494,6 +513,9 @@ func (r *run) countCommitted(path string, rows int) {
 	r.files = append(r.files, r.displayPath(path))
 	r.stats.written.Add(int64(rows))
 	r.stats.filesCommitted.Add(1)
+	if r.opts.OnCommit != nil {
+		r.opts.OnCommit(path, rows)
+	}
 }
 
 // ErrShortOfData is returned when the input ran out before groups.target

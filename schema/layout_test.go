@@ -86,8 +86,9 @@ func layoutLiterals(name string, src []byte) ([]string, error) {
 			}
 		}
 		// A path has no spaces (help texts describe the layout in words)
-		// and is no media type (application/jsonl).
-		path := !strings.ContainsAny(v, " \t\n") && !strings.HasPrefix(v, "application/") && !strings.HasPrefix(v, "text/")
+		// and is no media type (application/jsonl) or HTTP route
+		// (/v1/steps/next).
+		path := !strings.ContainsAny(v, " \t\n") && !strings.HasPrefix(v, "application/") && !strings.HasPrefix(v, "text/") && !strings.HasPrefix(v, "/v1/")
 		for _, d := range dirNames {
 			if path && (strings.HasPrefix(v, d+"/") || strings.Contains(v, "/"+d+"/") || strings.HasSuffix(v, "/"+d)) {
 				flag(lit)

@@ -56,6 +56,9 @@ type Options struct {
 	// (inference.ObservationDelta); "raw" tokenises each one's text alone
 	// (POST /tokenize {"prompt"}), as NeMo RL does. raw needs API tokens.
 	ObservationTokens string
+	// Policy is the fleet's policy version and pause (trajflow serve);
+	// nil: version 0, never paused.
+	Policy *Policy
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages

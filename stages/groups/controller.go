@@ -41,6 +41,9 @@ type Controller struct {
 	// target, the next round samples every task read again (kept ones
 	// included), up to maxAttempts rounds; no task is read twice.
 	batch bool
+	// supply, when set, is the moving target of a continuous run
+	// (Follow): target is read from it and never counts as reached.
+	supply *Supply
 
 	mu        sync.Mutex
 	changed   chan struct{}
@@ -219,6 +222,12 @@ const windowGroups = 4
 // order the kept groups held for an earlier task count as kept: when they
 // hold the need, no further task is read.
 func (c *Controller) budget() int {
+	if c.supply != nil {
+		c.target = c.supply.Target()
+		if c.target == 0 {
+			return 0
+		}
+	}
 	if c.target == 0 {
 		return c.maxGroups
 	}
@@ -324,7 +333,7 @@ func (c *Controller) commit(g *pipeline.Group) {
 	case g.Kept:
 		c.out = append(c.out, Decision{g, Keep})
 		c.kept++
-		if c.target > 0 && c.kept >= c.target {
+		if c.supply == nil && c.target > 0 && c.kept >= c.target {
 			c.reached = true
 			c.again = nil
 			// The candidates are not needed: they are dropped groups.
@@ -346,7 +355,11 @@ func (c *Controller) commit(g *pipeline.Group) {
 
 // trimCands drops the candidates beyond what the target still needs.
 func (c *Controller) trimCands() {
-	need := max(c.target-c.kept, 0)
+	target := c.target
+	if c.supply != nil {
+		target = c.supply.Target()
+	}
+	need := max(target-c.kept, 0)
 	for len(c.cands) > need {
 		last := c.cands[len(c.cands)-1]
 		c.cands = c.cands[:len(c.cands)-1]
@@ -440,7 +453,7 @@ func (c *Controller) Stop() {
 func (c *Controller) ShortOfTarget() (kept int, short bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.kept, c.target > 0 && c.kept < c.target
+	return c.kept, c.supply == nil && c.target > 0 && c.kept < c.target
 }
 
 func (c *Controller) signal() {

@@ -36,6 +36,7 @@ const usage = `trajflow turns datasets of tasks into reinforcement-learning roll
 Usage:
   trajflow run CONFIG.yaml [--set section.key=value ...]
   trajflow validate CONFIG.yaml [--set ...] [--rows N]   check a config, write nothing
+  trajflow serve CONFIG.yaml [--addr HOST:PORT]       hand out training steps over HTTP
   trajflow stats [--json] DIR|FILE...                 metrics from the Parquet alone (a sharded root: every shard)
   trajflow merge INPUT... DEST                        combine part files into one dataset
   trajflow report OUTPUT [-o report.html]             one self-contained HTML report
@@ -59,6 +60,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, abort, args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return serveCmd(ctx, abort, args[1:], stdout, stderr)
 	case "sim-server":
 		if err := sim.Main(ctx, args[1:], stdout, stderr); err != nil && !errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "trajflow sim-server:", err)

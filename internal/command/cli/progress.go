@@ -74,6 +74,11 @@ func newLiveView(w io.Writer) *liveView {
 	return v
 }
 
+// line adds a line of text f draws.
+func (v *liveView) line(f func() string) {
+	v.lines = append(v.lines, v.p.New(0, mpb.NopStyle(), mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return f() }))))
+}
+
 // text adds a line of text drawn from the latest snapshot.
 func (v *liveView) text(f func(runner.Snapshot) string) *mpb.Bar {
 	return v.p.New(0, mpb.NopStyle(), mpb.PrependDecorators(decor.Any(func(decor.Statistics) string {

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/serve"
+	"github.com/trajflow/trajflow/serve/client"
+)
+
+const serveUsage = `Usage: trajflow serve CONFIG.yaml [--addr HOST:PORT] [--set section.key=value ...]
+
+Runs the pipeline continuously and hands out training steps over HTTP
+(docs/serve.md): GET /v1/steps/next?groups=K, POST /v1/steps/N/ack,
+POST /v1/policy, /v1/pause, /v1/resume, GET /v1/status, GET /healthz.
+
+  --addr HOST:PORT          listen here (serve.addr, default 127.0.0.1:8700);
+                            any address but loopback needs serve.token_env
+  --set section.key=value   override a config key (YAML value), repeatable
+  --allow-config-change     resume an output directory whose committed work
+                            came from a config with other semantic keys
+
+On SIGINT, SIGTERM or SIGHUP the service stops as a run does: no more work
+is admitted, every finished group is committed, and a restart serves the
+steps not acknowledged again. Exit codes: 1 failed, 2 bad config (a missing
+token included), 4 too many failures, 130 stopped by a signal.
+`
+
+// serveLine is the live view's line of the service.
+func serveLine(st client.Status) string {
+	paused := ""
+	if st.Paused {
+		paused = ", paused (" + st.PauseMode + ")"
+	}
+	return fmt.Sprintf("serve     steps %d made, %d acked, %d leased, %d to serve again; %d groups queued, %d waiting; policy v%d%s",
+		st.Steps.Made, st.Steps.Acked, st.Steps.Leased, st.Steps.Pending, st.QueuedGroups, len(st.Waiting), st.PolicyVersion, paused)
+}
+
+func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
+	allowChange := false
+	var addr string
+	path, sets, code := configArgs("serve", serveUsage, args, stdout, stderr, func(a string, next func() (string, bool)) (bool, int) {
+		name, _, _ := strings.Cut(a, "=")
+		switch name {
+		case "--allow-config-change":
+			allowChange = true
+		case "--addr":
+			v, ok := next()
+			if !ok || v == "" {
+				fmt.Fprintf(stderr, "trajflow serve: --addr needs HOST:PORT\n\n%s", serveUsage)
+				return true, ExitUsage
+			}
+			addr = v
+		default:
+			return false, -1
+		}
+		return true, -1
+	})
+	if code >= 0 {
+		return code
+	}
+	if addr != "" {
+		sets = append(sets, "serve.addr="+addr)
+	}
+	cfg, err := config.Read(path, sets)
+	if err == nil {
+		err = serve.Check(cfg, serve.Options{})
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	}
+	red := cfg.Redactor()
+	opts := serve.Options{Abort: abort, AllowConfigChange: allowChange}
+	var view *liveView
+	if cfg.Run.Progress > 0 && isTerminal(stderr) {
+		// On a terminal, the run's live view and a line of the service's.
+		view = newLiveView(stderr)
+		var mu sync.Mutex
+		var st client.Status
+		view.line(func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return serveLine(st)
+		})
+		opts.Progress = func(snap runner.Snapshot, s client.Status) {
+			mu.Lock()
+			st = s
+			mu.Unlock()
+			view.update(snap)
+		}
+	}
+	stderr = red.Writer(stderr)
+	opts.Stderr = stderr
+	err = serve.Run(ctx, cfg, opts)
+	if view != nil {
+		view.done()
+	}
+	var invalid *config.ValidationError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &invalid):
+		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate):
+		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitErrors
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "trajflow serve: stopped (%v); committed steps are kept, a restart serves those not acknowledged\n", context.Cause(ctx))
+		return ExitInterrupted
+	default:
+		fmt.Fprintln(stderr, "trajflow serve:", err)
+		return ExitFailed
+	}
+}

@@ -1,0 +1,399 @@
+package serve
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/ipc"
+
+	"github.com/trajflow/trajflow/internal/pqread"
+	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/stages/generate"
+)
+
+// The response headers and formats of a step (see the client package).
+const (
+	HeaderStep     = client.HeaderStep
+	HeaderVersions = client.HeaderVersions
+	HeaderGroups   = client.HeaderGroups
+	HeaderRows     = client.HeaderRows
+	FormatArrow    = client.FormatArrow
+	FormatParquet  = client.FormatParquet
+	FormatJSONL    = client.FormatJSONL
+)
+
+var contentTypes = map[string]string{
+	FormatArrow:   "application/vnd.apache.arrow.stream",
+	FormatParquet: "application/vnd.apache.parquet",
+	FormatJSONL:   "application/x-ndjson",
+}
+
+// apiError is the body of every error answer: the problem and, when one
+// is to blame, the request parameter.
+type apiError struct {
+	Error     string `json:"error"`
+	Parameter string `json:"parameter,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, code int, param, format string, args ...any) {
+	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Parameter: param})
+}
+
+// handler is the service's HTTP API.
+type handler struct {
+	s *service
+	// token is the bearer token every request but /healthz carries; ""
+	// when none is required (loopback).
+	token     string
+	pauseMode generate.PauseMode
+	logf      func(format string, args ...any)
+}
+
+func (h *handler) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /v1/steps/next", h.auth(h.next))
+	mux.HandleFunc("POST /v1/steps/{n}/ack", h.auth(h.ack))
+	mux.HandleFunc("POST /v1/policy", h.auth(h.setPolicy))
+	mux.HandleFunc("POST /v1/pause", h.auth(h.pause))
+	mux.HandleFunc("POST /v1/resume", h.auth(h.resume))
+	mux.HandleFunc("GET /v1/status", h.auth(h.status))
+	// The API's paths with another method: 405 naming the allowed one.
+	for path, allowed := range map[string]string{
+		"/healthz": "GET", "/v1/steps/next": "GET", "/v1/steps/{n}/ack": "POST", "/v1/policy": "POST",
+		"/v1/pause": "POST", "/v1/resume": "POST", "/v1/status": "GET",
+	} {
+		mux.HandleFunc(path, h.auth(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allowed)
+			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, r.URL.Path, allowed)
+		}))
+	}
+	mux.HandleFunc("/", h.auth(func(w http.ResponseWriter, r *http.Request) {
+		fail(w, http.StatusNotFound, "", "no such endpoint: %s %s (see docs/serve.md)", r.Method, r.URL.Path)
+	}))
+	return mux
+}
+
+// auth answers 401 to a request without the bearer token, comparing in
+// constant time.
+func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			// Digests of equal length: the comparison tells nothing of
+			// the token's length either.
+			gd, wd := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(h.token))
+			if !ok || subtle.ConstantTimeCompare(gd[:], wd[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="trajflow"`)
+				fail(w, http.StatusUnauthorized, "Authorization", "a bearer token is required (Authorization: Bearer TOKEN, the value of serve.token_env)")
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+// StepQuery is a parsed GET /v1/steps/next query.
+type StepQuery struct {
+	Groups int
+	Format string
+}
+
+// ParseStepQuery parses the query of GET /v1/steps/next: groups (1 to
+// maxGroups) and format (arrow, the default, parquet or jsonl). The error
+// names the parameter.
+func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamError) {
+	out := StepQuery{Format: FormatArrow}
+	for k := range q {
+		if k != "groups" && k != "format" {
+			return out, &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want groups and format", k)}
+		}
+	}
+	gs := q["groups"]
+	if len(gs) != 1 {
+		return out, &ParamError{"groups", "groups=K is required, once"}
+	}
+	k, err := strconv.Atoi(gs[0])
+	if err != nil || k <= 0 || k > maxGroups {
+		return out, &ParamError{"groups", fmt.Sprintf("groups %q: want an integer from 1 to %d (serve.max_groups_per_step)", gs[0], maxGroups)}
+	}
+	out.Groups = k
+	if fs, ok := q["format"]; ok {
+		if len(fs) != 1 {
+			return out, &ParamError{"format", "format given more than once"}
+		}
+		if _, ok := contentTypes[fs[0]]; !ok {
+			return out, &ParamError{"format", fmt.Sprintf("format %q: want arrow, parquet or jsonl", fs[0])}
+		}
+		out.Format = fs[0]
+	}
+	return out, nil
+}
+
+// paramName is an unknown query parameter's name as an error names it:
+// "query" for one without a name.
+func paramName(k string) string {
+	if k == "" {
+		return "query"
+	}
+	return k
+}
+
+// ParamError is a bad request parameter.
+type ParamError struct {
+	Param, Msg string
+}
+
+func (e *ParamError) Error() string { return e.Msg }
+
+func (h *handler) next(w http.ResponseWriter, r *http.Request) {
+	q, perr := ParseStepQuery(r.URL.Query(), h.s.maxK)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	wt := h.s.wait(q.Groups)
+	var g grant
+	select {
+	case g = <-wt.ch:
+	case <-r.Context().Done():
+		h.s.cancel(wt)
+		return
+	case <-h.s.ctx.Done():
+		h.s.cancel(wt)
+		fail(w, http.StatusServiceUnavailable, "", "the service is stopping")
+		return
+	}
+	if g.err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "%v", g.err)
+		return
+	}
+	st := g.step
+	if st == nil {
+		var err error
+		if st, err = h.s.makeStep(r.Context(), g.fresh); err != nil {
+			h.logf("making a step: %v", err)
+			fail(w, http.StatusInternalServerError, "", "making the step failed: %v", err)
+			return
+		}
+	}
+	vs := make([]string, len(st.Versions))
+	for i, v := range st.Versions {
+		vs[i] = strconv.FormatInt(v, 10)
+	}
+	hd := w.Header()
+	hd.Set(HeaderStep, strconv.FormatInt(st.Step, 10))
+	hd.Set(HeaderVersions, strings.Join(vs, ","))
+	hd.Set(HeaderGroups, strconv.Itoa(len(st.Groups)))
+	hd.Set(HeaderRows, strconv.Itoa(st.Rows))
+	hd.Set("Content-Type", contentTypes[q.Format])
+	// The step is leased whatever becomes of this answer: one that does
+	// not arrive is served again when the lease runs out.
+	if err := h.writeStep(r.Context(), w, st.Step, q.Format); err != nil {
+		h.logf("sending step %d: %v", st.Step, err)
+	}
+}
+
+// writeStep writes step n's part file in a format.
+func (h *handler) writeStep(ctx context.Context, w http.ResponseWriter, n int64, format string) error {
+	path := h.s.stepFile(n)
+	if format == FormatParquet {
+		f, err := os.Open(path)
+		if err != nil {
+			fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+			return err
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil {
+			w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		}
+		_, err = io.Copy(w, f)
+		return err
+	}
+	f, err := pqread.Open(path, h.s.alloc, 4096)
+	if err != nil {
+		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+		return err
+	}
+	defer f.Close()
+	sc, err := f.Schema()
+	if err != nil {
+		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+		return err
+	}
+	switch format {
+	case FormatJSONL:
+		return f.Records(ctx, nil, func(rec arrow.Record) error { return array.RecordToJSON(rec, w) })
+	default:
+		iw := ipc.NewWriter(w, ipc.WithSchema(sc), ipc.WithAllocator(h.s.alloc))
+		err := f.Records(ctx, nil, func(rec arrow.Record) error { return iw.Write(rec) })
+		return errors.Join(err, iw.Close())
+	}
+}
+
+func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("n")
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n <= 0 {
+		fail(w, http.StatusBadRequest, "step", "step %q: want a positive step number", raw)
+		return
+	}
+	st, err := h.s.ack(n)
+	switch {
+	case errors.Is(err, errNeverServed):
+		fail(w, http.StatusNotFound, "step", "%v", err)
+	case err != nil:
+		h.logf("%v", err)
+		fail(w, http.StatusInternalServerError, "", "%v", err)
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"step": st.Step, "acked": true})
+	}
+}
+
+// PolicyBody is the body of POST /v1/policy.
+type PolicyBody struct {
+	Version *int64 `json:"version"`
+}
+
+// ParsePolicyBody parses the body of POST /v1/policy: {"version": v},
+// v >= 0. The error names the parameter.
+func ParsePolicyBody(b []byte) (int64, *ParamError) {
+	var body PolicyBody
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return 0, &ParamError{"body", fmt.Sprintf("want a JSON object {\"version\": N}: %v", err)}
+	}
+	if dec.More() {
+		return 0, &ParamError{"body", "want one JSON object {\"version\": N}"}
+	}
+	if body.Version == nil {
+		return 0, &ParamError{"version", "version is required"}
+	}
+	if *body.Version < 0 {
+		return 0, &ParamError{"version", fmt.Sprintf("version %d: must be >= 0", *body.Version)}
+	}
+	return *body.Version, nil
+}
+
+// readBody reads a request body of at most MaxBody bytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			fail(w, http.StatusRequestEntityTooLarge, "body", "the body is over %d bytes", MaxBody)
+		} else {
+			fail(w, http.StatusBadRequest, "body", "reading the body: %v", err)
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+// MaxBody bounds a request body.
+const MaxBody = 64 << 10
+
+func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	v, perr := ParsePolicyBody(b)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	if err := h.s.setVersion(v); err != nil {
+		if strings.Contains(err.Error(), "below the current") {
+			fail(w, http.StatusConflict, "version", "%v", err)
+			return
+		}
+		h.logf("%v", err)
+		fail(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policy_version": h.s.policy.Version()})
+}
+
+// ParsePauseMode reads the pause mode of POST /v1/pause from the query
+// (mode=) or the body ({"mode": "..."}); def when neither names one.
+func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMode) (generate.PauseMode, *ParamError) {
+	mode := def
+	for k := range query {
+		if k != "mode" {
+			return "", &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want mode", k)}
+		}
+	}
+	if ms, ok := query["mode"]; ok {
+		if len(ms) != 1 {
+			return "", &ParamError{"mode", "mode given more than once"}
+		}
+		mode = generate.PauseMode(ms[0])
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		var b struct {
+			Mode *string `json:"mode"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&b); err != nil || dec.More() {
+			return "", &ParamError{"body", "want a JSON object {\"mode\": \"abort\"|\"keep\"} or no body"}
+		}
+		if b.Mode != nil {
+			mode = generate.PauseMode(*b.Mode)
+		}
+	}
+	if mode != generate.PauseAbort && mode != generate.PauseKeep {
+		return "", &ParamError{"mode", fmt.Sprintf("mode %q: want abort or keep", mode)}
+	}
+	return mode, nil
+}
+
+func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	mode, perr := ParsePauseMode(r.URL.Query(), b, h.pauseMode)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	if err := h.s.policy.Pause(mode); err != nil {
+		fail(w, http.StatusBadRequest, "mode", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "policy_version": h.s.policy.Version()})
+}
+
+func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
+	if _, ok := readBody(w, r); !ok {
+		return
+	}
+	h.s.policy.Resume()
+	writeJSON(w, http.StatusOK, map[string]any{"paused": false, "policy_version": h.s.policy.Version()})
+}
+
+func (h *handler) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.s.status())
+}

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package serve
+
+// lock is a no-op where flock is not available.
+func lock(dir string) (func(), error) { return func() {}, nil }

@@ -1,0 +1,56 @@
+package serve
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	descQueued    = prometheus.NewDesc("trajflow_serve_queued_groups", "Kept groups committed and in no step yet.", nil, nil)
+	descWaiting   = prometheus.NewDesc("trajflow_serve_waiting_requests", "Trainers waiting for a step.", nil, nil)
+	descDemand    = prometheus.NewDesc("trajflow_serve_demand_groups", "Kept groups the run is asked for in all.", nil, nil)
+	descSteps     = prometheus.NewDesc("trajflow_serve_steps", "Steps made, by state (acked, leased, pending: to be served again).", []string{"state"}, nil)
+	descServed    = prometheus.NewDesc("trajflow_serve_steps_served_total", "Steps made and served since the start.", nil, nil)
+	descReserved  = prometheus.NewDesc("trajflow_serve_steps_reserved_total", "Steps served again (lease run out, or a restart) since the start.", nil, nil)
+	descExpired   = prometheus.NewDesc("trajflow_serve_leases_expired_total", "Leases that ran out since the start.", nil, nil)
+	descAcked     = prometheus.NewDesc("trajflow_serve_acks_total", "Steps acknowledged since the start.", nil, nil)
+	descVersion   = prometheus.NewDesc("trajflow_serve_policy_version", "The fleet's policy version.", nil, nil)
+	descPaused    = prometheus.NewDesc("trajflow_serve_paused", "1 while the fleet is paused.", nil, nil)
+	descStaleness = prometheus.NewDesc("trajflow_serve_queued_groups_by_staleness", "Queued groups by how many policy versions their oldest token is behind.", []string{"versions_behind"}, nil)
+	serveDescs    = []*prometheus.Desc{descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness}
+)
+
+// collector serves the service's gauges on run.metrics_addr.
+type collector struct{ s *service }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range serveDescs {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge(descQueued, float64(st.QueuedGroups))
+	gauge(descWaiting, float64(len(st.Waiting)))
+	gauge(descDemand, float64(st.Demand))
+	gauge(descSteps, float64(st.Steps.Acked), "acked")
+	gauge(descSteps, float64(st.Steps.Leased), "leased")
+	gauge(descSteps, float64(st.Steps.Pending), "pending")
+	counter(descServed, float64(st.Served))
+	counter(descReserved, float64(st.Reserved))
+	counter(descExpired, float64(st.Expired))
+	counter(descAcked, float64(st.Acked))
+	gauge(descVersion, float64(st.PolicyVersion))
+	paused := 0.0
+	if st.Paused {
+		paused = 1
+	}
+	gauge(descPaused, paused)
+	for lag, n := range st.Staleness {
+		gauge(descStaleness, float64(n), lag)
+	}
+}

@@ -1,0 +1,356 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/generate"
+	"github.com/trajflow/trajflow/stages/groups"
+	"github.com/trajflow/trajflow/storage"
+)
+
+// Options are the settings of Run that are not part of the config.
+type Options struct {
+	// Stderr receives the service's log lines and the run's warnings,
+	// through the config's redactor; nil discards them.
+	Stderr io.Writer
+	// Client and Env replace the config's endpoints and environment, as
+	// for runner.Run.
+	Client inference.Client
+	Env    envs.Env
+	// Abort, closed after ctx was cancelled, ends the graceful stop at
+	// once (the command's second signal).
+	Abort <-chan struct{}
+	// LookupEnv reads the token's variable (serve.token_env) and the
+	// shard's; default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// AllowConfigChange resumes an output whose committed work came from
+	// a config with other semantic keys.
+	AllowConfigChange bool
+	// Listening, when set, hears the address the service listens on once
+	// it accepts requests.
+	Listening func(addr net.Addr)
+	// Progress, when set, receives the run's progress and the service's
+	// status twice a second instead of the plain line on Stderr every
+	// run.progress (the command line draws a live view with it).
+	Progress func(runner.Snapshot, client.Status)
+}
+
+func (o Options) lookupEnv() func(string) (string, bool) {
+	if o.LookupEnv != nil {
+		return o.LookupEnv
+	}
+	return os.LookupEnv
+}
+
+// Check reports every problem of the config that serve would meet before
+// anything is created: the run's (runner.Check), the keys serve cannot
+// honour, and the bearer token's variable. The error is a
+// *config.ValidationError naming each key.
+func Check(cfg *config.Config, opts Options) error {
+	if err := runner.Check(cfg, runner.Options{Env: opts.Env, Client: opts.Client, LookupEnv: opts.LookupEnv}); err != nil {
+		return err
+	}
+	var p pipeline.Problems
+	if cfg.Groups.Target != 0 {
+		p.Add("groups.target", "serve sizes each step by its request (GET /v1/steps/next?groups=K); leave groups.target unset")
+	}
+	if storage.IsURL(cfg.Output.Dir) {
+		p.Add("output.dir", "serve needs a local directory")
+	}
+	if cfg.Source.Shard.Sharded() || cfg.Source.Shard.Auto {
+		p.Add("source.shard", "serve reads the whole input; leave source.shard unset")
+	}
+	if cfg.Serve.NeedsToken() && cfg.Serve.TokenEnv == "" {
+		p.Add("serve.token_env", "required: serve.addr %s is not a loopback address, and anyone who can reach it could take steps or pause the fleet; name the environment variable holding a bearer token", cfg.Serve.Addr)
+	}
+	if name := cfg.Serve.TokenEnv; name != "" {
+		if v, ok := opts.lookupEnv()(name); !ok || v == "" {
+			p.Add("serve.token_env", "the variable %s is unset or empty: it must hold the bearer token", name)
+		}
+	}
+	return cfg.Locate(p.Err())
+}
+
+// Run serves training steps from the pipeline the config describes until
+// ctx is cancelled: it runs the pipeline continuously (runner.Run), its
+// demand set by the trainers' requests, commits kept groups to data/ as a
+// run does, and hands them out as steps over HTTP (docs/serve.md). A
+// cancel of ctx stops it as a run stops (run.on_signal, run.grace): the
+// finished groups are committed and the served state is whole.
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	own := *cfg
+	cfg = &own
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
+	}
+	if err := Check(cfg, opts); err != nil {
+		return err
+	}
+	red := cfg.Redactor()
+	stderr := red.Writer(opts.Stderr)
+	var logMu sync.Mutex
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(stderr, "trajflow serve: "+format+"\n", args...)
+	}
+	var token string
+	if cfg.Serve.TokenEnv != "" {
+		token, _ = opts.lookupEnv()(cfg.Serve.TokenEnv)
+	}
+
+	// A dropped group is committed too (filtered/), so that a restart
+	// never samples its prompt again; finished groups become servable at
+	// serve.commit_interval.
+	cfg.Output.Filtered = true
+	cfg.Output.Parquet.CommitInterval = cfg.Serve.CommitInterval
+	// The run's progress feeds the status; the service prints its own
+	// line every run.progress.
+	every := cfg.Run.Progress.D()
+	cfg.Run.Progress = config.Duration(250 * time.Millisecond)
+
+	dir := filepath.Join(cfg.Output.Dir, schema.ServedDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output.dir: %w", err)
+	}
+	unlock, err := lock(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := loadState(dir)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := removeStale(dir, st); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	sctx, stopService := context.WithCancel(context.Background())
+	defer stopService()
+	s := newService(dir, st)
+	s.ctx = sctx
+	s.lease = cfg.Serve.Lease.D()
+	s.buffer = *cfg.Serve.BufferSteps
+	s.maxK = cfg.Serve.MaxGroupsPerStep
+	s.supply = groups.NewSupply(0)
+	s.policy = generate.NewPolicy(st.Policy)
+	s.popts = parquet.Options{
+		FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
+		RowGroupRows: cfg.Output.Parquet.RowGroupRows,
+		Compression:  cfg.Output.Parquet.Compression,
+	}
+	defer func() {
+		s.mu.Lock()
+		for _, g := range s.queue {
+			g.release()
+		}
+		s.mu.Unlock()
+	}()
+
+	// What earlier runs committed and no step holds is queued first.
+	paths, err := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, schema.PartGlob))
+	if err != nil {
+		return err
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if err := s.loadFile(ctx, p); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+
+	ln, err := net.Listen("tcp", cfg.Serve.Addr)
+	if err != nil {
+		return fmt.Errorf("serve.addr: %w", err)
+	}
+	h := &handler{s: s, token: token, pauseMode: generate.PauseMode(cfg.Serve.PauseMode), logf: logf}
+	srv := &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second}
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logf("%v", err)
+		}
+	}()
+	defer func() {
+		stopService()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+		<-srvDone
+	}()
+
+	// Data files the run commits are read into the queue in order, off
+	// the run's commit path.
+	loads := newLoader(func(path string) {
+		if err := s.loadFile(sctx, path); err != nil && sctx.Err() == nil {
+			logf("%v", err)
+		}
+	})
+	defer loads.stop()
+	var snapMu sync.Mutex
+	var snap runner.Snapshot
+	s.snapshot = func() runner.Snapshot {
+		snapMu.Lock()
+		defer snapMu.Unlock()
+		return snap
+	}
+	ropts := runner.Options{
+		Stderr: opts.Stderr, Client: opts.Client, Env: opts.Env, Abort: opts.Abort,
+		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
+		Policy: s.policy, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
+		Progress: func(sn runner.Snapshot) {
+			snapMu.Lock()
+			snap = sn
+			snapMu.Unlock()
+		},
+		Collector: collector{s},
+	}
+	runDone := make(chan error, 1)
+	go func() {
+		_, err := runner.Run(ctx, cfg, ropts)
+		runDone <- err
+	}()
+	tick := time.NewTicker(max(min(s.lease/10, time.Second), 10*time.Millisecond))
+	defer tick.Stop()
+	var progress <-chan time.Time
+	if opts.Progress != nil {
+		every = 500 * time.Millisecond
+	}
+	if every > 0 {
+		pt := time.NewTicker(every)
+		defer pt.Stop()
+		progress = pt.C
+	}
+	if opts.Listening != nil {
+		opts.Listening(ln.Addr())
+	}
+	logf("serving on http://%s (output %s)", ln.Addr(), cfg.Output.Dir)
+	var runErr error
+	running := true
+	for running || ctx.Err() == nil {
+		select {
+		case err := <-runDone:
+			running = false
+			runErr = err
+			loads.wait()
+			if err != nil && ctx.Err() == nil {
+				// A fatal error of the run: no more groups come.
+				s.end(err)
+				return err
+			}
+			if ctx.Err() == nil {
+				logf("the input ran out; the steps committed are still served")
+				s.end(nil)
+			}
+		case <-tick.C:
+			s.tick()
+		case <-progress:
+			if opts.Progress != nil {
+				opts.Progress(s.snapshot(), s.status())
+			} else {
+				logf("%s", progressLine(s.status()))
+			}
+		case <-ctx.Done():
+			if !running {
+				return runErr
+			}
+			// The run stops on the same cancel; wait for its commits.
+			runErr = <-runDone
+			running = false
+			loads.wait()
+		}
+	}
+	return runErr
+}
+
+// progressLine is the service's periodic line on stderr.
+func progressLine(st client.Status) string {
+	paused := ""
+	if st.Paused {
+		paused = " (paused, " + st.PauseMode + ")"
+	}
+	return fmt.Sprintf("steps %d made, %d acked, %d leased, %d to serve again; %d groups queued, %d requests waiting; policy v%d%s; in flight %d gen %d env; keep rate %.2f",
+		st.Steps.Made, st.Steps.Acked, st.Steps.Leased, st.Steps.Pending, st.QueuedGroups, len(st.Waiting), st.PolicyVersion, paused, st.InGeneration, st.InEnvironment, st.KeepRate)
+}
+
+// loader calls load for each path added, in order, on a goroutine of its
+// own.
+type loader struct {
+	mu      sync.Mutex
+	paths   []string
+	busy    bool
+	idle    *sync.Cond
+	load    func(string)
+	pending chan struct{}
+}
+
+func newLoader(load func(string)) *loader {
+	l := &loader{load: load, pending: make(chan struct{}, 1)}
+	l.idle = sync.NewCond(&l.mu)
+	go l.loop()
+	return l
+}
+
+func (l *loader) add(path string) {
+	l.mu.Lock()
+	l.paths = append(l.paths, path)
+	l.mu.Unlock()
+	select {
+	case l.pending <- struct{}{}:
+	default:
+	}
+}
+
+func (l *loader) loop() {
+	for range l.pending {
+		for {
+			l.mu.Lock()
+			if len(l.paths) == 0 {
+				l.busy = false
+				l.idle.Broadcast()
+				l.mu.Unlock()
+				break
+			}
+			p := l.paths[0]
+			l.paths = l.paths[1:]
+			l.busy = true
+			l.mu.Unlock()
+			l.load(p)
+		}
+	}
+}
+
+// stop ends the loader's goroutine once what was added is loaded.
+func (l *loader) stop() {
+	l.wait()
+	close(l.pending)
+}
+
+// wait returns once every path added is loaded.
+func (l *loader) wait() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.paths) > 0 || l.busy {
+		l.idle.Wait()
+	}
+}

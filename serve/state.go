@@ -1,0 +1,151 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// stateVersion is the version of the state file's layout.
+const stateVersion = 1
+
+// state is the service's durable state (served/state.json): the steps
+// assembled so far with the groups each holds and whether it was
+// acknowledged, and the policy version. Leases are not part of it: after
+// a restart every step not acknowledged is served again.
+type state struct {
+	Version int `json:"version"`
+	// Policy is the last policy version set (POST /v1/policy).
+	Policy int64 `json:"policy_version"`
+	// Next is the number of the next step.
+	Next  int64        `json:"next_step"`
+	Steps []*stepState `json:"steps"`
+}
+
+// stepState is one assembled step.
+type stepState struct {
+	Step   int64      `json:"step"`
+	Groups []groupRef `json:"groups"`
+	Rows   int        `json:"rows"`
+	// Versions are the policy versions the step's tokens were generated
+	// under, ascending.
+	Versions []int64 `json:"policy_versions"`
+	Acked    bool    `json:"acked"`
+}
+
+// groupRef names a group: its task and attempt.
+type groupRef [2]int64
+
+func refOf(k pipeline.GroupKey) groupRef { return groupRef{k.TaskIndex, int64(k.Attempt)} }
+
+func (g groupRef) String() string { return fmt.Sprintf("task %d attempt %d", g[0], g[1]) }
+
+// loadState reads dir's state file; a missing one is a fresh state.
+func loadState(dir string) (*state, error) {
+	path := filepath.Join(dir, schema.ServeStateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &state{Version: stateVersion, Next: 1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s state
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s is damaged: %w", path, err)
+	}
+	if s.Version != stateVersion {
+		return nil, fmt.Errorf("%s: state version %d, this trajflow reads version %d", path, s.Version, stateVersion)
+	}
+	if s.Next < 1 {
+		s.Next = 1
+	}
+	for _, st := range s.Steps {
+		if st.Step >= s.Next {
+			s.Next = st.Step + 1
+		}
+	}
+	return &s, nil
+}
+
+// save replaces dir's state file atomically: written to a temporary file,
+// synced, renamed into place, and the directory synced.
+func (s *state) save(dir string) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, schema.ServeStateFile), b)
+}
+
+// writeAtomic replaces path with b: a crash leaves the old or the new
+// content, never a part.
+func writeAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// removeStale removes what a crash left in the served directory: the
+// temporary folders and files of a step or a state being written, and the
+// step folders the state does not record (written, but never served).
+func removeStale(dir string, s *state) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, st := range s.Steps {
+		known[schema.ServedStepDir(st.Step)] = true
+	}
+	for _, e := range entries {
+		name := e.Name()
+		stale := strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp")
+		if strings.HasPrefix(name, schema.ServedStepPrefix) && e.IsDir() && !known[name] {
+			stale = true
+		}
+		if stale {
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -21,7 +21,7 @@ import (
 // Bad serve command lines and configs exit 2 naming the flag or key, and
 // create nothing.
 func TestServeBadInput(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}

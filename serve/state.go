@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -42,8 +41,6 @@ type stepState struct {
 
 // groupRef names a group: its task and attempt.
 type groupRef [2]int64
-
-func refOf(k pipeline.GroupKey) groupRef { return groupRef{k.TaskIndex, int64(k.Attempt)} }
 
 func (g groupRef) String() string { return fmt.Sprintf("task %d attempt %d", g[0], g[1]) }
 

@@ -106,8 +106,7 @@ func build(ctx context.Context, cfg *config.Config, opts BuildOptions) (*Built, 
 	b := newBuilt(cfg, opts)
 	err := b.buildAll(ctx)
 	if err != nil {
-		b.Close()
-		return nil, err
+		return nil, errors.Join(err, b.Close())
 	}
 	return b, nil
 }

@@ -119,7 +119,7 @@ func (b *Built) openBatch(ctx context.Context) error {
 	}
 	b.hosted.batch = c
 	b.Client = c
-	b.closers = append(b.closers, func() error { c.Close(); return nil })
+	b.closers = append(b.closers, c.Close)
 	return nil
 }
 

@@ -366,7 +366,7 @@ func (r *run) provision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.closers = append(r.closers, func() { b.Close() })
+	r.closeChecked(b.Close)
 	r.built, r.client = b, b.Client
 	r.envs, r.sourcePath = b.Envs, b.SourcePath
 	if b.http != nil && (r.prom != nil || r.opts.Progress != nil) {

@@ -226,7 +226,11 @@ func (v *validation) startEnvs(b *Built) {
 	cfg := v.cfg
 	if v.opts.Env != nil {
 		fmt.Fprintf(v.out, "env %s: the embedder's environment\n", cfg.Env.Name)
-		b.startEnvs(nil) // nothing to start: the embedder's to close
+		// Nothing to start (the embedder's to close): only the Stepper.
+		if err := b.startEnvs(nil); err != nil {
+			v.problem(err)
+			b.Stepper = nil
+		}
 		return
 	}
 	if v.skip("env") {

@@ -222,7 +222,7 @@ func (h *handler) writeStep(ctx context.Context, w http.ResponseWriter, n int64,
 			fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // best effort: read only
 		if fi, err := f.Stat(); err == nil {
 			w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		}
@@ -234,7 +234,7 @@ func (h *handler) writeStep(ctx context.Context, w http.ResponseWriter, n int64,
 		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	sc, err := f.Schema()
 	if err != nil {
 		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)

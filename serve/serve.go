@@ -95,7 +95,7 @@ func Check(cfg *config.Config, opts Options) error {
 // run does, and hands them out as steps over HTTP (docs/serve.md). A
 // cancel of ctx stops it as a run stops (run.on_signal, run.grace): the
 // finished groups are committed and the served state is whole.
-func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	own := *cfg
 	cfg = &own
 	if opts.Stderr == nil {
@@ -135,7 +135,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer func() {
+		// The lock is what lets the next service in: a failed release is
+		// an error of this one's.
+		err = errors.Join(err, unlock())
+	}()
 	st, err := loadState(dir)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)

@@ -117,7 +117,7 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: read only
 	meta := f.Metadata()
 	var fresh []*group
 	byRef := map[groupRef]*group{}
@@ -418,20 +418,20 @@ func (s *service) makeStep(ctx context.Context, fresh []*group) (st *stepState, 
 	for _, g := range fresh {
 		for _, rec := range g.recs {
 			if err := w.Write(ctx, rec); err != nil {
-				os.RemoveAll(tmp)
+				_ = os.RemoveAll(tmp) // best effort: a temporary folder; the write's error is returned
 				return nil, err
 			}
 		}
 	}
 	if err := w.Close(ctx); err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp) // best effort: a temporary folder; the close's error is returned
 		return nil, err
 	}
 	if err := syncDir(tmp); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp) // best effort: a temporary folder; the rename's error is returned
 		return nil, err
 	}
 	if err := syncDir(s.dir); err != nil {
@@ -442,7 +442,7 @@ func (s *service) makeStep(ctx context.Context, fresh []*group) (st *stepState, 
 	s.st.Steps = append(s.st.Steps, st)
 	if err := s.st.save(s.dir); err != nil {
 		s.st.Steps = s.st.Steps[:len(s.st.Steps)-1]
-		os.RemoveAll(final)
+		_ = os.RemoveAll(final) // best effort: a folder the state does not record is removed at the next start
 		return nil, fmt.Errorf("recording step %d: %w", n, err)
 	}
 	s.steps[n] = st

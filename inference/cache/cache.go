@@ -227,8 +227,10 @@ func (s *Store) Put(k Key, v any) error {
 	}
 	w := bufio.NewWriter(f)
 	fmt.Fprintf(w, "%s %s %d\n", header, hex.EncodeToString(sum[:]), len(payload))
-	w.Write(payload)
-	err = w.Flush()
+	_, err = w.Write(payload)
+	if err == nil {
+		err = w.Flush()
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -244,7 +246,7 @@ func (s *Store) Put(k Key, v any) error {
 	}
 	if d, derr := os.Open(filepath.Dir(final)); derr == nil {
 		_ = d.Sync()
-		d.Close()
+		_ = d.Close() // best effort: a directory opened only to sync it
 	}
 	size := int64(len(header) + len(payload) + 2 + 64 + len(fmt.Sprint(len(payload))) + 1)
 	if info, err := os.Stat(final); err == nil {

@@ -188,8 +188,7 @@ func NewBatch(ctx context.Context, cfg inference.Config, bc BatchConfig, opts Ba
 	}
 	c.state = state
 	if err := c.recover(ctx, planned); err != nil {
-		state.close()
-		return nil, err
+		return nil, errors.Join(err, state.close())
 	}
 	return c, nil
 }
@@ -245,8 +244,9 @@ func (c *BatchClient) recover(ctx context.Context, planned []*plannedBatch) erro
 }
 
 // Close stops polling; requests waiting fail. Submitted batches stay in
-// the state file for the next run.
-func (c *BatchClient) Close() {
+// the state file for the next run. It returns the state file's close
+// error.
+func (c *BatchClient) Close() error {
 	c.cancel()
 	c.mu.Lock()
 	if c.timer != nil {
@@ -254,7 +254,7 @@ func (c *BatchClient) Close() {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
-	c.state.close()
+	return c.state.close()
 }
 
 // Stats returns the client's counters now.
@@ -661,7 +661,7 @@ func (c *BatchClient) readResults(ctx context.Context, batch, file string, resul
 		if err != nil {
 			return true, err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 		data, err = io.ReadAll(resp.Body)
 		if err != nil {
 			return true, err
@@ -776,7 +776,7 @@ func (c *BatchClient) call(ctx context.Context, method, u, contentType string, b
 		var ne net.Error
 		return ctx.Err() == nil || errors.As(err, &ne), fmt.Errorf("%s %s: %v", method, redactQuery(u), stripURL(err))
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return true, fmt.Errorf("%s %s: %v", method, redactQuery(u), err)

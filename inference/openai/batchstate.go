@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,19 +54,16 @@ func openState(path string) (*stateLog, []*plannedBatch, error) {
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("batch state: %w", err)
+		return nil, nil, errors.Join(fmt.Errorf("batch state: %w", err), f.Close())
 	}
 	if i := bytes.LastIndexByte(data, '\n'); i+1 != len(data) {
 		if err := f.Truncate(int64(i + 1)); err != nil {
-			f.Close()
-			return nil, nil, fmt.Errorf("batch state: %w", err)
+			return nil, nil, errors.Join(fmt.Errorf("batch state: %w", err), f.Close())
 		}
 		data = data[:i+1]
 	}
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("batch state: %w", err)
+		return nil, nil, errors.Join(fmt.Errorf("batch state: %w", err), f.Close())
 	}
 	byKey := map[string]*plannedBatch{}
 	var order []*plannedBatch
@@ -74,8 +72,7 @@ func openState(path string) (*stateLog, []*plannedBatch, error) {
 	for n := 1; sc.Scan(); n++ {
 		var e stateEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Key == "" {
-			f.Close()
-			return nil, nil, fmt.Errorf("batch state %s: line %d: not a state event (%v); the file records the batches this output directory submitted: do not edit it", path, n, err)
+			return nil, nil, errors.Join(fmt.Errorf("batch state %s: line %d: not a state event (%v); the file records the batches this output directory submitted: do not edit it", path, n, err), f.Close())
 		}
 		b := byKey[e.Key]
 		if b == nil {
@@ -93,8 +90,7 @@ func openState(path string) (*stateLog, []*plannedBatch, error) {
 		case "abandon":
 			b.Abandoned = true
 		default:
-			f.Close()
-			return nil, nil, fmt.Errorf("batch state %s: line %d: unknown op %q", path, n, e.Op)
+			return nil, nil, errors.Join(fmt.Errorf("batch state %s: line %d: unknown op %q", path, n, e.Op), f.Close())
 		}
 	}
 	return &stateLog{f: f}, order, nil
@@ -121,5 +117,8 @@ func (s *stateLog) append(e stateEvent) error {
 func (s *stateLog) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.f.Close()
+	if err := s.f.Close(); err != nil {
+		return fmt.Errorf("batch state: %w", err)
+	}
+	return nil
 }

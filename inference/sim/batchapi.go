@@ -135,7 +135,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "no file: "+err.Error())
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best effort: an uploaded file, read
 	data, err := io.ReadAll(f)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

@@ -161,7 +161,7 @@ func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) 
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 	st := &Step{Format: format}
 	h := resp.Header
 	if st.Number, err = strconv.ParseInt(h.Get(HeaderStep), 10, 64); err != nil {
@@ -252,7 +252,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 	if out == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return err
@@ -277,7 +277,7 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
 		e := &Error{Status: resp.StatusCode}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(b, e) != nil || e.Message == "" {

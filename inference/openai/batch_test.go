@@ -294,3 +294,17 @@ func FuzzBatchState(f *testing.F) {
 		}
 	})
 }
+
+// Close reports the state file's close: the file every submission was
+// recorded in (here the second Close, whose file is already closed).
+func TestBatchCloseReportsTheStateFile(t *testing.T) {
+	_, ep := batchServer(t, nil)
+	c := newBatchClient(t, ep, filepath.Join(t.TempDir(), "batches.jsonl"), BatchConfig{FlushAfter: pipeline.Duration(50 * time.Millisecond)})
+	completeAll(t, c, 2)
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Close(); err == nil || !strings.Contains(err.Error(), "batch state") {
+		t.Fatalf("second Close: %v, want the state file's error", err)
+	}
+}

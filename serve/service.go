@@ -418,6 +418,8 @@ func (s *service) makeStep(ctx context.Context, fresh []*group) (st *stepState, 
 	for _, g := range fresh {
 		for _, rec := range g.recs {
 			if err := w.Write(ctx, rec); err != nil {
+				// The writer's open file goes with its folder.
+				err = errors.Join(err, w.Abort())
 				_ = os.RemoveAll(tmp) // best effort: a temporary folder; the write's error is returned
 				return nil, err
 			}

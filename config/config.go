@@ -143,6 +143,17 @@ type Output struct {
 	// prompt and response ids, rewards, action validity, anchor group and
 	// GiGPO statistics (SCHEMA.md, Step rows).
 	Steps bool `yaml:"steps"`
+	// OpenAIBatch also writes OpenAI's Batch output and error files:
+	// openai_batch/output-DIR-NNNNN.jsonl and errors-DIR-NNNNN.jsonl beside
+	// each Parquet part DIR/part-NNNNN.parquet (data, filtered, surplus,
+	// errors), committed with it, one line per row: {"id", "custom_id",
+	// "response": {"status_code", "request_id", "body"}, "error": null}
+	// with the server's reply as body, or "error": {"code", "message"} for
+	// a row that failed. Each row's custom_id is its input line's
+	// (source.format: openai_batch), else its traj_id. It needs
+	// run.resume_errors: keep (the default with it), so that every request
+	// has exactly one line across resumes. See docs/offline.md.
+	OpenAIBatch bool `yaml:"openai_batch"`
 }
 
 // SetDefaults fills every key left unset.
@@ -152,6 +163,11 @@ func (c *Config) SetDefaults() {
 	c.Repeat.SetDefaults()
 	c.Generate.Config.SetDefaults()
 	c.Generate.Sim.SetDefaults()
+	if c.Source.Format == sources.FormatOpenAIBatch && c.Env.Name == "" && len(c.Env.Routes) == 0 {
+		// An OpenAI Batch file holds requests, not tasks: each is one
+		// generation, with no environment (envs.None).
+		c.Env.Name = "none"
+	}
 	c.Env.SetDefaults()
 	c.Groups.SetDefaults()
 	if c.Output.Dir == "" {
@@ -167,6 +183,11 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Run.Progress == 0 {
 		c.Run.Progress = Duration(5 * time.Second)
+	}
+	if c.Output.OpenAIBatch && c.Run.ResumeErrors == "" {
+		// A failed request has its line in an error file: a resumed run
+		// does not send it again.
+		c.Run.ResumeErrors = "keep"
 	}
 	c.Run.setDefaults()
 }
@@ -225,5 +246,11 @@ func (c *Config) Validate() error {
 	p.Section("output", c.Output.Collate.Validate())
 	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
+	if c.Output.OpenAIBatch && c.Run.ResumeErrors != "keep" {
+		p.Add("output.openai_batch", "needs run.resume_errors: keep (a failed request has its line in an error file, and a resumed run that sent it again would give its custom_id a second line); leave run.resume_errors unset")
+	}
+	if c.Source.Format == sources.FormatOpenAIBatch && c.Generate.API == "tokens" {
+		p.Add("source.format", "openai_batch sends each line's body to the url it names (chat or completions), which generate.api: tokens does not; use generate.api: chat")
+	}
 	return p.Err()
 }

@@ -27,6 +27,9 @@ type Request struct {
 	// prompt set to these ids and return_token_ids set, Messages and Tools
 	// are not sent, and the response must carry the generated ids.
 	PromptTokenIDs []int32
+	// API, when set (chat or completions), sends the request to that API
+	// in place of the client's generate.api: an OpenAI Batch line's url.
+	API string
 }
 
 // TokenizeRequest asks for the token ids of a conversation rendered by the
@@ -84,6 +87,11 @@ type Response struct {
 	Extra json.RawMessage
 	// Endpoint names the endpoint that answered.
 	Endpoint string
+	// Raw is the reply's body as the server sent it, and RequestID the
+	// server's x-request-id, when the client keeps them (the HTTP client's
+	// KeepBody; the OpenAI Batch output writes them); nil and "" otherwise.
+	Raw       json.RawMessage
+	RequestID string
 }
 
 // Client generates one response.

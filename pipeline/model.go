@@ -60,6 +60,17 @@ type Task struct {
 	// env section's routes, chosen per row); empty: the run's only
 	// environment.
 	Env string
+	// API, when set, is the API this row's requests go to, chat or
+	// completions, in place of generate.api (an OpenAI Batch line's url
+	// chooses it).
+	API string
+	// CustomID is the row's own id (an OpenAI Batch line's custom_id),
+	// which the OpenAI Batch output names each result by.
+	CustomID string
+	// Invalid, when set, says why the row's request cannot be sent (an
+	// OpenAI Batch line with an unsupported url, or stream: true): its
+	// rollouts fail without a request, and the run goes on.
+	Invalid string
 }
 
 // ToolCall is an OpenAI function call made by the model.
@@ -203,6 +214,14 @@ type Rollout struct {
 	// Tools are the tool definitions sent with every request: the task's,
 	// or the ones the environment's Reset returned. Not written out.
 	Tools []json.RawMessage
+	// Response is the body of the last reply as the server sent it, and
+	// RequestID the server's id of that request (its x-request-id), when
+	// the client keeps them (output.openai_batch). Not written to Parquet.
+	Response  json.RawMessage
+	RequestID string
+	// HTTPStatus is the HTTP status of the last failed request (0: none, or
+	// no HTTP answer). Not written to Parquet.
+	HTTPStatus int
 
 	// Steps are the trajectory's steps, one per turn, in order: what each
 	// request held and what the environment made of its answer. They are

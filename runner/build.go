@@ -181,7 +181,9 @@ func (b *Built) httpOptions() openai.HTTPOptions {
 	if b.cfg.Generate.APIKeyEnv != "" {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
 	}
-	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt}
+	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt,
+		// The OpenAI Batch output holds each reply's body as it came.
+		KeepBody: b.cfg.Output.OpenAIBatch}
 }
 
 // httpEndpoints reports whether the client is the config's HTTP client

@@ -132,6 +132,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*Summary, error
 	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Output.OpenAIBatch {
+		// Likewise OpenAI Batch files without their part.
+		if err := pairBatchFiles(cfg.Output.Dir); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Output.Steps {
 		// A crash between a commit's two renames left a steps file
 		// without its trajectories: they were never committed.
@@ -294,6 +300,13 @@ func (r *run) provision(ctx context.Context) error {
 		}
 	}
 	r.commit = r.newCommitter()
+	if cfg.Output.OpenAIBatch {
+		b, err := newBatchFiles(cfg.Output.Dir)
+		if err != nil {
+			return err
+		}
+		r.commit.batch = b
+	}
 	if cfg.Output.Images == "reference" {
 		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
 		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))

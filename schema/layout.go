@@ -26,6 +26,15 @@ const (
 	// JSONLDir holds NeMo Gym-shaped copies of the kept rows (output.jsonl):
 	// JSONLPrefix + NNNNN + JSONLExt.
 	JSONLDir = "jsonl"
+	// OpenAIBatchDir holds OpenAI's Batch output and error files
+	// (output.openai_batch): for each part file DIR/part-NNNNN.parquet,
+	// OpenAIBatchName(OpenAIBatchOutput, DIR, NNNNN) and
+	// OpenAIBatchName(OpenAIBatchErrors, DIR, NNNNN), committed with it.
+	OpenAIBatchDir = "openai_batch"
+	// OpenAIBatchOutput and OpenAIBatchErrors are the kinds of file of
+	// OpenAIBatchDir: the answered requests, and the failed ones.
+	OpenAIBatchOutput = "output"
+	OpenAIBatchErrors = "errors"
 	// ShardsDir holds one directory per shard of a sharded run, named by
 	// ShardDirName.
 	ShardsDir = "shards"
@@ -80,6 +89,13 @@ const (
 
 // PartName returns the name of part file n: part-00003.parquet.
 func PartName(n int) string { return fmt.Sprintf("%s-%05d%s", PartPrefix, n, PartExt) }
+
+// OpenAIBatchName returns the name of the OpenAI Batch file of kind
+// (OpenAIBatchOutput or OpenAIBatchErrors) beside part file n of
+// directory dir: output-data-00003.jsonl.
+func OpenAIBatchName(kind, dir string, n int) string {
+	return fmt.Sprintf("%s-%s-%05d%s", kind, dir, n, JSONLExt)
+}
 
 // ShardDirName returns the name of the directory of shard index of count
 // under ShardsDir: 00003-of-00016.

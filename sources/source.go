@@ -127,6 +127,9 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		}
 		return r, nil
 	default:
+		if format == FormatOpenAIBatch {
+			b.batch = batchIDs{}
+		}
 		r, err := openJSONL(f, b)
 		if err != nil {
 			f.Close()
@@ -139,11 +142,11 @@ func Open(cfg Config, opts Options) (Reader, error) {
 // formatOf picks the reader for a config.
 func formatOf(cfg Config) (string, error) {
 	switch cfg.Format {
-	case FormatJSONL, FormatParquet:
+	case FormatJSONL, FormatParquet, FormatOpenAIBatch:
 		return cfg.Format, nil
 	case "":
 	default:
-		return "", fmt.Errorf("source.format: %q is not one of jsonl, parquet", cfg.Format)
+		return "", fmt.Errorf("source.format: %q is not one of jsonl, parquet, openai_batch", cfg.Format)
 	}
 	name := strings.ToLower(strings.TrimSuffix(strings.ToLower(cfg.Path), ".gz"))
 	switch {
@@ -216,6 +219,9 @@ type base struct {
 	// under task_index: dedup; nil under line.
 	seen     map[[sha256.Size]byte]int64
 	distinct int64 // task indices given under dedup
+	// batch holds the custom_ids read under format openai_batch; nil
+	// otherwise.
+	batch batchIDs
 }
 
 // taskIndex numbers row i (its 0-based position among the rows). Under

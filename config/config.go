@@ -7,6 +7,7 @@ import (
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/inference/structured"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
@@ -107,6 +108,12 @@ type Run struct {
 // simulator behind sim:// endpoints.
 type Generate struct {
 	inference.Config `yaml:",inline"`
+	// Structured output: the replies checked against
+	// params.response_format's JSON schema.
+	Structured structured.Config `yaml:",inline"`
+	// Price is what the tokens cost, for the cost the summary, metrics.json,
+	// stats, Prometheus, the report and the progress line show.
+	Price inference.Price `yaml:"price"`
 	// Sim configures the built-in simulator behind sim:// endpoints; see
 	// docs/sim.md.
 	Sim sim.Config `yaml:"sim"`
@@ -163,6 +170,7 @@ func (c *Config) SetDefaults() {
 	c.Repeat.SetDefaults()
 	c.Generate.Config.SetDefaults()
 	c.Generate.Sim.SetDefaults()
+	c.Generate.Structured.SetDefaults()
 	if c.Source.Format == sources.FormatOpenAIBatch && c.Env.Name == "" && len(c.Env.Routes) == 0 {
 		// An OpenAI Batch file holds requests, not tasks: each is one
 		// generation, with no environment (envs.None).
@@ -204,6 +212,8 @@ func (c *Config) Validate() error {
 	p.Section("repeat", c.Repeat.Validate())
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
+	p.Section("generate", c.Generate.Structured.Validate())
+	p.Section("generate.price", c.Generate.Price.Validate())
 	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
 		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
 	}

@@ -82,6 +82,10 @@ type Response struct {
 	FinishReason     string
 	PromptTokens     int
 	CompletionTokens int
+	// CachedPromptTokens are the prompt tokens the server served from its
+	// prompt cache (usage.prompt_tokens_details.cached_tokens), 0 when it
+	// does not say.
+	CachedPromptTokens int
 	// Extra is machine-readable data the server attached beyond the OpenAI
 	// fields (the simulator's trailer); nil from most servers.
 	Extra json.RawMessage
@@ -92,6 +96,9 @@ type Response struct {
 	// KeepBody; the OpenAI Batch output writes them); nil and "" otherwise.
 	Raw       json.RawMessage
 	RequestID string
+	// Discarded are the tokens of the replies to the same request thrown
+	// away before this one (the structured-output check's tries).
+	Discarded Usage
 }
 
 // Client generates one response.
@@ -116,6 +123,9 @@ type Error struct {
 	Class  string
 	Status int // HTTP status, 0 when none
 	Msg    string
+	// Discarded are the tokens of the replies the request got and threw
+	// away before it failed (the structured-output check's tries).
+	Discarded Usage
 }
 
 func (e *Error) Error() string {

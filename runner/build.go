@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/inference/structured"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/envstep"
@@ -153,7 +154,8 @@ func (b *Built) Close() error {
 }
 
 // openClient sets Client: Options.Client, the simulator of sim://
-// endpoints, or the HTTP client of the endpoints (not contacted yet).
+// endpoints, or the HTTP client of the endpoints (not contacted yet),
+// wrapped by the structured-output check (inference/structured).
 func (b *Built) openClient() error {
 	cfg := b.cfg
 	switch {
@@ -171,6 +173,9 @@ func (b *Built) openClient() error {
 		b.Client, b.http = c, c
 		b.closers = append(b.closers, func() error { c.Close(); return nil })
 	}
+	// Replies are checked against the structured output their request
+	// asks for, and sent again when they fail (generate.invalid_retries).
+	b.Client = structured.Wrap(b.Client, b.cfg.Generate.Structured)
 	return nil
 }
 

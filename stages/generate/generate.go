@@ -273,15 +273,43 @@ func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *infe
 		var ie *inference.Error
 		if errors.As(err, &ie) {
 			r.HTTPStatus = ie.Status
+			addDiscarded(r, ie.Discarded)
 		}
 		r.Fail(inference.ErrorClass(err), err)
 		return nil, nil
 	}
+	addDiscarded(r, resp.Discarded)
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
 		return nil, nil
 	}
 	return resp, nil
+}
+
+// Metrics of the replies a client threw away and sent again (an invalid
+// structured output): how many, and their tokens, which the server spent
+// and the cost counts.
+const (
+	MetricDiscardedReplies          = "discarded_replies"
+	MetricDiscardedPromptTokens     = "discarded_prompt_tokens"
+	MetricDiscardedCompletionTokens = "discarded_completion_tokens"
+	// MetricCachedPromptTokens counts the prompt tokens the server said
+	// it served from its prompt cache (priced at
+	// generate.price.cached_input_per_mtok).
+	MetricCachedPromptTokens = "cached_prompt_tokens"
+)
+
+// addDiscarded adds the replies thrown away to r's metrics.
+func addDiscarded(r *pipeline.Rollout, u inference.Usage) {
+	if u == (inference.Usage{}) {
+		return
+	}
+	if r.Metrics == nil {
+		r.Metrics = map[string]float64{}
+	}
+	r.Metrics[MetricDiscardedReplies] += float64(u.Tries)
+	r.Metrics[MetricDiscardedPromptTokens] += float64(u.PromptTokens)
+	r.Metrics[MetricDiscardedCompletionTokens] += float64(u.CompletionTokens)
 }
 
 // stepMessages returns the step-wise request messages of r's next turn,
@@ -810,6 +838,12 @@ func (g *Generator) message(r *pipeline.Rollout, resp *inference.Response) pipel
 	r.NumTurns = turn
 	r.PromptTokens += resp.PromptTokens
 	r.CompletionTokens += resp.CompletionTokens
+	if resp.CachedPromptTokens > 0 {
+		if r.Metrics == nil {
+			r.Metrics = map[string]float64{}
+		}
+		r.Metrics[MetricCachedPromptTokens] += float64(resp.CachedPromptTokens)
+	}
 	r.LastUsageTokens = resp.PromptTokens + resp.CompletionTokens
 	r.FinishReason = resp.FinishReason
 	r.Extra = resp.Extra

@@ -14,35 +14,37 @@ type Price struct {
 	// cached_prompt_tokens metric, from each reply's
 	// usage.prompt_tokens_details.cached_tokens); 0: InputPerMTok.
 	CachedInputPerMTok float64 `yaml:"cached_input_per_mtok"`
-	// BatchInputPerMTok and BatchOutputPerMTok are the prices through a
-	// provider's Batch API (usually half), which a run that sends its
-	// requests as batches pays instead; 0: the same as the prices above.
-	BatchInputPerMTok  float64 `yaml:"batch_input_per_mtok"`
+	// BatchInputPerMTok is the price of a million prompt tokens through
+	// the provider's Batch API (usually half of InputPerMTok), which a run
+	// with generate.api: batch pays instead; 0: InputPerMTok.
+	BatchInputPerMTok float64 `yaml:"batch_input_per_mtok"`
+	// BatchOutputPerMTok is the price of a million completion tokens
+	// through the provider's Batch API; 0: OutputPerMTok.
 	BatchOutputPerMTok float64 `yaml:"batch_output_per_mtok"`
 }
 
 // Set reports whether any price is given.
 func (p Price) Set() bool { return p != Price{} }
 
-// Cost is the price of prompt tokens (cached of them served from the
-// provider's prompt cache) and completion tokens; batch selects the Batch
-// API's prices (where given).
-func (p Price) Cost(prompt, cached, completion int64, batch bool) float64 {
-	in, out := p.InputPerMTok, p.OutputPerMTok
-	cachedIn := in
-	if p.CachedInputPerMTok > 0 {
-		cachedIn = p.CachedInputPerMTok
-	}
-	cached = min(max(cached, 0), prompt)
+// Resolved are the prices per million tokens a run pays: with batch (a
+// run whose requests go through the provider's Batch API) the batch
+// prices where given; the cached input price is InputPerMTok where not
+// given.
+func (p Price) Resolved(batch bool) (input, cachedInput, output float64) {
+	input, output = p.InputPerMTok, p.OutputPerMTok
 	if batch {
 		if p.BatchInputPerMTok > 0 {
-			in = p.BatchInputPerMTok
+			input = p.BatchInputPerMTok
 		}
 		if p.BatchOutputPerMTok > 0 {
-			out = p.BatchOutputPerMTok
+			output = p.BatchOutputPerMTok
 		}
 	}
-	return (float64(prompt-cached)*in + float64(cached)*cachedIn + float64(completion)*out) / 1e6
+	cachedInput = p.CachedInputPerMTok
+	if cachedInput == 0 {
+		cachedInput = input
+	}
+	return input, cachedInput, output
 }
 
 // Validate reports every problem of the prices at once.

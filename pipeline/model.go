@@ -378,3 +378,14 @@ type Group struct {
 	// FilterReason says why a dropped group was dropped.
 	FilterReason string
 }
+
+// Row metrics (the metrics column) the generate stage records, which the
+// cost counts: the replies a client threw away and sent again (an invalid
+// structured output) with their tokens, and the prompt tokens a server
+// served from its prompt cache.
+const (
+	MetricDiscardedReplies          = "discarded_replies"
+	MetricDiscardedPromptTokens     = "discarded_prompt_tokens"
+	MetricDiscardedCompletionTokens = "discarded_completion_tokens"
+	MetricCachedPromptTokens        = "cached_prompt_tokens"
+)

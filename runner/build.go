@@ -65,7 +65,8 @@ type Built struct {
 	opts  Options
 	hooks Hooks
 	// Client is the inference client: Options.Client, the simulator of
-	// sim:// endpoints, or the HTTP client of the endpoints.
+	// sim:// endpoints, or the HTTP client of the endpoints, wrapped by
+	// the structured-output check (structured.Wrap).
 	Client inference.Client
 	// Generator is the generate stage, checked against the endpoints.
 	Generator *generate.Generator
@@ -81,7 +82,10 @@ type Built struct {
 	Source     sources.Reader
 	SourcePath string
 
-	// http is Client when it is the config's HTTP client.
+	// base is Client without the structured-output check: the client
+	// whose endpoint loads the run shows.
+	base inference.Client
+	// http is base when it is the config's HTTP client.
 	http    *openai.HTTPClient
 	closers []func() error
 }
@@ -175,6 +179,7 @@ func (b *Built) openClient() error {
 	}
 	// Replies are checked against the structured output their request
 	// asks for, and sent again when they fail (generate.invalid_retries).
+	b.base = b.Client
 	b.Client = structured.Wrap(b.Client, b.cfg.Generate.Structured)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -347,7 +348,7 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.closers = append(r.closers, func() { b.Close() })
-	r.built, r.client = b, b.Client
+	r.built, r.client = b, b.base
 	r.envs, r.sourcePath = b.Envs, b.SourcePath
 	if b.http != nil && (r.prom != nil || r.opts.Progress != nil) {
 		r.scraper = newScraper(cfg.Generate.Endpoints)
@@ -363,7 +364,7 @@ func (r *run) parquetOptions() parquet.Options {
 	cfg := r.cfg
 	fp, canonical := cfg.Fingerprint()
 	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)))
-	return parquet.Options{
+	opts := parquet.Options{
 		FileRows:     cfg.Output.Parquet.FileRows,
 		FileBytes:    cfg.Output.Parquet.FileBytes,
 		RowGroupRows: cfg.Output.Parquet.RowGroupRows,
@@ -389,6 +390,8 @@ func (r *run) parquetOptions() parquet.Options {
 			return map[string]string{KeySource: string(id)}
 		},
 	}
+	maps.Copy(opts.Metadata, r.priceMetadata())
+	return opts
 }
 
 func (r *run) cleanup() {

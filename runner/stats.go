@@ -27,6 +27,8 @@ type stats struct {
 	invalidUTF8                      atomic.Int64
 	ok, errored, cancelled, filtered atomic.Int64
 	completionTokens, keptTokens     atomic.Int64
+	// billed counts the tokens billed for, for the cost.
+	billed billed
 
 	mu           sync.Mutex
 	groups, kept int
@@ -47,6 +49,7 @@ func newStats() *stats {
 // resolve counts a rollout that left the loop.
 func (s *stats) resolve(r *pipeline.Rollout) {
 	s.completionTokens.Add(int64(r.CompletionTokens))
+	s.billed.add(r)
 	switch r.Status {
 	case pipeline.StatusOK:
 		s.ok.Add(1)
@@ -153,8 +156,22 @@ func (r *run) progressLine() string {
 	el := time.Since(r.started)
 	resolved := s.ok.Load() + s.errored.Load() + s.cancelled.Load()
 	rate := float64(resolved) / el.Seconds()
-	return fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
+	line := fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
+	return line + r.snapshot().CostText()
+}
+
+// CostText is ", cost C (projected total P)" for a run with a price
+// (generate.price), "" without.
+func (s Snapshot) CostText() string {
+	if !s.Priced {
+		return ""
+	}
+	text := fmt.Sprintf(", cost %.4f", s.Cost)
+	if p, ok := s.ProjectedCost(); ok {
+		text += fmt.Sprintf(" (projected total %.4f)", p)
+	}
+	return text
 }
 
 // Summary is what a run did.
@@ -201,6 +218,12 @@ type Summary struct {
 	MeanReward float64
 	// Completion tokens generated, and those in kept groups.
 	CompletionTokens, KeptTokens int64
+	// Cost is what this run's requests cost (generate.price: every
+	// resolved rollout's billed tokens, metrics.BilledOf), when Priced;
+	// ProjectedCost what the whole run would, when it stopped early and an
+	// estimate is known (else Cost).
+	Cost, ProjectedCost float64
+	Priced              bool
 	// Interrupted is true when the run stopped before its input ended.
 	Interrupted bool
 	// Stop says why the run stopped before its input ended ("" when it
@@ -210,6 +233,8 @@ type Summary struct {
 }
 
 func (r *run) summary(err error) *Summary {
+	// The estimate of a run stopped early (snapshot takes the lock).
+	proj, projOK := r.snapshot().ProjectedCost()
 	s := r.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -231,6 +256,11 @@ func (r *run) summary(err error) *Summary {
 	}
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
+	}
+	sum.Cost, sum.Priced = r.costNow()
+	sum.ProjectedCost = sum.Cost
+	if err != nil && projOK {
+		sum.ProjectedCost = proj
 	}
 	// Rollouts dispatched but never resolved were cut off by the
 	// interruption: they count as cancelled.
@@ -294,6 +324,13 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	if s.Priced {
+		fmt.Fprintf(&b, "cost: %.4f", s.Cost)
+		if s.ProjectedCost != s.Cost {
+			fmt.Fprintf(&b, " (projected total %.4f)", s.ProjectedCost)
+		}
+		b.WriteString(" (generate.price)\n")
+	}
 	metrics := "none (nothing committed)"
 	if s.Metrics != "" {
 		metrics = s.Metrics

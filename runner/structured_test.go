@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 )
 
@@ -27,10 +31,14 @@ func TestStructuredOutputNeverOK(t *testing.T) {
 		}
 		var req struct {
 			Messages []struct{ Content string } `json:"messages"`
+			Prompt   string                     `json:"prompt"`
 		}
 		body, _ := io.ReadAll(r.Body)
 		json.Unmarshal(body, &req)
-		prompt := req.Messages[len(req.Messages)-1].Content
+		prompt := req.Prompt
+		if len(req.Messages) > 0 {
+			prompt = req.Messages[len(req.Messages)-1].Content
+		}
 		mu.Lock()
 		tries[prompt]++
 		n := tries[prompt]
@@ -89,5 +97,109 @@ func TestStructuredOutputNeverOK(t *testing.T) {
 	}
 	if ok == 0 || invalid == 0 {
 		t.Fatalf("%d ok, %d invalid rows: the test checks neither", ok, invalid)
+	}
+}
+
+// The cost in the summary is the price times the tokens in the rows
+// (read back from Parquet): prompt tokens (those served from the prompt
+// cache at the cached price), completion tokens, and the tokens of the
+// replies thrown away; metrics.json's is that of its rows.
+func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
+	var mu sync.Mutex
+	tries := map[string]int{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Write([]byte(`{"data":[{"id":"m"}]}`))
+			return
+		}
+		var req struct {
+			Messages []struct{ Content string } `json:"messages"`
+			Prompt   string                     `json:"prompt"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		json.Unmarshal(body, &req)
+		prompt := req.Prompt
+		if len(req.Messages) > 0 {
+			prompt = req.Messages[len(req.Messages)-1].Content
+		}
+		mu.Lock()
+		tries[prompt]++
+		n := tries[prompt]
+		mu.Unlock()
+		var i int
+		fmt.Sscanf(prompt, "q%d", &i)
+		content := `{"answer": 7}`
+		if i%4 == 1 && n == 1 {
+			content = `nope`
+		}
+		b, _ := json.Marshal(content)
+		// Prompt and completion tokens vary by line; every other line has
+		// part of its prompt cached.
+		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%s},"text":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
+			b, b, 100+i, 10+i%7, (i%2)*64)
+	}))
+	defer hs.Close()
+	input, _ := writeBatchInput(t, t.TempDir(), 60)
+	schema := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer]}}}`
+	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+schema,
+		"generate.price={input_per_mtok: 2.5, cached_input_per_mtok: 1.25, output_per_mtok: 10}")
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cost := func(rows []*pipeline.Rollout) (c float64, discarded int) {
+		for _, r := range rows {
+			prompt := float64(r.PromptTokens) + r.Metrics["discarded_prompt_tokens"]
+			cached := r.Metrics["cached_prompt_tokens"]
+			completion := float64(r.CompletionTokens) + r.Metrics["discarded_completion_tokens"]
+			c += ((prompt-cached)*2.5 + cached*1.25 + completion*10) / 1e6
+			discarded += int(r.Metrics["discarded_replies"])
+		}
+		return c, discarded
+	}
+	data := readBack(t, cfg.Output.Dir, runner.DataDir)
+	all := append(data, readBack(t, cfg.Output.Dir, runner.ErrorsDir)...)
+	want, discarded := cost(all)
+	if !sum.Priced || want == 0 || discarded == 0 || math.Abs(sum.Cost-want) > 1e-12 {
+		t.Fatalf("summary cost %v (priced %v), price × row tokens %v (%d replies thrown away)", sum.Cost, sum.Priced, want, discarded)
+	}
+	if sum.ProjectedCost != sum.Cost || !strings.Contains(sum.String(), fmt.Sprintf("cost: %.4f", want)) {
+		t.Fatalf("summary:\n%s", sum)
+	}
+	var m struct {
+		Cost struct {
+			Total      float64 `json:"total"`
+			PricedRows int     `json:"priced_rows"`
+		} `json:"cost"`
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(b, &m)
+	if wantData, _ := cost(data); math.Abs(m.Cost.Total-wantData) > 1e-12 || m.Cost.PricedRows != len(data) {
+		t.Fatalf("metrics.json cost %+v, price × data row tokens %v over %d rows", m.Cost, wantData, len(data))
+	}
+}
+
+func TestProjectedCost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    runner.Snapshot
+		want float64
+		ok   bool
+	}{
+		{"no price", runner.Snapshot{Cost: 1, GroupsFinished: 10, TaskLimit: 100}, 0, false},
+		{"nothing done", runner.Snapshot{Priced: true, TaskLimit: 100}, 0, false},
+		{"target", runner.Snapshot{Priced: true, Cost: 2, GroupsFinished: 10, GroupsKept: 5, Target: 50}, 20, true},
+		{"limit", runner.Snapshot{Priced: true, Cost: 2, GroupsFinished: 10, TaskLimit: 100}, 20, true},
+		{"limit after a resume", runner.Snapshot{Priced: true, Cost: 2, GroupsFinished: 10, TaskLimit: 100, TasksResumed: 50}, 10, true},
+		{"input read", runner.Snapshot{Priced: true, Cost: 2, GroupsFinished: 10, TasksRead: 25, InputFraction: 0.25}, 20, true},
+		{"unknown", runner.Snapshot{Priced: true, Cost: 2, GroupsFinished: 10, TasksRead: 25}, 0, false},
+	} {
+		got, ok := tc.s.ProjectedCost()
+		if ok != tc.ok || math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }

@@ -122,6 +122,9 @@ const (
 	// KeySource holds the identity of the input as far as it was read when
 	// the file was committed.
 	KeySource = "trajflow.source"
+	// KeyPrice holds the prices of generate.price the rows were made at,
+	// per million tokens, when the run set them.
+	KeyPrice = "trajflow.price"
 )
 
 // MetadataKeyDoc is one key-value metadata key with its meaning.
@@ -141,5 +144,6 @@ func MetadataKeys() []MetadataKeyDoc {
 		{KeySamplingParams, "the sampling parameters as JSON (secret-named keys redacted)"},
 		{KeyConfig, "the canonical JSON of the config's semantic keys (secret values as `hmac-sha256:…`, never the value)"},
 		{KeySource, "the input's identity when the file was committed: `{\"path\", \"size\", \"bytes\", \"sha256\"}` (bytes read from the start of the input and their SHA-256)"},
+		{KeyPrice, "the prices the rows were made at (`generate.price`, the Batch API's for `generate.api: batch`): `{\"input_per_mtok\", \"cached_input_per_mtok\", \"output_per_mtok\"}`; absent without a price. `stats`, `metrics.json` and the report compute the cost from it"},
 	}
 }

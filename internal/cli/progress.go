@@ -127,7 +127,7 @@ func ratesLine(s runner.Snapshot) string {
 	if len(s.ErrorClasses) > 0 {
 		errs += " (" + counts(s.ErrorClasses) + ")"
 	}
-	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted)
+	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d%s", errs, tokens, rollouts, s.RowsCommitted, s.CostText())
 }
 
 func endpointLine(s runner.Snapshot, i int) string {

@@ -286,19 +286,6 @@ func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *infe
 	return resp, nil
 }
 
-// Metrics of the replies a client threw away and sent again (an invalid
-// structured output): how many, and their tokens, which the server spent
-// and the cost counts.
-const (
-	MetricDiscardedReplies          = "discarded_replies"
-	MetricDiscardedPromptTokens     = "discarded_prompt_tokens"
-	MetricDiscardedCompletionTokens = "discarded_completion_tokens"
-	// MetricCachedPromptTokens counts the prompt tokens the server said
-	// it served from its prompt cache (priced at
-	// generate.price.cached_input_per_mtok).
-	MetricCachedPromptTokens = "cached_prompt_tokens"
-)
-
 // addDiscarded adds the replies thrown away to r's metrics.
 func addDiscarded(r *pipeline.Rollout, u inference.Usage) {
 	if u == (inference.Usage{}) {
@@ -307,9 +294,9 @@ func addDiscarded(r *pipeline.Rollout, u inference.Usage) {
 	if r.Metrics == nil {
 		r.Metrics = map[string]float64{}
 	}
-	r.Metrics[MetricDiscardedReplies] += float64(u.Tries)
-	r.Metrics[MetricDiscardedPromptTokens] += float64(u.PromptTokens)
-	r.Metrics[MetricDiscardedCompletionTokens] += float64(u.CompletionTokens)
+	r.Metrics[pipeline.MetricDiscardedReplies] += float64(u.Tries)
+	r.Metrics[pipeline.MetricDiscardedPromptTokens] += float64(u.PromptTokens)
+	r.Metrics[pipeline.MetricDiscardedCompletionTokens] += float64(u.CompletionTokens)
 }
 
 // stepMessages returns the step-wise request messages of r's next turn,
@@ -842,7 +829,7 @@ func (g *Generator) message(r *pipeline.Rollout, resp *inference.Response) pipel
 		if r.Metrics == nil {
 			r.Metrics = map[string]float64{}
 		}
-		r.Metrics[MetricCachedPromptTokens] += float64(resp.CachedPromptTokens)
+		r.Metrics[pipeline.MetricCachedPromptTokens] += float64(resp.CachedPromptTokens)
 	}
 	r.LastUsageTokens = resp.PromptTokens + resp.CompletionTokens
 	r.FinishReason = resp.FinishReason

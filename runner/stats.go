@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,11 +169,21 @@ func (s Snapshot) CostText() string {
 	if !s.Priced {
 		return ""
 	}
-	text := fmt.Sprintf(", cost %.4f", s.Cost)
+	text := ", cost " + FormatCost(s.Cost)
 	if p, ok := s.ProjectedCost(); ok {
-		text += fmt.Sprintf(" (projected total %.4f)", p)
+		text += " (projected total " + FormatCost(p) + ")"
 	}
 	return text
+}
+
+// FormatCost shows a cost: 4 decimals from 1 up, else 4 significant
+// digits (0.0001234), so that a small run's cost is not 0.0000.
+func FormatCost(v float64) string {
+	if v >= 1 || v == 0 {
+		return fmt.Sprintf("%.4f", v)
+	}
+	digits := 3 - int(math.Floor(math.Log10(math.Abs(v))))
+	return strconv.FormatFloat(v, 'f', min(digits, 12), 64)
 }
 
 // Summary is what a run did.
@@ -325,9 +337,9 @@ func (s *Summary) String() string {
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
 	if s.Priced {
-		fmt.Fprintf(&b, "cost: %.4f", s.Cost)
+		fmt.Fprintf(&b, "cost: %s", FormatCost(s.Cost))
 		if s.ProjectedCost != s.Cost {
-			fmt.Fprintf(&b, " (projected total %.4f)", s.ProjectedCost)
+			fmt.Fprintf(&b, " (projected total %s)", FormatCost(s.ProjectedCost))
 		}
 		b.WriteString(" (generate.price)\n")
 	}

@@ -3,9 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
-	"math"
 	"sort"
 	"strconv"
 	"strings"

@@ -3,11 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/sources"
 
+	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/groups"
@@ -176,15 +175,9 @@ func (s Snapshot) CostText() string {
 	return text
 }
 
-// FormatCost shows a cost: 4 decimals from 1 up, else 4 significant
-// digits (0.0001234), so that a small run's cost is not 0.0000.
-func FormatCost(v float64) string {
-	if v >= 1 || v == 0 {
-		return fmt.Sprintf("%.4f", v)
-	}
-	digits := 3 - int(math.Floor(math.Log10(math.Abs(v))))
-	return strconv.FormatFloat(v, 'f', min(digits, 12), 64)
-}
+// FormatCost shows a cost as the summary and the progress line do
+// (metrics.FormatCost).
+func FormatCost(v float64) string { return metrics.FormatCost(v) }
 
 // Summary is what a run did.
 type Summary struct {

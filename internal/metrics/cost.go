@@ -1,6 +1,12 @@
 package metrics
 
-import "github.com/trajflow/trajflow/pipeline"
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/trajflow/trajflow/pipeline"
+)
 
 // Prices are what a provider charges per million tokens (generate.price,
 // resolved for the API the run used), as a run records them in each
@@ -59,4 +65,14 @@ type Cost struct {
 	PricedRows int64 `json:"priced_rows"`
 	// Billed are the tokens of the priced rows.
 	Billed Billed `json:"billed"`
+}
+
+// FormatCost shows a cost: 4 decimals from 1 up, else 4 significant
+// digits (0.0001234), so that a small run's cost is not 0.0000.
+func FormatCost(v float64) string {
+	if v >= 1 || v <= 0 {
+		return fmt.Sprintf("%.4f", v)
+	}
+	digits := 3 - int(math.Floor(math.Log10(v)))
+	return strconv.FormatFloat(v, 'f', min(digits, 12), 64)
 }

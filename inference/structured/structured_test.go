@@ -2,6 +2,7 @@ package structured_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -120,4 +121,37 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "invalid_retries") || !strings.Contains(err.Error(), "retry_on[1]") {
 		t.Fatalf("err %v", err)
 	}
+}
+
+// FuzzCheck: any reply against any schema the request carries is a reply
+// or an invalid_output error; nothing panics, and a returned reply with a
+// schema is one the schema accepts on a second look.
+func FuzzCheck(f *testing.F) {
+	f.Add(`{"type":"object","required":["a"]}`, `{"a":1}`)
+	f.Add(`{"type":"array","items":{"type":"integer"}}`, `[1,"x"]`)
+	f.Add(`{"$ref":"#/$defs/x","$defs":{"x":{"enum":[1,2]}}}`, `3`)
+	f.Add(`{"pattern":"^a+$"}`, `"aaa"`)
+	f.Add(`not json`, `{}`)
+	f.Fuzz(func(t *testing.T, schema, reply string) {
+		var s any
+		if err := json.Unmarshal([]byte(schema), &s); err != nil {
+			s = schema
+		}
+		format := map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": s}}
+		c := structured.Wrap(&script{replies: []string{reply}}, retries(0))
+		resp, err := c.Complete(context.Background(), &inference.Request{Params: map[string]any{"response_format": format}})
+		if err != nil {
+			var e *inference.Error
+			if !errors.As(err, &e) || e.Class != structured.ClassInvalidOutput {
+				t.Fatalf("%T %v", err, err)
+			}
+			return
+		}
+		if resp.Message.Content != reply {
+			t.Fatal("the reply changed")
+		}
+		if _, err := c.Complete(context.Background(), &inference.Request{Params: map[string]any{"response_format": format}}); err != nil {
+			t.Fatalf("the same reply failed the second time: %v", err)
+		}
+	})
 }

@@ -213,6 +213,9 @@ func (c *Config) Validate() error {
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
 	p.Section("generate", c.Generate.Structured.Validate())
+	if err := structured.CheckParams(c.Generate.Params); err != nil {
+		p.Add("generate.params", "%v", err)
+	}
 	p.Section("generate.price", c.Generate.Price.Validate())
 	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
 		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")

@@ -268,6 +268,7 @@ func TestOpenAIBatchConfig(t *testing.T) {
 		{batch + "generate: {invalid_retries: -1, retry_on: [stop]}\n", "generate.retry_on[0]"},
 		{batch + "generate: {price: {input_per_mtok: -1}}\n", "generate.price.input_per_mtok: must be >= 0"},
 		{"source: {path: b.jsonl, format: openai}\n", "jsonl, parquet, openai_batch"},
+		{batch + "generate: {params: {response_format: {type: json_schema, json_schema: {schema: {type: 5}}}}}\n", "generate.params: response_format.json_schema.schema"},
 	} {
 		if _, err := config.Parse([]byte(tc.yaml), "cfg.yaml", nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want %q", tc.yaml, err, tc.want)

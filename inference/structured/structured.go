@@ -82,6 +82,15 @@ func (c *Config) Validate() error {
 	return p.Err()
 }
 
+// CheckParams compiles the JSON schema of params.response_format, when
+// there is one, so that a config whose schema does not compile fails
+// before anything is sent; the error names the key under params.
+func CheckParams(params map[string]any) error {
+	c := &checker{schemas: map[string]*compiled{}}
+	_, err := c.wanted(&inference.Request{Params: params})
+	return err
+}
+
 // Wrap returns a client that checks the replies of client as cfg says.
 // The result implements inference.Tokenizer and inference.Detokenizer
 // where client does.
@@ -236,11 +245,11 @@ func (c *checker) wanted(req *inference.Request) (*compiled, error) {
 	js, _ := rf["json_schema"].(map[string]any)
 	schema, ok := js["schema"]
 	if !ok {
-		return nil, fmt.Errorf("params.response_format: json_schema without a schema")
+		return nil, fmt.Errorf("response_format: json_schema without a schema (json_schema.schema)")
 	}
 	key, err := json.Marshal(schema)
 	if err != nil {
-		return nil, fmt.Errorf("params.response_format.json_schema.schema: %v", err)
+		return nil, fmt.Errorf("response_format.json_schema.schema: %v", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -259,17 +268,17 @@ func (c *checker) wanted(req *inference.Request) (*compiled, error) {
 func compile(schema []byte) *compiled {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
-		return &compiled{err: fmt.Errorf("params.response_format.json_schema.schema: %v", err)}
+		return &compiled{err: fmt.Errorf("response_format.json_schema.schema: %v", err)}
 	}
 	comp := jsonschema.NewCompiler()
 	comp.UseLoader(noLoader{})
 	const url = "response_format.json"
 	if err := comp.AddResource(url, doc); err != nil {
-		return &compiled{err: fmt.Errorf("params.response_format.json_schema.schema: %v", err)}
+		return &compiled{err: fmt.Errorf("response_format.json_schema.schema: %v", err)}
 	}
 	s, err := comp.Compile(url)
 	if err != nil {
-		return &compiled{err: fmt.Errorf("params.response_format.json_schema.schema: %v", err)}
+		return &compiled{err: fmt.Errorf("response_format.json_schema.schema: %v", err)}
 	}
 	return &compiled{schema: s}
 }

@@ -68,7 +68,7 @@ func TestCheck(t *testing.T) {
 		{name: "no format", cfg: retries(2), replies: []string{`plain`}, want: `plain`, calls: 1},
 		{name: "cut, retry_on length", cfg: structured.Config{RetryOn: []string{"length"}}, replies: []string{`abc`, `abcd`}, finish: []string{"length", "stop"}, want: `abcd`, calls: 2, discarded: inference.Usage{PromptTokens: 10, CompletionTokens: 3, Tries: 1}},
 		{name: "cut, kept by default", cfg: structured.Config{}, replies: []string{`abc`}, finish: []string{"length"}, want: `abc`, calls: 1},
-		{name: "bad schema", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"type": 5}}}, cfg: retries(2), replies: []string{`{}`}, wantErr: "params.response_format.json_schema.schema", calls: 0},
+		{name: "bad schema", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"type": 5}}}, cfg: retries(2), replies: []string{`{}`}, wantErr: "response_format.json_schema.schema", calls: 0},
 		{name: "remote ref", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"$ref": "http://example.com/s.json"}}}, cfg: retries(2), replies: []string{`{}`}, wantErr: "only the schema in response_format", calls: 0},
 		{name: "local ref", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{
 			"$defs": map[string]any{"n": map[string]any{"type": "number"}}, "type": "object", "properties": map[string]any{"x": map[string]any{"$ref": "#/$defs/n"}}}}},

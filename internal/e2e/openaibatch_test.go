@@ -77,7 +77,7 @@ func TestOpenAIBatchCrashResume(t *testing.T) {
 	cfg := filepath.Join(dir, "batch.yaml")
 	yaml := fmt.Sprintf(`run: {id: batch, progress: 0}
 source: {path: %q, format: openai_batch}
-generate: {endpoints: [%q], model: m, concurrency: 8}
+generate: {endpoints: [%q], model: m, concurrency: 8, price: {input_per_mtok: 1, output_per_mtok: 2}}
 output: {dir: %q, openai_batch: true, file_rows: 100, batch_rows: 25}
 `, input, srv.URL+"/v1", out)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
@@ -180,6 +180,16 @@ output: {dir: %q, openai_batch: true, file_rows: 100, batch_rows: 25}
 	}
 	if len(seen) != lines {
 		t.Fatalf("%d of %d input lines have a line in the OpenAI Batch files", len(seen), lines)
+	}
+	// The summary shows the cost, and stats the cost of every committed
+	// row: 9 prompt and 4 completion tokens a request.
+	if !strings.Contains(final.stdout, "cost: ") {
+		t.Errorf("the summary shows no cost:\n%s", final.stdout)
+	}
+	st := run(t, "stats", out)
+	okRows := lines - len(bad)
+	if want := fmt.Sprintf("cost                      %.4g  (%d priced rows", float64(okRows*(9*1+4*2))/1e6, okRows); st.code != 0 || !strings.Contains(st.stdout, want) {
+		t.Errorf("trajflow stats: want %q in:\n%s%s", want, st.stdout, st.stderr)
 	}
 	t.Logf("%d kills landed; %d requests served for %d lines (%d bad)", landed, requests.Load(), lines, len(bad))
 }

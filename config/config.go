@@ -9,6 +9,7 @@ import (
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/ratelimit"
 	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/inference/structured"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
@@ -112,6 +113,12 @@ type Run struct {
 // simulator behind sim:// endpoints.
 type Generate struct {
 	inference.Config `yaml:",inline"`
+	// Structured output: the replies checked against
+	// params.response_format's JSON schema.
+	Structured structured.Config `yaml:",inline"`
+	// Price is what the tokens cost, for the cost the summary, metrics.json,
+	// stats, Prometheus, the report and the progress line show.
+	Price inference.Price `yaml:"price"`
 	// Sim configures the built-in simulator behind sim:// endpoints; see
 	// docs/sim.md.
 	Sim sim.Config `yaml:"sim"`
@@ -168,6 +175,17 @@ type Output struct {
 	// prompt and response ids, rewards, action validity, anchor group and
 	// GiGPO statistics (SCHEMA.md, Step rows).
 	Steps bool `yaml:"steps"`
+	// OpenAIBatch also writes OpenAI's Batch output and error files:
+	// openai_batch/output-DIR-NNNNN.jsonl and errors-DIR-NNNNN.jsonl beside
+	// each Parquet part DIR/part-NNNNN.parquet (data, filtered, surplus,
+	// errors), committed with it, one line per row: {"id", "custom_id",
+	// "response": {"status_code", "request_id", "body"}, "error": null}
+	// with the server's reply as body, or "error": {"code", "message"} for
+	// a row that failed. Each row's custom_id is its input line's
+	// (source.format: openai_batch), else its traj_id. It needs
+	// run.resume_errors: keep (the default with it), so that every request
+	// has exactly one line across resumes. See docs/offline.md.
+	OpenAIBatch bool `yaml:"openai_batch"`
 }
 
 // SetDefaults fills every key left unset.
@@ -178,6 +196,12 @@ func (c *Config) SetDefaults() {
 	c.Generate.Config.SetDefaults()
 	c.Generate.Sim.SetDefaults()
 	c.Generate.Batch.SetDefaults()
+	c.Generate.Structured.SetDefaults()
+	if c.Source.Format == sources.FormatOpenAIBatch && c.Env.Name == "" && len(c.Env.Routes) == 0 {
+		// An OpenAI Batch file holds requests, not tasks: each is one
+		// generation, with no environment (envs.None).
+		c.Env.Name = "none"
+	}
 	c.Env.SetDefaults()
 	c.Groups.SetDefaults()
 	if c.Output.Dir == "" {
@@ -193,6 +217,11 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Run.Progress == 0 {
 		c.Run.Progress = Duration(5 * time.Second)
+	}
+	if c.Output.OpenAIBatch && c.Run.ResumeErrors == "" {
+		// A failed request has its line in an error file: a resumed run
+		// does not send it again.
+		c.Run.ResumeErrors = "keep"
 	}
 	c.Run.setDefaults()
 	c.Serve.SetDefaults()
@@ -211,6 +240,11 @@ func (c *Config) Validate() error {
 	p.Section("generate", c.Generate.Config.Validate())
 	p.Section("generate.sim", c.Generate.Sim.Validate())
 	c.validateHosted(&p)
+	p.Section("generate", c.Generate.Structured.Validate())
+	if err := structured.CheckParams(c.Generate.Params); err != nil {
+		p.Add("generate.params", "%v", err)
+	}
+	p.Section("generate.price", c.Generate.Price.Validate())
 	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
 		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
 	}
@@ -268,5 +302,11 @@ func (c *Config) Validate() error {
 	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
 	p.Section("serve", c.Serve.Validate())
+	if c.Output.OpenAIBatch && c.Run.ResumeErrors != "keep" {
+		p.Add("output.openai_batch", "needs run.resume_errors: keep (a failed request has its line in an error file, and a resumed run that sent it again would give its custom_id a second line); leave run.resume_errors unset")
+	}
+	if c.Source.Format == sources.FormatOpenAIBatch && c.Generate.API == "tokens" {
+		p.Add("source.format", "openai_batch sends each line's body to the url it names (chat or completions), which generate.api: tokens does not; use generate.api: chat")
+	}
 	return p.Err()
 }

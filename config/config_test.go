@@ -128,13 +128,14 @@ func TestFingerprint(t *testing.T) {
 	if b, _ := load("repeat.override_row_seed=true").Fingerprint(); b == a {
 		t.Error("repeat.override_row_seed kept the fingerprint")
 	}
-	for _, set := range []string{"generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3", "source.task_index=line", "repeat.override_row_seed=false"} {
+	for _, set := range []string{"generate.price.input_per_mtok=3", "generate.invalid_retries=2", "generate.concurrency=7", "output.dir=elsewhere", "generate.endpoints=[http://h:1/v1]", "env.concurrency=3", "source.task_index=line", "repeat.override_row_seed=false"} {
 		if b, _ := load(set).Fingerprint(); b != a {
 			t.Errorf("%s changed the fingerprint", set)
 		}
 	}
 	// What is sampled does.
-	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl", "source.task_index=dedup"} {
+	for _, set := range []string{"repeat.n=2", "generate.params.temperature=0.5", "env.answer_field=x", "groups.keep=nonzero_std", "repeat.seed=9", "source.path=other.jsonl", "source.task_index=dedup",
+		"generate.invalid_retries=0", "generate.retry_on=[length]", "output.openai_batch=true"} {
 		c := load(set)
 		if b, _ := c.Fingerprint(); b == a {
 			t.Errorf("%s kept the fingerprint", set)
@@ -240,5 +241,37 @@ func TestFingerprintS3Source(t *testing.T) {
 	}
 	if got := c.Semantic()["source.path"]; got != `"s3://bucket/in/t.jsonl"` {
 		t.Fatalf("source.path in the fingerprint = %s", got)
+	}
+}
+
+// An OpenAI Batch file runs without an environment unless one is given;
+// output.openai_batch keeps failed requests on resume; a tokens run cannot
+// send a Batch file's bodies.
+func TestOpenAIBatchConfig(t *testing.T) {
+	const batch = "source: {path: b.jsonl, format: openai_batch}\n"
+	cfg, err := config.Parse([]byte(batch+"output: {openai_batch: true}\n"), "cfg.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Env.Name != "none" || cfg.Run.ResumeErrors != "keep" || cfg.Generate.Structured.Retries() != 2 {
+		t.Fatalf("env.name %q, run.resume_errors %q, invalid_retries %d", cfg.Env.Name, cfg.Run.ResumeErrors, cfg.Generate.Structured.Retries())
+	}
+	if cfg, err := config.Parse([]byte(batch+"env: {name: math}\n"), "cfg.yaml", nil); err != nil || cfg.Env.Name != "math" || cfg.Run.ResumeErrors != "redo" {
+		t.Fatalf("an env given: %v, %+v", err, cfg)
+	}
+	if cfg, err := config.Parse([]byte(base), "cfg.yaml", nil); err != nil || cfg.Env.Name != "math" {
+		t.Fatalf("a JSONL source keeps its default environment: %v", err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{batch + "output: {openai_batch: true}\nrun: {resume_errors: redo}\n", "output.openai_batch: needs run.resume_errors: keep"},
+		{batch + "generate: {api: tokens}\n", "source.format: openai_batch sends each line's body"},
+		{batch + "generate: {invalid_retries: -1, retry_on: [stop]}\n", "generate.retry_on[0]"},
+		{batch + "generate: {price: {input_per_mtok: -1}}\n", "generate.price.input_per_mtok: must be >= 0"},
+		{"source: {path: b.jsonl, format: openai}\n", "jsonl, parquet, openai_batch"},
+		{batch + "generate: {params: {response_format: {type: json_schema, json_schema: {schema: {type: 5}}}}}\n", "generate.params: response_format.json_schema.schema"},
+	} {
+		if _, err := config.Parse([]byte(tc.yaml), "cfg.yaml", nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.yaml, err, tc.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/inference/structured"
 	"github.com/trajflow/trajflow/sources"
 	"path/filepath"
 	"reflect"
@@ -89,6 +90,19 @@ func (c *Config) Semantic() map[string]string {
 		// Every data part file has its steps part: a resume must not
 		// turn them on or off.
 		sem["output.steps"] = true
+	}
+	if c.Output.OpenAIBatch {
+		// Every part has its OpenAI Batch files: a resume must not turn
+		// them on or off, or the earlier parts' requests would have no
+		// line.
+		sem["output.openai_batch"] = true
+	}
+	// The structured-output check decides which replies become ok rows.
+	if n := c.Generate.Structured.Retries(); n != structured.DefaultInvalidRetries {
+		sem["generate.invalid_retries"] = fmt.Sprint(n) // a string: 0 is a setting
+	}
+	if len(c.Generate.Structured.RetryOn) > 0 {
+		sem["generate.retry_on"] = c.Generate.Structured.RetryOn
 	}
 	if c.Env.Routed() {
 		// Each route's environment, its semantic options and limits; the

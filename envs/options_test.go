@@ -1,11 +1,13 @@
 package envs_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 type testOptions struct {
@@ -71,5 +73,23 @@ func ExampleValidate() {
 	// Output:
 	// <nil>
 	// env.prefx: unknown option (have prefix)
-	// env.name: unknown environment "example-ehco" (have example-echo)
+	// env.name: unknown environment "example-ehco" (have example-echo, none)
+}
+
+func TestNoneEnv(t *testing.T) {
+	env, err := envs.New(envs.None, envs.Options{Section: "env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &pipeline.Rollout{Task: &pipeline.Task{}}
+	if _, err := env.Reset(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	step, err := env.Step(context.Background(), r, pipeline.Message{Role: "assistant", Content: "x"})
+	if err != nil || !step.Terminated || step.Reward != 0 || len(step.Observations) != 0 {
+		t.Fatalf("step %+v, %v: want the trajectory ended after one reply, reward 0", step, err)
+	}
+	if _, err := envs.New(envs.None, envs.Options{Section: "env", Values: map[string]any{"x": 1}}); err == nil || !strings.Contains(err.Error(), "env.x") {
+		t.Fatalf("an option of none: %v", err)
+	}
 }

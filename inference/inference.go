@@ -32,6 +32,9 @@ type Request struct {
 	// of a group without seeds). The response cache and the Batch API's
 	// custom_id key on it with the body. Empty: the body alone.
 	Sample string
+	// API, when set (chat or completions), sends the request to that API
+	// in place of the client's generate.api: an OpenAI Batch line's url.
+	API string
 }
 
 // TokenizeRequest asks for the token ids of a conversation rendered by the
@@ -84,11 +87,23 @@ type Response struct {
 	FinishReason     string
 	PromptTokens     int
 	CompletionTokens int
+	// CachedPromptTokens are the prompt tokens the server served from its
+	// prompt cache (usage.prompt_tokens_details.cached_tokens), 0 when it
+	// does not say.
+	CachedPromptTokens int
 	// Extra is machine-readable data the server attached beyond the OpenAI
 	// fields (the simulator's trailer); nil from most servers.
 	Extra json.RawMessage
 	// Endpoint names the endpoint that answered.
 	Endpoint string
+	// Raw is the reply's body as the server sent it, and RequestID the
+	// server's x-request-id, when the client keeps them (the HTTP client's
+	// KeepBody; the OpenAI Batch output writes them); nil and "" otherwise.
+	Raw       json.RawMessage
+	RequestID string
+	// Discarded are the tokens of the replies to the same request thrown
+	// away before this one (the structured-output check's tries).
+	Discarded Usage
 }
 
 // Client generates one response.
@@ -126,6 +141,9 @@ type Error struct {
 	Class  string
 	Status int // HTTP status, 0 when none
 	Msg    string
+	// Discarded are the tokens of the replies the request got and threw
+	// away before it failed (the structured-output check's tries).
+	Discarded Usage
 }
 
 func (e *Error) Error() string {

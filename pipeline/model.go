@@ -60,6 +60,17 @@ type Task struct {
 	// env section's routes, chosen per row); empty: the run's only
 	// environment.
 	Env string
+	// API, when set, is the API this row's requests go to, chat or
+	// completions, in place of generate.api (an OpenAI Batch line's url
+	// chooses it).
+	API string
+	// CustomID is the row's own id (an OpenAI Batch line's custom_id),
+	// which the OpenAI Batch output names each result by.
+	CustomID string
+	// Invalid, when set, says why the row's request cannot be sent (an
+	// OpenAI Batch line with an unsupported url, or stream: true): its
+	// rollouts fail without a request, and the run goes on.
+	Invalid string
 }
 
 // ToolCall is an OpenAI function call made by the model.
@@ -209,6 +220,14 @@ type Rollout struct {
 	// Tools are the tool definitions sent with every request: the task's,
 	// or the ones the environment's Reset returned. Not written out.
 	Tools []json.RawMessage
+	// Response is the body of the last reply as the server sent it, and
+	// RequestID the server's id of that request (its x-request-id), when
+	// the client keeps them (output.openai_batch). Not written to Parquet.
+	Response  json.RawMessage
+	RequestID string
+	// HTTPStatus is the HTTP status of the last failed request (0: none, or
+	// no HTTP answer). Not written to Parquet.
+	HTTPStatus int
 
 	// Steps are the trajectory's steps, one per turn, in order: what each
 	// request held and what the environment made of its answer. They are
@@ -385,3 +404,14 @@ type Group struct {
 	// FilterReason says why a dropped group was dropped.
 	FilterReason string
 }
+
+// Row metrics (the metrics column) the generate stage records, which the
+// cost counts: the replies a client threw away and sent again (an invalid
+// structured output) with their tokens, and the prompt tokens a server
+// served from its prompt cache.
+const (
+	MetricDiscardedReplies          = "discarded_replies"
+	MetricDiscardedPromptTokens     = "discarded_prompt_tokens"
+	MetricDiscardedCompletionTokens = "discarded_completion_tokens"
+	MetricCachedPromptTokens        = "cached_prompt_tokens"
+)

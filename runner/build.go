@@ -64,7 +64,8 @@ type Built struct {
 	opts  Options
 	hooks Hooks
 	// Client is the inference client: Options.Client, the simulator of
-	// sim:// endpoints, or the HTTP client of the endpoints.
+	// sim:// endpoints, or the HTTP client of the endpoints, wrapped by
+	// the structured-output check (structured.Wrap).
 	Client inference.Client
 	// Generator is the generate stage, checked against the endpoints.
 	Generator *generate.Generator
@@ -161,7 +162,8 @@ func (b *Built) Close() error {
 }
 
 // openClient sets Client: Options.Client, the simulator of sim://
-// endpoints, or the HTTP client of the endpoints (not contacted yet).
+// endpoints, or the HTTP client of the endpoints (not contacted yet),
+// wrapped by the structured-output check (inference/structured).
 func (b *Built) openClient() error {
 	cfg := b.cfg
 	switch {
@@ -190,7 +192,9 @@ func (b *Built) httpOptions() openai.HTTPOptions {
 	if b.cfg.Generate.APIKeyEnv != "" {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
 	}
-	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt, OnResponse: b.limiterHook()}
+	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt, OnResponse: b.limiterHook(),
+		// The OpenAI Batch output holds each reply's body as it came.
+		KeepBody: b.cfg.Output.OpenAIBatch}
 }
 
 // httpEndpoints reports whether the client is the config's HTTP client

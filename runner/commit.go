@@ -47,7 +47,10 @@ type committer struct {
 	images *images.Store
 	// interop are the optional sinks of the kept rows.
 	interop []namedSink
-	hooks   commitHooks
+	// batch writes OpenAI's Batch output and error files beside each
+	// directory's parts (output.openai_batch); nil without.
+	batch *batchFiles
+	hooks commitHooks
 
 	// dirty is set when a file was committed locally and is not uploaded
 	// yet; pending are the data files among them, counted once uploaded.
@@ -104,6 +107,26 @@ func (c *committer) writer(dest string) (*parquet.Writer, error) {
 		popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
 		popts.OnAbort = sw.Abort
 	}
+	if c.batch != nil {
+		// The OpenAI Batch files of the part are renamed into place
+		// before it, as the steps file is: the part's rename commits them.
+		before, abort := popts.BeforeRename, popts.OnAbort
+		popts.BeforeRename = func(final string) error {
+			if before != nil {
+				if err := before(final); err != nil {
+					return err
+				}
+			}
+			return c.batch.commit(dest, final)
+		}
+		popts.OnAbort = func() error {
+			var err error
+			if abort != nil {
+				err = abort()
+			}
+			return errors.Join(err, c.batch.abort(dest))
+		}
+	}
 	w, err := parquet.New(filepath.Join(c.dir, dest), popts)
 	if err != nil {
 		return nil, err
@@ -148,6 +171,14 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 			if err := c.steps.WriteGroups(groups); err != nil {
 				return errors.Join(err, w.Abort())
 			}
+		}
+	}
+	if c.batch != nil {
+		// Staged before the rows, as the step rows: a commit the record
+		// triggers takes them along.
+		if err := c.batch.add(dest, groups); err != nil {
+			w.Abort()
+			return err
 		}
 	}
 	if err := w.Write(ctx, rec); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/trajflow/trajflow/inference/cache"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/ratelimit"
+	"github.com/trajflow/trajflow/inference/structured"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -123,8 +124,9 @@ func (b *Built) openBatch(ctx context.Context) error {
 	return nil
 }
 
-// decorate wraps the client in the rate limiter and the response cache
-// (outermost: a hit spends nothing of the rate limits).
+// decorate wraps the client in the rate limiter, the structured-output
+// check and the response cache (outermost: a hit spends nothing of the
+// rate limits).
 func (b *Built) decorate() error {
 	cfg := b.cfg
 	if cfg.Generate.RateLimit.Enabled() {
@@ -133,6 +135,12 @@ func (b *Built) decorate() error {
 		}
 		b.Client = ratelimit.Wrap(b.Client, b.hosted.limiter)
 	}
+	// Replies are checked against the structured output their request
+	// asks for, and sent again when they fail (generate.invalid_retries):
+	// inside the cache, so that a retry is sent rather than answered with
+	// the reply that failed, and outside the rate limiter, which counts
+	// the retries.
+	b.Client = structured.Wrap(b.Client, cfg.Generate.Structured)
 	if cfg.Generate.Cache != "" {
 		store, err := cache.Open(cfg.Generate.Cache, cfg.Generate.CacheMaxBytes)
 		if err != nil {

@@ -43,6 +43,14 @@ type Snapshot struct {
 	// Hosted is the response cache's, the rate limiter's and the Batch
 	// API's figures.
 	Hosted HostedStats
+	// Cost is what the requests resolved so far cost (generate.price),
+	// when Priced; ProjectedCost estimates the whole run's.
+	Cost   float64
+	Priced bool
+	// TasksResumed counts the tasks an earlier run committed (skipped);
+	// InputFraction is the share of the input read (0: not known).
+	TasksResumed  int64
+	InputFraction float64
 }
 
 // EndpointLoad is one inference endpoint as trajflow sees it, and as the
@@ -109,6 +117,11 @@ func (r *run) snapshot() Snapshot {
 		Cancelled: st.cancelled.Load(), Filtered: st.filtered.Load(),
 		Target: r.cfg.Groups.Target, CompletionTokens: st.completionTokens.Load(),
 		RowsCommitted: st.written.Load(), FilesCommitted: st.filesCommitted.Load(),
+		TasksResumed: st.skipped.Load(),
+	}
+	s.Cost, s.Priced = r.costNow()
+	if f, ok := r.inputFraction(); ok {
+		s.InputFraction = f
 	}
 	if !r.started.IsZero() {
 		s.Elapsed = time.Since(r.started)

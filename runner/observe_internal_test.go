@@ -3,6 +3,8 @@ package runner
 import (
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestParseServerMetrics(t *testing.T) {
@@ -22,5 +24,38 @@ func TestParseServerMetrics(t *testing.T) {
 		if got := parseServerMetrics(strings.NewReader(tt.text)); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// Prometheus shows the cost and its projection only for a run with a
+// price.
+func TestPrometheusCost(t *testing.T) {
+	gather := func(s Snapshot) map[string]float64 {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newPromMetrics(func() Snapshot { return s }))
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				switch {
+				case m.Counter != nil:
+					got[f.GetName()] = m.Counter.GetValue()
+				case m.Gauge != nil:
+					got[f.GetName()] = m.Gauge.GetValue()
+				}
+			}
+		}
+		return got
+	}
+	got := gather(Snapshot{Priced: true, Cost: 1.5, GroupsFinished: 10, TaskLimit: 40})
+	if got["trajflow_cost_total"] != 1.5 || got["trajflow_cost_projected"] != 6 {
+		t.Fatalf("cost %v, projected %v; want 1.5 and 6", got["trajflow_cost_total"], got["trajflow_cost_projected"])
+	}
+	got = gather(Snapshot{Cost: 1.5, GroupsFinished: 10, TaskLimit: 40})
+	if _, ok := got["trajflow_cost_total"]; ok {
+		t.Fatal("a cost without a price")
 	}
 }

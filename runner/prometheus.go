@@ -73,10 +73,12 @@ var (
 	descQueue     = prometheus.NewDesc("trajflow_queue_depth", "Items waiting in the queue after a stage.", []string{"after"}, nil)
 	descFiles     = prometheus.NewDesc("trajflow_committed_files_total", "Data part files committed.", nil, nil)
 	descRows      = prometheus.NewDesc("trajflow_committed_rows_total", "Data rows committed.", nil, nil)
+	descCost      = prometheus.NewDesc("trajflow_cost_total", "What the requests resolved so far cost, at generate.price (only with a price).", nil, nil)
+	descCostProj  = prometheus.NewDesc("trajflow_cost_projected", "The whole run's cost estimated from the cost so far (only with a price and an estimate).", nil, nil)
 	descSrvRun    = prometheus.NewDesc("trajflow_endpoint_server_running_requests", "Requests decoding on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvWait   = prometheus.NewDesc("trajflow_endpoint_server_waiting_requests", "Requests queued on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvKV     = prometheus.NewDesc("trajflow_endpoint_server_kv_cache_usage", "KV-cache use of the endpoint (0-1), from its own /metrics (vLLM).", []string{"endpoint"}, nil)
-	snapshotDescs = []*prometheus.Desc{descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descSrvRun, descSrvWait, descSrvKV}
+	snapshotDescs = []*prometheus.Desc{descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV}
 )
 
 // Describe implements prometheus.Collector for the snapshot's metrics.
@@ -117,6 +119,12 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 	counter(descFiles, float64(s.FilesCommitted))
 	counter(descRows, float64(s.RowsCommitted))
 	collectHosted(ch, s.Hosted)
+	if s.Priced {
+		counter(descCost, s.Cost)
+		if p, ok := s.ProjectedCost(); ok {
+			gauge(descCostProj, p)
+		}
+	}
 	for _, e := range s.Endpoints {
 		gauge(descRequests, float64(e.InFlight), e.Endpoint)
 		if e.Server.OK {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -154,6 +155,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	}()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.Output.OpenAIBatch {
+		// Likewise OpenAI Batch files without their part.
+		if err := pairBatchFiles(cfg.Output.Dir); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Output.Steps {
 		// A crash between a commit's two renames left a steps file
@@ -322,6 +329,13 @@ func (r *run) provision(ctx context.Context) error {
 		}
 	}
 	r.commit = r.newCommitter()
+	if cfg.Output.OpenAIBatch {
+		b, err := newBatchFiles(cfg.Output.Dir)
+		if err != nil {
+			return err
+		}
+		r.commit.batch = b
+	}
 	if cfg.Output.Images == "reference" {
 		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
 		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
@@ -383,7 +397,7 @@ func (r *run) parquetOptions() parquet.Options {
 	cfg := r.cfg
 	fp, canonical := cfg.Fingerprint()
 	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)))
-	return parquet.Options{
+	opts := parquet.Options{
 		FileRows:     cfg.Output.Parquet.FileRows,
 		FileBytes:    cfg.Output.Parquet.FileBytes,
 		RowGroupRows: cfg.Output.Parquet.RowGroupRows,
@@ -409,6 +423,8 @@ func (r *run) parquetOptions() parquet.Options {
 			return map[string]string{KeySource: string(id)}
 		},
 	}
+	maps.Copy(opts.Metadata, r.priceMetadata())
+	return opts
 }
 
 func (r *run) cleanup() {

@@ -78,7 +78,9 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 		// A row whose route names no environment is a bad row too.
 		err := r.cfg.Env.RouteTask(j.Task)
 		fatal := err
-		if err == nil && (r.built.Template.Enabled() || len(j.Task.Messages) == 0) {
+		// A row whose request cannot be sent (Task.Invalid) is an error
+		// row: nothing to render.
+		if err == nil && j.Task.Invalid == "" && (r.built.Template.Enabled() || len(j.Task.Messages) == 0) {
 			if err = r.built.Template.Render(j.Task); err != nil {
 				fatal = fmt.Errorf("template: %w", err)
 			}
@@ -207,13 +209,14 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	collators := map[string]*collate.Collator{}
 	// pending are the groups buffered in the data collator, whose step
 	// rows go with its next record (output.steps).
-	var pending []*pipeline.Group
+	// (and the OpenAI Batch lines of every directory's groups).
+	pending := map[string][]*pipeline.Group{}
+	keeps := func(dest string) bool {
+		return dest == DataDir && r.cfg.Output.Steps || r.cfg.Output.OpenAIBatch
+	}
 	take := func(dest string) []*pipeline.Group {
-		if dest != DataDir || !r.cfg.Output.Steps {
-			return nil
-		}
-		gs := pending
-		pending = nil
+		gs := pending[dest]
+		delete(pending, dest)
 		return gs
 	}
 	r.closers = append(r.closers, func() {
@@ -227,8 +230,8 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
 			collators[rg.dest] = c
 		}
-		if rg.dest == DataDir && r.cfg.Output.Steps {
-			pending = append(pending, rg.group)
+		if keeps(rg.dest) {
+			pending[rg.dest] = append(pending[rg.dest], rg.group)
 		}
 		if rec := c.Add(rg.group); rec != nil {
 			return []batch{{dest: rg.dest, rec: rec, groups: take(rg.dest)}}, nil

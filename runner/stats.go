@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/sources"
 
+	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/groups"
@@ -27,6 +28,8 @@ type stats struct {
 	invalidUTF8                      atomic.Int64
 	ok, errored, cancelled, filtered atomic.Int64
 	completionTokens, keptTokens     atomic.Int64
+	// billed counts the tokens billed for, for the cost.
+	billed billed
 
 	mu           sync.Mutex
 	groups, kept int
@@ -47,6 +50,7 @@ func newStats() *stats {
 // resolve counts a rollout that left the loop.
 func (s *stats) resolve(r *pipeline.Rollout) {
 	s.completionTokens.Add(int64(r.CompletionTokens))
+	s.billed.add(r)
 	switch r.Status {
 	case pipeline.StatusOK:
 		s.ok.Add(1)
@@ -158,8 +162,25 @@ func (r *run) progressLine() string {
 	for _, p := range r.hostedStats().Parts() {
 		line += ", " + p
 	}
-	return line
+	return line + r.snapshot().CostText()
 }
+
+// CostText is ", cost C (projected total P)" for a run with a price
+// (generate.price), "" without.
+func (s Snapshot) CostText() string {
+	if !s.Priced {
+		return ""
+	}
+	text := ", cost " + FormatCost(s.Cost)
+	if p, ok := s.ProjectedCost(); ok {
+		text += " (projected total " + FormatCost(p) + ")"
+	}
+	return text
+}
+
+// FormatCost shows a cost as the summary and the progress line do
+// (metrics.FormatCost).
+func FormatCost(v float64) string { return metrics.FormatCost(v) }
 
 // Summary is what a run did.
 type Summary struct {
@@ -205,6 +226,12 @@ type Summary struct {
 	MeanReward float64
 	// Completion tokens generated, and those in kept groups.
 	CompletionTokens, KeptTokens int64
+	// Cost is what this run's requests cost (generate.price: every
+	// resolved rollout's billed tokens, metrics.BilledOf), when Priced;
+	// ProjectedCost what the whole run would, when it stopped early and an
+	// estimate is known (else Cost).
+	Cost, ProjectedCost float64
+	Priced              bool
 	// Interrupted is true when the run stopped before its input ended.
 	Interrupted bool
 	// Stop says why the run stopped before its input ended ("" when it
@@ -217,6 +244,8 @@ type Summary struct {
 }
 
 func (r *run) summary(err error) *Summary {
+	// The estimate of a run stopped early (snapshot takes the lock).
+	proj, projOK := r.snapshot().ProjectedCost()
 	s := r.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -239,6 +268,11 @@ func (r *run) summary(err error) *Summary {
 	sum.Hosted = r.hostedStats()
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
+	}
+	sum.Cost, sum.Priced = r.costNow()
+	sum.ProjectedCost = sum.Cost
+	if err != nil && projOK {
+		sum.ProjectedCost = proj
 	}
 	// Rollouts dispatched but never resolved were cut off by the
 	// interruption: they count as cancelled.
@@ -303,6 +337,13 @@ func (s *Summary) String() string {
 	}
 	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
 	b.WriteString(s.hostedLines())
+	if s.Priced {
+		fmt.Fprintf(&b, "cost: %s", FormatCost(s.Cost))
+		if s.ProjectedCost != s.Cost {
+			fmt.Fprintf(&b, " (projected total %s)", FormatCost(s.ProjectedCost))
+		}
+		b.WriteString(" (generate.price)\n")
+	}
 	metrics := "none (nothing committed)"
 	if s.Metrics != "" {
 		metrics = s.Metrics

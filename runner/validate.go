@@ -282,6 +282,11 @@ func (v *validation) render(ctx context.Context, b *Built) {
 			break
 		}
 		rows++
+		if t.Invalid != "" {
+			// A run makes it an error row and goes on.
+			fmt.Fprintf(v.out, "row %d (%s): not sent, an error row (%s): %s\n", t.Index, t.Source, generate.ClassInvalidRequest, t.Invalid)
+			continue
+		}
 		if err := cfg.Env.RouteTask(t); err != nil {
 			v.problem(err)
 			continue

@@ -140,7 +140,7 @@ var columns = []Column{
 	{Name: "error_class", Type: arrow.BinaryTypes.String, Doc: "class of the error when `status = error` (e.g. `server`, `timeout`, `env`)"},
 	{Name: "reward", Type: arrow.PrimitiveTypes.Float64, Doc: "total reward of the rollout (summed over turns)"},
 	{Name: "turn_rewards", Type: ListOf(arrow.PrimitiveTypes.Float64), Doc: "reward of each turn"},
-	{Name: "metrics", Type: ListOf(metricType), Doc: "named numbers from the environment (e.g. `acc`), sorted by name; `invalid_actions` is trajflow's count of the actions the environment marked invalid, present on every row whose environment judged an action's validity (see [docs/environments.md](docs/environments.md#action-validity-and-anchor-states))"},
+	{Name: "metrics", Type: ListOf(metricType), Doc: "named numbers from the environment (e.g. `acc`), sorted by name; `invalid_actions` is trajflow's count of the actions the environment marked invalid, present on every row whose environment judged an action's validity (see [docs/environments.md](docs/environments.md#action-validity-and-anchor-states)); `cached_prompt_tokens` counts the prompt tokens the server served from its prompt cache, and `discarded_replies`, `discarded_prompt_tokens`, `discarded_completion_tokens` the replies thrown away and sent again (structured output), where there were any (see [docs/offline.md](docs/offline.md))"},
 	{Name: "finish_reason", Type: arrow.BinaryTypes.String, Doc: "finish reason of the last generation (`stop`, `length`, `tool_calls`)"},
 	{Name: "terminated", Type: arrow.FixedWidthTypes.Boolean, Doc: "the environment ended the episode"},
 	{Name: "truncated", Type: arrow.FixedWidthTypes.Boolean, Doc: "cut short by a length limit (context length, observation overflow)"},

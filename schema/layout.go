@@ -26,6 +26,15 @@ const (
 	// JSONLDir holds NeMo Gym-shaped copies of the kept rows (output.jsonl):
 	// JSONLPrefix + NNNNN + JSONLExt.
 	JSONLDir = "jsonl"
+	// OpenAIBatchDir holds OpenAI's Batch output and error files
+	// (output.openai_batch): for each part file DIR/part-NNNNN.parquet,
+	// OpenAIBatchName(OpenAIBatchOutput, DIR, NNNNN) and
+	// OpenAIBatchName(OpenAIBatchErrors, DIR, NNNNN), committed with it.
+	OpenAIBatchDir = "openai_batch"
+	// OpenAIBatchOutput and OpenAIBatchErrors are the kinds of file of
+	// OpenAIBatchDir: the answered requests, and the failed ones.
+	OpenAIBatchOutput = "output"
+	OpenAIBatchErrors = "errors"
 	// ShardsDir holds one directory per shard of a sharded run, named by
 	// ShardDirName.
 	ShardsDir = "shards"
@@ -81,6 +90,13 @@ const (
 // PartName returns the name of part file n: part-00003.parquet.
 func PartName(n int) string { return fmt.Sprintf("%s-%05d%s", PartPrefix, n, PartExt) }
 
+// OpenAIBatchName returns the name of the OpenAI Batch file of kind
+// (OpenAIBatchOutput or OpenAIBatchErrors) beside part file n of
+// directory dir: output-data-00003.jsonl.
+func OpenAIBatchName(kind, dir string, n int) string {
+	return fmt.Sprintf("%s-%s-%05d%s", kind, dir, n, JSONLExt)
+}
+
 // ShardDirName returns the name of the directory of shard index of count
 // under ShardsDir: 00003-of-00016.
 func ShardDirName(index, count int) string { return fmt.Sprintf("%05d-of-%05d", index, count) }
@@ -106,6 +122,9 @@ const (
 	// KeySource holds the identity of the input as far as it was read when
 	// the file was committed.
 	KeySource = "trajflow.source"
+	// KeyPrice holds the prices of generate.price the rows were made at,
+	// per million tokens, when the run set them.
+	KeyPrice = "trajflow.price"
 )
 
 // MetadataKeyDoc is one key-value metadata key with its meaning.
@@ -125,6 +144,7 @@ func MetadataKeys() []MetadataKeyDoc {
 		{KeySamplingParams, "the sampling parameters as JSON (secret-named keys redacted)"},
 		{KeyConfig, "the canonical JSON of the config's semantic keys (secret values as `hmac-sha256:…`, never the value)"},
 		{KeySource, "the input's identity when the file was committed: `{\"path\", \"size\", \"bytes\", \"sha256\"}` (bytes read from the start of the input and their SHA-256)"},
+		{KeyPrice, "the prices the rows were made at (`generate.price`, the Batch API's for `generate.api: batch`): `{\"input_per_mtok\", \"cached_input_per_mtok\", \"output_per_mtok\"}`; absent without a price. `stats`, `metrics.json` and the report compute the cost from it"},
 	}
 }
 

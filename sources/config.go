@@ -14,7 +14,16 @@ type Config struct {
 	// docs/storage.md). Required.
 	Path string `yaml:"path"`
 	// Format overrides the format the path's extension implies: jsonl or
-	// parquet.
+	// parquet; or openai_batch, OpenAI's Batch input file (a JSONL file of
+	// {custom_id, method, url, body}, also vLLM's run-batch input): each
+	// line's custom_id names its row (a duplicate stops the run, naming both
+	// lines), its url (/v1/chat/completions or /v1/completions) chooses the
+	// API of its request, its body gives the messages or prompt and the
+	// row's params (the body's model is not sent: generate.model is); a
+	// line with another url, method or stream: true is an error row naming
+	// the line, and the run goes on. Without an env section each row is one
+	// generation with no environment (env.name none, reward 0). See
+	// docs/offline.md.
 	//
 	// Default: from the extension.
 	Format string `yaml:"format"`
@@ -76,7 +85,7 @@ func (c *Config) Validate() error {
 		p.Add("path", "required (a .jsonl or .parquet file)")
 	}
 	if c.Format != "" {
-		p.OneOf("format", c.Format, FormatJSONL, FormatParquet)
+		p.OneOf("format", c.Format, FormatJSONL, FormatParquet, FormatOpenAIBatch)
 	} else if c.Path != "" {
 		if _, err := formatOf(*c); err != nil {
 			p.Add("path", "%s", strings.TrimPrefix(err.Error(), "source.path: "))

@@ -107,3 +107,23 @@ func Verify(path string, id Identity) error {
 	}
 	return nil
 }
+
+// Fractioner is a Reader that knows the share of its input read so far
+// (the JSONL reader); it may be called from another goroutine than Next.
+type Fractioner interface {
+	Fraction() (f float64, ok bool)
+}
+
+// Fraction is the share of a streamed input read so far (its bytes read
+// over its size, before any decompression), for an estimate of the whole
+// run; ok is false for an input read whole at open (Parquet) or of
+// unknown size.
+func (b *base) Fraction() (f float64, ok bool) {
+	if b.hr == nil || b.size <= 0 {
+		return 0, false
+	}
+	b.hr.mu.Lock()
+	n := b.hr.n
+	b.hr.mu.Unlock()
+	return min(float64(n)/float64(b.size), 1), true
+}

@@ -117,6 +117,12 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 		if blank(line) {
 			continue
 		}
+		if r.batch != nil {
+			if err := r.batch.see(r.path, r.line, line); err != nil {
+				r.err = err
+				return nil, err
+			}
+		}
 		i := r.rows
 		r.rows++
 		idx, dup := r.taskIndex(i, line)
@@ -126,7 +132,11 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 		if !utf8.Valid(line) {
 			line = r.repair(r.where(r.line), line)
 		}
-		task, err := parseRow(r.where(r.line), idx, line)
+		parse := parseRow
+		if r.batch != nil {
+			parse = parseBatchLine
+		}
+		task, err := parse(r.where(r.line), idx, line)
 		if err != nil {
 			if err := r.bad(err, line); err != nil {
 				r.err = err

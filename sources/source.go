@@ -130,6 +130,9 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		}
 		return r, nil
 	default:
+		if format == FormatOpenAIBatch {
+			b.batch = batchIDs{}
+		}
 		r, err := openJSONL(f, b)
 		if err != nil {
 			_ = f.Close() // best effort: read only
@@ -142,11 +145,11 @@ func Open(cfg Config, opts Options) (Reader, error) {
 // formatOf picks the reader for a config.
 func formatOf(cfg Config) (string, error) {
 	switch cfg.Format {
-	case FormatJSONL, FormatParquet:
+	case FormatJSONL, FormatParquet, FormatOpenAIBatch:
 		return cfg.Format, nil
 	case "":
 	default:
-		return "", fmt.Errorf("source.format: %q is not one of jsonl, parquet", cfg.Format)
+		return "", fmt.Errorf("source.format: %q is not one of jsonl, parquet, openai_batch", cfg.Format)
 	}
 	name := strings.ToLower(strings.TrimSuffix(strings.ToLower(cfg.Path), ".gz"))
 	switch {
@@ -220,6 +223,9 @@ type base struct {
 	seen     map[[sha256.Size]byte]int64
 	rawDedup bool  // dedup_lines: rows compared byte for byte
 	distinct int64 // task indices given under dedup
+	// batch holds the custom_ids read under format openai_batch; nil
+	// otherwise.
+	batch batchIDs
 }
 
 // taskIndex numbers row i (its 0-based position among the rows). Under

@@ -13,7 +13,7 @@ import (
 )
 
 func TestBuiltinsRegistered(t *testing.T) {
-	for _, name := range []string{"guess", "math", "sim", "tools"} {
+	for _, name := range []string{"guess", "math", "sim", "tools", "none"} {
 		if !slices.Contains(envs.Names(), name) {
 			t.Errorf("%q is not registered (have %v)", name, envs.Names())
 			continue

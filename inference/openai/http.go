@@ -63,6 +63,11 @@ type HTTPOptions struct {
 	// response a generation attempt got, before its body is read: the rate
 	// limiter reads x-ratelimit-* and Retry-After from them.
 	OnResponse func(endpoint string, status int, header http.Header)
+	// KeepBody keeps each reply's body as the server sent it
+	// (inference.Response.Raw, bounded by MaxResponseBytes) and its
+	// x-request-id (RequestID): the OpenAI Batch output
+	// (output.openai_batch) writes them.
+	KeepBody bool
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -257,18 +262,29 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		r.Model = c.cfg.Model
 		req = &r
 	}
-	body, err := encodeRequest(c.cfg.API, req)
+	api := c.cfg.API
+	path := c.path
+	switch req.API {
+	case "chat":
+		api, path = req.API, "/chat/completions"
+	case "completions":
+		api, path = req.API, completionsPath
+	}
+	body, err := encodeRequest(api, req)
 	if err != nil {
 		return nil, err
 	}
-	path := c.path
 	if req.PromptTokenIDs != nil {
 		path = completionsPath
 	}
 	var resp *inference.Response
-	ep, err := c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.base + path }, body, func(data []byte) error {
+	ep, err := c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.base + path }, body, func(data []byte, h http.Header) error {
 		var err error
 		resp, err = decodeResponse(data)
+		if err == nil && c.opts.KeepBody {
+			resp.Raw = bytes.Clone(data)
+			resp.RequestID = h.Get("X-Request-Id")
+		}
 		return err
 	})
 	if err != nil {
@@ -316,7 +332,7 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 		return nil, fmt.Errorf("llm: encode tokenize body: %w", err)
 	}
 	var ids []int32
-	_, err = c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.root + "/tokenize" }, body, func(data []byte) error {
+	_, err = c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.root + "/tokenize" }, body, func(data []byte, _ http.Header) error {
 		var r struct {
 			Tokens *[]int32 `json:"tokens"`
 		}
@@ -354,7 +370,7 @@ func (c *HTTPClient) Detokenize(ctx context.Context, model string, ids []int32) 
 		return "", fmt.Errorf("llm: encode detokenize body: %w", err)
 	}
 	var text string
-	_, err = c.do(ctx, "", func(ep *endpoint) string { return ep.root + "/detokenize" }, body, func(data []byte) error {
+	_, err = c.do(ctx, "", func(ep *endpoint) string { return ep.root + "/detokenize" }, body, func(data []byte, _ http.Header) error {
 		var r struct {
 			Prompt *string `json:"prompt"`
 		}
@@ -383,7 +399,7 @@ func (c *HTTPClient) checkOpen() error {
 // it), retrying as configured, and hands a 2xx body to decode. It returns
 // the name of the endpoint that answered. A failure is an *Error with its
 // class, or the context's error when ctx ends first.
-func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint) string, body []byte, decode func([]byte) error) (string, error) {
+func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint) string, body []byte, decode func([]byte, http.Header) error) (string, error) {
 	if d := c.cfg.Deadline.D(); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, d, errDeadline)
@@ -505,7 +521,7 @@ func (c *HTTPClient) backoff(attempt int) time.Duration {
 // attempt sends body to u on ep once and decodes a 2xx body. It returns
 // the attempt's classified error and the server's Retry-After (0 when
 // none), or nil.
-func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte) error) (*inference.Error, time.Duration) {
+func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte, http.Header) error) (*inference.Error, time.Duration) {
 	path := strings.TrimPrefix(strings.TrimPrefix(u, ep.base), ep.root)
 	if t := c.cfg.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
@@ -543,7 +559,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	st := hresp.StatusCode
 	switch {
 	case st >= 200 && st < 300:
-		if err := decode(data); err != nil {
+		if err := decode(data, hresp.Header); err != nil {
 			return &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, path, err)}, 0
 		}
 		return nil, 0

@@ -162,6 +162,11 @@ type wireResponse struct {
 }
 
 type wireUsage struct {
+	// PromptTokensDetails.CachedTokens are the prompt tokens served from
+	// the provider's prompt cache (OpenAI's usage field).
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 }
@@ -237,6 +242,9 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 	if w.Usage != nil {
 		resp.PromptTokens = w.Usage.PromptTokens
 		resp.CompletionTokens = w.Usage.CompletionTokens
+		if d := w.Usage.PromptTokensDetails; d != nil {
+			resp.CachedPromptTokens = d.CachedTokens
+		}
 	}
 	resp.PromptTokenIDs = w.PromptTokenIDs
 	if resp.PromptTokenIDs == nil {

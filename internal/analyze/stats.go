@@ -120,6 +120,13 @@ func statsFile(ctx context.Context, path string, agg *metrics.Aggregator, opts S
 		return err
 	}
 	var d statsDecoder
+	if v, ok := f.meta[schema.KeyPrice]; ok {
+		var p metrics.Prices
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			return fmt.Errorf("analyze: %s: %s is unreadable: %w", path, schema.KeyPrice, err)
+		}
+		d.price = &p
+	}
 	return f.records(ctx, leaves, func(rec arrow.Record) error {
 		if err := d.add(rec, agg); err != nil {
 			return fmt.Errorf("analyze: %s: %w", path, err)
@@ -138,6 +145,9 @@ type statsDecoder struct {
 	task    pipeline.Task
 	r       pipeline.Rollout
 	metrics map[string]float64
+	// price is the prices the file was written with (schema.KeyPrice),
+	// nil without.
+	price *metrics.Prices
 }
 
 func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error) {
@@ -223,6 +233,9 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 		if gen != nil {
 			s, e := turnGen.ValueOffsets(i)
 			c = metrics.Counts{GenTokens: gen.Value(i), TotalTokens: total.Value(i), TurnGenTokens: turnGenVals[s:e:e]}
+		}
+		if d.price != nil {
+			c.Price, c.Billed = d.price, metrics.BilledOf(r)
 		}
 		agg.AddCounts(r, c)
 	}

@@ -118,6 +118,9 @@ type Metrics struct {
 	// route's name), as NeMo Gym's per-agent aggregates do. Absent inside
 	// an environment's own metrics.
 	Envs map[string]*Metrics `json:"envs,omitempty"`
+	// Cost is what the rows cost (generate.price); absent when no row was
+	// written with a price.
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // NeMoRL are NeMo RL's rollout metrics (rollouts.py's rollout_metrics),
@@ -168,6 +171,11 @@ type Counts struct {
 	// (pipeline.Rollout.TurnGenTokens). Nil where unknown (schema
 	// version 1 files).
 	TurnGenTokens []int32
+	// Price, when set, is what the row's tokens cost (the Prices its file
+	// was written with); Billed, what its requests were billed for
+	// (BilledOf).
+	Price  *Prices
+	Billed Billed
 }
 
 // CountsOf computes a rollout's Counts from its loss mask and its
@@ -378,6 +386,7 @@ type Aggregator struct {
 	runs                       map[string]int32
 	reasons                    []string
 	reasonIndex                map[string]groupState
+	cost                       Cost
 
 	// Without Options.Contiguous: every task's counts to the end.
 	tasks  map[taskKey]taskCount
@@ -519,6 +528,11 @@ func (a *Aggregator) AddCounts(r *pipeline.Rollout, c Counts) {
 	attempt := int32(r.Attempt)
 	var rowScored, rowCorrect bool
 
+	if c.Price != nil {
+		a.cost.PricedRows++
+		a.cost.Billed = a.cost.Billed.Add(c.Billed)
+		a.cost.Total += c.Price.Cost(c.Billed)
+	}
 	a.prompt.add(int64(r.PromptTokens))
 	a.compl.add(int64(r.CompletionTokens))
 	a.env.add(int64(r.EnvTokens))
@@ -690,6 +704,10 @@ func (a *Aggregator) Result() *Metrics {
 			MeanEnvTokensPerSample:   ratio(a.env.sum, a.rows),
 			MeanTotalTokensPerSample: ratio(a.totalTok, a.rows),
 		},
+	}
+	if a.cost.PricedRows > 0 {
+		c := a.cost
+		m.Cost = &c
 	}
 	maxTurn := int32(len(a.turnGen))
 	for t := range a.turnCount {

@@ -43,6 +43,10 @@ func (m *Metrics) WriteText(w io.Writer) error {
 	p("truncation rate\t%.4f", m.ScoredTruncationRate)
 	p("max turns rate\t%.4f", m.MaxTurnsRate)
 	p("token continuity breaks\t%d", m.TokenContinuityBreaks)
+	if c := m.Cost; c != nil {
+		p("cost\t%s  (%d priced rows: %d prompt tokens, %d of them cached, %d completion tokens)",
+			FormatCost(c.Total), c.PricedRows, c.Billed.PromptTokens, c.Billed.CachedPromptTokens, c.Billed.CompletionTokens)
+	}
 	p("")
 	p("NeMo RL (every row)\tnatural_termination_rate %.4f  truncation_rate %.4f  max_turns_reached_rate %.4f",
 		m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate)

@@ -81,6 +81,11 @@ func firstImage(msgs []pipeline.Message) int {
 // is longer than Options.PromptMaxTokens with truncation error.
 const ClassPromptTooLong = "prompt_too_long"
 
+// ClassInvalidRequest is the error class of a row whose request cannot be
+// sent (pipeline.Task.Invalid: an OpenAI Batch line with an unsupported
+// url, or stream: true). No request is sent.
+const ClassInvalidRequest = "invalid_request"
+
 // maxSeqLen is r's token bound; 0: none.
 func (g *Generator) maxSeqLen(r *pipeline.Rollout) int {
 	if g.opts.MaxSeqLenOf != nil {
@@ -220,6 +225,10 @@ func (g *Generator) NextRequest(ctx context.Context, r *pipeline.Rollout) (req *
 
 // next is NextRequest, and whether the request is a step-wise one.
 func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inference.Request, stepwise, ok bool, err error) {
+	if r.Task != nil && r.Task.Invalid != "" {
+		r.Fail(ClassInvalidRequest, fmt.Errorf("%s: %s", rowName(r), r.Task.Invalid))
+		return nil, false, false, nil
+	}
 	if g.opts.API == "tokens" || g.opts.API == "completions" {
 		if i := firstImage(r.Messages); i >= 0 {
 			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
@@ -264,14 +273,33 @@ func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *infe
 			r.Resolve(pipeline.StatusOK)
 			return nil, nil
 		}
+		var ie *inference.Error
+		if errors.As(err, &ie) {
+			r.HTTPStatus = ie.Status
+			addDiscarded(r, ie.Discarded)
+		}
 		r.Fail(inference.ErrorClass(err), err)
 		return nil, nil
 	}
+	addDiscarded(r, resp.Discarded)
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
 		return nil, nil
 	}
 	return resp, nil
+}
+
+// addDiscarded adds the replies thrown away to r's metrics.
+func addDiscarded(r *pipeline.Rollout, u inference.Usage) {
+	if u == (inference.Usage{}) {
+		return
+	}
+	if r.Metrics == nil {
+		r.Metrics = map[string]float64{}
+	}
+	r.Metrics[pipeline.MetricDiscardedReplies] += float64(u.Tries)
+	r.Metrics[pipeline.MetricDiscardedPromptTokens] += float64(u.PromptTokens)
+	r.Metrics[pipeline.MetricDiscardedCompletionTokens] += float64(u.CompletionTokens)
 }
 
 // stepMessages returns the step-wise request messages of r's next turn,
@@ -393,7 +421,17 @@ func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
 		Tools:    r.Tools,
 		Affinity: r.GroupID,
 		Sample:   r.TrajID,
+		API:      taskAPI(r),
 	}
+}
+
+// taskAPI is the API the row's own requests go to (pipeline.Task.API), ""
+// for generate.api's.
+func taskAPI(r *pipeline.Rollout) string {
+	if r.Task == nil {
+		return ""
+	}
+	return r.Task.API
 }
 
 // Observe gives the observation that ended a trajectory (the messages
@@ -810,9 +848,16 @@ func (g *Generator) message(r *pipeline.Rollout, resp *inference.Response) pipel
 	r.NumTurns = turn
 	r.PromptTokens += resp.PromptTokens
 	r.CompletionTokens += resp.CompletionTokens
+	if resp.CachedPromptTokens > 0 {
+		if r.Metrics == nil {
+			r.Metrics = map[string]float64{}
+		}
+		r.Metrics[pipeline.MetricCachedPromptTokens] += float64(resp.CachedPromptTokens)
+	}
 	r.LastUsageTokens = resp.PromptTokens + resp.CompletionTokens
 	r.FinishReason = resp.FinishReason
 	r.Extra = resp.Extra
+	r.Response, r.RequestID = resp.Raw, resp.RequestID
 
 	msg := resp.Message
 	msg.Role = pipeline.RoleAssistant

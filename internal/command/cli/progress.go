@@ -132,7 +132,7 @@ func ratesLine(s runner.Snapshot) string {
 	if len(s.ErrorClasses) > 0 {
 		errs += " (" + counts(s.ErrorClasses) + ")"
 	}
-	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted) + hostedText(s.Hosted)
+	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d%s", errs, tokens, rollouts, s.RowsCommitted, s.CostText()) + hostedText(s.Hosted)
 }
 
 // hostedText is the rate limiter's, the response cache's and the Batch

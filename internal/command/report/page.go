@@ -109,8 +109,9 @@ func (p *page) render(w io.Writer) error {
 }
 
 var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f4": func(v float64) string { return fmt.Sprintf("%.4f", v) },
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f4":   func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"cost": metrics.FormatCost,
+	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
 }).Parse(pageHTML))
 
 const pageHTML = `<!DOCTYPE html>
@@ -187,7 +188,8 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <tr><th>groups</th><td class="n">{{.Metrics.Groups.Count}}</td><th>kept / dropped</th><td>{{.Metrics.Groups.Kept}} / {{.Metrics.Groups.Dropped}}{{range $k, $v := .Metrics.Groups.DroppedBy}} · {{$k}} {{$v}}{{end}}</td></tr>
 <tr><th>pass@k</th><td></td><td colspan="2">{{range .Metrics.AtK}}k={{.K}}: {{f4 .PassAtK}} &nbsp; {{end}}</td></tr>
 <tr><th>natural termination</th><td class="n">{{f4 .Metrics.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Metrics.TruncationRate}} · {{f4 .Metrics.MaxTurnsRate}}</td></tr>
-</table>
+{{with .Metrics.Cost}}<tr><th>cost</th><td class="n" id="cost">{{cost .Total}}</td><th>billed (generate.price)</th><td>{{.PricedRows}} priced rows · {{.Billed.PromptTokens}} prompt tokens ({{.Billed.CachedPromptTokens}} cached) · {{.Billed.CompletionTokens}} completion tokens</td></tr>
+{{end}}</table>
 </section>
 <div class="grid">
 {{range .Charts}}<section class="chart-section" id="section-{{.ID}}">

@@ -1,0 +1,304 @@
+package runner
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// batchFiles writes OpenAI's Batch output and error files
+// (output.openai_batch) beside the Parquet parts: the lines of the rows
+// of a directory's open part go to its two staged files, which are
+// renamed into place as the part commits, before the part (whose rename
+// commits them all), and dropped when it is aborted. A resume removes the
+// files left without their part (pairBatchFiles), so that every committed
+// row has exactly one line.
+type batchFiles struct {
+	dir  string // OUTPUT/openai_batch
+	open map[string]*batchPart
+}
+
+// batchPart is the staged pair of files of one directory's open part.
+type batchPart struct {
+	files [2]*stagedLines // output, errors
+}
+
+// stagedLines is one staged JSONL file.
+type stagedLines struct {
+	f   *os.File
+	w   *bufio.Writer
+	tmp string
+	n   int
+}
+
+var batchKinds = [2]string{schema.OpenAIBatchOutput, schema.OpenAIBatchErrors}
+
+func newBatchFiles(outDir string) (*batchFiles, error) {
+	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("output.openai_batch: %w", err)
+	}
+	return &batchFiles{dir: dir, open: map[string]*batchPart{}}, nil
+}
+
+// add stages the lines of the groups' rollouts for dest's open part.
+func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
+	p := b.open[dest]
+	if p == nil {
+		p = &batchPart{}
+		b.open[dest] = p
+	}
+	for _, g := range groups {
+		for _, r := range g.Rollouts {
+			line, failed, err := batchLine(r)
+			if err != nil {
+				return fmt.Errorf("output.openai_batch: %s: %w", r.TrajID, err)
+			}
+			k := 0
+			if failed {
+				k = 1
+			}
+			s := p.files[k]
+			if s == nil {
+				tmp := filepath.Join(b.dir, "."+batchKinds[k]+"-"+dest+".jsonl.tmp")
+				f, err := os.Create(tmp)
+				if err != nil {
+					return fmt.Errorf("output.openai_batch: %w", err)
+				}
+				s = &stagedLines{f: f, w: bufio.NewWriterSize(f, 64<<10), tmp: tmp}
+				p.files[k] = s
+			}
+			s.w.Write(line)
+			if err := s.w.WriteByte('\n'); err != nil {
+				return fmt.Errorf("output.openai_batch: %w", err)
+			}
+			s.n++
+		}
+	}
+	return nil
+}
+
+// commit renames dest's staged files into place beside the part being
+// committed as final (its part number names them), synced first.
+func (b *batchFiles) commit(dest, final string) error {
+	n, ok := partNumber(filepath.Base(final))
+	if !ok {
+		return fmt.Errorf("output.openai_batch: %s is not a part file", final)
+	}
+	p := b.open[dest]
+	delete(b.open, dest)
+	if p == nil {
+		return nil
+	}
+	for k, s := range p.files {
+		if s == nil {
+			continue
+		}
+		err := s.w.Flush()
+		if err == nil {
+			err = s.f.Sync()
+		}
+		if cerr := s.f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(s.tmp, filepath.Join(b.dir, schema.OpenAIBatchName(batchKinds[k], dest, n)))
+		}
+		if err != nil {
+			return fmt.Errorf("output.openai_batch: %w", errors.Join(err, p.drop()))
+		}
+		p.files[k] = nil
+	}
+	return nil
+}
+
+// abort drops dest's staged files.
+func (b *batchFiles) abort(dest string) error {
+	p := b.open[dest]
+	if p == nil {
+		return nil
+	}
+	delete(b.open, dest)
+	return p.drop()
+}
+
+// drop closes and removes the part's staged files; it returns every
+// error met (a staged file left behind is removed by the next run).
+func (p *batchPart) drop() error {
+	var errs []error
+	for k, s := range p.files {
+		if s != nil {
+			_ = s.f.Close() // best effort: the file is removed next
+			if err := os.Remove(s.tmp); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+			p.files[k] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// partNumber reads NNNNN of part-NNNNN.parquet.
+func partNumber(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, schema.PartPrefix+"-")
+	if !ok {
+		return 0, false
+	}
+	digits, ok = strings.CutSuffix(digits, schema.PartExt)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil && n >= 0
+}
+
+// pairBatchFiles removes from OUTPUT/openai_batch the staged files of a
+// run that stopped, and the files whose part was never committed (a crash
+// between the two renames of a commit): their rows are redone.
+func pairBatchFiles(outDir string) error {
+	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return fmt.Errorf("resume: %w", err)
+			}
+			continue
+		}
+		dest, n, ok := batchFileOf(name)
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(outDir, dest, schema.PartName(n))); errors.Is(err, os.ErrNotExist) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return fmt.Errorf("resume: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// batchFileOf reads the directory and part number an OpenAI Batch file's
+// name (schema.OpenAIBatchName) gives.
+func batchFileOf(name string) (dest string, n int, ok bool) {
+	rest, ok := strings.CutSuffix(name, schema.JSONLExt)
+	if !ok {
+		return "", 0, false
+	}
+	for _, kind := range batchKinds {
+		if r, found := strings.CutPrefix(rest, kind+"-"); found {
+			i := strings.LastIndexByte(r, '-')
+			if i <= 0 {
+				return "", 0, false
+			}
+			n, err := strconv.Atoi(r[i+1:])
+			if err != nil {
+				return "", 0, false
+			}
+			return r[:i], n, true
+		}
+	}
+	return "", 0, false
+}
+
+// batchOutputLine is one line of an OpenAI Batch output or error file.
+type batchOutputLine struct {
+	ID       string         `json:"id"`
+	CustomID string         `json:"custom_id"`
+	Response *batchResponse `json:"response"`
+	Error    *batchError    `json:"error"`
+}
+
+type batchResponse struct {
+	StatusCode int             `json:"status_code"`
+	RequestID  string          `json:"request_id"`
+	Body       json.RawMessage `json:"body"`
+}
+
+type batchError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// batchLine is r's line, and whether it goes to the error file: a row
+// with a reply has the server's reply as its body (its last reply, for a
+// row of several turns; a reply built from the row when the client keeps
+// no bodies: an embedder's or the simulator's); a failed row, or one that
+// ended without a reply, has an error.
+func batchLine(r *pipeline.Rollout) ([]byte, bool, error) {
+	l := batchOutputLine{ID: "batch_req_" + r.TrajID, CustomID: r.TrajID}
+	if r.Task != nil && r.Task.CustomID != "" {
+		l.CustomID = r.Task.CustomID
+	}
+	switch {
+	case r.Status == pipeline.StatusOK && r.NumTurns > 0:
+		body := r.Response
+		if body == nil {
+			var err error
+			if body, err = builtReply(r); err != nil {
+				return nil, false, err
+			}
+		}
+		l.Response = &batchResponse{StatusCode: 200, RequestID: r.RequestID, Body: body}
+	case r.Status == pipeline.StatusOK:
+		l.Error = &batchError{Code: "no_reply", Message: "the row ended before a reply (finish_reason " + r.FinishReason + ")"}
+	default:
+		if r.HTTPStatus != 0 {
+			l.Response = &batchResponse{StatusCode: r.HTTPStatus, Body: json.RawMessage("null")}
+		}
+		code := r.ErrorClass
+		if code == "" {
+			code = string(r.Status)
+		}
+		l.Error = &batchError{Code: code, Message: r.Error}
+	}
+	b, err := json.Marshal(l)
+	return b, l.Error != nil, err
+}
+
+// builtReply is a chat.completion object of r's last reply, for a client
+// that keeps no reply bodies.
+func builtReply(r *pipeline.Rollout) (json.RawMessage, error) {
+	var last *pipeline.Message
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == pipeline.RoleAssistant {
+			last = &r.Messages[i]
+			break
+		}
+	}
+	msg := map[string]any{"role": "assistant", "content": ""}
+	if last != nil {
+		msg["content"] = last.Content
+		if len(last.ToolCalls) > 0 {
+			calls := make([]map[string]any, len(last.ToolCalls))
+			for i, c := range last.ToolCalls {
+				calls[i] = map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
+			}
+			msg["tool_calls"] = calls
+		}
+	}
+	reply := map[string]any{
+		"id": "chatcmpl-" + r.TrajID, "object": "chat.completion", "model": r.Model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": r.FinishReason}},
+	}
+	if r.NumTurns == 1 {
+		// The row's tokens are its one reply's.
+		reply["usage"] = map[string]any{"prompt_tokens": r.PromptTokens, "completion_tokens": r.CompletionTokens, "total_tokens": r.PromptTokens + r.CompletionTokens}
+	}
+	return json.Marshal(reply)
+}

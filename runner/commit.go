@@ -177,8 +177,7 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 		// Staged before the rows, as the step rows: a commit the record
 		// triggers takes them along.
 		if err := c.batch.add(dest, groups); err != nil {
-			w.Abort()
-			return err
+			return errors.Join(err, w.Abort())
 		}
 	}
 	if err := w.Write(ctx, rec); err != nil {

@@ -76,7 +76,8 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 				s = &stagedLines{f: f, w: bufio.NewWriterSize(f, 64<<10), tmp: tmp}
 				p.files[k] = s
 			}
-			s.w.Write(line)
+			// A buffered writer keeps its first error: WriteByte returns it.
+			_, _ = s.w.Write(line)
 			if err := s.w.WriteByte('\n'); err != nil {
 				return fmt.Errorf("output.openai_batch: %w", err)
 			}

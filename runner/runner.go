@@ -527,6 +527,9 @@ func (r *run) execute(parent context.Context) error {
 	if err := r.checkErrorRate(true); err != nil {
 		return err
 	}
+	if err := r.checkGenerated(); err != nil {
+		return err
+	}
 	if kept, short := r.ctl.ShortOfTarget(); short {
 		return fmt.Errorf("%w: kept %d of %d groups; the kept groups are committed", ErrShortOfData, kept, cfg.Groups.Target)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/sources"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
@@ -26,6 +27,10 @@ type stats struct {
 	invalidUTF8                      atomic.Int64
 	ok, errored, cancelled, filtered atomic.Int64
 	completionTokens, keptTokens     atomic.Int64
+	// keptGenerated counts the rollouts of kept groups that generated a
+	// token; contextTruncated the ok rollouts a later turn's
+	// context-length refusal ended.
+	keptGenerated, contextTruncated atomic.Int64
 
 	mu           sync.Mutex
 	groups, kept int
@@ -49,6 +54,9 @@ func (s *stats) resolve(r *pipeline.Rollout) {
 	switch r.Status {
 	case pipeline.StatusOK:
 		s.ok.Add(1)
+		if r.FinishReason == generate.FinishContextLength {
+			s.contextTruncated.Add(1)
+		}
 	case pipeline.StatusError:
 		s.errored.Add(1)
 		s.mu.Lock()
@@ -81,6 +89,9 @@ func (s *stats) group(g *pipeline.Group) {
 	}
 	for _, r := range g.Rollouts {
 		s.keptTokens.Add(int64(r.CompletionTokens))
+		if generated(r) {
+			s.keptGenerated.Add(1)
+		}
 		if r.Status == pipeline.StatusOK {
 			s.rewardSum += r.Reward
 			s.rewardN++
@@ -200,6 +211,11 @@ type Summary struct {
 	MeanReward float64
 	// Completion tokens generated, and those in kept groups.
 	CompletionTokens, KeptTokens int64
+	// ContextTruncated counts the ok rollouts that ended truncated because
+	// the server refused a later turn's prompt as longer than its context
+	// (finish reason context_length; the row's error says so). A refusal
+	// of the first prompt is an error of class context_length instead.
+	ContextTruncated int64
 	// Interrupted is true when the run stopped before its input ended.
 	Interrupted bool
 	// Stop says why the run stopped before its input ended ("" when it
@@ -223,7 +239,8 @@ func (r *run) summary(err error) *Summary {
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
 		Groups: s.groups, Kept: s.kept, Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
-		Interrupted: err != nil,
+		ContextTruncated: s.contextTruncated.Load(),
+		Interrupted:      err != nil,
 	}
 	if cause := r.stopper.err(); cause != nil {
 		sum.Stop = cause.Error()
@@ -273,6 +290,9 @@ func (s *Summary) String() string {
 			fmt.Fprintf(&b, " %s=%d", k, s.ErrorClasses[k])
 		}
 		b.WriteString("\n")
+	}
+	if s.ContextTruncated > 0 {
+		fmt.Fprintf(&b, "context-length refusals after the first turn: %d (those rows end truncated with their earlier turns)\n", s.ContextTruncated)
 	}
 	if s.Stop != "" {
 		fmt.Fprintf(&b, "stopped early: %s\n", s.Stop)

@@ -70,8 +70,14 @@ func firstImage(msgs []pipeline.Message) int {
 }
 
 // ClassPromptTooLong is the error class of a rollout whose first prompt
-// is longer than Options.PromptMaxTokens with truncation error.
+// is longer than Options.PromptMaxTokens with truncation error, or leaves
+// no room to generate under max_seq_len.
 const ClassPromptTooLong = "prompt_too_long"
+
+// FinishContextLength is the finish reason of a trajectory that ended
+// because the server refused a later turn's prompt as longer than its
+// context (the row keeps its earlier turns and the refusal in its error).
+const FinishContextLength = "context_length"
 
 // maxSeqLen is r's token bound; 0: none.
 func (g *Generator) maxSeqLen(r *pipeline.Rollout) int {
@@ -208,8 +214,17 @@ func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *infe
 			return nil, ctx.Err()
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
+			if r.NumTurns == 0 {
+				// Nothing was generated: the row is an error, never an
+				// empty ok row.
+				r.Fail(inference.ClassContextLength, fmt.Errorf("%s: the server refused the first prompt: %w", rowName(r), err))
+				return nil, nil
+			}
+			// A later turn: the trajectory ends truncated with the turns
+			// it has, and the row says why.
 			r.Truncated = true
-			r.FinishReason = "context_length"
+			r.FinishReason = FinishContextLength
+			r.Error = fmt.Sprintf("turn %d: %v", r.NumTurns+1, err)
 			r.Resolve(pipeline.StatusOK)
 			return nil, nil
 		}
@@ -272,6 +287,10 @@ func (g *Generator) stepTurn(ctx context.Context, r *pipeline.Rollout, msgs []pi
 	}
 	if m := g.maxSeqLen(r); m > 0 && prompt != nil {
 		// max_seq_len bounds each step's sequence (its prompt and response).
+		if len(prompt) >= m && r.NumTurns == 0 {
+			r.Fail(ClassPromptTooLong, firstTooLong(r, len(prompt), m))
+			return nil
+		}
 		if len(prompt) >= m {
 			r.Truncated = true
 			r.FinishReason = "length"
@@ -408,6 +427,12 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 	}
 	if msl := g.maxSeqLen(r); msl > 0 {
 		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if first && n >= msl {
+			// No room to generate a token: an error row, never an ok
+			// row of 0 turns.
+			r.Fail(ClassPromptTooLong, firstTooLong(r, n, msl))
+			return false, nil
+		}
 		if n > msl {
 			cutTokens(r, msl)
 			n = msl
@@ -420,6 +445,12 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (ok bool, 
 		}
 	}
 	return true, nil
+}
+
+// firstTooLong is the error of a first prompt of n tokens that leaves no
+// room under max_seq_len msl.
+func firstTooLong(r *pipeline.Rollout, n, msl int) error {
+	return fmt.Errorf("%s: the first prompt is %d tokens, max_seq_len %d leaves no room to generate", rowName(r), n, msl)
 }
 
 // rowName names r's input row for errors: its source place

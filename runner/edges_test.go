@@ -1,0 +1,149 @@
+package runner_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/generate"
+)
+
+// simAgent is the sim-agent example's config, rooted at the repository.
+func simAgent(t *testing.T, sets ...string) *config.Config {
+	t.Helper()
+	root, _ := filepath.Abs("..")
+	sets = append([]string{
+		"source.path=" + filepath.Join(root, "examples/sim-agent/tasks.jsonl"),
+		"output.dir=" + t.TempDir(),
+		"run.progress=0",
+	}, sets...)
+	cfg, err := config.Load(filepath.Join(root, "examples/sim-agent/config.yaml"), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// simHTTP serves the simulator over HTTP, as vLLM would.
+func simHTTP(t *testing.T, o sim.Options) string {
+	t.Helper()
+	s := sim.New(o)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return srv.URL + "/v1"
+}
+
+// allRows reads back every row a run committed, in every output folder.
+func allRows(t *testing.T, dir string) []*pipeline.Rollout {
+	t.Helper()
+	var out []*pipeline.Rollout
+	for _, sub := range []string{runner.DataDir, runner.FilteredDir, runner.ErrorsDir} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); err != nil {
+			continue
+		}
+		rs, err := parquet.ReadDir(filepath.Join(dir, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rs...)
+	}
+	return out
+}
+
+// noEmptyOK fails on an ok row that generated nothing.
+func noEmptyOK(t *testing.T, rows []*pipeline.Rollout) {
+	t.Helper()
+	for _, r := range rows {
+		if r.Status == pipeline.StatusOK && r.CompletionTokens == 0 {
+			t.Fatalf("%s: an ok row with 0 generated tokens (turns %d, finish %q)", r, r.NumTurns, r.FinishReason)
+		}
+	}
+}
+
+// TestContextLengthFirstTurn: a server whose context (512 tokens) cannot
+// hold any prompt plus max_tokens 512 refuses every first request: each
+// rollout is a context_length error row, logged in failures.jsonl, and
+// the run fails as having generated nothing.
+func TestContextLengthFirstTurn(t *testing.T) {
+	url := simHTTP(t, sim.Options{Seed: 3, Preset: "short", Model: "sim-math", MaxModelLen: 512})
+	cfg := quickstart(t, "source.limit=5", "generate.endpoints=["+url+"]", "generate.params.max_tokens=512", "run.max_error_rate=1")
+	sum, err := run(t, cfg, runner.Options{})
+	if !errors.Is(err, runner.ErrNothingGenerated) || !strings.Contains(err.Error(), "context_length=20") {
+		t.Fatalf("err %v", err)
+	}
+	if sum == nil || sum.Errors != 20 || sum.ErrorClasses[inference.ClassContextLength] != 20 || sum.OK != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	rows := allRows(t, cfg.Output.Dir)
+	if len(rows) != 20 {
+		t.Fatalf("%d rows committed", len(rows))
+	}
+	noEmptyOK(t, rows)
+	for _, r := range rows {
+		if r.ErrorClass != inference.ClassContextLength || !strings.Contains(r.Error, "maximum context length is 512") {
+			t.Fatalf("%s: class %q error %q", r, r.ErrorClass, r.Error)
+		}
+	}
+	failures, rerr := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.FailuresFile))
+	if rerr != nil || strings.Count(string(failures), `"context_length"`) != 20 {
+		t.Fatalf("failures.jsonl: %v\n%s", rerr, failures)
+	}
+	// run.max_error_rate counts them: the run stops on the error rate.
+	cfg = quickstart(t, "source.limit=5", "generate.endpoints=["+url+"]", "generate.params.max_tokens=512")
+	if _, err := run(t, cfg, runner.Options{}); !errors.Is(err, runner.ErrErrorRate) || !strings.Contains(err.Error(), "context_length=20") {
+		t.Fatalf("with run.max_error_rate 0.5: %v", err)
+	}
+}
+
+// TestContextLengthLaterTurn: a refusal after the first turn ends the
+// trajectory truncated with its turns, the refusal in its error column,
+// counted in the summary.
+func TestContextLengthLaterTurn(t *testing.T) {
+	url := simHTTP(t, sim.Options{Seed: 5, Preset: "agent", Model: "sim", MinTurns: 4, MaxTurns: 8, ObsTokens: 64, MaxModelLen: 420})
+	cfg := simAgent(t, "source.limit=4", "repeat.n=2", "generate.endpoints=["+url+"]", "generate.params.max_tokens=100", "groups.keep=all")
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := allRows(t, cfg.Output.Dir)
+	noEmptyOK(t, rows)
+	var cut int64
+	for _, r := range rows {
+		if r.FinishReason != generate.FinishContextLength {
+			continue
+		}
+		cut++
+		if r.Status != pipeline.StatusOK || !r.Truncated || r.NumTurns == 0 || !strings.Contains(r.Error, "maximum context length is 420") {
+			t.Fatalf("%s: status %s truncated %v turns %d error %q", r, r.Status, r.Truncated, r.NumTurns, r.Error)
+		}
+	}
+	if cut == 0 || sum.ContextTruncated != cut || !strings.Contains(sum.String(), "context-length refusals after the first turn") {
+		t.Fatalf("%d rows cut by the context, summary %d:\n%s", cut, sum.ContextTruncated, sum)
+	}
+}
+
+// TestFirstPromptOverMaxSeqLenRun: a multi-turn env whose first prompt
+// exceeds env.max_seq_len gives prompt_too_long error rows and the run
+// fails as having generated nothing.
+func TestFirstPromptOverMaxSeqLenRun(t *testing.T) {
+	url := simHTTP(t, sim.Options{Seed: 5, Preset: "agent", Model: "sim", MinTurns: 2, MaxTurns: 4})
+	cfg := simAgent(t, "source.limit=3", "repeat.n=2", "generate.endpoints=["+url+"]", "env.max_seq_len=4", "groups.keep=all", "run.max_error_rate=1")
+	sum, err := run(t, cfg, runner.Options{})
+	if !errors.Is(err, runner.ErrNothingGenerated) || !strings.Contains(err.Error(), generate.ClassPromptTooLong) {
+		t.Fatalf("err %v", err)
+	}
+	rows := allRows(t, cfg.Output.Dir)
+	if len(rows) != 6 || sum.ErrorClasses[generate.ClassPromptTooLong] != 6 {
+		t.Fatalf("%d rows, summary %+v", len(rows), sum)
+	}
+	noEmptyOK(t, rows)
+}

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"errors"
 	"net/http/httptest"
 	"os"
@@ -146,4 +147,34 @@ func TestFirstPromptOverMaxSeqLenRun(t *testing.T) {
 		t.Fatalf("%d rows, summary %+v", len(rows), sum)
 	}
 	noEmptyOK(t, rows)
+}
+
+// TestValidatePredictsEmptyRuns: validate says which rows would fail
+// before generating a token (the server's context, max_seq_len) and that
+// the run would generate nothing.
+func TestValidatePredictsEmptyRuns(t *testing.T) {
+	url := simHTTP(t, sim.Options{Seed: 3, Preset: "short", Model: "sim-math", MaxModelLen: 512})
+	for _, tc := range []struct {
+		name string
+		sets []string
+		want string
+	}{
+		{"context", []string{"generate.params.max_tokens=512"}, "over the server's context (max_model_len 512): the server would refuse it, the row would fail (context_length)"},
+		{"max_seq_len", []string{"env.max_seq_len=8"}, "max_seq_len 8 leaves no room to generate: the row would fail (prompt_too_long)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := quickstart(t, append([]string{"generate.endpoints=[" + url + "]"}, tc.sets...)...)
+			var out strings.Builder
+			err := runner.Validate(context.Background(), cfg, runner.ValidateOptions{Rows: 2, Out: &out})
+			if err == nil || !strings.Contains(err.Error(), "the run would generate nothing") || !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("err %v\n%s", err, out.String())
+			}
+		})
+	}
+	// Within the context: no prediction, no problem.
+	cfg := quickstart(t, "generate.endpoints=["+url+"]", "generate.params.max_tokens=256")
+	var out strings.Builder
+	if err := runner.Validate(context.Background(), cfg, runner.ValidateOptions{Rows: 2, Out: &out}); err != nil || strings.Contains(out.String(), "would fail") {
+		t.Fatalf("err %v\n%s", err, out.String())
+	}
 }

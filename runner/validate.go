@@ -305,7 +305,7 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 	}
 	defer src.Close()
 	exp := repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model)
-	rows := 0
+	rows, failing := 0, 0
 	for rows < v.opts.Rows {
 		t, err := src.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -349,7 +349,12 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 			}
 		}
 		v.writeRequest(r)
-		v.promptLength(ctx, r)
+		if v.promptLength(ctx, r) {
+			failing++
+		}
+	}
+	if failing > 0 && failing == rows {
+		v.problem(fmt.Errorf("every row rendered (%d) would fail before generating a token (%s or %s above): the run would generate nothing", rows, generate.ClassPromptTooLong, inference.ClassContextLength))
 	}
 	for _, s := range skipped {
 		fmt.Fprintf(v.out, "row skipped (source.on_bad_row: skip): %s\n", s)
@@ -362,28 +367,53 @@ func (v *validation) render(ctx context.Context, client inference.Client, step *
 	}
 }
 
-// promptLength writes, under prompt.max_tokens, the length of r's first
-// prompt in the server's tokens and what the run does with it: sends it,
-// cuts it (prompt.truncation left, right or middle) or fails the row
-// (error, prompt_too_long). Later turns' prompts are longer (the chat, or
-// the step-wise history) and are not counted here. A failed count is a
-// problem: the run would fail the row the same way.
-func (v *validation) promptLength(ctx context.Context, r *pipeline.Rollout) {
+// promptLength writes the length of r's first prompt in the server's
+// tokens and what the run does with it, where that matters: under
+// prompt.max_tokens it sends it, cuts it (prompt.truncation left, right or
+// middle) or fails the row (error, prompt_too_long); a prompt that leaves
+// no room under max_seq_len fails the row (prompt_too_long); a prompt plus
+// max_tokens over the server's context (max_model_len, as /tokenize
+// reports it) is refused by the server (context_length). Later turns'
+// prompts are longer (the chat, or the step-wise history) and are not
+// counted here. A failed count under prompt.max_tokens is a problem: the
+// run would fail the row the same way. It returns whether the row would
+// fail before generating a token.
+func (v *validation) promptLength(ctx context.Context, r *pipeline.Rollout) (fails bool) {
+	if v.gen == nil {
+		return false
+	}
 	limit := v.cfg.Prompt.MaxTokens
-	if limit <= 0 || v.gen == nil {
-		return
-	}
 	n, err := v.gen.PromptTokens(ctx, r)
-	switch {
-	case err != nil:
-		v.problem(fmt.Errorf("prompt.max_tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
-	case n <= limit:
-		fmt.Fprintf(v.out, "  first prompt: %d tokens, within prompt.max_tokens %d\n", n, limit)
-	case v.cfg.Prompt.Truncation == "error":
-		fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: the row would fail (prompt.truncation: error, %s)\n", n, limit, generate.ClassPromptTooLong)
-	default:
-		fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: %d cut (prompt.truncation: %s)\n", n, limit, n-limit, v.cfg.Prompt.Truncation)
+	if err != nil {
+		if limit > 0 {
+			v.problem(fmt.Errorf("prompt.max_tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
+		}
+		return false // without /tokenize, nothing to predict
 	}
+	if limit > 0 {
+		switch {
+		case n <= limit:
+			fmt.Fprintf(v.out, "  first prompt: %d tokens, within prompt.max_tokens %d\n", n, limit)
+		case v.cfg.Prompt.Truncation == "error":
+			fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: the row would fail (prompt.truncation: error, %s)\n", n, limit, generate.ClassPromptTooLong)
+			return true
+		default:
+			fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: %d cut (prompt.truncation: %s)\n", n, limit, n-limit, v.cfg.Prompt.Truncation)
+			n = limit
+		}
+	}
+	if msl := v.gen.MaxSeqLen(r); msl > 0 && n >= msl {
+		fmt.Fprintf(v.out, "  first prompt: %d tokens, max_seq_len %d leaves no room to generate: the row would fail (%s)\n", n, msl, generate.ClassPromptTooLong)
+		return true
+	}
+	if mml := v.gen.MaxModelLen(); mml > 0 {
+		maxTokens := v.gen.MaxTokens(r, n)
+		if n >= mml || maxTokens > 0 && n+maxTokens > mml {
+			fmt.Fprintf(v.out, "  first prompt: %d tokens + max_tokens %d is over the server's context (max_model_len %d): the server would refuse it, the row would fail (%s)\n", n, maxTokens, mml, inference.ClassContextLength)
+			return true
+		}
+	}
+	return false
 }
 
 // writeRequest writes r's first request compactly: one line per message,

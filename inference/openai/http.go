@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -80,9 +81,29 @@ type HTTPClient struct {
 	closed  bool
 	bufPool sync.Pool
 	brk     *breaker // nil: none
+	// maxModelLen is the smallest max_model_len a /tokenize answer
+	// reported; 0: none reported yet.
+	maxModelLen atomic.Int64
 }
 
-var _ inference.Client = (*HTTPClient)(nil)
+var (
+	_ inference.Client         = (*HTTPClient)(nil)
+	_ inference.ContextLimiter = (*HTTPClient)(nil)
+)
+
+// MaxModelLen is the model's context length as the servers' /tokenize
+// answers reported it (the smallest, for a fleet); 0 before one did.
+func (c *HTTPClient) MaxModelLen() int { return int(c.maxModelLen.Load()) }
+
+// noteMaxModelLen records a max_model_len a server reported.
+func (c *HTTPClient) noteMaxModelLen(n int64) {
+	for n > 0 {
+		cur := c.maxModelLen.Load()
+		if cur != 0 && cur <= n || c.maxModelLen.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
 
 // errDeadline is the cause of a request's overall deadline (generate.deadline).
 var errDeadline = errors.New("generate.deadline exceeded")
@@ -301,7 +322,8 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	var ids []int32
 	_, err = c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.root + "/tokenize" }, body, func(data []byte) error {
 		var r struct {
-			Tokens *[]int32 `json:"tokens"`
+			Tokens      *[]int32 `json:"tokens"`
+			MaxModelLen int64    `json:"max_model_len"`
 		}
 		if err := json.Unmarshal(data, &r); err != nil {
 			return err
@@ -310,6 +332,7 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 			return errors.New(`no "tokens" in the /tokenize response`)
 		}
 		ids = *r.Tokens
+		c.noteMaxModelLen(r.MaxModelLen)
 		return nil
 	})
 	if err != nil {

@@ -513,6 +513,34 @@ func (g *Generator) PromptTokens(ctx context.Context, r *pipeline.Rollout) (int,
 	return len(ids), err
 }
 
+// MaxModelLen is the server's context length where the client knows it
+// (inference.ContextLimiter; learnt from a /tokenize answer), else 0.
+func (g *Generator) MaxModelLen() int {
+	if l, ok := g.client.(inference.ContextLimiter); ok {
+		return l.MaxModelLen()
+	}
+	return 0
+}
+
+// MaxSeqLen is r's max_seq_len (its route's); 0: none.
+func (g *Generator) MaxSeqLen(r *pipeline.Rollout) int { return g.maxSeqLen(r) }
+
+// MaxTokens is the max_tokens (or max_completion_tokens) r's first
+// request asks for, capped to the room max_seq_len leaves after a prompt
+// of n tokens; 0 when none is set and max_seq_len sets none.
+func (g *Generator) MaxTokens(r *pipeline.Rollout, n int) int {
+	p := g.Request(r).Params
+	if m := g.maxSeqLen(r); m > 0 && m > n {
+		capMaxTokens(p, m-n)
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := toInt(p[k]); ok {
+			return v
+		}
+	}
+	return 0
+}
+
 // observationIDs returns the token ids of the messages after r's last
 // assistant message: the server's rendering of a fixed conversation with
 // and without them, differenced (inference.ObservationDelta).

@@ -211,6 +211,10 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if st == nil {
 		st = &envs.Step{Terminated: true}
 	}
+	if err := checkStep(st); err != nil {
+		r.Fail("env", fmt.Errorf("env %s step (turn %d): %w", s.name, r.NumTurns, err))
+		return true, nil
+	}
 	reward := st.Reward
 	if st.InvalidAction {
 		reward -= s.limits.InvalidActionPenalty
@@ -287,6 +291,10 @@ func (s *route) end(ctx context.Context, r *pipeline.Rollout) error {
 		return nil
 	}
 	if st == nil {
+		return nil
+	}
+	if err := checkStep(st); err != nil {
+		r.Fail("env", fmt.Errorf("env %s end (turn %d): %w", s.name, r.NumTurns, err))
 		return nil
 	}
 	r.Reward += st.Reward

@@ -88,8 +88,9 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		n = -1 // report.Options: 0 is the default, negative none
 	}
 	inputs := []string{output}
+	var also, failures []string
 	if st.IsDir() {
-		inputs = report.Inputs(output)
+		also, failures = report.Also(output), report.FailureLogs(output)
 		if _, err := reportShards("report", []string{output}, &namedWriter{stderr, &f}); err != nil {
 			fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))
 			return ExitFailed
@@ -97,6 +98,8 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	err = report.WriteFile(ctx, inputs, dest, report.Options{
 		Samples:     n,
+		Also:        also,
+		Failures:    failures,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {

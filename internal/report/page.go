@@ -37,8 +37,12 @@ type page struct {
 	Inputs  []string
 	Files   int
 	Created string
-	Metrics *metrics.Metrics
-	Samples []sampleView
+	// Metrics are every row's (the charts'); Stats the summary's, what
+	// `trajflow stats` gives on the inputs without Options.Also.
+	Metrics  *metrics.Metrics
+	Stats    *metrics.Metrics
+	Failures *failureSummary
+	Samples  []sampleView
 
 	outcomes []metrics.TaskOutcome
 	c        *collector
@@ -180,14 +184,17 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <section id="summary">
 <h2>Summary</h2>
 <table>
-<tr><th>rows</th><td class="n">{{.Metrics.Rows}}</td><th>status</th><td>{{range $k, $v := .Metrics.Status}}{{$k}} {{$v}} &nbsp;{{end}}</td></tr>
-<tr><th>scored rows</th><td class="n">{{.Metrics.ScoredRows}}</td><th>reward</th><td>mean {{f4 .Metrics.Reward.Mean}} · std {{f4 .Metrics.Reward.Std}} · min {{.Metrics.Reward.Min}} · max {{.Metrics.Reward.Max}}</td></tr>
-<tr><th>accuracy</th><td class="n">{{f4 .Metrics.Correctness.Accuracy}}</td><th>correct</th><td>{{.Metrics.Correctness.Correct}} of {{.Metrics.ScoredRows}} scored rows{{if .Metrics.Correctness.Metric}} (metric "{{.Metrics.Correctness.Metric}}", else the reward, &gt; {{.Metrics.Correctness.Threshold}}){{else}} (reward &gt; {{.Metrics.Correctness.Threshold}}){{end}}</td></tr>
-<tr><th>tasks</th><td class="n">{{.Metrics.Tasks}}</td><th>complete</th><td>{{.Metrics.TasksComplete}} ({{f4 .Metrics.TaskCompletion}})</td></tr>
-<tr><th>groups</th><td class="n">{{.Metrics.Groups.Count}}</td><th>kept / dropped</th><td>{{.Metrics.Groups.Kept}} / {{.Metrics.Groups.Dropped}}{{range $k, $v := .Metrics.Groups.DroppedBy}} · {{$k}} {{$v}}{{end}}</td></tr>
-<tr><th>pass@k</th><td></td><td colspan="2">{{range .Metrics.AtK}}k={{.K}}: {{f4 .PassAtK}} &nbsp; {{end}}</td></tr>
-<tr><th>terminated</th><td class="n">{{f4 .Metrics.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Metrics.TruncationRate}} · {{f4 .Metrics.MaxTurnsRate}}</td></tr>
-</table>
+<tr><th>rows</th><td class="n">{{.Stats.Rows}}</td><th>status</th><td>{{range $k, $v := .Stats.Status}}{{$k}} {{$v}} &nbsp;{{end}}</td></tr>
+<tr><th>scored rows</th><td class="n">{{.Stats.ScoredRows}}</td><th>reward</th><td>mean {{f4 .Stats.Reward.Mean}} · std {{f4 .Stats.Reward.Std}} · min {{.Stats.Reward.Min}} · max {{.Stats.Reward.Max}}</td></tr>
+<tr><th>accuracy</th><td class="n">{{f4 .Stats.Correctness.Accuracy}}</td><th>correct</th><td>{{.Stats.Correctness.Correct}} of {{.Stats.ScoredRows}} scored rows{{if .Stats.Correctness.Metric}} (metric "{{.Stats.Correctness.Metric}}", else the reward, &gt; {{.Stats.Correctness.Threshold}}){{else}} (reward &gt; {{.Stats.Correctness.Threshold}}){{end}}</td></tr>
+<tr><th>tasks</th><td class="n">{{.Stats.Tasks}}</td><th>complete</th><td>{{.Stats.TasksComplete}} ({{f4 .Stats.TaskCompletion}})</td></tr>
+<tr><th>groups</th><td class="n">{{.Stats.Groups.Count}}</td><th>kept / dropped</th><td>{{.Stats.Groups.Kept}} / {{.Stats.Groups.Dropped}}{{range $k, $v := .Stats.Groups.DroppedBy}} · {{$k}} {{$v}}{{end}}</td></tr>
+<tr><th>pass@k</th><td></td><td colspan="2">{{range .Stats.AtK}}k={{.K}}: {{f4 .PassAtK}} &nbsp; {{end}}</td></tr>
+<tr><th>terminated</th><td class="n">{{f4 .Stats.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Stats.TruncationRate}} · {{f4 .Stats.MaxTurnsRate}}</td></tr>
+{{if .Metrics.Groups.Dropped}}<tr><th>dropped groups</th><td class="n">{{.Metrics.Groups.Dropped}}</td><th>by reason</th><td>{{range $k, $v := .Metrics.Groups.DroppedBy}}{{$k}} {{$v}} &nbsp;{{end}}(in filtered/, not in the summary above)</td></tr>
+{{end}}{{if .Metrics.Status.error}}<tr><th>error rows</th><td class="n">{{.Metrics.Status.error}}</td><th>by class</th><td>{{range $k, $v := .ErrorClasses}}{{$k}} {{$v}} &nbsp;{{end}}(in errors/, not in the summary above)</td></tr>
+{{end}}{{if .Failures}}<tr><th>failures.jsonl</th><td class="n">{{.Failures.N}}</td><th>by class</th><td>{{range .Failures.Classes}}{{.Class}} {{.N}} &nbsp;{{end}}(every rollout that failed, retried ones too)</td></tr>
+{{end}}</table>
 </section>
 <div class="grid">
 {{range .Charts}}<section class="chart-section" id="section-{{.ID}}">

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"maps"
 	"net/http"
@@ -123,7 +124,7 @@ func (r *run) snapshot() Snapshot {
 	if c, ok := r.client.(*openai.HTTPClient); ok {
 		for i, e := range c.Stats() {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
-				Endpoint: e.Endpoint, InFlight: e.InFlight, Requests: e.Requests,
+				Endpoint: pipeline.RedactURLs(e.Endpoint), InFlight: e.InFlight, Requests: e.Requests,
 				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy,
 				Server: r.scraper.load(i),
 			})

@@ -55,7 +55,7 @@ func (m *promMetrics) attempt(endpoint string, took time.Duration, err *inferenc
 	if err != nil {
 		outcome = err.Class
 	}
-	m.request.WithLabelValues(endpoint, outcome).Observe(took.Seconds())
+	m.request.WithLabelValues(pipeline.RedactURLs(endpoint), outcome).Observe(took.Seconds())
 	if retrying {
 		m.retries.WithLabelValues(outcome).Inc()
 	}

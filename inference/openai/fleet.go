@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 	"hash/fnv"
 	"net/url"
 	"strings"
@@ -17,7 +18,7 @@ type endpoint struct {
 	idx  int
 	base string // normalised base URL, e.g. http://host:8000/v1
 	root string // scheme://host, for /health
-	name string // base with any user:password redacted, for logs and errors
+	name string // base with its user info redacted (pipeline.RedactURL), for logs, errors, the live view and metrics labels
 	hash uint64 // of base, for rendezvous hashing
 
 	inflight   int
@@ -73,7 +74,10 @@ func normaliseEndpoint(raw string) (base, root, name string, err error) {
 	}
 	r := *u
 	r.Path = ""
-	return u.String(), r.String(), u.Redacted(), nil
+	// The name is what errors, logs, the live view and metrics labels
+	// show: no user info (a token given as the user name is the whole
+	// secret).
+	return u.String(), r.String(), pipeline.RedactURL(u.String()), nil
 }
 
 // fleet chooses endpoints and tracks their load and health.

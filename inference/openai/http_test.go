@@ -314,7 +314,9 @@ func TestNormaliseEndpoint(t *testing.T) {
 		{"http://h:8000/", "http://h:8000/v1", "http://h:8000", "http://h:8000/v1"},
 		{"http://h:8000/v1/", "http://h:8000/v1", "http://h:8000", "http://h:8000/v1"},
 		{"https://api.example.com/openai/v1", "https://api.example.com/openai/v1", "https://api.example.com", "https://api.example.com/openai/v1"},
-		{"http://u:pw@h/v1", "http://u:pw@h/v1", "http://u:pw@h", "http://u:xxxxx@h/v1"},
+		{"http://u:pw@h/v1", "http://u:pw@h/v1", "http://u:pw@h", "http://[REDACTED]@h/v1"},
+		// A token given as the user name is the whole secret.
+		{"https://sk-TOKEN@h/v1", "https://sk-TOKEN@h/v1", "https://sk-TOKEN@h", "https://[REDACTED]@h/v1"},
 	}
 	for _, tt := range tests {
 		base, root, name, err := normaliseEndpoint(tt.in)

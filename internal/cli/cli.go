@@ -140,7 +140,7 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	red := cfg.Redactor()
 	opts := runner.Options{AllowConfigChange: allowChange, Abort: abort}
 	var view *liveView
-	if !quiet && cfg.Run.Progress > 0 && isTerminal(stderr) {
+	if !quiet && cfg.Run.Progress > 0 && liveTerminal(stderr) {
 		// On a terminal, a live view instead of the periodic line; the
 		// snapshot it draws holds no secret (endpoints are redacted).
 		view = newLiveView(stderr)

@@ -16,11 +16,16 @@ import (
 	"github.com/trajflow/trajflow/runner"
 )
 
-// isTerminal reports whether w is a terminal (the live view draws there;
-// elsewhere the plain progress line goes to the log).
-func isTerminal(w io.Writer) bool {
+// liveTerminal reports whether w is a terminal the live view can draw on:
+// one that reports a size. A terminal that reports 0×0 (some CI runners
+// and serial consoles) gets the plain progress line instead.
+func liveTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false
+	}
+	cols, rows, err := term.GetSize(int(f.Fd()))
+	return err == nil && cols > 0 && rows > 0
 }
 
 // liveView draws a run's progress on a terminal as a few live lines (mpb):

@@ -3,9 +3,11 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 	"github.com/trajflow/trajflow/stages/generate"
 )
 
@@ -176,5 +179,52 @@ func TestValidatePredictsEmptyRuns(t *testing.T) {
 	var out strings.Builder
 	if err := runner.Validate(context.Background(), cfg, runner.ValidateOptions{Rows: 2, Out: &out}); err != nil || strings.Contains(out.String(), "would fail") {
 		t.Fatalf("err %v\n%s", err, out.String())
+	}
+}
+
+// TestGroupOverRecordLimit: with the record batch's text limit lowered,
+// the groups that fit are committed whole (records cut by bytes), and a
+// group holding more text than a record can is failed (too_large) into
+// errors/ with its texts cut, without a panic.
+func TestGroupOverRecordLimit(t *testing.T) {
+	cfg := quickstart(t, "source.limit=40", "run.max_error_rate=1", "generate.params.max_tokens=4096", "generate.sim.preset=reasoning")
+	// Measure a group: the limit sits between the smaller and the larger.
+	probe := quickstart(t, "source.limit=40", "generate.params.max_tokens=4096", "generate.sim.preset=reasoning")
+	if _, err := run(t, probe, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	byGroup := map[int64]int64{}
+	for _, r := range allRows(t, probe.Output.Dir) {
+		byGroup[r.Task.Index] += collate.RowBytes(r)
+	}
+	sizes := slices.Sorted(maps.Values(byGroup))
+	limit := sizes[len(sizes)/2]
+	t.Logf("group sizes %v", sizes)
+	defer runner.SetMaxRecordBytes(limit)()
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := readBack(t, cfg.Output.Dir, runner.DataDir)
+	errs := readBack(t, cfg.Output.Dir, runner.ErrorsDir)
+	if len(data) == 0 || len(errs) == 0 || len(data)+len(errs) != 160 {
+		t.Fatalf("%d data rows, %d error rows (limit %d of sizes %v)", len(data), len(errs), limit, sizes)
+	}
+	for _, r := range errs {
+		if r.ErrorClass != runner.ClassTooLarge || !strings.Contains(r.Error, "more than one record batch can") {
+			t.Fatalf("%s: %s %s", r, r.ErrorClass, r.Error)
+		}
+		for _, m := range r.Messages {
+			if len(m.Content) > 1<<10 {
+				t.Fatalf("%s: a message of %d bytes kept", r, len(m.Content))
+			}
+		}
+	}
+	if sum.ErrorClasses[runner.ClassTooLarge] != len(errs) || sum.Errors != int64(len(errs)) || sum.OK != int64(len(data)) {
+		t.Fatalf("summary %+v, %d error rows", sum, len(errs))
+	}
+	failures, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.FailuresFile))
+	if strings.Count(string(failures), runner.ClassTooLarge) != len(errs) {
+		t.Fatalf("failures.jsonl:\n%s", failures)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -226,5 +227,41 @@ func TestGroupOverRecordLimit(t *testing.T) {
 	failures, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.FailuresFile))
 	if strings.Count(string(failures), runner.ClassTooLarge) != len(errs) {
 		t.Fatalf("failures.jsonl:\n%s", failures)
+	}
+}
+
+// TestCancelledTokensAccounted: a dynamic-sampling run that cancels what
+// is in flight at its target reports the requests it cancelled and an
+// estimate of their partial output; with it, its token figures account
+// for the server's own generation-token counter (trajflow sim-server's
+// vllm:generation_tokens_total) within 2%.
+func TestCancelledTokensAccounted(t *testing.T) {
+	s := sim.New(sim.Options{Seed: 1, Preset: "agent", Accuracy: 0.5, Model: "sim-math", TimeScale: 0.05})
+	srv := httptest.NewServer(s.Handler())
+	defer func() { srv.Close(); s.Close() }()
+	cfg := quickstart(t, "generate.endpoints=["+srv.URL+"/v1]", "generate.concurrency=64", "generate.params.max_tokens=1024",
+		"groups.keep=nonzero_std", "groups.target=64", "groups.on_target=cancel")
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.CancelledRequests == 0 || sum.CancelledTokensEstimate == 0 {
+		t.Fatalf("no request cancelled in flight: %+v", sum)
+	}
+	if sum.ServerTokens <= 0 {
+		t.Fatalf("the server's count is unknown: %d", sum.ServerTokens)
+	}
+	ours := sum.CompletionTokens + sum.CancelledTokensEstimate
+	off := math.Abs(float64(ours-sum.ServerTokens)) / float64(sum.ServerTokens)
+	t.Logf("answered %d + cancelled ~%d (%d requests) = %d; server %d; off %.2f%% (answered alone %.2f%%)",
+		sum.CompletionTokens, sum.CancelledTokensEstimate, sum.CancelledRequests, ours, sum.ServerTokens, 100*off,
+		100*math.Abs(float64(sum.CompletionTokens-sum.ServerTokens))/float64(sum.ServerTokens))
+	if alone := math.Abs(float64(sum.CompletionTokens-sum.ServerTokens)) / float64(sum.ServerTokens); off > 0.02 || off >= alone {
+		t.Errorf("the token figures are %.1f%% off the server's count (answered tokens alone %.1f%%)", 100*off, 100*alone)
+	}
+	for _, want := range []string{"requests cancelled in flight: ", "the servers' own count of tokens generated during the run: "} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("the summary lacks %q:\n%s", want, sum)
+		}
 	}
 }

@@ -33,8 +33,15 @@ type Snapshot struct {
 	Dropped                            map[string]int
 	// ErrorClasses counts error rollouts by class.
 	ErrorClasses map[string]int
-	// CompletionTokens counts generated tokens.
+	// CompletionTokens counts generated tokens (of answered requests).
 	CompletionTokens int64
+	// CancelledRequests and CancelledTokensEstimate are the requests
+	// cancelled in flight and an estimate of their partial output
+	// (Summary.CancelledRequests).
+	CancelledRequests, CancelledTokensEstimate int64
+	// ServerTokens is the endpoints' own generation-token counter's growth
+	// since the run started; -1 when they report none.
+	ServerTokens int64
 	// RowsCommitted and FilesCommitted count committed data rows and files.
 	RowsCommitted, FilesCommitted int64
 	// Queues are the items waiting after each stage.
@@ -60,6 +67,11 @@ type ServerLoad struct {
 	// Running and Waiting are requests decoding and queued on the server;
 	// KVCache is the share of the KV cache in use (0–1).
 	Running, Waiting, KVCache float64
+	// Counted is true when the server reports its token counters
+	// (vllm:prompt_tokens_total, vllm:generation_tokens_total): the
+	// tokens it prefilled and generated since it started.
+	Counted                 bool
+	PromptTokens, GenTokens float64
 }
 
 // Resolved is the rollouts that left the loop.
@@ -110,6 +122,11 @@ func (r *run) snapshot() Snapshot {
 	}
 	if !r.started.IsZero() {
 		s.Elapsed = time.Since(r.started)
+	}
+	s.CancelledRequests, s.CancelledTokensEstimate = r.requests()
+	s.ServerTokens = -1
+	if n, ok := r.scraper.generated(); ok && r.srv.ok && n >= r.srv.start {
+		s.ServerTokens = int64(n - r.srv.start)
 	}
 	st.mu.Lock()
 	s.GroupsFinished, s.GroupsKept = st.groups, st.kept
@@ -166,6 +183,23 @@ func (s *scraper) load(i int) ServerLoad {
 		return s.loads[i]
 	}
 	return ServerLoad{}
+}
+
+// generated sums the endpoints' generation-token counters as last polled;
+// ok is false unless every endpoint reports one.
+func (s *scraper) generated() (n float64, ok bool) {
+	if s == nil {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.loads {
+		if !l.Counted {
+			return 0, false
+		}
+		n += l.GenTokens
+	}
+	return n, len(s.loads) > 0
 }
 
 // run polls every interval until ctx ends.
@@ -251,6 +285,12 @@ func parseServerMetrics(r io.Reader) ServerLoad {
 			case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
 				l.KVCache = max(l.KVCache, v)
 				l.OK = true
+			case "vllm:prompt_tokens_total", "vllm:prompt_tokens":
+				l.PromptTokens += v
+				l.Counted = true
+			case "vllm:generation_tokens_total", "vllm:generation_tokens":
+				l.GenTokens += v
+				l.Counted = true
 			}
 		}
 	}

@@ -290,6 +290,8 @@ type run struct {
 	// steps writes the kept groups' step rows (output.steps), committed
 	// with each data part file.
 	steps *parquet.StepWriter
+	// srv is the endpoints' own token counter over the run.
+	srv serverCount
 }
 
 // provision builds every component, in order; cleanup undoes what was built
@@ -359,9 +361,9 @@ func (r *run) provision(ctx context.Context) error {
 		if r.prom != nil {
 			hopts.OnAttempt = r.prom.attempt
 		}
-		if r.prom != nil || r.opts.Progress != nil {
-			r.scraper = newScraper(cfg.Generate.Endpoints)
-		}
+		// The endpoints' own metrics: their load for the live view and
+		// Prometheus, their token counters for the summary.
+		r.scraper = newScraper(cfg.Generate.Endpoints)
 		c, err := openai.NewHTTP(cfg.Generate.Config, hopts)
 		if err != nil {
 			return err
@@ -490,6 +492,7 @@ func (r *run) execute(parent context.Context) error {
 	ctx := r.stopper.hard
 	g := pipeline.NewGraph()
 	r.graph = g
+	r.serverBaseline(ctx)
 	r.started = time.Now()
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
@@ -510,7 +513,9 @@ func (r *run) execute(parent context.Context) error {
 	watched := make(chan struct{})
 	go r.watch(parent, r.opts.Abort, watched)
 	defer close(watched)
-	if err := g.Run(ctx); err != nil {
+	err := g.Run(ctx)
+	r.serverFinal(ctx)
+	if err != nil {
 		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
 			// The stop overran run.grace, or was aborted.
 			err = cause

@@ -211,6 +211,17 @@ type Summary struct {
 	MeanReward float64
 	// Completion tokens generated, and those in kept groups.
 	CompletionTokens, KeptTokens int64
+	// CancelledRequests are the requests in flight when their trajectory
+	// was cancelled (a stop, groups.on_target: cancel, a timeout): the
+	// server generated part of an answer nobody reads, counted in no
+	// token figure above. CancelledTokensEstimate estimates that part
+	// (generate.RequestStats).
+	CancelledRequests, CancelledTokensEstimate int64
+	// ServerTokens is the growth of the endpoints' own generation-token
+	// counter (vLLM's vllm:generation_tokens_total) over the run, which
+	// counts the cancelled requests' partial output too; -1 when an
+	// endpoint reports none (or the endpoints are not HTTP).
+	ServerTokens int64
 	// ContextTruncated counts the ok rollouts that ended truncated because
 	// the server refused a later turn's prompt as longer than its context
 	// (finish reason context_length; the row's error says so). A refusal
@@ -240,10 +251,15 @@ func (r *run) summary(err error) *Summary {
 		Groups: s.groups, Kept: s.kept, Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
 		ContextTruncated: s.contextTruncated.Load(),
+		ServerTokens:     -1,
 		Interrupted:      err != nil,
 	}
 	if cause := r.stopper.err(); cause != nil {
 		sum.Stop = cause.Error()
+	}
+	sum.CancelledRequests, sum.CancelledTokensEstimate = r.requests()
+	if r.srv.known {
+		sum.ServerTokens = r.srv.generated
 	}
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
@@ -312,7 +328,13 @@ func (s *Summary) String() string {
 	if s.InvalidUTF8 > 0 {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
-	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	fmt.Fprintf(&b, "tokens generated: %d (answered requests), in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	if s.CancelledRequests > 0 {
+		fmt.Fprintf(&b, "requests cancelled in flight: %d, their partial output about %d tokens (estimated, counted above nowhere)\n", s.CancelledRequests, s.CancelledTokensEstimate)
+	}
+	if s.ServerTokens >= 0 {
+		fmt.Fprintf(&b, "the servers' own count of tokens generated during the run: %d\n", s.ServerTokens)
+	}
 	metrics := "none (nothing committed)"
 	if s.Metrics != "" {
 		metrics = s.Metrics

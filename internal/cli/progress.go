@@ -132,7 +132,14 @@ func ratesLine(s runner.Snapshot) string {
 	if len(s.ErrorClasses) > 0 {
 		errs += " (" + counts(s.ErrorClasses) + ")"
 	}
-	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted)
+	line := fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d", errs, tokens, rollouts, s.RowsCommitted)
+	if s.CancelledRequests > 0 {
+		line += fmt.Sprintf("   cancelled in flight %d (~%d tokens)", s.CancelledRequests, s.CancelledTokensEstimate)
+	}
+	if s.ServerTokens >= 0 {
+		line += fmt.Sprintf("   tokens %d (servers' count %d)", s.CompletionTokens, s.ServerTokens)
+	}
+	return line
 }
 
 func endpointLine(s runner.Snapshot, i int) string {

@@ -105,6 +105,8 @@ type Generator struct {
 	// noTokenize is set once the server answered that it has no
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
+
+	reqs requestCounts
 }
 
 // New returns a Generator sending requests to client. With opts.API
@@ -208,9 +210,11 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
 	start := time.Now()
 	resp, err := g.client.Complete(ctx, req)
-	r.GenTime += time.Since(start)
+	took := time.Since(start)
+	r.GenTime += took
 	if err != nil {
 		if ctx.Err() != nil {
+			g.reqs.cancelled(took)
 			return nil, ctx.Err()
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
@@ -231,6 +235,7 @@ func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *infe
 		r.Fail(inference.ErrorClass(err), err)
 		return nil, nil
 	}
+	g.reqs.completed(took, resp.CompletionTokens)
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
 		return nil, nil

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"math"
@@ -258,6 +259,23 @@ func TestCancelledTokensAccounted(t *testing.T) {
 		100*math.Abs(float64(sum.CompletionTokens-sum.ServerTokens))/float64(sum.ServerTokens))
 	if alone := math.Abs(float64(sum.CompletionTokens-sum.ServerTokens)) / float64(sum.ServerTokens); off > 0.02 || off >= alone {
 		t.Errorf("the token figures are %.1f%% off the server's count (answered tokens alone %.1f%%)", 100*off, 100*alone)
+	}
+	var m struct {
+		LastRun struct {
+			CompletionTokens, CancelledRequests, CancelledTokensEstimate int64
+			ServerTokens                                                 *int64
+		} `json:"last_run"`
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if lr := m.LastRun; lr.CancelledRequests != sum.CancelledRequests || lr.CancelledTokensEstimate != sum.CancelledTokensEstimate ||
+		lr.CompletionTokens != sum.CompletionTokens || lr.ServerTokens == nil || *lr.ServerTokens != sum.ServerTokens {
+		t.Errorf("metrics.json last_run %+v, summary %+v", lr, sum)
 	}
 	for _, want := range []string{"requests cancelled in flight: ", "the servers' own count of tokens generated during the run: "} {
 		if !strings.Contains(sum.String(), want) {

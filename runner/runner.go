@@ -228,6 +228,7 @@ func (r *run) writeMetrics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	m.LastRun = r.runTokens()
 	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile)); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/internal/metrics"
 	"time"
 )
 
@@ -60,4 +61,15 @@ func (r *run) requests() (cancelled, estimate int64) {
 	}
 	st := r.gen.Requests()
 	return st.Cancelled, st.CancelledTokensEstimate
+}
+
+// runTokens are the run's token figures for metrics.json.
+func (r *run) runTokens() *metrics.RunTokens {
+	t := &metrics.RunTokens{CompletionTokens: r.stats.completionTokens.Load()}
+	t.CancelledRequests, t.CancelledTokensEstimate = r.requests()
+	if r.srv.known {
+		n := r.srv.generated
+		t.ServerTokens = &n
+	}
+	return t
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/report"
+	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -89,7 +90,9 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	inputs := []string{output}
 	var also, failures []string
+	runMetrics := ""
 	if st.IsDir() {
+		runMetrics = filepath.Join(output, runner.MetricsFile)
 		also, failures = report.Also(output), report.FailureLogs(output)
 		if _, err := reportShards("report", []string{output}, &namedWriter{stderr, &f}); err != nil {
 			fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))
@@ -100,6 +103,7 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Samples:     n,
 		Also:        also,
 		Failures:    failures,
+		RunMetrics:  runMetrics,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {

@@ -124,6 +124,8 @@ func TestReportNumbersEqualStats(t *testing.T) {
 		`<th>error rows</th><td class="n">40</td><th>by class</th><td>context_length 40`,
 		`<th>failures.jsonl</th><td class="n">40</td><th>by class</th><td>context_length 40`,
 		`<th>dropped groups</th>`,
+		// metrics.json's last_run figures.
+		`<th>last run's tokens</th>`,
 	} {
 		if !strings.Contains(html, want) {
 			i := strings.Index(html, `<section id="summary">`)

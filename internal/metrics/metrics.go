@@ -75,6 +75,9 @@ type Metrics struct {
 	ScoredRows int64 `json:"scored_rows"`
 	// Reward are the reward's moments over scored rows.
 	Reward Moments `json:"reward"`
+	// LastRun is what the run that wrote metrics.json counted of its own
+	// requests; absent from what stats computes from the files.
+	LastRun *RunTokens `json:"last_run,omitempty"`
 	// RewardsSkipped counts scored rows whose reward is not finite or
 	// beyond ±MaxReward: they are left out of Reward's moments (trajflow
 	// never writes one; another writer's file may hold them).
@@ -187,6 +190,18 @@ func seqCounts(r *pipeline.Rollout) Counts {
 		}
 	}
 	return c
+}
+
+// RunTokens are a run's token figures beside the rows': the completion
+// tokens of its answered requests, the requests it cancelled in flight
+// with an estimate of their partial output, and the endpoints' own count
+// of tokens generated during the run where they report one (vLLM's
+// vllm:generation_tokens_total), which includes that partial output.
+type RunTokens struct {
+	CompletionTokens        int64  `json:"completion_tokens"`
+	CancelledRequests       int64  `json:"cancelled_requests"`
+	CancelledTokensEstimate int64  `json:"cancelled_tokens_estimate"`
+	ServerTokens            *int64 `json:"server_tokens,omitempty"`
 }
 
 // Moments are the count, mean, population standard deviation, minimum and

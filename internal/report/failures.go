@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/internal/metrics"
 	"io/fs"
 	"os"
 	"sort"
@@ -78,3 +79,25 @@ func readFailures(paths []string) (*failureSummary, error) {
 
 // ErrorClasses are the error rows the charts read (errors/), by class.
 func (p *page) ErrorClasses() map[string]int64 { return p.c.errors }
+
+// readLastRun reads the last_run figures of a metrics.json; nil when path
+// is "" or missing, or the file has none.
+func readLastRun(path string) (*metrics.RunTokens, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	var m struct {
+		LastRun *metrics.RunTokens `json:"last_run"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("report: %s: %v", path, err)
+	}
+	return m.LastRun, nil
+}

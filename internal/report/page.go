@@ -42,6 +42,7 @@ type page struct {
 	Metrics  *metrics.Metrics
 	Stats    *metrics.Metrics
 	Failures *failureSummary
+	LastRun  *metrics.RunTokens
 	Samples  []sampleView
 
 	outcomes []metrics.TaskOutcome
@@ -113,8 +114,9 @@ func (p *page) render(w io.Writer) error {
 }
 
 var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f4": func(v float64) string { return fmt.Sprintf("%.4f", v) },
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f4":    func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"f1":    func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"deref": func(p *int64) int64 { return *p },
 }).Parse(pageHTML))
 
 const pageHTML = `<!DOCTYPE html>
@@ -193,6 +195,7 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <tr><th>terminated</th><td class="n">{{f4 .Stats.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Stats.TruncationRate}} · {{f4 .Stats.MaxTurnsRate}}</td></tr>
 {{if .Metrics.Groups.Dropped}}<tr><th>dropped groups</th><td class="n">{{.Metrics.Groups.Dropped}}</td><th>by reason</th><td>{{range $k, $v := .Metrics.Groups.DroppedBy}}{{$k}} {{$v}} &nbsp;{{end}}(in filtered/, not in the summary above)</td></tr>
 {{end}}{{if .Metrics.Status.error}}<tr><th>error rows</th><td class="n">{{.Metrics.Status.error}}</td><th>by class</th><td>{{range $k, $v := .ErrorClasses}}{{$k}} {{$v}} &nbsp;{{end}}(in errors/, not in the summary above)</td></tr>
+{{end}}{{with .LastRun}}<tr><th>last run's tokens</th><td class="n">{{.CompletionTokens}}</td><th>cancelled in flight</th><td>{{.CancelledRequests}} requests, about {{.CancelledTokensEstimate}} tokens of partial output (estimated){{if .ServerTokens}} · the servers counted {{deref .ServerTokens}} tokens generated{{end}}</td></tr>
 {{end}}{{if .Failures}}<tr><th>failures.jsonl</th><td class="n">{{.Failures.N}}</td><th>by class</th><td>{{range .Failures.Classes}}{{.Class}} {{.N}} &nbsp;{{end}}(every rollout that failed, retried ones too)</td></tr>
 {{end}}</table>
 </section>

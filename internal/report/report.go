@@ -63,6 +63,10 @@ type Options struct {
 	// Failures are failures.jsonl logs whose lines the summary counts by
 	// error class (a missing file is skipped).
 	Failures []string
+	// RunMetrics is a metrics.json whose last_run token figures (the
+	// requests cancelled in flight, the servers' own count) the summary
+	// shows; "" or a missing file: none.
+	RunMetrics string
 }
 
 func (o Options) withDefaults(paths []string) Options {
@@ -169,6 +173,10 @@ func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error
 	if err != nil {
 		return err
 	}
+	lastRun, err := readLastRun(opts.RunMetrics)
+	if err != nil {
+		return err
+	}
 	c := newCollector(m, opts)
 	for i, path := range files {
 		if err := c.file(ctx, i, path, opts); err != nil {
@@ -187,6 +195,7 @@ func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error
 		Metrics:  m,
 		Stats:    stats,
 		Failures: failures,
+		LastRun:  lastRun,
 		outcomes: agg.TaskOutcomes(),
 		c:        c,
 		Samples:  samples,

@@ -262,8 +262,10 @@ func TestCancelledTokensAccounted(t *testing.T) {
 	}
 	var m struct {
 		LastRun struct {
-			CompletionTokens, CancelledRequests, CancelledTokensEstimate int64
-			ServerTokens                                                 *int64
+			CompletionTokens        int64  `json:"completion_tokens"`
+			CancelledRequests       int64  `json:"cancelled_requests"`
+			CancelledTokensEstimate int64  `json:"cancelled_tokens_estimate"`
+			ServerTokens            *int64 `json:"server_tokens"`
 		} `json:"last_run"`
 	}
 	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))

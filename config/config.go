@@ -48,7 +48,8 @@ type Run struct {
 	// ID names the run in the output's run_id column. Default: the output
 	// directory's base name.
 	ID string `yaml:"id"`
-	// Progress is the interval of the progress line on stderr; 0 turns it off.
+	// Progress is the interval of the progress line on stderr (default
+	// 5s); 0 turns it off, as --quiet does.
 	Progress Duration `yaml:"progress"`
 	// OnSignal is what a stop (SIGINT, SIGTERM, SIGHUP, or a fatal error)
 	// does with the rollouts in flight: cancel (default) or drain.
@@ -117,7 +118,8 @@ func (c *Config) SetDefaults() {
 	if c.Run.ID == "" {
 		c.Run.ID = filepath.Base(filepath.Clean(c.Output.Dir))
 	}
-	if c.Run.Progress == 0 {
+	if _, set := c.where["run.progress"]; c.Run.Progress == 0 && !set {
+		// Only when left out: a 0 the config wrote turns progress off.
 		c.Run.Progress = Duration(5 * time.Second)
 	}
 	c.Run.setDefaults()

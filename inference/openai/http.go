@@ -105,6 +105,9 @@ func (c *HTTPClient) noteMaxModelLen(n int64) {
 	}
 }
 
+// maxPooledBuffer is the largest response buffer kept for reuse.
+const maxPooledBuffer = 4 << 20
+
 // errDeadline is the cause of a request's overall deadline (generate.deadline).
 var errDeadline = errors.New("generate.deadline exceeded")
 
@@ -215,7 +218,7 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
 		}
-		c.client = &http.Client{Transport: c.owned}
+		c.client = &http.Client{Transport: c.owned, CheckRedirect: noRedirect}
 	}
 	c.fleet = newFleet(eps, cfg.EndpointConcurrency, opts.AffinitySlack, opts.EjectAfter, opts.Now, opts.Logf)
 	if opts.BreakAfter == 0 {
@@ -511,7 +514,13 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	defer hresp.Body.Close()
 	buf := c.bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	defer c.bufPool.Put(buf)
+	defer func() {
+		// A large body's buffer is not kept: the pool would hold one per
+		// request in flight.
+		if buf.Cap() <= maxPooledBuffer {
+			c.bufPool.Put(buf)
+		}
+	}()
 	_, err = buf.ReadFrom(io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1))
 	if err != nil {
 		return c.transportError(ctx, ep, err), 0
@@ -533,6 +542,8 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 		return &inference.Error{Class: inference.ClassServer, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st == http.StatusRequestTimeout:
 		return &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+	case st >= 300 && st < 400:
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(ep.name+path, st, hresp.Header.Get("Location"))}, 0
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
 		return &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
 	default:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -371,5 +372,30 @@ func TestCloseStopsUse(t *testing.T) {
 	c.Close() // idempotent
 	if _, err := c.Complete(context.Background(), userReq("x")); err == nil {
 		t.Error("Complete after Close succeeded")
+	}
+}
+
+// A redirect is reported as one, naming where it points (its user info
+// redacted), by the request and by the preflight alike: never followed
+// into a misleading 404.
+func TestRedirectReported(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://tok@new.example.com"+r.URL.Path, http.StatusFound)
+	}))
+	defer srv.Close()
+	cfg := inference.Config{Endpoints: []string{srv.URL + "/v1"}, Model: "m", Concurrency: 1, MaxAttempts: 1}
+	c, err := NewHTTP(cfg, HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Complete(context.Background(), &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: "q"}}})
+	var e *inference.Error
+	if !errors.As(err, &e) || e.Status != http.StatusFound || !strings.Contains(e.Msg, "redirects (HTTP 302) to https://[REDACTED]@new.example.com/v1/chat/completions") || strings.Contains(e.Msg, "tok@") {
+		t.Fatalf("err %v", err)
+	}
+	err = Preflight(context.Background(), cfg, HTTPOptions{})
+	if err == nil || !strings.Contains(err.Error(), "redirects (HTTP 302) to https://[REDACTED]@new.example.com/v1/models") {
+		t.Fatalf("preflight %v", err)
 	}
 }

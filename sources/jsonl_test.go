@@ -540,3 +540,14 @@ func TestMaxLineBytesMemory(t *testing.T) {
 		t.Fatalf("%d MiB allocated to read past a 48 MiB line", alloc>>20)
 	}
 }
+
+// A row seed beyond 64 bits is a bad row, never silently replaced.
+func TestRowSeedOutOfRange(t *testing.T) {
+	p := writeFile(t, "tasks.jsonl", `{"responses_create_params": {"input": "hi", "seed": 7}}`+"\n"+
+		`{"responses_create_params": {"input": "hi", "seed": 99999999999999999999}}`+"\n")
+	tasks, err := readAll(t, Config{Path: p}, Options{})
+	var re *RowError
+	if len(tasks) != 1 || !errors.As(err, &re) || re.Where != p+":2" || !strings.Contains(err.Error(), "responses_create_params.seed: 99999999999999999999 is not a 64-bit integer") {
+		t.Fatalf("%d tasks, err %v", len(tasks), err)
+	}
+}

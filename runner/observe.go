@@ -57,6 +57,9 @@ type EndpointLoad struct {
 	InFlight                    int
 	Requests, Retries, Failures int64
 	Healthy                     bool
+	// RetryAfter is what is left of the wait the endpoint asked for
+	// (Retry-After); 0: none.
+	RetryAfter time.Duration
 	// Server is the server's own figures; ok false when it serves none.
 	Server ServerLoad
 }
@@ -72,6 +75,16 @@ type ServerLoad struct {
 	// tokens it prefilled and generated since it started.
 	Counted                 bool
 	PromptTokens, GenTokens float64
+}
+
+// RetryAfterWait is the longest wait an endpoint asked for (Retry-After)
+// that is not over yet; 0 when none.
+func (s Snapshot) RetryAfterWait() time.Duration {
+	var w time.Duration
+	for _, e := range s.Endpoints {
+		w = max(w, e.RetryAfter)
+	}
+	return w
 }
 
 // Resolved is the rollouts that left the loop.
@@ -142,7 +155,7 @@ func (r *run) snapshot() Snapshot {
 		for i, e := range c.Stats() {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
 				Endpoint: pipeline.RedactURLs(e.Endpoint), InFlight: e.InFlight, Requests: e.Requests,
-				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy,
+				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
 				Server: r.scraper.load(i),
 			})
 		}

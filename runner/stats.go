@@ -163,8 +163,16 @@ func (r *run) progressLine() string {
 	el := time.Since(r.started)
 	resolved := s.ok.Load() + s.errored.Load() + s.cancelled.Load()
 	rate := float64(resolved) / el.Seconds()
-	return fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
+	line := fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
+	snap := r.snapshot()
+	if snap.CancelledRequests > 0 {
+		line += fmt.Sprintf(", cancelled in flight %d (~%d tokens)", snap.CancelledRequests, snap.CancelledTokensEstimate)
+	}
+	if w := snap.RetryAfterWait(); w > 0 {
+		line += fmt.Sprintf(", an endpoint asked to wait %s more (Retry-After)", w.Round(time.Second))
+	}
+	return line
 }
 
 // Summary is what a run did.

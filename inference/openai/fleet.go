@@ -46,6 +46,9 @@ type EndpointStats struct {
 	// ConsecutiveFailures counts connection/5xx failures since the last
 	// success.
 	ConsecutiveFailures int
+	// RetryAfter is what is left of the wait the endpoint asked for with
+	// its last Retry-After (0: none).
+	RetryAfter time.Duration
 }
 
 // normaliseEndpoint checks a base URL and returns its normal form: no
@@ -305,10 +308,14 @@ func (f *fleet) stats() []EndpointStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]EndpointStats, len(f.eps))
+	now := f.now()
 	for i, e := range f.eps {
 		out[i] = EndpointStats{
 			Endpoint: e.name, Requests: e.requests, Retries: e.retries, Failures: e.failures,
 			InFlight: e.inflight, Healthy: e.healthy, ConsecutiveFailures: e.consecFail,
+		}
+		if left := e.coolUntil.Sub(now); left > 0 {
+			out[i].RetryAfter = left
 		}
 	}
 	return out

@@ -147,6 +147,11 @@ func TestRetryAfter(t *testing.T) {
 		if got := rec.all(); len(got) != 1 || got[0] != 7*time.Second {
 			t.Errorf("sleeps %v, want [7s]", got)
 		}
+		// The wait asked for shows in the endpoint's stats (the progress
+		// line shows it) until it is over.
+		if w := c.Stats()[0].RetryAfter; w <= 6*time.Second || w > 7*time.Second {
+			t.Errorf("Stats RetryAfter %v, want about 7s", w)
+		}
 	})
 	t.Run("http date, capped", func(t *testing.T) {
 		now := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)

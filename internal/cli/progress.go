@@ -139,6 +139,9 @@ func ratesLine(s runner.Snapshot) string {
 	if s.ServerTokens >= 0 {
 		line += fmt.Sprintf("   tokens %d (servers' count %d)", s.CompletionTokens, s.ServerTokens)
 	}
+	if w := s.RetryAfterWait(); w >= time.Second {
+		line += fmt.Sprintf("   waiting on Retry-After %s", w.Round(time.Second))
+	}
 	return line
 }
 
@@ -150,6 +153,9 @@ func endpointLine(s runner.Snapshot, i int) string {
 	line := fmt.Sprintf("endpoint  %s  in flight %d", e.Endpoint, e.InFlight)
 	if !e.Healthy {
 		line += " (out, probing)"
+	}
+	if e.RetryAfter >= time.Second {
+		line += fmt.Sprintf("  asked to wait %s (Retry-After)", e.RetryAfter.Round(time.Second))
 	}
 	if e.Server.OK {
 		line += fmt.Sprintf("  server: running %.0f, waiting %.0f, KV cache %.0f%%", e.Server.Running, e.Server.Waiting, 100*e.Server.KVCache)

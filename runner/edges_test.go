@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference"
@@ -283,5 +285,65 @@ func TestCancelledTokensAccounted(t *testing.T) {
 		if !strings.Contains(sum.String(), want) {
 			t.Errorf("the summary lacks %q:\n%s", want, sum)
 		}
+	}
+}
+
+// A named pipe as the source: a stop while the run waits for its writer
+// ends the wait; a resume, which would read the pipe twice, is refused at
+// once rather than hanging.
+func TestFIFOSource(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "tasks.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	root, _ := filepath.Abs("..")
+	data, err := os.ReadFile(filepath.Join(root, "examples/quickstart/tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	cfg := quickstart(t, "source.path="+fifo, "output.dir="+out, "source.limit=5")
+
+	// No writer: a cancel ends the wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	if _, err := runner.Run(ctx, cfg, runner.Options{}); !errors.Is(err, context.Canceled) || time.Since(start) > 5*time.Second {
+		t.Fatalf("after %v: %v", time.Since(start), err)
+	}
+
+	// The abandoned open still waits: a writer that closes at once ends
+	// it, so that it takes nothing from the runs below.
+	if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+		f.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	write := func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		f.Write(data)
+	}
+	go write()
+	cfg = quickstart(t, "source.path="+fifo, "output.dir="+out, "source.limit=5")
+	if _, err := run(t, cfg, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// The resume: refused, naming the pipe, without waiting for a writer.
+	go write()
+	cfg = quickstart(t, "source.path="+fifo, "output.dir="+out, "source.limit=5")
+	done := make(chan error, 1)
+	go func() { _, err := runner.Run(context.Background(), cfg, runner.Options{}); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "is not a regular file (a named pipe)") {
+			t.Fatalf("resume: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the resume hangs")
 	}
 }

@@ -424,7 +424,7 @@ func (r *run) provision(ctx context.Context) error {
 	}
 	srcCfg := cfg.Source
 	srcCfg.Path = r.sourcePath
-	src, err := sources.Open(srcCfg, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
+	src, err := r.openSource(ctx, srcCfg)
 	if err != nil {
 		return err
 	}

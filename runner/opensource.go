@@ -1,0 +1,46 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/trajflow/trajflow/sources"
+)
+
+// sourceWaitNote is how long opening the source may take before the run
+// says what it waits for (a named pipe's writer).
+var sourceWaitNote = 2 * time.Second
+
+// openSource opens the source. Opening a named pipe waits for its writer:
+// the run says so after a while, and a stop (a signal) ends the wait
+// rather than being ignored (the abandoned open ends with the process).
+func (r *run) openSource(ctx context.Context, cfg sources.Config) (sources.Reader, error) {
+	type opened struct {
+		src sources.Reader
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		src, err := sources.Open(cfg, sources.Options{OnReject: r.reject, OnInvalidUTF8: r.invalidUTF8})
+		done <- opened{src, err}
+	}()
+	note := time.NewTimer(sourceWaitNote)
+	defer note.Stop()
+	for {
+		select {
+		case o := <-done:
+			return o.src, o.err
+		case <-note.C:
+			fmt.Fprintf(r.opts.Stderr, "trajflow: source.path %s: still opening it (a named pipe waits for its writer)\n", cfg.Path)
+		case <-ctx.Done():
+			go func() {
+				// Close what the open gives if it ever returns.
+				if o := <-done; o.src != nil {
+					o.src.Close()
+				}
+			}()
+			return nil, fmt.Errorf("source.path %s: stopped while opening it (%v): %w", cfg.Path, context.Cause(ctx), ctx.Err())
+		}
+	}
+}

@@ -108,6 +108,12 @@ func (s *stats) cutOff(g *pipeline.Group) {
 			s.ok.Add(-1)
 		case pipeline.StatusError:
 			s.errored.Add(-1)
+			// The classes count what the error count counts.
+			s.mu.Lock()
+			if s.errClasses[r.ErrorClass]--; s.errClasses[r.ErrorClass] <= 0 {
+				delete(s.errClasses, r.ErrorClass)
+			}
+			s.mu.Unlock()
 		case pipeline.StatusCancelled:
 			continue
 		}

@@ -34,13 +34,20 @@ func (r *run) openSource(ctx context.Context, cfg sources.Config) (sources.Reade
 		case <-note.C:
 			fmt.Fprintf(r.opts.Stderr, "trajflow: source.path %s: still opening it (a named pipe waits for its writer)\n", cfg.Path)
 		case <-ctx.Done():
+			// An open that is merely quick still wins: the stop then
+			// goes on as the run's own.
+			select {
+			case o := <-done:
+				return o.src, o.err
+			case <-time.After(100 * time.Millisecond):
+			}
 			go func() {
 				// Close what the open gives if it ever returns.
 				if o := <-done; o.src != nil {
 					o.src.Close()
 				}
 			}()
-			return nil, fmt.Errorf("source.path %s: stopped while opening it (%v): %w", cfg.Path, context.Cause(ctx), ctx.Err())
+			return nil, fmt.Errorf("%w (%v) while opening source.path %s", ErrInterrupted, context.Cause(ctx), cfg.Path)
 		}
 	}
 }

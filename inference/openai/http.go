@@ -521,6 +521,14 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 			c.bufPool.Put(buf)
 		}
 	}()
+	if hresp.ContentLength > c.opts.MaxResponseBytes {
+		// Refused before a byte of it is read.
+		return &inference.Error{Class: inference.ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body of %d bytes, over %d", ep.name, hresp.ContentLength, c.opts.MaxResponseBytes)}, 0
+	}
+	if hresp.ContentLength > 0 {
+		// Sized once: a buffer grown by doubling may reach twice the body.
+		buf.Grow(int(hresp.ContentLength) + bytes.MinRead)
+	}
 	_, err = buf.ReadFrom(io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1))
 	if err != nil {
 		return c.transportError(ctx, ep, err), 0

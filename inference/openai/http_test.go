@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -402,5 +403,47 @@ func TestRedirectReported(t *testing.T) {
 	err = Preflight(context.Background(), cfg, HTTPOptions{})
 	if err == nil || !strings.Contains(err.Error(), "redirects (HTTP 302) to https://[REDACTED]@new.example.com/v1/models") {
 		t.Fatalf("preflight %v", err)
+	}
+}
+
+// A body over MaxResponseBytes is refused: by its Content-Length before it
+// is read, and without one once the limit is passed (an endless body
+// included), never buffered whole.
+func TestResponseLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+		want string
+	}{
+		{"content-length", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5000")
+			w.Write(bytes.Repeat([]byte(" "), 5000))
+		}, "response body of 5000 bytes, over 1024"},
+		{"chunked", func(w http.ResponseWriter, r *http.Request) {
+			w.(http.Flusher).Flush()
+			w.Write(bytes.Repeat([]byte(" "), 5000))
+		}, "response body over 1024 bytes"},
+		{"endless", func(w http.ResponseWriter, r *http.Request) {
+			chunk := bytes.Repeat([]byte(" "), 1<<16)
+			for r.Context().Err() == nil {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		}, "response body over 1024 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.h)
+			defer srv.Close()
+			c, err := NewHTTP(inference.Config{Endpoints: []string{srv.URL + "/v1"}, Model: "m", Concurrency: 1, MaxAttempts: 1}, HTTPOptions{MaxResponseBytes: 1024})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Complete(context.Background(), &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: "q"}}})
+			if inference.ErrorClass(err) != inference.ClassBadResponse || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v", err)
+			}
+		})
 	}
 }

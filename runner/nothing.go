@@ -14,9 +14,19 @@ import (
 var ErrNothingGenerated = errors.New("no kept rollout generated a token")
 
 // generated reports whether r holds generated output: completion tokens
-// counted by the server, or response token ids.
+// counted by the server, response token ids, or (from a server that
+// reports neither) an assistant message with content or tool calls.
 func generated(r *pipeline.Rollout) bool {
-	return r.CompletionTokens > 0 || len(r.ResponseTokenIDs) > 0
+	if r.CompletionTokens > 0 || len(r.ResponseTokenIDs) > 0 {
+		return true
+	}
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		if m.Role == pipeline.RoleAssistant && m.Turn > 0 && (m.Content != "" || len(m.ToolCalls) > 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkGenerated returns ErrNothingGenerated, with what the rollouts

@@ -35,3 +35,25 @@ func TestCutOffKeepsCountsConsistent(t *testing.T) {
 		t.Fatalf("errors %d, by class %v, cancelled %d, ok %d", s.errored.Load(), s.errClasses, s.cancelled.Load(), s.ok.Load())
 	}
 }
+
+// A rollout generated something when the server counted tokens, sent
+// token ids, or (reporting neither) answered with content or tool calls.
+func TestGenerated(t *testing.T) {
+	for _, tt := range []struct {
+		r    pipeline.Rollout
+		want bool
+	}{
+		{pipeline.Rollout{}, false},
+		{pipeline.Rollout{CompletionTokens: 3}, true},
+		{pipeline.Rollout{ResponseTokenIDs: []int32{1}}, true},
+		{pipeline.Rollout{Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "q"}, {Role: pipeline.RoleAssistant, Content: "a", Turn: 1}}}, true},
+		{pipeline.Rollout{Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Turn: 1, ToolCalls: []pipeline.ToolCall{{Name: "f"}}}}}, true},
+		// A prompt's own assistant message (turn 0) is not generated.
+		{pipeline.Rollout{Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Content: "example", Turn: 0}}}, false},
+		{pipeline.Rollout{Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Turn: 1}}}, false},
+	} {
+		if got := generated(&tt.r); got != tt.want {
+			t.Errorf("%+v: generated %v", tt.r, got)
+		}
+	}
+}

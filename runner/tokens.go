@@ -23,6 +23,9 @@ func (r *run) serverBaseline(ctx context.Context) {
 	if r.scraper == nil {
 		return
 	}
+	// Bounded whatever the fleet: an endpoint slow to answer counts none.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
 	r.scraper.poll(ctx)
 	r.srv.start, r.srv.ok = r.scraper.generated()
 }
@@ -34,6 +37,8 @@ func (r *run) serverFinal(ctx context.Context) {
 	if r.scraper == nil || !r.srv.ok {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		r.scraper.poll(ctx)

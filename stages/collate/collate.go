@@ -15,6 +15,9 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 )
 
+// maxReserve bounds the text a Collator reserves for its next batch.
+const maxReserve = 16 << 20
+
 // DefaultBatchRows is the batch size New uses when given batchRows <= 0.
 const DefaultBatchRows = 1024
 
@@ -220,8 +223,10 @@ func (c *Collator) Flush() arrow.Record {
 	}
 	rec := c.b.NewRecord()
 	c.b.Reserve(rows)
-	c.msgContent.ReserveData(content)
-	c.str[schema.ColTask].ReserveData(task)
+	// At most maxReserve: one batch of long completions must not keep
+	// its size reserved for every batch after it.
+	c.msgContent.ReserveData(min(content, maxReserve))
+	c.str[schema.ColTask].ReserveData(min(task, maxReserve))
 	for i, b := range c.reserve() {
 		b.Reserve(vals[i])
 	}

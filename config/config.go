@@ -83,7 +83,7 @@ type Run struct {
 	ID string `yaml:"id"`
 	// Progress is the interval of the progress report on stderr: a live
 	// multi-line view on a terminal, a plain line otherwise
-	// (docs/observability.md); 0 turns it off.
+	// (docs/observability.md); 0 turns it off, as --quiet does (default 5s when left out).
 	Progress Duration `yaml:"progress"`
 	// OnSignal is what a stop (SIGINT, SIGTERM, SIGHUP, or a fatal error)
 	// does with the rollouts in flight: cancel them at once, or drain them
@@ -215,7 +215,8 @@ func (c *Config) SetDefaults() {
 	if c.Run.ID == "" {
 		c.Run.ID = filepath.Base(filepath.Clean(c.Output.Dir))
 	}
-	if c.Run.Progress == 0 {
+	if _, set := c.where["run.progress"]; c.Run.Progress == 0 && !set {
+		// Only when left out: a 0 the config wrote turns progress off.
 		c.Run.Progress = Duration(5 * time.Second)
 	}
 	if c.Output.OpenAIBatch && c.Run.ResumeErrors == "" {

@@ -275,3 +275,28 @@ func TestOpenAIBatchConfig(t *testing.T) {
 		}
 	}
 }
+
+// run.progress: left out it is 5s; a 0 the config or --set wrote (as
+// --quiet does) turns progress off.
+func TestProgressZeroIsOff(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		sets []string
+		want time.Duration
+	}{
+		{"", nil, 5 * time.Second},
+		{"run: {progress: 0}\n", nil, 0},
+		{"run: {progress: 0s}\n", nil, 0},
+		{"", []string{"run.progress=0"}, 0},
+		{"run: {progress: 2s}\n", []string{"run.progress=0"}, 0},
+		{"run: {id: x}\n", nil, 5 * time.Second},
+	} {
+		cfg, err := config.Parse([]byte(base+"env: {name: math}\n"+tt.yaml), "cfg.yaml", tt.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Run.Progress.D() != tt.want {
+			t.Errorf("%q %v: progress %v, want %v", tt.yaml, tt.sets, cfg.Run.Progress.D(), tt.want)
+		}
+	}
+}

@@ -8,19 +8,19 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"unicode"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/storage"
 	"go.yaml.in/yaml/v3"
 )
 
 // Redacted replaces a secret wherever trajflow writes text.
-const Redacted = "[REDACTED]"
+const Redacted = pipeline.Redacted
 
 // minSecretLen is the shortest value searched for in free text. Shorter
 // values are redacted where the config is written key by key, but looking
@@ -111,36 +111,12 @@ func secretPath(path []string, envSecret []string) bool {
 }
 
 // urlPattern finds URLs in text; it stops at spaces and quotes.
-var urlPattern = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.-]*://[^\\s\"'<>`]+")
+var urlPattern = pipeline.URLPattern()
 
 // RedactURLs replaces the user info and the query string of every URL in
 // s: "https://user:pw@host/v1?api-key=k" becomes
-// "https://[REDACTED]@host/v1?[REDACTED]".
-func RedactURLs(s string) string {
-	if !strings.Contains(s, "://") {
-		return s
-	}
-	return urlPattern.ReplaceAllStringFunc(s, redactURL)
-}
-
-func redactURL(u string) string {
-	scheme, rest, _ := strings.Cut(u, "://")
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
-		rest = Redacted + rest[at:]
-	}
-	if q := strings.IndexByte(rest, '?'); q >= 0 {
-		frag := ""
-		if h := strings.IndexByte(rest[q:], '#'); h >= 0 {
-			frag = rest[q+h:]
-		}
-		rest = rest[:q+1] + Redacted + frag
-	}
-	return scheme + "://" + rest
-}
+// "https://[REDACTED]@host/v1?[REDACTED]" (pipeline.RedactURLs).
+func RedactURLs(s string) string { return pipeline.RedactURLs(s) }
 
 // urlSecrets lists the secret parts of the URLs in s: user info, password,
 // query string and query values.

@@ -33,7 +33,7 @@ type Config struct {
 	// value is redacted from everything trajflow writes.
 	APIKeyEnv string `yaml:"api_key_env"`
 	// Concurrency bounds the generations in flight over all endpoints (the
-	// LLM slots). With api: batch it bounds the requests waiting in batches
+	// LLM slots; at most MaxConcurrency, 65536). With api: batch it bounds the requests waiting in batches
 	// at once (default 1000 there): raise it for bigger batches.
 	Concurrency int `yaml:"concurrency"`
 	// EndpointConcurrency bounds the requests in flight per endpoint (0: no
@@ -99,6 +99,13 @@ func (c *Config) Simulated() bool {
 	return len(c.Endpoints) > 0 && strings.HasPrefix(c.Endpoints[0], SimScheme)
 }
 
+// Upper bounds of the section's counts: each in-flight request holds its
+// response in memory (up to the response limit), and each attempt waits.
+const (
+	MaxConcurrency = 1 << 16
+	MaxAttempts    = 100
+)
+
 // Validate reports every problem of the section at once.
 func (c *Config) Validate() error {
 	var p pipeline.Problems
@@ -111,14 +118,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	p.OneOf("api", c.API, "chat", "completions", "tokens", "batch")
-	if c.Concurrency < 1 {
-		p.Add("concurrency", "must be >= 1, got %d", c.Concurrency)
+	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
+		p.Add("concurrency", "must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
 	}
-	if c.EndpointConcurrency < 0 {
-		p.Add("endpoint_concurrency", "must be >= 0, got %d", c.EndpointConcurrency)
+	if c.EndpointConcurrency < 0 || c.EndpointConcurrency > MaxConcurrency {
+		p.Add("endpoint_concurrency", "must be between 0 and %d, got %d", MaxConcurrency, c.EndpointConcurrency)
 	}
-	if c.MaxAttempts < 1 {
-		p.Add("max_attempts", "must be >= 1, got %d", c.MaxAttempts)
+	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttempts {
+		p.Add("max_attempts", "must be between 1 and %d, got %d", MaxAttempts, c.MaxAttempts)
 	}
 	if c.APIKeyEnv != "" && os.Getenv(c.APIKeyEnv) == "" {
 		p.Add("api_key_env", "environment variable %s is not set", c.APIKeyEnv)

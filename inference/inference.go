@@ -76,6 +76,14 @@ type Detokenizer interface {
 	Detokenize(ctx context.Context, model string, ids []int32) (string, error)
 }
 
+// ContextLimiter is a backend that knows the model's context length
+// (vLLM's max_model_len, as its /tokenize and /v1/models report it): the
+// most tokens a prompt and its completion may hold. MaxModelLen is 0 while
+// unknown (a backend learns it from its first /tokenize answer).
+type ContextLimiter interface {
+	MaxModelLen() int
+}
+
 // Response is what the model generated.
 type Response struct {
 	// Message is the assistant message: content, tool calls, and where the

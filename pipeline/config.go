@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,10 @@ import (
 // seconds. Component configs use it for every time key.
 type Duration time.Duration
 
+// MaxDurationSeconds bounds a duration given as a number of seconds
+// (about 31 years; time.Duration holds at most 292).
+const MaxDurationSeconds = 1e9
+
 // D returns the duration as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
@@ -22,7 +27,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("line %d: want a duration like 30s", n.Line)
 	}
-	if secs, err := strconv.ParseFloat(n.Value, 64); err == nil {
+	if secs, err := strconv.ParseFloat(n.Value, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > MaxDurationSeconds {
+			return fmt.Errorf("line %d: %q is not a duration: a number of seconds must be finite and at most %g", n.Line, n.Value, float64(MaxDurationSeconds))
+		}
 		*d = Duration(secs * float64(time.Second))
 		return nil
 	}

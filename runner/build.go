@@ -321,7 +321,11 @@ func (b *Built) openSource(ctx context.Context) error {
 	}
 	srcCfg := b.cfg.Source
 	srcCfg.Path = path
-	src, err := sources.Open(srcCfg, sources.Options{OnReject: b.hooks.OnReject, OnInvalidUTF8: b.hooks.OnInvalidUTF8})
+	stderr := b.opts.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	src, err := openSource(ctx, srcCfg, sources.Options{OnReject: b.hooks.OnReject, OnInvalidUTF8: b.hooks.OnInvalidUTF8}, stderr)
 	if err != nil {
 		return err
 	}

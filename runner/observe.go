@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"maps"
 	"net/http"
@@ -32,8 +33,15 @@ type Snapshot struct {
 	Dropped                            map[string]int
 	// ErrorClasses counts error rollouts by class.
 	ErrorClasses map[string]int
-	// CompletionTokens counts generated tokens.
+	// CompletionTokens counts generated tokens (of answered requests).
 	CompletionTokens int64
+	// CancelledRequests and CancelledTokensEstimate are the requests
+	// cancelled in flight and an estimate of their partial output
+	// (Summary.CancelledRequests).
+	CancelledRequests, CancelledTokensEstimate int64
+	// ServerTokens is the endpoints' own generation-token counter's growth
+	// since the run started; -1 when they report none.
+	ServerTokens int64
 	// RowsCommitted and FilesCommitted count committed data rows and files.
 	RowsCommitted, FilesCommitted int64
 	// Queues are the items waiting after each stage.
@@ -60,6 +68,9 @@ type EndpointLoad struct {
 	InFlight                    int
 	Requests, Retries, Failures int64
 	Healthy                     bool
+	// RetryAfter is what is left of the wait the endpoint asked for
+	// (Retry-After); 0: none.
+	RetryAfter time.Duration
 	// Server is the server's own figures; ok false when it serves none.
 	Server ServerLoad
 }
@@ -70,6 +81,21 @@ type ServerLoad struct {
 	// Running and Waiting are requests decoding and queued on the server;
 	// KVCache is the share of the KV cache in use (0–1).
 	Running, Waiting, KVCache float64
+	// Counted is true when the server reports its token counters
+	// (vllm:prompt_tokens_total, vllm:generation_tokens_total): the
+	// tokens it prefilled and generated since it started.
+	Counted                 bool
+	PromptTokens, GenTokens float64
+}
+
+// RetryAfterWait is the longest wait an endpoint asked for (Retry-After)
+// that is not over yet; 0 when none.
+func (s Snapshot) RetryAfterWait() time.Duration {
+	var w time.Duration
+	for _, e := range s.Endpoints {
+		w = max(w, e.RetryAfter)
+	}
+	return w
 }
 
 // Resolved is the rollouts that left the loop.
@@ -126,6 +152,11 @@ func (r *run) snapshot() Snapshot {
 	if !r.started.IsZero() {
 		s.Elapsed = time.Since(r.started)
 	}
+	s.CancelledRequests, s.CancelledTokensEstimate = r.requests()
+	s.ServerTokens = -1
+	if n, ok := r.scraper.generated(); ok && r.srv.ok && n >= r.srv.start {
+		s.ServerTokens = int64(n - r.srv.start)
+	}
 	st.mu.Lock()
 	s.GroupsFinished, s.GroupsKept = st.groups, st.kept
 	s.Dropped, s.ErrorClasses = maps.Clone(st.dropped), maps.Clone(st.errClasses)
@@ -140,8 +171,8 @@ func (r *run) snapshot() Snapshot {
 	if c := r.httpClient(); c != nil {
 		for i, e := range c.Stats() {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
-				Endpoint: e.Endpoint, InFlight: e.InFlight, Requests: e.Requests,
-				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy,
+				Endpoint: pipeline.RedactURLs(e.Endpoint), InFlight: e.InFlight, Requests: e.Requests,
+				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
 				Server: r.scraper.load(i),
 			})
 		}
@@ -182,6 +213,23 @@ func (s *scraper) load(i int) ServerLoad {
 		return s.loads[i]
 	}
 	return ServerLoad{}
+}
+
+// generated sums the endpoints' generation-token counters as last polled;
+// ok is false unless every endpoint reports one.
+func (s *scraper) generated() (n float64, ok bool) {
+	if s == nil {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.loads {
+		if !l.Counted {
+			return 0, false
+		}
+		n += l.GenTokens
+	}
+	return n, len(s.loads) > 0
 }
 
 // run polls every interval until ctx ends.
@@ -269,6 +317,12 @@ func parseServerMetrics(r io.Reader) ServerLoad {
 			case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
 				l.KVCache = max(l.KVCache, v)
 				l.OK = true
+			case "vllm:prompt_tokens_total", "vllm:prompt_tokens":
+				l.PromptTokens += v
+				l.Counted = true
+			case "vllm:generation_tokens_total", "vllm:generation_tokens":
+				l.GenTokens += v
+				l.Counted = true
 			}
 		}
 	}

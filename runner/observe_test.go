@@ -49,7 +49,10 @@ func TestMetricsEndpointAndProgress(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	addr := freeAddr(t)
-	cfg := quickstart(t, "source.limit=60", "generate.endpoints=["+srv.URL+"/v1]", "generate.concurrency=8",
+	// A token given as the URL's user name: never in a label or snapshot.
+	const token = "sk-user-token-5f2a"
+	endpoint := strings.Replace(srv.URL, "http://", "http://"+token+"@", 1) + "/v1"
+	cfg := quickstart(t, "source.limit=60", "generate.endpoints=["+endpoint+"]", "generate.concurrency=8",
 		"run.metrics_addr="+addr, "run.progress=100ms")
 
 	var mu sync.Mutex
@@ -94,6 +97,14 @@ func TestMetricsEndpointAndProgress(t *testing.T) {
 		t.Fatalf("%d scrapes during the run, want 2 or more", len(got))
 	}
 	first, last := got[0], got[len(got)-1]
+	for _, g := range got {
+		if strings.Contains(g, token) {
+			t.Fatalf("/metrics shows the URL's user name:\n%s", g)
+		}
+	}
+	if !strings.Contains(last, `endpoint="http://[REDACTED]@127.0.0.1`) {
+		t.Errorf("/metrics lacks the redacted endpoint label")
+	}
 	for _, want := range []string{
 		`trajflow_rollouts_total{status="ok"}`, `trajflow_rollouts_dispatched_total`, `trajflow_groups_total{reason="",result="kept"}`,
 		`trajflow_tokens_generated_total`, `trajflow_inflight{side="generation"}`, `trajflow_requests_in_flight{endpoint=`,
@@ -115,6 +126,13 @@ func TestMetricsEndpointAndProgress(t *testing.T) {
 		t.Fatalf("%d progress snapshots, want 2 or more", len(snaps))
 	}
 	end := snaps[len(snaps)-1]
+	for _, s := range snaps {
+		for _, e := range s.Endpoints {
+			if strings.Contains(e.Endpoint, token) {
+				t.Fatalf("a snapshot shows the URL's user name: %s", e.Endpoint)
+			}
+		}
+	}
 	if end.Resolved() != sum.OK+sum.Errors+sum.Cancelled+sum.Filtered || end.TasksRead != 60 || end.RowsCommitted != sum.Rows {
 		t.Errorf("last snapshot %+v, summary %+v", end, sum)
 	}

@@ -55,7 +55,7 @@ func (m *promMetrics) attempt(endpoint string, took time.Duration, err *inferenc
 	if err != nil {
 		outcome = err.Class
 	}
-	m.request.WithLabelValues(endpoint, outcome).Observe(took.Seconds())
+	m.request.WithLabelValues(pipeline.RedactURLs(endpoint), outcome).Observe(took.Seconds())
 	if retrying {
 		m.retries.WithLabelValues(outcome).Inc()
 	}
@@ -78,7 +78,11 @@ var (
 	descSrvRun    = prometheus.NewDesc("trajflow_endpoint_server_running_requests", "Requests decoding on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvWait   = prometheus.NewDesc("trajflow_endpoint_server_waiting_requests", "Requests queued on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvKV     = prometheus.NewDesc("trajflow_endpoint_server_kv_cache_usage", "KV-cache use of the endpoint (0-1), from its own /metrics (vLLM).", []string{"endpoint"}, nil)
-	snapshotDescs = []*prometheus.Desc{descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV}
+	descCancelled = prometheus.NewDesc("trajflow_requests_cancelled_total", "Model requests cancelled in flight (their partial output is in no token count).", nil, nil)
+	descCutTokens = prometheus.NewDesc("trajflow_tokens_cancelled_estimate", "Estimated tokens the servers generated for requests cancelled in flight.", nil, nil)
+	descSrvTokens = prometheus.NewDesc("trajflow_endpoint_server_generated_tokens", "Tokens the endpoints generated since the run started, from their own counters (vllm:generation_tokens_total).", nil, nil)
+	snapshotDescs = []*prometheus.Desc{descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV,
+		descCancelled, descCutTokens, descSrvTokens}
 )
 
 // Describe implements prometheus.Collector for the snapshot's metrics.
@@ -111,6 +115,11 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descTasks, float64(s.TasksRead))
 	counter(descTokens, float64(s.CompletionTokens))
+	counter(descCancelled, float64(s.CancelledRequests))
+	gauge(descCutTokens, float64(s.CancelledTokensEstimate))
+	if s.ServerTokens >= 0 {
+		gauge(descSrvTokens, float64(s.ServerTokens))
+	}
 	gauge(descInflight, float64(s.InGeneration), "generation")
 	gauge(descInflight, float64(s.InEnvironment), "environment")
 	for after, n := range s.Queues {

@@ -150,7 +150,7 @@ func TestRoutesCheck(t *testing.T) {
 	}{
 		{"unknown env", []string{"env.routes.a.name=nosuch"}, "env.routes.a.name: unknown environment"},
 		{"bad option", []string{"env.routes.a.bogus=1"}, "env.routes.a.bogus: unknown option"},
-		{"bad limit", []string{"env.routes.a.max_turns=-1"}, "env.routes.a.max_turns: must be >= 0"},
+		{"bad limit", []string{"env.routes.a.max_turns=-1"}, "env.routes.a.max_turns: must be between 0 (no limit) and 65536, got -1"},
 		{"name and routes", []string{"env.name=math"}, "env.name: give either name"},
 		{"option beside routes", []string{"env.answer_field=x"}, "env.answer_field: an environment option beside routes"},
 	} {

@@ -243,6 +243,7 @@ func (r *run) writeMetrics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	m.LastRun = r.runTokens()
 	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile)); err != nil {
 		return err
 	}
@@ -300,6 +301,8 @@ type run struct {
 	failures *lines.Writer
 	files    []string
 	started  time.Time
+	// srv is the endpoints' own token counter over the run.
+	srv serverCount
 }
 
 // provision builds every component, in order; cleanup undoes what was built
@@ -383,7 +386,9 @@ func (r *run) provision(ctx context.Context) error {
 	r.closeChecked(b.Close)
 	r.built, r.client = b, b.Client
 	r.envs, r.sourcePath = b.Envs, b.SourcePath
-	if b.http != nil && (r.prom != nil || r.opts.Progress != nil) {
+	if b.http != nil {
+		// The endpoints' own metrics: their load for the live view and
+		// Prometheus, their token counters for the summary.
 		r.scraper = newScraper(cfg.Generate.Endpoints)
 	}
 
@@ -440,6 +445,7 @@ func (r *run) execute(parent context.Context) error {
 	ctx := r.stopper.hard
 	g := pipeline.NewGraph()
 	r.graph = g
+	r.serverBaseline(ctx)
 	r.started = time.Now()
 	stopProgress := r.progress(ctx)
 	defer stopProgress()
@@ -455,7 +461,9 @@ func (r *run) execute(parent context.Context) error {
 	watched := make(chan struct{})
 	go r.watch(parent, r.opts.Abort, watched)
 	defer close(watched)
-	if err := g.Run(ctx); err != nil {
+	err := g.Run(ctx)
+	r.serverFinal(ctx)
+	if err != nil {
 		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
 			// The stop overran run.grace, or was aborted.
 			err = cause
@@ -470,6 +478,9 @@ func (r *run) execute(parent context.Context) error {
 		return err
 	}
 	if err := r.checkErrorRate(true); err != nil {
+		return err
+	}
+	if err := r.checkGenerated(); err != nil {
 		return err
 	}
 	if kept, short := r.ctl.ShortOfTarget(); short {

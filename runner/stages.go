@@ -191,6 +191,9 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			r.ctl.CutOff()
 			return nil, nil
 		}
+		if err := r.failTooLarge(gr); err != nil {
+			return nil, err
+		}
 		rule.Apply(gr)
 		return decide(r.ctl.GroupDone(gr, ro.Task))
 	}).OnFlush(func(ctx context.Context) ([]routed, error) {
@@ -207,9 +210,9 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 // collateStage turns each directory's groups into record batches.
 func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	collators := map[string]*collate.Collator{}
-	// pending are the groups buffered in the data collator, whose step
-	// rows go with its next record (output.steps).
-	// (and the OpenAI Batch lines of every directory's groups).
+	// pending are the groups buffered in a collator whose step rows
+	// (output.steps, data directory) or OpenAI Batch lines
+	// (output.openai_batch, every directory) go with its next record.
 	pending := map[string][]*pipeline.Group{}
 	keeps := func(dest string) bool {
 		return dest == DataDir && r.cfg.Output.Steps || r.cfg.Output.OpenAIBatch
@@ -228,15 +231,28 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 		c := collators[rg.dest]
 		if c == nil {
 			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
+			c.SetBytes(0, maxRecordBytes)
 			collators[rg.dest] = c
+		}
+		var out []batch
+		if !c.Fits(rg.group) {
+			if c.Rows() == 0 {
+				// failTooLarge cut what it could; the task's own row is
+				// still too large.
+				return nil, fmt.Errorf("%s: a group of task %d holds %d bytes of text, more than one record batch can (%d)",
+					rg.dest, rg.group.Rollouts[0].Task.Index, collate.GroupBytes(rg.group), c.MaxBytes())
+			}
+			// The buffered rows go first: a record never holds more text
+			// than an Arrow column can.
+			out = append(out, batch{dest: rg.dest, rec: c.Flush(), groups: take(rg.dest)})
 		}
 		if keeps(rg.dest) {
 			pending[rg.dest] = append(pending[rg.dest], rg.group)
 		}
 		if rec := c.Add(rg.group); rec != nil {
-			return []batch{{dest: rg.dest, rec: rec, groups: take(rg.dest)}}, nil
+			out = append(out, batch{dest: rg.dest, rec: rec, groups: take(rg.dest)})
 		}
-		return nil, nil
+		return out, nil
 	})
 	flush := func(ctx context.Context) ([]batch, error) {
 		var out []batch

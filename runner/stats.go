@@ -16,6 +16,7 @@ import (
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
@@ -30,6 +31,10 @@ type stats struct {
 	completionTokens, keptTokens     atomic.Int64
 	// billed counts the tokens billed for, for the cost.
 	billed billed
+	// keptGenerated counts the rollouts of kept groups that generated a
+	// token; contextTruncated the ok rollouts a later turn's
+	// context-length refusal ended.
+	keptGenerated, contextTruncated atomic.Int64
 
 	mu           sync.Mutex
 	groups, kept int
@@ -54,6 +59,9 @@ func (s *stats) resolve(r *pipeline.Rollout) {
 	switch r.Status {
 	case pipeline.StatusOK:
 		s.ok.Add(1)
+		if r.FinishReason == generate.FinishContextLength {
+			s.contextTruncated.Add(1)
+		}
 	case pipeline.StatusError:
 		s.errored.Add(1)
 		s.mu.Lock()
@@ -86,6 +94,9 @@ func (s *stats) group(g *pipeline.Group) {
 	}
 	for _, r := range g.Rollouts {
 		s.keptTokens.Add(int64(r.CompletionTokens))
+		if generated(r) {
+			s.keptGenerated.Add(1)
+		}
 		if r.Status == pipeline.StatusOK {
 			s.rewardSum += r.Reward
 			s.rewardN++
@@ -102,6 +113,12 @@ func (s *stats) cutOff(g *pipeline.Group) {
 			s.ok.Add(-1)
 		case pipeline.StatusError:
 			s.errored.Add(-1)
+			// The classes count what the error count counts.
+			s.mu.Lock()
+			if s.errClasses[r.ErrorClass]--; s.errClasses[r.ErrorClass] <= 0 {
+				delete(s.errClasses, r.ErrorClass)
+			}
+			s.mu.Unlock()
 		case pipeline.StatusCancelled:
 			continue
 		}
@@ -159,10 +176,17 @@ func (r *run) progressLine() string {
 	rate := float64(resolved) / el.Seconds()
 	line := fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
+	snap := r.snapshot()
+	if snap.CancelledRequests > 0 {
+		line += fmt.Sprintf(", cancelled in flight %d (~%d tokens)", snap.CancelledRequests, snap.CancelledTokensEstimate)
+	}
+	if w := snap.RetryAfterWait(); w > 0 {
+		line += fmt.Sprintf(", an endpoint asked to wait %s more (Retry-After)", w.Round(time.Second))
+	}
 	for _, p := range r.hostedStats().Parts() {
 		line += ", " + p
 	}
-	return line + r.snapshot().CostText()
+	return line + snap.CostText()
 }
 
 // CostText is ", cost C (projected total P)" for a run with a price
@@ -232,6 +256,22 @@ type Summary struct {
 	// estimate is known (else Cost).
 	Cost, ProjectedCost float64
 	Priced              bool
+	// CancelledRequests are the requests in flight when their trajectory
+	// was cancelled (a stop, groups.on_target: cancel, a timeout): the
+	// server generated part of an answer nobody reads, counted in no
+	// token figure above. CancelledTokensEstimate estimates that part
+	// (generate.RequestStats).
+	CancelledRequests, CancelledTokensEstimate int64
+	// ServerTokens is the growth of the endpoints' own generation-token
+	// counter (vLLM's vllm:generation_tokens_total) over the run, which
+	// counts the cancelled requests' partial output too; -1 when an
+	// endpoint reports none (or the endpoints are not HTTP).
+	ServerTokens int64
+	// ContextTruncated counts the ok rollouts that ended truncated because
+	// the server refused a later turn's prompt as longer than its context
+	// (finish reason context_length; the row's error says so). A refusal
+	// of the first prompt is an error of class context_length instead.
+	ContextTruncated int64
 	// Interrupted is true when the run stopped before its input ended.
 	Interrupted bool
 	// Stop says why the run stopped before its input ended ("" when it
@@ -260,12 +300,18 @@ func (r *run) summary(err error) *Summary {
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
 		Groups: s.groups, Kept: s.kept, Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
-		Interrupted: err != nil,
+		ContextTruncated: s.contextTruncated.Load(),
+		ServerTokens:     -1,
+		Interrupted:      err != nil,
 	}
 	if cause := r.stopper.err(); cause != nil {
 		sum.Stop = cause.Error()
 	}
 	sum.Hosted = r.hostedStats()
+	sum.CancelledRequests, sum.CancelledTokensEstimate = r.requests()
+	if r.srv.known {
+		sum.ServerTokens = r.srv.generated
+	}
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
 	}
@@ -317,6 +363,9 @@ func (s *Summary) String() string {
 		}
 		b.WriteString("\n")
 	}
+	if s.ContextTruncated > 0 {
+		fmt.Fprintf(&b, "context-length refusals after the first turn: %d (those rows end truncated with their earlier turns)\n", s.ContextTruncated)
+	}
 	if s.Stop != "" {
 		fmt.Fprintf(&b, "stopped early: %s\n", s.Stop)
 	}
@@ -335,7 +384,13 @@ func (s *Summary) String() string {
 	if s.InvalidUTF8 > 0 {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
 	}
-	fmt.Fprintf(&b, "tokens generated: %d, in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	fmt.Fprintf(&b, "tokens generated: %d (answered requests), in kept groups: %d\n", s.CompletionTokens, s.KeptTokens)
+	if s.CancelledRequests > 0 {
+		fmt.Fprintf(&b, "requests cancelled in flight: %d, their partial output about %d tokens (estimated, counted above nowhere)\n", s.CancelledRequests, s.CancelledTokensEstimate)
+	}
+	if s.ServerTokens >= 0 {
+		fmt.Fprintf(&b, "the servers' own count of tokens generated during the run: %d\n", s.ServerTokens)
+	}
 	b.WriteString(s.hostedLines())
 	if s.Priced {
 		fmt.Fprintf(&b, "cost: %s", FormatCost(s.Cost))

@@ -120,6 +120,9 @@ type validation struct {
 	// Check found wrong: the checks that need them are skipped.
 	bad      map[string]bool
 	problems []error
+	// failing counts the rendered rows the run would fail before they
+	// generate a token (prompt_too_long, context_length).
+	failing int
 }
 
 // problem records a problem; its text starts with the config key it is
@@ -320,6 +323,9 @@ func (v *validation) render(ctx context.Context, b *Built) {
 			return
 		}
 	}
+	if v.failing > 0 && v.failing == rows {
+		v.problem(fmt.Errorf("every row rendered (%d) would fail before generating a token (%s or %s above): the run would generate nothing", rows, generate.ClassPromptTooLong, inference.ClassContextLength))
+	}
 	if rows == 0 {
 		fmt.Fprintln(v.out, "rows: none selected")
 	}
@@ -351,7 +357,9 @@ func (v *validation) request(ctx context.Context, b *Built, r *pipeline.Rollout)
 	}
 	if !ok {
 		v.writeRequest(r, gen.Request(r))
-		v.promptLength(ctx, gen, r)
+		if !v.promptLength(ctx, gen, r) && r.Status == pipeline.StatusError {
+			v.failing++
+		}
 		why := r.Error
 		if r.Status != pipeline.StatusError {
 			why = "the sequence is full (max_seq_len)"
@@ -361,7 +369,9 @@ func (v *validation) request(ctx context.Context, b *Built, r *pipeline.Rollout)
 	}
 	v.writeRequest(r, req)
 	v.renderedPrompt(ctx, gen, r)
-	v.promptLength(ctx, gen, r)
+	if v.promptLength(ctx, gen, r) {
+		return nil // the server would refuse it: not sent
+	}
 	if !v.opts.Send {
 		return nil
 	}
@@ -377,28 +387,58 @@ func (v *validation) request(ctx context.Context, b *Built, r *pipeline.Rollout)
 	return nil
 }
 
-// promptLength writes, under prompt.max_tokens, the length of r's first
-// prompt in the server's tokens and what the run does with it: sends it,
-// cuts it (prompt.truncation left, right or middle) or fails the row
-// (error, prompt_too_long). Later turns' prompts are longer (the chat, or
-// the step-wise history) and are not counted here. A failed count is a
-// problem: the run would fail the row the same way.
-func (v *validation) promptLength(ctx context.Context, gen *generate.Generator, r *pipeline.Rollout) {
+// promptLength writes the length of r's first prompt in the server's
+// tokens and what the run does with it, where that matters: under
+// prompt.max_tokens it sends it, cuts it (prompt.truncation left, right or
+// middle) or fails the row (error, prompt_too_long); a prompt that leaves
+// no room under max_seq_len fails the row (prompt_too_long); a prompt plus
+// max_tokens over the server's context (max_model_len, as /tokenize
+// reports it) is refused by the server (context_length). Later turns'
+// prompts are longer (the chat, or the step-wise history) and are not
+// counted here. A failed count under prompt.max_tokens is a problem: the
+// run would fail the row the same way. It returns whether the row would
+// fail before generating a token.
+func (v *validation) promptLength(ctx context.Context, gen *generate.Generator, r *pipeline.Rollout) (fails bool) {
+	if gen == nil {
+		return false
+	}
+	defer func() {
+		if fails {
+			v.failing++
+		}
+	}()
 	limit := v.cfg.Prompt.MaxTokens
-	if limit <= 0 || gen == nil {
-		return
-	}
 	n, err := gen.PromptTokens(ctx, r)
-	switch {
-	case err != nil:
-		v.problem(fmt.Errorf("prompt.max_tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
-	case n <= limit:
-		fmt.Fprintf(v.out, "  first prompt: %d tokens, within prompt.max_tokens %d\n", n, limit)
-	case v.cfg.Prompt.Truncation == "error":
-		fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: the row would fail (prompt.truncation: error, %s)\n", n, limit, generate.ClassPromptTooLong)
-	default:
-		fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: %d cut (prompt.truncation: %s)\n", n, limit, n-limit, v.cfg.Prompt.Truncation)
+	if err != nil {
+		if limit > 0 {
+			v.problem(fmt.Errorf("prompt.max_tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
+		}
+		return false // without /tokenize, nothing to predict
 	}
+	if limit > 0 {
+		switch {
+		case n <= limit:
+			fmt.Fprintf(v.out, "  first prompt: %d tokens, within prompt.max_tokens %d\n", n, limit)
+		case v.cfg.Prompt.Truncation == "error":
+			fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: the row would fail (prompt.truncation: error, %s)\n", n, limit, generate.ClassPromptTooLong)
+			return true
+		default:
+			fmt.Fprintf(v.out, "  first prompt: %d tokens, over prompt.max_tokens %d: %d cut (prompt.truncation: %s)\n", n, limit, n-limit, v.cfg.Prompt.Truncation)
+			n = limit
+		}
+	}
+	if msl := gen.MaxSeqLen(r); msl > 0 && n >= msl {
+		fmt.Fprintf(v.out, "  first prompt: %d tokens, max_seq_len %d leaves no room to generate: the row would fail (%s)\n", n, msl, generate.ClassPromptTooLong)
+		return true
+	}
+	if mml := gen.MaxModelLen(); mml > 0 {
+		maxTokens := gen.MaxTokens(r, n)
+		if n >= mml || maxTokens > 0 && n+maxTokens > mml {
+			fmt.Fprintf(v.out, "  first prompt: %d tokens + max_tokens %d is over the server's context (max_model_len %d): the server would refuse it, the row would fail (%s)\n", n, maxTokens, mml, inference.ClassContextLength)
+			return true
+		}
+	}
+	return false
 }
 
 // writeRequest writes r's first request compactly: one line per message,

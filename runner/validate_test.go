@@ -73,7 +73,8 @@ func TestValidate(t *testing.T) {
 		{"prompt over prompt.max_tokens, cut", []string{"generate.api=tokens", "prompt.max_tokens=66", "prompt.truncation=middle"}, runner.ValidateOptions{Rows: 1},
 			[]string{"first prompt: 67 tokens, over prompt.max_tokens 66: 1 cut (prompt.truncation: middle)"}, nil},
 		{"prompt over prompt.max_tokens, error", []string{"generate.api=tokens", "generate.endpoints=[" + full.URL + "/v1]", "prompt.max_tokens=66"}, runner.ValidateOptions{Rows: 1},
-			[]string{"first prompt: 67 tokens, over prompt.max_tokens 66: the row would fail (prompt.truncation: error, prompt_too_long)"}, nil},
+			[]string{"first prompt: 67 tokens, over prompt.max_tokens 66: the row would fail (prompt.truncation: error, prompt_too_long)"},
+			[]string{"every row rendered (1) would fail before generating a token"}},
 		{"no rows", nil, runner.ValidateOptions{Rows: -1},
 			[]string{"env math: started", "ok: a run would start"}, nil},
 	}

@@ -54,7 +54,19 @@ type Config struct {
 	// Gym's _ng_task_index compares the raw lines: rows differing only in
 	// key order or spacing are two tasks).
 	TaskIndex string `yaml:"task_index"`
+	// MaxLineBytes bounds one line of a JSONL input, in bytes (default 64
+	// MiB, at most 2 GiB). A longer line is never held in memory: it is a
+	// bad row naming its file and line (skipped into the rejects file,
+	// cut to its first KiB, under on_bad_row: skip).
+	MaxLineBytes int64 `yaml:"max_line_bytes"`
 }
+
+// DefaultMaxLineBytes is source.max_line_bytes when unset; MaxMaxLineBytes
+// its upper bound.
+const (
+	DefaultMaxLineBytes int64 = 64 << 20
+	MaxMaxLineBytes     int64 = 2 << 30
+)
 
 // Task index modes.
 const (
@@ -74,6 +86,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.TaskIndex == "" {
 		c.TaskIndex = TaskIndexLine
+	}
+	if c.MaxLineBytes == 0 {
+		c.MaxLineBytes = DefaultMaxLineBytes
 	}
 }
 
@@ -100,6 +115,9 @@ func (c *Config) Validate() error {
 	p.OneOf("on_bad_row", c.OnBadRow, "error", "skip")
 	if c.TaskIndex != "" {
 		p.OneOf("task_index", c.TaskIndex, TaskIndexLine, TaskIndexDedup, TaskIndexDedupLines)
+	}
+	if c.MaxLineBytes < 0 || c.MaxLineBytes > MaxMaxLineBytes {
+		p.Add("max_line_bytes", "must be between 1 and %d (2 GiB), got %d", MaxMaxLineBytes, c.MaxLineBytes)
 	}
 	c.Shard.validate(&p)
 	return p.Err()

@@ -83,12 +83,34 @@ func hashFile(f *os.File) (int64, string, error) {
 // input an identity describes.
 var ErrOtherInput = errors.New("not the input the committed work was made from")
 
+// fileKind names a file mode's type.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "not a regular file"
+}
+
 // Verify checks that the file at path starts with the bytes id describes:
 // it hashes the first id.Bytes bytes of the file (streaming, once) and
 // compares. A file shorter than that, or one whose bytes hash otherwise,
 // is an error wrapping ErrOtherInput. A file that grew past what was
 // read (appended rows) still verifies.
 func Verify(path string, id Identity) error {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		// A pipe gives its bytes once: checking them would take them
+		// from the run (and wait for a writer).
+		return fmt.Errorf("source: %s is not a regular file (%s): a resume reads the input once more to check that it is the one the committed work read, which a pipe cannot give; copy it to a file, or resume with --allow-config-change to skip the check", path, fileKind(st.Mode()))
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("source: %w", err)

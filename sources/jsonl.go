@@ -58,18 +58,38 @@ func openJSONL(f *os.File, b base) (*jsonlReader, error) {
 	return r, nil
 }
 
+// errLineTooLong is readLine's error for a line over source.max_line_bytes;
+// the line was read past and counted.
+var errLineTooLong = errors.New("line too long")
+
+// keepOfLongLine is how much of an over-long line a reject keeps.
+const keepOfLongLine = 1 << 10
+
 // readLine returns the next line without its line ending. The slice is
-// valid until the next call.
+// valid until the next call. A line longer than maxLine is read past
+// without being held: errLineTooLong, with its first bytes in r.buf.
 func (r *jsonlReader) readLine() ([]byte, error) {
 	r.buf = r.buf[:0]
+	long := false
 	for {
 		chunk, err := r.br.ReadSlice('\n')
-		r.buf = append(r.buf, chunk...)
+		if !long {
+			if int64(len(r.buf)+len(chunk)) > r.maxLine+2 { // +2: "\r\n"
+				long = true
+				n := max(0, min(keepOfLongLine-len(r.buf), len(chunk)))
+				r.buf = append(r.buf, chunk[:n]...)
+			} else {
+				r.buf = append(r.buf, chunk...)
+			}
+		}
 		switch {
 		case err == nil:
 			r.line++
-			line := r.buf[:len(r.buf)-1]
-			return bytes.TrimSuffix(line, []byte("\r")), nil
+			line := bytes.TrimSuffix(r.buf[:len(r.buf)-1], []byte("\r"))
+			if long || int64(len(line)) > r.maxLine {
+				return r.buf[:min(len(r.buf), keepOfLongLine)], errLineTooLong
+			}
+			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case err == io.EOF:
@@ -77,7 +97,11 @@ func (r *jsonlReader) readLine() ([]byte, error) {
 				return nil, io.EOF
 			}
 			r.line++
-			return bytes.TrimSuffix(r.buf, []byte("\r")), nil
+			line := bytes.TrimSuffix(r.buf, []byte("\r"))
+			if long || int64(len(line)) > r.maxLine {
+				return r.buf[:min(len(r.buf), keepOfLongLine)], errLineTooLong
+			}
+			return line, nil
 		default:
 			return nil, err
 		}
@@ -106,6 +130,21 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 				r.err = fmt.Errorf("source: %s: no rows (only blank lines)", r.path)
 			}
 			return nil, r.err
+		}
+		if errors.Is(err, errLineTooLong) {
+			// A row all the same: it counts, and is bad where the run
+			// reads it.
+			i := r.rows
+			r.rows++
+			if !r.win.keep(i) {
+				continue
+			}
+			bad := &RowError{Where: r.where(r.line), Reason: fmt.Sprintf("the line is longer than source.max_line_bytes (%d bytes): not read", r.maxLine)}
+			if err := r.bad(bad, line); err != nil {
+				r.err = err
+				return nil, err
+			}
+			continue
 		}
 		if err != nil {
 			r.err = fmt.Errorf("source: %s: after line %d: %w", r.path, r.line, err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -478,4 +479,75 @@ func FuzzJSONL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMaxLineBytes: a line over source.max_line_bytes is a bad row naming
+// its file and line, read past without being held: an error, or under
+// on_bad_row: skip a reject keeping its first KiB; a line at the limit is
+// read.
+func TestMaxLineBytes(t *testing.T) {
+	const limit = 100 << 10
+	atLimit := `{"a":"` + strings.Repeat("y", limit-8) + `"}`
+	if len(atLimit) != limit {
+		t.Fatalf("fixture: %d bytes", len(atLimit))
+	}
+	long := `{"a":"` + strings.Repeat("x", 3*limit) + `"}`
+	p := writeFile(t, "tasks.jsonl", `{"a":"first"}`+"\n"+long+"\n"+atLimit+"\r\n"+`{"a":"last"}`+"\n"+long)
+	_, err := readAll(t, Config{Path: p, MaxLineBytes: limit}, Options{})
+	var re *RowError
+	if !errors.As(err, &re) || re.Where != p+":2" || !strings.Contains(err.Error(), "longer than source.max_line_bytes (102400 bytes)") {
+		t.Fatalf("err %v", err)
+	}
+	var rejects []Reject
+	tasks, err := readAll(t, Config{Path: p, MaxLineBytes: limit, OnBadRow: "skip"}, Options{OnReject: func(r Reject) error {
+		rejects = append(rejects, r)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := indexes(tasks); !reflect.DeepEqual(got, []int64{0, 2, 3}) || tasks[1].Fields["a"] != strings.Repeat("y", limit-8) {
+		t.Fatalf("tasks %v", got)
+	}
+	if len(rejects) != 2 || rejects[0].Where != p+":2" || rejects[1].Where != p+":5" || len(rejects[0].Raw) != 1<<10 {
+		t.Fatalf("rejects %d: %+v", len(rejects), rejects)
+	}
+}
+
+// TestMaxLineBytesMemory: reading past a 48 MiB line under a 1 MiB limit
+// allocates about the limit, not the line.
+func TestMaxLineBytesMemory(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "big.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("z"), 1<<20)
+	f.WriteString(`{"a":"`)
+	for range 48 {
+		f.Write(chunk)
+	}
+	f.WriteString("\"}\n{\"a\":\"b\"}\n")
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tasks, err := readAll(t, Config{Path: f.Name(), MaxLineBytes: 1 << 20, OnBadRow: "skip"}, Options{})
+	runtime.ReadMemStats(&after)
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("%d tasks, %v", len(tasks), err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+		t.Fatalf("%d MiB allocated to read past a 48 MiB line", alloc>>20)
+	}
+}
+
+// A row seed beyond 64 bits is a bad row, never silently replaced.
+func TestRowSeedOutOfRange(t *testing.T) {
+	p := writeFile(t, "tasks.jsonl", `{"responses_create_params": {"input": "hi", "seed": 7}}`+"\n"+
+		`{"responses_create_params": {"input": "hi", "seed": 99999999999999999999}}`+"\n")
+	tasks, err := readAll(t, Config{Path: p}, Options{})
+	var re *RowError
+	if len(tasks) != 1 || !errors.As(err, &re) || re.Where != p+":2" || !strings.Contains(err.Error(), "responses_create_params.seed: 99999999999999999999 is not a 64-bit integer") {
+		t.Fatalf("%d tasks, err %v", len(tasks), err)
+	}
 }

@@ -202,6 +202,15 @@ func fillNeMoGym(task *pipeline.Task, rcp any) error {
 				continue
 			}
 			params[k] = v
+		case "seed":
+			// A seed that is not a 64-bit integer would be replaced by the
+			// config's: the row is refused instead.
+			if n, ok := v.(json.Number); ok {
+				if _, err := n.Int64(); err != nil {
+					return fmt.Errorf("%s.seed: %s is not a 64-bit integer", nemoGymKey, n)
+				}
+			}
+			params[k] = v
 		default:
 			params[k] = v
 		}

@@ -103,7 +103,11 @@ func Open(cfg Config, opts Options) (Reader, error) {
 		_ = f.Close() // best effort: read only
 		return nil, fmt.Errorf("source: %s is a directory, want a file", cfg.Path)
 	}
-	b := base{path: cfg.Path, size: st.Size(), win: win, opts: opts, skipBad: skipBad}
+	maxLine := cfg.MaxLineBytes
+	if maxLine <= 0 {
+		maxLine = DefaultMaxLineBytes
+	}
+	b := base{path: cfg.Path, size: st.Size(), win: win, opts: opts, skipBad: skipBad, maxLine: maxLine}
 	switch cfg.TaskIndex {
 	case "", TaskIndexLine:
 	case TaskIndexDedup:
@@ -211,6 +215,7 @@ func (w window) keep(i int64) bool {
 type base struct {
 	path    string
 	size    int64
+	maxLine int64 // source.max_line_bytes
 	win     window
 	opts    Options
 	skipBad bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 	"hash/fnv"
 	"net/url"
 	"strings"
@@ -17,7 +18,7 @@ type endpoint struct {
 	idx  int
 	base string // normalised base URL, e.g. http://host:8000/v1
 	root string // scheme://host, for /health
-	name string // base with any user:password redacted, for logs and errors
+	name string // base with its user info redacted (pipeline.RedactURL), for logs, errors, the live view and metrics labels
 	hash uint64 // of base, for rendezvous hashing
 
 	inflight   int
@@ -45,6 +46,9 @@ type EndpointStats struct {
 	// ConsecutiveFailures counts connection/5xx failures since the last
 	// success.
 	ConsecutiveFailures int
+	// RetryAfter is what is left of the wait the endpoint asked for with
+	// its last Retry-After (0: none).
+	RetryAfter time.Duration
 }
 
 // normaliseEndpoint checks a base URL and returns its normal form: no
@@ -73,7 +77,10 @@ func normaliseEndpoint(raw string) (base, root, name string, err error) {
 	}
 	r := *u
 	r.Path = ""
-	return u.String(), r.String(), u.Redacted(), nil
+	// The name is what errors, logs, the live view and metrics labels
+	// show: no user info (a token given as the user name is the whole
+	// secret).
+	return u.String(), r.String(), pipeline.RedactURL(u.String()), nil
 }
 
 // fleet chooses endpoints and tracks their load and health.
@@ -301,10 +308,14 @@ func (f *fleet) stats() []EndpointStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]EndpointStats, len(f.eps))
+	now := f.now()
 	for i, e := range f.eps {
 		out[i] = EndpointStats{
 			Endpoint: e.name, Requests: e.requests, Retries: e.retries, Failures: e.failures,
 			InFlight: e.inflight, Healthy: e.healthy, ConsecutiveFailures: e.consecFail,
+		}
+		if left := e.coolUntil.Sub(now); left > 0 {
+			out[i].RetryAfter = left
 		}
 	}
 	return out

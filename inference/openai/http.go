@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -89,9 +90,32 @@ type HTTPClient struct {
 	closed  bool
 	bufPool sync.Pool
 	brk     *breaker // nil: none
+	// maxModelLen is the smallest max_model_len a /tokenize answer
+	// reported; 0: none reported yet.
+	maxModelLen atomic.Int64
 }
 
-var _ inference.Client = (*HTTPClient)(nil)
+var (
+	_ inference.Client         = (*HTTPClient)(nil)
+	_ inference.ContextLimiter = (*HTTPClient)(nil)
+)
+
+// MaxModelLen is the model's context length as the servers' /tokenize
+// answers reported it (the smallest, for a fleet); 0 before one did.
+func (c *HTTPClient) MaxModelLen() int { return int(c.maxModelLen.Load()) }
+
+// noteMaxModelLen records a max_model_len a server reported.
+func (c *HTTPClient) noteMaxModelLen(n int64) {
+	for n > 0 {
+		cur := c.maxModelLen.Load()
+		if cur != 0 && cur <= n || c.maxModelLen.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// maxPooledBuffer is the largest response buffer kept for reuse.
+const maxPooledBuffer = 4 << 20
 
 // errDeadline is the cause of a request's overall deadline (generate.deadline).
 var errDeadline = errors.New("generate.deadline exceeded")
@@ -205,7 +229,7 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
 		}
-		c.client = &http.Client{Transport: c.owned}
+		c.client = &http.Client{Transport: c.owned, CheckRedirect: noRedirect}
 	}
 	c.fleet = newFleet(eps, cfg.EndpointConcurrency, opts.AffinitySlack, opts.EjectAfter, opts.Now, opts.Logf)
 	if opts.BreakAfter == 0 {
@@ -334,7 +358,8 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	var ids []int32
 	_, err = c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.root + "/tokenize" }, body, func(data []byte, _ http.Header) error {
 		var r struct {
-			Tokens *[]int32 `json:"tokens"`
+			Tokens      *[]int32 `json:"tokens"`
+			MaxModelLen int64    `json:"max_model_len"`
 		}
 		if err := json.Unmarshal(data, &r); err != nil {
 			return err
@@ -343,6 +368,7 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 			return errors.New(`no "tokens" in the /tokenize response`)
 		}
 		ids = *r.Tokens
+		c.noteMaxModelLen(r.MaxModelLen)
 		return nil
 	})
 	if err != nil {
@@ -547,7 +573,21 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	}
 	buf := c.bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	defer c.bufPool.Put(buf)
+	defer func() {
+		// A large body's buffer is not kept: the pool would hold one per
+		// request in flight.
+		if buf.Cap() <= maxPooledBuffer {
+			c.bufPool.Put(buf)
+		}
+	}()
+	if hresp.ContentLength > c.opts.MaxResponseBytes {
+		// Refused before a byte of it is read.
+		return &inference.Error{Class: inference.ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body of %d bytes, over %d", ep.name, hresp.ContentLength, c.opts.MaxResponseBytes)}, 0
+	}
+	if hresp.ContentLength > 0 {
+		// Sized once: a buffer grown by doubling may reach twice the body.
+		buf.Grow(int(hresp.ContentLength) + bytes.MinRead)
+	}
 	_, err = buf.ReadFrom(io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1))
 	if err != nil {
 		return c.transportError(ctx, ep, err), 0
@@ -569,6 +609,8 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 		return &inference.Error{Class: inference.ClassServer, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st == http.StatusRequestTimeout:
 		return &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
+	case st >= 300 && st < 400:
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(ep.name+path, st, hresp.Header.Get("Location"))}, 0
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
 		return &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
 	default:

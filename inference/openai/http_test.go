@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -145,6 +147,11 @@ func TestRetryAfter(t *testing.T) {
 		}
 		if got := rec.all(); len(got) != 1 || got[0] != 7*time.Second {
 			t.Errorf("sleeps %v, want [7s]", got)
+		}
+		// The wait asked for shows in the endpoint's stats (the progress
+		// line shows it) until it is over.
+		if w := c.Stats()[0].RetryAfter; w <= 6*time.Second || w > 7*time.Second {
+			t.Errorf("Stats RetryAfter %v, want about 7s", w)
 		}
 	})
 	t.Run("http date, capped", func(t *testing.T) {
@@ -314,7 +321,9 @@ func TestNormaliseEndpoint(t *testing.T) {
 		{"http://h:8000/", "http://h:8000/v1", "http://h:8000", "http://h:8000/v1"},
 		{"http://h:8000/v1/", "http://h:8000/v1", "http://h:8000", "http://h:8000/v1"},
 		{"https://api.example.com/openai/v1", "https://api.example.com/openai/v1", "https://api.example.com", "https://api.example.com/openai/v1"},
-		{"http://u:pw@h/v1", "http://u:pw@h/v1", "http://u:pw@h", "http://u:xxxxx@h/v1"},
+		{"http://u:pw@h/v1", "http://u:pw@h/v1", "http://u:pw@h", "http://[REDACTED]@h/v1"},
+		// A token given as the user name is the whole secret.
+		{"https://sk-TOKEN@h/v1", "https://sk-TOKEN@h/v1", "https://sk-TOKEN@h", "https://[REDACTED]@h/v1"},
 	}
 	for _, tt := range tests {
 		base, root, name, err := normaliseEndpoint(tt.in)
@@ -369,5 +378,72 @@ func TestCloseStopsUse(t *testing.T) {
 	c.Close() // idempotent
 	if _, err := c.Complete(context.Background(), userReq("x")); err == nil {
 		t.Error("Complete after Close succeeded")
+	}
+}
+
+// A redirect is reported as one, naming where it points (its user info
+// redacted), by the request and by the preflight alike: never followed
+// into a misleading 404.
+func TestRedirectReported(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://tok@new.example.com"+r.URL.Path, http.StatusFound)
+	}))
+	defer srv.Close()
+	cfg := inference.Config{Endpoints: []string{srv.URL + "/v1"}, Model: "m", Concurrency: 1, MaxAttempts: 1}
+	c, err := NewHTTP(cfg, HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Complete(context.Background(), &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: "q"}}})
+	var e *inference.Error
+	if !errors.As(err, &e) || e.Status != http.StatusFound || !strings.Contains(e.Msg, "redirects (HTTP 302) to https://[REDACTED]@new.example.com/v1/chat/completions") || strings.Contains(e.Msg, "tok@") {
+		t.Fatalf("err %v", err)
+	}
+	err = Preflight(context.Background(), cfg, HTTPOptions{})
+	if err == nil || !strings.Contains(err.Error(), "redirects (HTTP 302) to https://[REDACTED]@new.example.com/v1/models") {
+		t.Fatalf("preflight %v", err)
+	}
+}
+
+// A body over MaxResponseBytes is refused: by its Content-Length before it
+// is read, and without one once the limit is passed (an endless body
+// included), never buffered whole.
+func TestResponseLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+		want string
+	}{
+		{"content-length", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5000")
+			w.Write(bytes.Repeat([]byte(" "), 5000))
+		}, "response body of 5000 bytes, over 1024"},
+		{"chunked", func(w http.ResponseWriter, r *http.Request) {
+			w.(http.Flusher).Flush()
+			w.Write(bytes.Repeat([]byte(" "), 5000))
+		}, "response body over 1024 bytes"},
+		{"endless", func(w http.ResponseWriter, r *http.Request) {
+			chunk := bytes.Repeat([]byte(" "), 1<<16)
+			for r.Context().Err() == nil {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		}, "response body over 1024 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.h)
+			defer srv.Close()
+			c, err := NewHTTP(inference.Config{Endpoints: []string{srv.URL + "/v1"}, Model: "m", Concurrency: 1, MaxAttempts: 1}, HTTPOptions{MaxResponseBytes: 1024})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Complete(context.Background(), &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: "q"}}})
+			if inference.ErrorClass(err) != inference.ClassBadResponse || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v", err)
+			}
+		})
 	}
 }

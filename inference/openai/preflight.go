@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"net/http"
 	"slices"
@@ -44,7 +45,7 @@ func Preflight(ctx context.Context, cfg inference.Config, opts HTTPOptions) erro
 	if client == nil {
 		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
 		defer tr.CloseIdleConnections()
-		client = &http.Client{Transport: tr}
+		client = &http.Client{Transport: tr, CheckRedirect: noRedirect}
 	}
 	timeout := opts.ProbeTimeout
 	if timeout <= 0 {
@@ -106,6 +107,8 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 			hint = "check the key in the variable generate.api_key_env names"
 		}
 		return fmt.Errorf("%s: the API key was refused (HTTP %d: %s); %s", name, st, msg, hint)
+	case st >= 300 && st < 400:
+		return fmt.Errorf("%s", redirectMessage(name+"/models", st, resp.Header.Get("Location")))
 	case st == http.StatusNotFound:
 		return fmt.Errorf("%s: GET /models answered 404 (%s): is the base URL right? It usually ends in /v1", name, msg)
 	case st < 200 || st > 299:
@@ -131,4 +134,19 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 		served = append(served[:10], fmt.Sprintf("… (%d in all)", len(list.Data)))
 	}
 	return fmt.Errorf("%s: the model %q (generate.model) is not served; it serves: %s", name, model, strings.Join(served, ", "))
+}
+
+// noRedirect makes a client return a redirect as it is: a POST that
+// follows one becomes a GET, and the server's 404 or 405 would then hide
+// the redirect.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// redirectMessage says that url answered with a redirect, and where to
+// (its user info and query redacted).
+func redirectMessage(url string, status int, location string) string {
+	if location == "" {
+		location = "(no Location header)"
+	}
+	return fmt.Sprintf("%s: the server redirects (HTTP %d) to %s; trajflow does not follow redirects: set generate.endpoints to the base URL it should use",
+		url, status, pipeline.RedactURLs(location))
 }

@@ -45,9 +45,15 @@ func TestTokensAPI(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := context.Background()
+	if n := c.MaxModelLen(); n != 0 {
+		t.Fatalf("MaxModelLen %d before any /tokenize answer", n)
+	}
 	ids, err := c.Tokenize(ctx, &inference.TokenizeRequest{Messages: []pipeline.Message{{Role: "user", Content: "q"}}, AddGenerationPrompt: true})
 	if err != nil || !slices.Equal(ids, []int32{1, 2, 3}) {
 		t.Fatalf("Tokenize = %v, %v", ids, err)
+	}
+	if n := c.MaxModelLen(); n != 100 {
+		t.Fatalf("MaxModelLen %d, the server said 100", n)
 	}
 	if b := bodies["/tokenize"]; b["model"] != "m" || b["add_generation_prompt"] != true || b["add_special_tokens"] != false {
 		t.Errorf("tokenize body %v", b)

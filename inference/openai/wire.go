@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/trajflow/trajflow/inference"
+	"math"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -206,7 +207,8 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 	}
 	if len(w.Choices) == 0 {
 		if len(w.Error) > 0 && !bytes.Equal(w.Error, []byte("null")) {
-			return nil, fmt.Errorf("%w; error: %s", errNoChoices, clip(string(w.Error), 300))
+			// A 200 carrying an error object: the server's own message.
+			return nil, fmt.Errorf("%w; the server's error: %s", errNoChoices, serverMessage(data))
 		}
 		return nil, errNoChoices
 	}
@@ -270,7 +272,48 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 	if len(w.SimTrailer) > 0 && !bytes.Equal(w.SimTrailer, []byte("null")) {
 		resp.Extra = w.SimTrailer
 	}
+	if err := checkNumbers(resp); err != nil {
+		return nil, err
+	}
 	return resp, nil
+}
+
+// maxTokenCount bounds the token counts a server may report: more than
+// any context holds.
+const maxTokenCount = 1 << 31
+
+// maxLogprobSlack is how far above 0 a log-probability may be (a server's
+// rounding); above it the value is not a log-probability.
+const maxLogprobSlack = 1e-3
+
+// checkNumbers refuses the numbers of a response that cannot be right:
+// negative or huge token counts, negative token ids, and log-probabilities
+// that are not finite or above 0. The error names the field.
+func checkNumbers(resp *inference.Response) error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"usage.prompt_tokens", resp.PromptTokens}, {"usage.completion_tokens", resp.CompletionTokens}} {
+		if f.n < 0 || f.n > maxTokenCount {
+			return fmt.Errorf("%s: %d is out of range (0 to %d)", f.name, f.n, maxTokenCount)
+		}
+	}
+	for i, id := range resp.Message.TokenIDs {
+		if id < 0 {
+			return fmt.Errorf("choices[0].token_ids[%d]: %d is negative", i, id)
+		}
+	}
+	for i, id := range resp.PromptTokenIDs {
+		if id < 0 {
+			return fmt.Errorf("prompt_token_ids[%d]: %d is negative", i, id)
+		}
+	}
+	for i, lp := range resp.Message.Logprobs {
+		if f := float64(lp); math.IsNaN(f) || math.IsInf(f, 0) || f > maxLogprobSlack {
+			return fmt.Errorf("choices[0].logprobs[%d]: %v is not a log-probability (finite, <= 0)", i, lp)
+		}
+	}
+	return nil
 }
 
 // decodeArguments returns a tool call's arguments as the JSON text the model

@@ -23,8 +23,12 @@ const maxBody = 32 << 20
 // Handler serves the OpenAI-compatible API: POST /v1/chat/completions,
 // POST /v1/completions (a text prompt, or token ids as vLLM takes them),
 // vLLM's POST /tokenize and POST /detokenize, GET /v1/models, GET /health,
-// and the Batch API (files and batches, see batchapi.go). With
-// Options.RateLimit it enforces an account's rate limits as hosted APIs do.
+// GET /metrics (vLLM's counters: vllm:num_requests_running,
+// vllm:num_requests_waiting, vllm:prompt_tokens_total,
+// vllm:generation_tokens_total; the generation counter includes the tokens
+// of requests cancelled before they finished, as vLLM's does), and the
+// Batch API (files and batches, see batchapi.go). With Options.RateLimit it
+// enforces an account's rate limits as hosted APIs do.
 //
 // Like vLLM, responses carry prompt_token_ids (top level) and
 // choices[].token_ids when the request sets return_token_ids, per-token
@@ -38,8 +42,28 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /metrics", s.metrics)
 	s.batchRoutes(mux)
 	return mux
+}
+
+// metrics serves the server's counters in Prometheus' text format, under
+// vLLM's names.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	st := s.Stats()
+	label := strconv.Quote(s.opts.Model)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	for _, m := range []struct {
+		name, typ, help string
+		v               float64
+	}{
+		{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", float64(st.Running)},
+		{"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", float64(st.Queued)},
+		{"vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(st.PromptTokens)},
+		{"vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(st.DecodedTokens)},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s{model_name=%s} %s\n", m.name, m.help, m.name, m.typ, m.name, label, strconv.FormatFloat(m.v, 'f', -1, 64))
+	}
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {

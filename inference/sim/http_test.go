@@ -393,3 +393,36 @@ func TestMain_(t *testing.T) {
 		}
 	}
 }
+
+// GET /metrics serves vLLM's counters: prompt and generation tokens move
+// with the requests served.
+func TestHTTPMetrics(t *testing.T) {
+	s, base := startHTTP(t, Options{Seed: 3, Model: "toy"})
+	for range 3 {
+		resp, data, err := post(t, base+"/v1/chat/completions", `{"messages":[{"role":"user","content":"What is 2 + 2?"}],"max_tokens":50}`)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %s", err, data)
+		}
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	st := s.Stats()
+	if st.DecodedTokens == 0 {
+		t.Fatal("nothing decoded")
+	}
+	for _, want := range []string{
+		`vllm:num_requests_running{model_name="toy"} 0`,
+		`vllm:num_requests_waiting{model_name="toy"} 0`,
+		fmt.Sprintf(`vllm:prompt_tokens_total{model_name="toy"} %d`, st.PromptTokens),
+		fmt.Sprintf(`vllm:generation_tokens_total{model_name="toy"} %d`, st.DecodedTokens),
+		"# TYPE vllm:generation_tokens_total counter",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, b)
+		}
+	}
+}

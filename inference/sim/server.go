@@ -270,6 +270,10 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 	}, nil
 }
 
+// MaxModelLen is Options.MaxModelLen: the context the server enforces (0:
+// none).
+func (s *Server) MaxModelLen() int { return s.opts.MaxModelLen }
+
 // Tokenize renders req's messages with the simulator's chat template, as
 // POST /tokenize does.
 func (s *Server) Tokenize(ctx context.Context, req *inference.TokenizeRequest) ([]int32, error) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -186,7 +187,9 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(filepath.Clean(outDir))+".merging-")
+	prefix := "." + filepath.Base(filepath.Clean(outDir)) + ".merging-"
+	removeStaleStaging(parent, prefix)
+	tmp, err := os.MkdirTemp(parent, prefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
 	}

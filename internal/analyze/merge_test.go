@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -320,5 +321,37 @@ func TestMergeCancelled(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Join(out, "data"))
 	if len(entries) != 0 {
 		t.Errorf("a failed merge left %d entries in its output", len(entries))
+	}
+}
+
+// A merge killed before its rename leaves its staging directory; the next
+// merge into the same place removes it (its process is gone) and leaves
+// a running merge's alone.
+func TestMergeRemovesStaleStaging(t *testing.T) {
+	dir := t.TempDir()
+	inputs, _ := shards(t, dir)
+	out := filepath.Join(dir, "merged")
+	stale := filepath.Join(dir, ".merged.merging-999999999-42")
+	legacy := filepath.Join(dir, ".merged.merging-123456")
+	live := filepath.Join(dir, ".merged.merging-"+strconv.Itoa(os.Getpid())+"-7")
+	for _, d := range []string{stale, legacy, live} {
+		if err := os.MkdirAll(filepath.Join(d, "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Merge(context.Background(), inputs, out, MergeOptions{FileRows: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{stale, legacy} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s left: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live merge's staging removed: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".merged.merging-*"))
+	if len(left) != 1 {
+		t.Errorf("staging directories left: %v", left)
 	}
 }

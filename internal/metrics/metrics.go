@@ -75,6 +75,13 @@ type Metrics struct {
 	ScoredRows int64 `json:"scored_rows"`
 	// Reward are the reward's moments over scored rows.
 	Reward Moments `json:"reward"`
+	// LastRun is what the run that wrote metrics.json counted of its own
+	// requests; absent from what stats computes from the files.
+	LastRun *RunTokens `json:"last_run,omitempty"`
+	// RewardsSkipped counts scored rows whose reward is not finite or
+	// beyond ±MaxReward: they are left out of Reward's moments (trajflow
+	// never writes one; another writer's file may hold them).
+	RewardsSkipped int64 `json:"rewards_skipped,omitempty"`
 	// Correctness says how correctness was judged and how often it held.
 	Correctness Correctness `json:"correctness"`
 	// Tasks is the number of distinct (run_id, task_index) pairs.
@@ -195,6 +202,18 @@ func seqCounts(r *pipeline.Rollout) Counts {
 		}
 	}
 	return c
+}
+
+// RunTokens are a run's token figures beside the rows': the completion
+// tokens of its answered requests, the requests it cancelled in flight
+// with an estimate of their partial output, and the endpoints' own count
+// of tokens generated during the run where they report one (vLLM's
+// vllm:generation_tokens_total), which includes that partial output.
+type RunTokens struct {
+	CompletionTokens        int64  `json:"completion_tokens"`
+	CancelledRequests       int64  `json:"cancelled_requests"`
+	CancelledTokensEstimate int64  `json:"cancelled_tokens_estimate"`
+	ServerTokens            *int64 `json:"server_tokens,omitempty"`
 }
 
 // Moments are the count, mean, population standard deviation, minimum and
@@ -368,6 +387,7 @@ type Aggregator struct {
 	rewardN              int64
 	rewardMean, rewardM2 float64
 	rewardMin, rewardMax float64
+	rewardSkipped        int64
 	correct              int64
 	metricRows           int64
 	rewardRows           int64
@@ -624,8 +644,17 @@ func foldOpen(t *totals, o *openTask) {
 	}
 }
 
+// MaxReward is the largest reward magnitude the moments take: beyond it
+// the sums of squares could overflow. Larger or non-finite rewards are
+// counted in Metrics.RewardsSkipped instead.
+const MaxReward = 1e100
+
 // addReward updates the reward's moments (Welford's algorithm).
 func (a *Aggregator) addReward(v float64) {
+	if math.IsNaN(v) || math.Abs(v) > MaxReward {
+		a.rewardSkipped++
+		return
+	}
 	a.rewardN++
 	if a.rewardN == 1 {
 		a.rewardMin, a.rewardMax = v, v
@@ -671,9 +700,10 @@ func (o Options) judge(r *pipeline.Rollout) (correct, byMetric bool) {
 // Aggregator may go on accepting rollouts.
 func (a *Aggregator) Result() *Metrics {
 	m := &Metrics{
-		Rows:       a.rows,
-		Status:     make(map[string]int64, len(a.status)),
-		ScoredRows: a.scored,
+		Rows:           a.rows,
+		Status:         make(map[string]int64, len(a.status)),
+		ScoredRows:     a.scored,
+		RewardsSkipped: a.rewardSkipped,
 		Reward: Moments{
 			N: a.rewardN, Mean: a.rewardMean,
 			Min: a.rewardMin, Max: a.rewardMax,

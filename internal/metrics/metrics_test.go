@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -404,5 +405,26 @@ func TestNeMoRLTerminationRates(t *testing.T) {
 	m := a.Result()
 	if m.NaturalTerminationRate != 0.75 || m.TruncationRate != 0.25 || m.MaxTurnsReachedRate != 0.5 {
 		t.Fatalf("natural %v truncation %v max turns %v, want 0.75 0.25 0.5", m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate)
+	}
+}
+
+// TestNonFiniteRewards: rewards that are not finite or too large to square
+// are left out of the moments and counted; the metrics still encode as
+// JSON and print.
+func TestNonFiniteRewards(t *testing.T) {
+	a := New()
+	for i, v := range []float64{1, math.NaN(), 1e308, math.Inf(-1), 3, -1.7e308} {
+		a.Add(&pipeline.Rollout{Task: &pipeline.Task{Index: int64(i)}, Status: pipeline.StatusOK, Reward: v})
+	}
+	m := a.Result()
+	if m.RewardsSkipped != 4 || m.Reward.N != 2 || m.Reward.Mean != 2 || m.Reward.Std != 1 || m.Reward.Max != 3 {
+		t.Fatalf("skipped %d, moments %+v", m.RewardsSkipped, m.Reward)
+	}
+	if _, err := json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := m.WriteText(&b); err != nil || !strings.Contains(b.String(), "rewards skipped") {
+		t.Fatalf("%v\n%s", err, b.String())
 	}
 }

@@ -18,6 +18,9 @@ func (m *Metrics) WriteText(w io.Writer) error {
 	p("status\t%s", counts(m.Status))
 	p("scored rows\t%d\t(status ok or filtered)", m.ScoredRows)
 	p("reward\tmean %.4f\tstd %.4f\tmin %.4g\tmax %.4g", m.Reward.Mean, m.Reward.Std, m.Reward.Min, m.Reward.Max)
+	if m.RewardsSkipped > 0 {
+		p("rewards skipped\t%d (not finite, or beyond ±%g)", m.RewardsSkipped, MaxReward)
+	}
 	judge := "reward"
 	if m.Correctness.Metric != "" {
 		judge = fmt.Sprintf("metric %q (else reward)", m.Correctness.Metric)

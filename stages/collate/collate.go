@@ -15,6 +15,9 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 )
 
+// maxReserve bounds the text a Collator reserves for its next batch.
+const maxReserve = 16 << 20
+
 // DefaultBatchRows is the batch size New uses when given batchRows <= 0.
 const DefaultBatchRows = 1024
 
@@ -23,7 +26,10 @@ const DefaultBatchRows = 1024
 type Collator struct {
 	batchRows int
 	rows      int
-	b         *array.RecordBuilder
+	// bytes is the buffered rows' text (RowBytes); a record is handed out
+	// at batchBytes and never holds more than maxBytes (SetBytes).
+	bytes, batchBytes, maxBytes int64
+	b                           *array.RecordBuilder
 
 	str  [schema.NumColumns]*array.StringBuilder
 	i64  [schema.NumColumns]*array.Int64Builder
@@ -112,7 +118,8 @@ func (s *stage) valid(n int) []bool {
 }
 
 // New returns a Collator that allocates from alloc and hands out records of
-// at least batchRows rows (the last one may be smaller; see Flush).
+// at least batchRows rows, or DefaultBatchBytes of text (the last one may be
+// smaller; see Flush and SetBytes).
 func New(alloc memory.Allocator, batchRows int) *Collator {
 	if alloc == nil {
 		alloc = memory.DefaultAllocator
@@ -120,7 +127,7 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	if batchRows <= 0 {
 		batchRows = DefaultBatchRows
 	}
-	c := &Collator{batchRows: batchRows, b: array.NewRecordBuilder(alloc, schema.Schema())}
+	c := &Collator{batchRows: batchRows, batchBytes: DefaultBatchBytes, maxBytes: MaxRecordBytes, b: array.NewRecordBuilder(alloc, schema.Schema())}
 	for i, f := range schema.Schema().Fields() {
 		fb := c.b.Field(i)
 		switch f.Type.ID() {
@@ -192,7 +199,7 @@ func (c *Collator) Add(g *pipeline.Group) arrow.Record {
 			}
 		}
 	}
-	if c.rows >= c.batchRows {
+	if c.rows >= c.batchRows || c.bytes >= c.batchBytes {
 		return c.Flush()
 	}
 	return nil
@@ -205,7 +212,7 @@ func (c *Collator) Flush() arrow.Record {
 		return nil
 	}
 	rows := c.rows
-	c.rows = 0
+	c.rows, c.bytes = 0, 0
 	c.unstage()
 	// Size the next batch's largest buffers like this one's, so that they
 	// are allocated once rather than grown by doubling and copying.
@@ -216,8 +223,10 @@ func (c *Collator) Flush() arrow.Record {
 	}
 	rec := c.b.NewRecord()
 	c.b.Reserve(rows)
-	c.msgContent.ReserveData(content)
-	c.str[schema.ColTask].ReserveData(task)
+	// At most maxReserve: one batch of long completions must not keep
+	// its size reserved for every batch after it.
+	c.msgContent.ReserveData(min(content, maxReserve))
+	c.str[schema.ColTask].ReserveData(min(task, maxReserve))
 	for i, b := range c.reserve() {
 		b.Reserve(vals[i])
 	}
@@ -298,7 +307,7 @@ func (c *Collator) Release() {
 		c.b.Release()
 		c.b = nil
 	}
-	c.rows = 0
+	c.rows, c.bytes = 0, 0
 	c.stage = stage{}
 }
 
@@ -341,6 +350,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	c.rows++
+	c.bytes += RowBytes(r)
 	var taskIndex int64
 	var raw []byte
 	if r.Task != nil {

@@ -397,3 +397,48 @@ func BenchmarkCollateSmall(b *testing.B) {
 		})
 	}
 }
+
+// TestBatchesCutByBytes: a record is handed out at the batch's text size
+// whatever its rows, and Fits says when buffered rows must go first so
+// that a record never holds more than MaxBytes of text.
+func TestBatchesCutByBytes(t *testing.T) {
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer alloc.AssertSize(t, 0)
+	c := collate.New(alloc, 1000)
+	defer c.Release()
+	g := func(i int64) *pipeline.Group { return pipelinetest.Group(i, 2, 200) }
+	one := collate.GroupBytes(g(0))
+	if one < 2*256 {
+		t.Fatalf("a group of 2 rows counts %d bytes", one)
+	}
+	// Batches of about 2 groups, records of at most 3.
+	c.SetBytes(2*one, 3*one+one/2)
+	var rows []int64
+	emit := func(rec arrow.Record) {
+		if rec != nil {
+			rows = append(rows, rec.NumRows())
+			rec.Release()
+		}
+	}
+	for i := range int64(5) {
+		if !c.Fits(g(i)) {
+			t.Fatalf("group %d does not fit %d buffered bytes", i, c.Bytes())
+		}
+		emit(c.Add(g(i)))
+	}
+	emit(c.Flush())
+	if !reflect.DeepEqual(rows, []int64{4, 4, 2}) {
+		t.Fatalf("rows per record %v, want [4 4 2]", rows)
+	}
+	// A group over MaxBytes fits nothing, not even an empty Collator.
+	big := g(9)
+	big.Rollouts[0].Messages = append(big.Rollouts[0].Messages, pipeline.Message{Role: "assistant", Content: string(make([]byte, 4*one))})
+	if c.Fits(big) || collate.GroupBytes(big) <= c.MaxBytes() {
+		t.Fatalf("a group of %d bytes fits a limit of %d", collate.GroupBytes(big), c.MaxBytes())
+	}
+	// Invalid UTF-8 counts three times (each byte may become U+FFFD).
+	r := &pipeline.Rollout{Messages: []pipeline.Message{{Content: "\xff\xfe"}}}
+	if n := collate.RowBytes(r); n != 256+6 {
+		t.Fatalf("RowBytes %d", n)
+	}
+}

@@ -13,6 +13,9 @@ type Config struct {
 // small batches keep a sink's memory low and its commits frequent.
 const DefaultConfigBatchRows = 128
 
+// MaxBatchRows bounds batch_rows (records are also cut by bytes).
+const MaxBatchRows = 1 << 20
+
 // SetDefaults fills the keys left unset.
 func (c *Config) SetDefaults() {
 	if c.BatchRows == 0 {
@@ -23,8 +26,8 @@ func (c *Config) SetDefaults() {
 // Validate reports the section's problems.
 func (c *Config) Validate() error {
 	var p pipeline.Problems
-	if c.BatchRows < 1 {
-		p.Add("batch_rows", "must be >= 1, got %d", c.BatchRows)
+	if c.BatchRows < 1 || c.BatchRows > MaxBatchRows {
+		p.Add("batch_rows", "must be between 1 and %d, got %d", MaxBatchRows, c.BatchRows)
 	}
 	return p.Err()
 }

@@ -215,15 +215,22 @@ func (c *Config) Validate() error {
 	return p.Err()
 }
 
+// Upper bounds of the section's limits.
+const (
+	MaxTurns       = 1 << 16
+	MaxSeqLen      = 1 << 24
+	MaxConcurrency = 1 << 16
+)
+
 func (c *Config) validateLimits(p *pipeline.Problems) {
-	if c.MaxTurns < 0 {
-		p.Add("max_turns", "must be >= 0 (0: no limit), got %d", c.MaxTurns)
+	if c.MaxTurns < 0 || c.MaxTurns > MaxTurns {
+		p.Add("max_turns", "must be between 0 (no limit) and %d, got %d", MaxTurns, c.MaxTurns)
 	}
-	if c.MaxSeqLen < 0 {
-		p.Add("max_seq_len", "must be >= 0, got %d", c.MaxSeqLen)
+	if c.MaxSeqLen < 0 || c.MaxSeqLen > MaxSeqLen {
+		p.Add("max_seq_len", "must be between 0 (none) and %d, got %d", MaxSeqLen, c.MaxSeqLen)
 	}
-	if c.Concurrency < 1 {
-		p.Add("concurrency", "must be >= 1, got %d", c.Concurrency)
+	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
+		p.Add("concurrency", "must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
 	}
 	if c.HistoryLength != nil && *c.HistoryLength < 0 {
 		p.Add("history_length", "must be >= 0 (0: the current observation only), got %d", *c.HistoryLength)

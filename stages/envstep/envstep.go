@@ -228,6 +228,10 @@ func (s *route) step(ctx context.Context, r *pipeline.Rollout) (done bool, err e
 	if st == nil {
 		st = &envs.Step{Terminated: true}
 	}
+	if err := checkStep(st); err != nil {
+		r.Fail("env", fmt.Errorf("env %s step (turn %d): %w", s.name, r.NumTurns, err))
+		return true, nil
+	}
 	// The environment's reward is the episode's and the step's as it
 	// stands; an invalid action's penalty is charged to the step's
 	// training signal only (Step.Penalty, taken off its return after the
@@ -310,6 +314,10 @@ func (s *route) end(ctx context.Context, r *pipeline.Rollout) error {
 		return nil
 	}
 	if st == nil {
+		return nil
+	}
+	if err := checkStep(st); err != nil {
+		r.Fail("env", fmt.Errorf("env %s end (turn %d): %w", s.name, r.NumTurns, err))
 		return nil
 	}
 	r.Reward += st.Reward

@@ -3,6 +3,7 @@ package envstep_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -179,5 +180,41 @@ func TestEnder(t *testing.T) {
 				t.Fatalf("turn rewards %v: End's reward belongs to the last turn", r.TurnRewards)
 			}
 		})
+	}
+}
+
+// TestNumbersRefused: a reward or metric that is not finite, or beyond
+// MaxAbsReward, fails the rollout as an env error naming the field; the
+// rollout keeps no such number.
+func TestNumbersRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		step *envs.Step
+		want string
+	}{
+		{"NaN reward", &envs.Step{Reward: math.NaN(), Terminated: true}, "reward: NaN is not a finite number"},
+		{"+Inf reward", &envs.Step{Reward: math.Inf(1), Terminated: true}, "reward: +Inf is not a finite number"},
+		{"1e308 reward", &envs.Step{Reward: 1e308, Terminated: true}, "reward: 1e+308 is out of range"},
+		{"-1.7e308 reward", &envs.Step{Reward: -1.7e308}, "reward: -1.7e+308 is out of range"},
+		{"NaN metric", &envs.Step{Reward: 1, Metrics: map[string]float64{"acc": 1, "len": math.NaN()}, Terminated: true}, `metrics["len"]: NaN is not a finite number`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := envstep.New(fixedEnv{tt.step, nil}, "fixed", envstep.Limits{MaxTurns: 3})
+			r := after(1, "x")
+			done, err := s.Step(context.Background(), r)
+			if err != nil || !done || r.Status != pipeline.StatusError || r.ErrorClass != "env" || !strings.Contains(r.Error, tt.want) {
+				t.Fatalf("done %v err %v: status %s class %q error %q", done, err, r.Status, r.ErrorClass, r.Error)
+			}
+			if math.IsNaN(r.Reward) || math.IsInf(r.Reward, 0) || r.Reward != 0 || len(r.Metrics) != 0 {
+				t.Fatalf("reward %v metrics %v kept", r.Reward, r.Metrics)
+			}
+		})
+	}
+	// The bound itself is a reward.
+	r := after(1, "x")
+	s := envstep.New(fixedEnv{&envs.Step{Reward: -envstep.MaxAbsReward, Terminated: true}, nil}, "fixed", envstep.Limits{})
+	if _, err := s.Step(context.Background(), r); err != nil || r.Status != pipeline.StatusOK || r.Reward != -envstep.MaxAbsReward {
+		t.Fatalf("%v: status %s reward %v", err, r.Status, r.Reward)
 	}
 }

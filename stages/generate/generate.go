@@ -78,13 +78,19 @@ func firstImage(msgs []pipeline.Message) int {
 }
 
 // ClassPromptTooLong is the error class of a rollout whose first prompt
-// is longer than Options.PromptMaxTokens with truncation error.
+// is longer than Options.PromptMaxTokens with truncation error, or leaves
+// no room to generate under max_seq_len.
 const ClassPromptTooLong = "prompt_too_long"
 
 // ClassInvalidRequest is the error class of a row whose request cannot be
 // sent (pipeline.Task.Invalid: an OpenAI Batch line with an unsupported
 // url, or stream: true). No request is sent.
 const ClassInvalidRequest = "invalid_request"
+
+// FinishContextLength is the finish reason of a trajectory that ended
+// because the server refused a later turn's prompt as longer than its
+// context (the row keeps its earlier turns and the refusal in its error).
+const FinishContextLength = "context_length"
 
 // maxSeqLen is r's token bound; 0: none.
 func (g *Generator) maxSeqLen(r *pipeline.Rollout) int {
@@ -113,6 +119,8 @@ type Generator struct {
 	// noTokenize is set once the server answered that it has no
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
+
+	reqs requestCounts
 }
 
 // New returns a Generator sending requests to client. With opts.API
@@ -262,14 +270,25 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
 	start := time.Now()
 	resp, err := g.client.Complete(ctx, req)
-	r.GenTime += time.Since(start)
+	took := time.Since(start)
+	r.GenTime += took
 	if err != nil {
 		if ctx.Err() != nil {
+			g.reqs.cancelled(took)
 			return nil, ctx.Err()
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
+			if r.NumTurns == 0 {
+				// Nothing was generated: the row is an error, never an
+				// empty ok row.
+				r.Fail(inference.ClassContextLength, fmt.Errorf("%s: the server refused the first prompt: %w", rowName(r), err))
+				return nil, nil
+			}
+			// A later turn: the trajectory ends truncated with the turns
+			// it has, and the row says why.
 			r.Truncated = true
-			r.FinishReason = "context_length"
+			r.FinishReason = FinishContextLength
+			r.Error = fmt.Sprintf("turn %d: %v", r.NumTurns+1, err)
 			r.Resolve(pipeline.StatusOK)
 			return nil, nil
 		}
@@ -282,6 +301,7 @@ func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *infe
 		return nil, nil
 	}
 	addDiscarded(r, resp.Discarded)
+	g.reqs.completed(took, resp.CompletionTokens)
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
 		return nil, nil
@@ -351,6 +371,10 @@ func (g *Generator) stepRequest(ctx context.Context, r *pipeline.Rollout, msgs [
 	}
 	if m := g.maxSeqLen(r); m > 0 && prompt != nil {
 		// max_seq_len bounds each step's sequence (its prompt and response).
+		if len(prompt) >= m && r.NumTurns == 0 {
+			r.Fail(ClassPromptTooLong, firstTooLong(r, len(prompt), m))
+			return nil, false, nil
+		}
 		if len(prompt) >= m {
 			r.Truncated = true
 			r.FinishReason = "length"
@@ -524,6 +548,12 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending i
 	}
 	if msl := g.maxSeqLen(r); msl > 0 {
 		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if first && n >= msl {
+			// No room to generate a token: an error row, never an ok
+			// row of 0 turns.
+			r.Fail(ClassPromptTooLong, firstTooLong(r, n, msl))
+			return 0, false, nil
+		}
 		if n > msl {
 			cutTokens(r, msl)
 			n = msl
@@ -536,6 +566,12 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending i
 		}
 	}
 	return pending, true, nil
+}
+
+// firstTooLong is the error of a first prompt of n tokens that leaves no
+// room under max_seq_len msl.
+func firstTooLong(r *pipeline.Rollout, n, msl int) error {
+	return fmt.Errorf("%s: the first prompt is %d tokens, max_seq_len %d leaves no room to generate", rowName(r), n, msl)
 }
 
 // rowName names r's input row for errors: its source place
@@ -664,6 +700,34 @@ func (g *Generator) RenderedPrompt(ctx context.Context, r *pipeline.Rollout) (*R
 		p.TextErr = fmt.Errorf("%T cannot detokenize", g.client)
 	}
 	return p, nil
+}
+
+// MaxModelLen is the server's context length where the client knows it
+// (inference.ContextLimiter; learnt from a /tokenize answer), else 0.
+func (g *Generator) MaxModelLen() int {
+	if l, ok := g.client.(inference.ContextLimiter); ok {
+		return l.MaxModelLen()
+	}
+	return 0
+}
+
+// MaxSeqLen is r's max_seq_len (its route's); 0: none.
+func (g *Generator) MaxSeqLen(r *pipeline.Rollout) int { return g.maxSeqLen(r) }
+
+// MaxTokens is the max_tokens (or max_completion_tokens) r's first
+// request asks for, capped to the room max_seq_len leaves after a prompt
+// of n tokens; 0 when none is set and max_seq_len sets none.
+func (g *Generator) MaxTokens(r *pipeline.Rollout, n int) int {
+	p := g.Request(r).Params
+	if m := g.maxSeqLen(r); m > 0 && m > n {
+		capMaxTokens(p, m-n)
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := toInt(p[k]); ok {
+			return v
+		}
+	}
+	return 0
 }
 
 // observationIDs returns the token ids of the messages after r's last

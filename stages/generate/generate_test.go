@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/trajflow/trajflow/inference"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -148,22 +149,34 @@ func TestRequestSeed(t *testing.T) {
 func TestFailures(t *testing.T) {
 	tests := []struct {
 		err       error
+		turns     int // turns the rollout had before
 		status    pipeline.Status
 		class     string
 		truncated bool
 	}{
-		{&inference.Error{Class: inference.ClassContextLength, Status: 400, Msg: "too long"}, pipeline.StatusOK, "", true},
-		{&inference.Error{Class: inference.ClassServer, Status: 503, Msg: "down"}, pipeline.StatusError, inference.ClassServer, false},
-		{errors.New("odd"), pipeline.StatusError, "internal", false},
+		// The first prompt refused: an error row, nothing generated.
+		{&inference.Error{Class: inference.ClassContextLength, Status: 400, Msg: "too long"}, 0, pipeline.StatusError, inference.ClassContextLength, false},
+		// A later turn refused: the turns so far are kept, truncated,
+		// and the refusal is recorded.
+		{&inference.Error{Class: inference.ClassContextLength, Status: 400, Msg: "too long"}, 2, pipeline.StatusOK, "", true},
+		{&inference.Error{Class: inference.ClassServer, Status: 503, Msg: "down"}, 0, pipeline.StatusError, inference.ClassServer, false},
+		{errors.New("odd"), 0, pipeline.StatusError, "internal", false},
 	}
 	for _, tt := range tests {
 		c := &scripted{errs: []error{tt.err}}
 		r := rollout()
+		r.NumTurns = tt.turns
 		if err := newGen(c, nil).Turn(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Status != tt.status || r.ErrorClass != tt.class || r.Truncated != tt.truncated {
 			t.Fatalf("%v: status %s class %q truncated %v", tt.err, r.Status, r.ErrorClass, r.Truncated)
+		}
+		if tt.err != nil && inference.ErrorClass(tt.err) == inference.ClassContextLength && !strings.Contains(r.Error, "too long") {
+			t.Fatalf("the refusal is not recorded: error %q", r.Error)
+		}
+		if tt.truncated && r.FinishReason != generate.FinishContextLength {
+			t.Fatalf("finish reason %q", r.FinishReason)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -119,6 +119,14 @@ func (c *Config) SetDefaults() {
 	}
 }
 
+// Upper bounds of the section's counts: groups in flight are held in
+// memory, and attempts and retries repeat work.
+const (
+	MaxAttempts       = 1000
+	MaxSampleRetries  = 100
+	MaxInflightGroups = 1 << 16
+)
+
 // Validate reports every problem of the section at once.
 func (c *Config) Validate() error {
 	var p pipeline.Problems
@@ -144,14 +152,14 @@ func (c *Config) Validate() error {
 	if c.OnExhausted == "keep_unfiltered" && c.Target == 0 {
 		p.Add("on_exhausted", "keep_unfiltered fills up to groups.target, but no target is set")
 	}
-	if c.MaxAttempts < 1 {
-		p.Add("max_attempts", "must be >= 1, got %d", c.MaxAttempts)
+	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttempts {
+		p.Add("max_attempts", "must be between 1 and %d, got %d", MaxAttempts, c.MaxAttempts)
 	}
-	if c.SampleRetries < 0 {
-		p.Add("sample_retries", "must be >= 0, got %d", c.SampleRetries)
+	if c.SampleRetries < 0 || c.SampleRetries > MaxSampleRetries {
+		p.Add("sample_retries", "must be between 0 and %d, got %d", MaxSampleRetries, c.SampleRetries)
 	}
-	if c.MaxInflight < 0 {
-		p.Add("max_inflight", "must be >= 0, got %d", c.MaxInflight)
+	if c.MaxInflight < 0 || c.MaxInflight > MaxInflightGroups {
+		p.Add("max_inflight", "must be between 0 (automatic) and %d, got %d", MaxInflightGroups, c.MaxInflight)
 	}
 	if c.MaxRollouts < 0 {
 		p.Add("max_rollouts", "must be >= 0, got %d", c.MaxRollouts)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +94,27 @@ func (trailerEnv) Step(_ context.Context, r *pipeline.Rollout, _ pipeline.Messag
 // with the given API and max_seq_len.
 func runTokens(t *testing.T, api string, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
 	t.Helper()
+	out, seqs := runTokensRaw(t, api, maxSeqLen, maxTokens)
+	for _, r := range out {
+		if r.Status != pipeline.StatusOK {
+			t.Fatalf("%s: %s %s", r, r.Status, r.Error)
+		}
+		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if len(r.LossMask) != len(r.ResponseTokenIDs) || len(r.ResponseLogprobs) != len(r.ResponseTokenIDs) {
+			t.Fatalf("%s: %d ids, %d mask, %d logprobs", r, len(r.ResponseTokenIDs), len(r.LossMask), len(r.ResponseLogprobs))
+		}
+		for _, m := range r.Messages {
+			if m.TokenStart > m.TokenEnd || int(m.TokenEnd) > n {
+				t.Fatalf("%s: span [%d, %d) outside %d tokens", r, m.TokenStart, m.TokenEnd, n)
+			}
+		}
+	}
+	return out, seqs
+}
+
+// runTokensRaw is runTokens without its checks of each rollout.
+func runTokensRaw(t *testing.T, api string, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
+	t.Helper()
 	s := sim.New(sim.Options{Seed: 7, Preset: "agent", MinTurns: 3, MaxTurns: 6, ObsTokens: 40, StripReasoning: true})
 	defer s.Close()
 	rec := &recorder{next: s.Handler(), seqs: map[int64][][]int32{}}
@@ -136,20 +158,6 @@ func runTokens(t *testing.T, api string, maxSeqLen, maxTokens int) ([]*pipeline.
 	}
 	if len(out) != len(rs) {
 		t.Fatalf("%d rollouts out of %d", len(out), len(rs))
-	}
-	for _, r := range out {
-		if r.Status != pipeline.StatusOK {
-			t.Fatalf("%s: %s %s", r, r.Status, r.Error)
-		}
-		n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
-		if len(r.LossMask) != len(r.ResponseTokenIDs) || len(r.ResponseLogprobs) != len(r.ResponseTokenIDs) {
-			t.Fatalf("%s: %d ids, %d mask, %d logprobs", r, len(r.ResponseTokenIDs), len(r.LossMask), len(r.ResponseLogprobs))
-		}
-		for _, m := range r.Messages {
-			if m.TokenStart > m.TokenEnd || int(m.TokenEnd) > n {
-				t.Fatalf("%s: span [%d, %d) outside %d tokens", r, m.TokenStart, m.TokenEnd, n)
-			}
-		}
 	}
 	return out, rec.seqs
 }
@@ -275,6 +283,25 @@ func TestMaxSeqLenIsExact(t *testing.T) {
 				t.Fatal("no row reached max_seq_len: the test does not exercise it")
 			}
 			t.Logf("%d of %d rows reached max_seq_len and are truncated", hit, len(out))
+		})
+	}
+}
+
+// TestFirstPromptOverMaxSeqLen: a first prompt that leaves no room under
+// max_seq_len is a prompt_too_long error row, never an ok row of 0 turns.
+func TestFirstPromptOverMaxSeqLen(t *testing.T) {
+	for _, api := range []string{"tokens", "chat"} {
+		t.Run(api, func(t *testing.T) {
+			out, _ := runTokensRaw(t, api, 4, 200)
+			if len(out) == 0 {
+				t.Fatal("no rollouts")
+			}
+			for _, r := range out {
+				if r.Status != pipeline.StatusError || r.ErrorClass != generate.ClassPromptTooLong || r.NumTurns != 0 ||
+					!strings.Contains(r.Error, "max_seq_len 4") {
+					t.Fatalf("%s: status %q class %q turns %d error %q", r, r.Status, r.ErrorClass, r.NumTurns, r.Error)
+				}
+			}
 		})
 	}
 }

@@ -8,7 +8,8 @@ import (
 // Config is the repeat section: how each task expands into a group.
 type Config struct {
 	// N is the number of rollouts per task (the group size), in aabbcc
-	// order. Left out, it is 1; written as 0 it is an error.
+	// order. Left out, it is 1; written as 0 it is an error. At most MaxN
+	// (65536).
 	N int `yaml:"n"`
 	// Seed is the base seed. A seed is sent with each request only when
 	// one is configured (a config that writes seed, 0 included; from Go, a
@@ -58,6 +59,9 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// MaxN bounds n: a group's rollouts are held in memory together.
+const MaxN = 1 << 16
+
 // SetDefaults fills the keys left unset. A zero N that a config wrote
 // stays zero, for Validate to reject.
 func (c *Config) SetDefaults() {
@@ -74,6 +78,9 @@ func (c *Config) Validate() error {
 	var p pipeline.Problems
 	if c.N < 1 {
 		p.Add("n", "must be >= 1, got %d (leave n out for the default, 1)", c.N)
+	}
+	if c.N > MaxN {
+		p.Add("n", "must be at most %d, got %d (a group is held whole in memory)", MaxN, c.N)
 	}
 	p.OneOf("seed_mode", c.SeedMode, SeedOffset, SeedHash)
 	return p.Err()

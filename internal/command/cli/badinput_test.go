@@ -19,7 +19,10 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/runner"
 )
 
@@ -183,6 +186,40 @@ func TestBadInputCatalogue(t *testing.T) {
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, `{"error": {"message": "The model `+"`sim-math`"+` does not exist."}}`)
 	})
+	// A vLLM-shaped server with a 512-token context (the simulator).
+	short := sim.New(sim.Options{Seed: 3, Model: "sim-math", MaxModelLen: 512})
+	t.Cleanup(short.Close)
+	shortCtx := server(t, short.Handler().ServeHTTP)
+	// A server that moved: every path redirects.
+	moved := server(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://new.example.com"+r.URL.Path, http.StatusFound)
+	})
+	// Servers whose answers are wrong: negative token counts, and a 200
+	// carrying an error object.
+	answering := func(body string) string {
+		return server(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/models" {
+				io.WriteString(w, `{"object": "list", "data": [{"id": "sim-math", "object": "model"}]}`)
+				return
+			}
+			io.WriteString(w, body)
+		})
+	}
+	negTokens := answering(`{"choices": [{"message": {"role": "assistant", "content": "2"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 9, "completion_tokens": -5}}`)
+	errorIn200 := answering(`{"error": {"message": "engine overloaded, try later", "type": "InternalServerError"}}`)
+	// An environment whose rewards are not numbers a run can keep: 1e308
+	// for task 0 ("0+1"), NaN (not JSON) for task 1 ("1+1"), 1 otherwise.
+	badRewards := h.file("env.py", []byte(`import json, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["op"] == "reset":
+        resp = {"id": req["id"]}
+    else:
+        q = req["messages"][0]["content"]
+        reward = 1e308 if q.endswith(" 0+1") else float("nan") if q.endswith(" 1+1") else 1.0
+        resp = {"id": req["id"], "reward": reward, "terminated": True}
+    print(json.dumps(resp), flush=True)
+`))
 	// A port nothing listens on.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	unreachable := closed.URL
@@ -340,7 +377,47 @@ func TestBadInputCatalogue(t *testing.T) {
 			args: func() []string { return []string{h.config(h.file("tasks.csv", []byte("question\n1+1\n")), "")} },
 			want: []string{"tasks.csv"}},
 
+		{cat: catConfig, name: "repeat.n beyond its bound", code: cli.ExitUsage,
+			args: func() []string { return []string{h.config("", "repeat:\n  n: 100000000\n")} },
+			want: []string{"cfg.yaml: line 4", "repeat.n: must be at most 65536"}},
+		{cat: catConfig, name: "generate.concurrency beyond its bound", code: cli.ExitUsage, onGood: true,
+			args: func() []string { return h.quick("--set", "generate.concurrency=1000000000") },
+			want: []string{"--set generate.concurrency=1000000000", "generate.concurrency: must be between 1 and 65536"}},
+		{cat: catConfig, name: "generate.timeout NaN", code: cli.ExitUsage,
+			args: func() []string { return []string{h.config("", "generate:\n  timeout: NaN\n")} },
+			want: []string{"cfg.yaml: line 4", `generate.timeout: "NaN" is not a duration`}},
+		{cat: catConfig, name: "generate.timeout 1e300", code: cli.ExitUsage,
+			args: func() []string { return []string{h.config("", "generate:\n  timeout: 1e300\n")} },
+			want: []string{"cfg.yaml: line 4", `generate.timeout: "1e300" is not a duration`, "at most 1e+09"}},
+		{cat: catConfig, name: "source.max_line_bytes beyond 2 GiB", code: cli.ExitUsage,
+			args: func() []string { return []string{h.config("", "source: {max_line_bytes: 4294967296}\n")} },
+			want: []string{"source.max_line_bytes"}},
+
 		// --- input data ---
+		{cat: catInput, name: "line over source.max_line_bytes", code: cli.ExitFailed,
+			args: func() []string {
+				long := `{"question": "` + strings.Repeat("9", 200<<10) + `", "expected_answer": "1"}` + "\n"
+				return []string{h.config(h.file("t.jsonl", []byte(rows(1)+long+rows(1))), ""), "--set", "source.max_line_bytes=65536"}
+			},
+			want: []string{"t.jsonl:2", "longer than source.max_line_bytes (65536 bytes)"}},
+		{cat: catInput, name: "line over source.max_line_bytes, on_bad_row skip", code: cli.ExitOK,
+			args: func() []string {
+				long := `{"question": "` + strings.Repeat("9", 200<<10) + `", "expected_answer": "1"}` + "\n"
+				return []string{h.config(h.file("t.jsonl", []byte(rows(1)+long+rows(1))), ""), "--set", "source.max_line_bytes=65536", "--set", "source.on_bad_row=skip"}
+			},
+			want: []string{"bad rows skipped: 1"},
+			check: func(t *testing.T) {
+				b, err := os.ReadFile(filepath.Join(h.out, runner.RejectsFile))
+				if err != nil || !strings.Contains(string(b), "t.jsonl:2") || len(b) > 8<<10 {
+					t.Errorf("rejects.jsonl (%d bytes, %v) lacks t.jsonl:2 or holds the whole line", len(b), err)
+				}
+			}},
+		{cat: catInput, name: "row seed beyond 64 bits", code: cli.ExitFailed,
+			args: func() []string {
+				return []string{h.configRaw(h.file("t.jsonl", []byte(`{"responses_create_params": {"input": "2+2?", "seed": 99999999999999999999}, "expected_answer": "4"}`+"\n")), "")}
+			},
+			want: []string{"t.jsonl:1", "responses_create_params.seed: 99999999999999999999 is not a 64-bit integer"}},
+
 		{cat: catInput, name: "invalid JSON line", code: cli.ExitFailed,
 			args: func() []string {
 				return []string{h.config(h.file("t.jsonl", []byte(rows(2)+"{\"question\": \"3+3\",}\n"+rows(1))), "")}
@@ -471,6 +548,37 @@ func TestBadInputCatalogue(t *testing.T) {
 			args: func() []string { return []string{h.config("", "env:\n  name: http\n  url: localhost:9\n")} },
 			want: []string{"cfg.yaml: line 5", "env.url"}},
 
+		{cat: catEnv, name: "first prompt over env.max_seq_len", code: cli.ExitErrors,
+			args: func() []string {
+				return []string{h.config("", "env: {name: math, max_seq_len: 8}\nrun: {max_error_rate: 1}\n")}
+			},
+			want:  []string{"no kept rollout generated a token", "prompt_too_long=4", "max_seq_len 8 leaves no room to generate"},
+			check: func(t *testing.T) { noEmptyOK(t, h.out) }},
+		{cat: catEnv, name: "rewards 1e308 and NaN", code: cli.ExitOK,
+			args: func() []string {
+				return []string{h.config("", "env:\n  name: subprocess\n  command: [python3, "+strconv.Quote(badRewards)+"]\n  workers: 1\nrun: {max_error_rate: 1}\n")}
+			},
+			want: []string{"errors by class: env=2"},
+			check: func(t *testing.T) {
+				rows := readRows(t, filepath.Join(h.out, runner.ErrorsDir))
+				var big, nan bool
+				for _, r := range rows {
+					big = big || strings.Contains(r.Error, "reward: 1e+308 is out of range")
+					nan = nan || strings.Contains(r.Error, "NaN")
+				}
+				if !big || !nan {
+					t.Errorf("error rows do not name the rewards: %v", rows)
+				}
+				// Nothing non-finite was committed: stats and report work.
+				var out, errb bytes.Buffer
+				if code := cli.Main([]string{"stats", "--json", h.out}, &out, &errb); code != cli.ExitOK || strings.Contains(out.String(), "Inf") {
+					t.Errorf("stats --json: exit %d\n%s%s", code, &out, &errb)
+				}
+				if code := cli.Main([]string{"report", h.out}, &out, &errb); code != cli.ExitOK {
+					t.Errorf("report: exit %d\n%s", code, &errb)
+				}
+			}},
+
 		// --- inference endpoints (against committed data) ---
 		{cat: catInfer, name: "endpoint unreachable", code: cli.ExitErrors, onGood: true,
 			args: func() []string { return h.quick("--set", "generate.endpoints=["+unreachable+"/v1]") },
@@ -490,6 +598,34 @@ func TestBadInputCatalogue(t *testing.T) {
 		{cat: catInfer, name: "unknown generate.api", code: cli.ExitUsage, onGood: true,
 			args: func() []string { return h.quick("--set", "generate.api=chatty") },
 			want: []string{"--set generate.api=chatty", "generate.api"}},
+
+		{cat: catInfer, name: "context too short for max_tokens (vLLM 400)", code: cli.ExitErrors,
+			args: func() []string {
+				return h.quick("--set", "generate.endpoints=["+shortCtx+"/v1]", "--set", "generate.params.max_tokens=512")
+			},
+			want:  []string{"too many rollouts failed", "context_length=", "maximum context length is 512 tokens"},
+			check: func(t *testing.T) { noEmptyOK(t, h.out) }},
+		{cat: catInfer, name: "context too short, every row failing", code: cli.ExitErrors,
+			args: func() []string {
+				return h.quick("--set", "generate.endpoints=["+shortCtx+"/v1]", "--set", "generate.params.max_tokens=512", "--set", "run.max_error_rate=1")
+			},
+			want: []string{"no kept rollout generated a token", "context_length=24"},
+			check: func(t *testing.T) {
+				noEmptyOK(t, h.out)
+				b, err := os.ReadFile(filepath.Join(h.out, runner.FailuresFile))
+				if err != nil || strings.Count(string(b), `"error_class":"context_length"`) != 24 {
+					t.Errorf("failures.jsonl (%v):\n%s", err, b)
+				}
+			}},
+		{cat: catInfer, name: "endpoint redirects (302)", code: cli.ExitErrors, onGood: true,
+			args: func() []string { return h.quick("--set", "generate.endpoints=["+moved+"/v1]") },
+			want: []string{moved + "/v1/models", "redirects (HTTP 302) to https://new.example.com/v1/models"}},
+		{cat: catInfer, name: "negative token counts", code: cli.ExitErrors,
+			args: func() []string { return h.quick("--set", "generate.endpoints=["+negTokens+"/v1]") },
+			want: []string{"bad_response", "usage.completion_tokens: -5 is out of range"}},
+		{cat: catInfer, name: "200 carrying an error object", code: cli.ExitErrors,
+			args: func() []string { return h.quick("--set", "generate.endpoints=["+errorIn200+"/v1]") },
+			want: []string{"the server's error: engine overloaded, try later"}},
 
 		// --- output directories ---
 		{cat: catOutput, name: "output.dir is a file", code: cli.ExitFailed,
@@ -608,4 +744,27 @@ func TestBadInputCatalogue(t *testing.T) {
 	if after := hashTree(t, filepath.Join(h.good, "data")); len(after) != len(goodData) {
 		t.Error("the good run's data changed")
 	}
+}
+
+// noEmptyOK fails when a committed data row is ok with 0 generated tokens.
+func noEmptyOK(t *testing.T, out string) {
+	t.Helper()
+	if files, _ := filepath.Glob(filepath.Join(out, runner.DataDir, "*.parquet")); len(files) == 0 {
+		return
+	}
+	for _, r := range readRows(t, filepath.Join(out, runner.DataDir)) {
+		if r.Status == pipeline.StatusOK && r.CompletionTokens == 0 {
+			t.Errorf("%s: an ok row with 0 generated tokens", r)
+		}
+	}
+}
+
+// readRows reads every row of a folder of part files.
+func readRows(t *testing.T, dir string) []*pipeline.Rollout {
+	t.Helper()
+	rs, err := readback.Dir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }

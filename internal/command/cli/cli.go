@@ -25,8 +25,9 @@ const (
 	ExitShortOfData = 3 // the data ran out before groups.target kept groups
 	// ExitErrors: the rollouts kept failing: an inference endpoint failed
 	// the check before the run, the circuit breaker opened, or the share of
-	// error rollouts exceeded run.max_error_rate; or object storage
-	// refused the run (credentials, bucket, endpoint).
+	// error rollouts exceeded run.max_error_rate; or no kept rollout
+	// generated a token; or object storage refused the run (credentials,
+	// bucket, endpoint).
 	ExitErrors      = 4
 	ExitInterrupted = 130 // a signal stopped the run
 )
@@ -142,7 +143,7 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	red := cfg.Redactor()
 	opts := runner.Options{AllowConfigChange: allowChange, Abort: abort}
 	var view *liveView
-	if !quiet && cfg.Run.Progress > 0 && isTerminal(stderr) {
+	if !quiet && cfg.Run.Progress > 0 && liveTerminal(stderr) {
 		// On a terminal, a live view instead of the periodic line; the
 		// snapshot it draws holds no secret (endpoints are redacted).
 		view = newLiveView(stderr)
@@ -167,7 +168,8 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	case errors.Is(err, runner.ErrShortOfData):
 		fmt.Fprintln(stderr, "trajflow run:", err)
 		return ExitShortOfData
-	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate) || errors.Is(err, runner.ErrStorage):
+	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate) || errors.Is(err, runner.ErrStorage) ||
+		errors.Is(err, runner.ErrNothingGenerated):
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitErrors
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:

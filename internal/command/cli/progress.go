@@ -16,11 +16,16 @@ import (
 	"github.com/trajflow/trajflow/runner"
 )
 
-// isTerminal reports whether w is a terminal (the live view draws there;
-// elsewhere the plain progress line goes to the log).
-func isTerminal(w io.Writer) bool {
+// liveTerminal reports whether w is a terminal the live view can draw on:
+// one that reports a size. A terminal that reports 0×0 (some CI runners
+// and serial consoles) gets the plain progress line instead.
+func liveTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false
+	}
+	cols, rows, err := term.GetSize(int(f.Fd()))
+	return err == nil && cols > 0 && rows > 0
 }
 
 // liveView draws a run's progress on a terminal as a few live lines (mpb):
@@ -132,7 +137,17 @@ func ratesLine(s runner.Snapshot) string {
 	if len(s.ErrorClasses) > 0 {
 		errs += " (" + counts(s.ErrorClasses) + ")"
 	}
-	return fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d%s", errs, tokens, rollouts, s.RowsCommitted, s.CostText()) + hostedText(s.Hosted)
+	line := fmt.Sprintf("%s   tokens/s %.0f   rollouts/s %.1f   rows committed %d%s", errs, tokens, rollouts, s.RowsCommitted, s.CostText())
+	if s.CancelledRequests > 0 {
+		line += fmt.Sprintf("   cancelled in flight %d (~%d tokens)", s.CancelledRequests, s.CancelledTokensEstimate)
+	}
+	if s.ServerTokens >= 0 {
+		line += fmt.Sprintf("   tokens %d (servers' count %d)", s.CompletionTokens, s.ServerTokens)
+	}
+	if w := s.RetryAfterWait(); w >= time.Second {
+		line += fmt.Sprintf("   waiting on Retry-After %s", w.Round(time.Second))
+	}
+	return line + hostedText(s.Hosted)
 }
 
 // hostedText is the rate limiter's, the response cache's and the Batch
@@ -153,6 +168,9 @@ func endpointLine(s runner.Snapshot, i int) string {
 	line := fmt.Sprintf("endpoint  %s  in flight %d", e.Endpoint, e.InFlight)
 	if !e.Healthy {
 		line += " (out, probing)"
+	}
+	if e.RetryAfter >= time.Second {
+		line += fmt.Sprintf("  asked to wait %s (Retry-After)", e.RetryAfter.Round(time.Second))
 	}
 	if e.Server.OK {
 		line += fmt.Sprintf("  server: running %.0f, waiting %.0f, KV cache %.0f%%", e.Server.Running, e.Server.Waiting, 100*e.Server.KVCache)

@@ -62,3 +62,25 @@ func TestRatesLineCost(t *testing.T) {
 		t.Fatalf("%q: a cost without a price", got)
 	}
 }
+
+// A long Retry-After wait, the requests cancelled in flight and the
+// servers' own token count are on the view's lines.
+func TestViewShowsWaitsAndTokens(t *testing.T) {
+	s := runner.Snapshot{
+		CompletionTokens: 900, CancelledRequests: 3, CancelledTokensEstimate: 120, ServerTokens: 1030,
+		Endpoints: []runner.EndpointLoad{{Endpoint: "http://a:8000/v1", Healthy: true, RetryAfter: 44*time.Second + 600*time.Millisecond}},
+	}
+	if got := endpointLine(s, 0); !strings.Contains(got, "asked to wait 45s (Retry-After)") {
+		t.Errorf("endpoint line %q", got)
+	}
+	got := ratesLine(s)
+	for _, want := range []string{"waiting on Retry-After 45s", "cancelled in flight 3 (~120 tokens)", "tokens 900 (servers' count 1030)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rates line %q lacks %q", got, want)
+		}
+	}
+	s.ServerTokens, s.CancelledRequests, s.Endpoints = -1, 0, nil
+	if got := ratesLine(s); strings.Contains(got, "servers' count") || strings.Contains(got, "cancelled") || strings.Contains(got, "Retry-After") {
+		t.Errorf("rates line %q", got)
+	}
+}

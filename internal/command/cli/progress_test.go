@@ -2,7 +2,9 @@ package cli_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
@@ -65,5 +68,61 @@ func TestLiveViewOnATerminal(t *testing.T) {
 	}
 	if strings.Contains(text, "trajflow: ") && strings.Contains(text, "rollouts done") {
 		t.Errorf("the plain progress line was printed on a terminal:\n%s", text)
+	}
+}
+
+// The live view never shows a URL's user name (a token given as the user
+// name is the whole secret); a terminal that reports its size as 0×0 gets
+// the plain progress line.
+func TestLiveViewRedactsAndDrawsOnAnySize(t *testing.T) {
+	s := sim.New(sim.Options{Seed: 3, Preset: "short", Accuracy: 0.5, Model: "sim-math", TimeScale: 0.3})
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	const token = "sk-live-view-token-93d1"
+	endpoint := strings.Replace(srv.URL, "http://", "http://"+token+"@", 1) + "/v1"
+	root, _ := filepath.Abs("../..")
+	t.Chdir(root)
+	for _, size := range []pty.Winsize{{Rows: 40, Cols: 160}, {Rows: 0, Cols: 0}} {
+		t.Run(fmt.Sprintf("%dx%d", size.Cols, size.Rows), func(t *testing.T) {
+			ptmx, tty, err := pty.Open()
+			if err != nil {
+				t.Skipf("no pseudo-terminal: %v", err)
+			}
+			defer ptmx.Close()
+			if err := pty.Setsize(ptmx, &size); err != nil {
+				t.Fatal(err)
+			}
+			var screen bytes.Buffer
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				io.Copy(&screen, ptmx)
+			}()
+			var stdout bytes.Buffer
+			code := cli.Main([]string{"run", "examples/quickstart/config.yaml",
+				"--set", "output.dir=" + t.TempDir(), "--set", "source.limit=40", "--set", "run.progress=100ms",
+				"--set", "generate.endpoints=[" + endpoint + "]", "--set", "generate.concurrency=4"}, &stdout, tty)
+			tty.Close()
+			wg.Wait()
+			if code != cli.ExitOK {
+				t.Fatalf("exit %d\n%s\n%s", code, &stdout, &screen)
+			}
+			text := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`).ReplaceAllString(screen.String(), "")
+			if strings.Contains(text+stdout.String(), token) {
+				t.Fatalf("the URL's user name is shown:\n%s", text)
+			}
+			want := []string{"endpoint  http://[REDACTED]@127.0.0.1", "rollouts"}
+			if size.Cols == 0 {
+				// No size to draw the view in: the plain progress line.
+				want = []string{"trajflow: ", "rollouts done"}
+			}
+			for _, want := range want {
+				if !strings.Contains(text, want) {
+					t.Errorf("the terminal shows no %q:\n%s", want, text)
+				}
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/command/report"
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -88,8 +89,11 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		n = -1 // report.Options: 0 is the default, negative none
 	}
 	inputs := []string{output}
+	var also, failures []string
+	runMetrics := ""
 	if st.IsDir() {
-		inputs = report.Inputs(output)
+		runMetrics = filepath.Join(output, runner.MetricsFile)
+		also, failures = report.Also(output), report.FailureLogs(output)
 		if _, err := reportShards("report", []string{output}, &namedWriter{stderr, &f}); err != nil {
 			fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))
 			return ExitFailed
@@ -97,6 +101,9 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	err = report.WriteFile(ctx, inputs, dest, report.Options{
 		Samples:     n,
+		Also:        also,
+		Failures:    failures,
+		RunMetrics:  runMetrics,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {

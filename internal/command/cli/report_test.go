@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/command/cli"
 	"github.com/trajflow/trajflow/internal/command/report"
+	"github.com/trajflow/trajflow/internal/metrics"
 )
 
 // trajflow report on a run's output (the quick start on the simulator,
@@ -78,6 +81,55 @@ func TestReport(t *testing.T) {
 		stdout, stderr := main(tt.code, tt.args...)
 		if !strings.Contains(stdout+stderr, tt.want) {
 			t.Errorf("%v: output lacks %q:\n%s%s", tt.args, tt.want, stdout, stderr)
+		}
+	}
+}
+
+// The report's summary gives the numbers `trajflow stats` gives on the
+// same output, and shows the error rows of errors/ and the failures log.
+func TestReportNumbersEqualStats(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	t.Chdir(root)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	// A context of 321 tokens refuses the longer first prompts: error
+	// rows beside kept and dropped groups.
+	if code := cli.Main([]string{"run", "examples/quickstart/config.yaml", "-q", "--set", "output.dir=" + out,
+		"--set", "source.limit=40", "--set", "generate.sim.max_model_len=321", "--set", "run.max_error_rate=1",
+		"--set", "groups.keep=nonzero_std", "--set", "output.filtered=true"}, &stdout, &stderr); code != cli.ExitOK {
+		t.Fatalf("run: exit %d\n%s%s", code, &stdout, &stderr)
+	}
+	stdout.Reset()
+	if code := cli.Main([]string{"stats", "--json", out}, &stdout, &stderr); code != cli.ExitOK {
+		t.Fatalf("stats: exit %d\n%s", code, &stderr)
+	}
+	var m metrics.Metrics
+	if err := json.Unmarshal(stdout.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if code := cli.Main([]string{"report", out}, &stdout, &stderr); code != cli.ExitOK {
+		t.Fatalf("report: exit %d\n%s", code, &stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(out, report.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	for _, want := range []string{
+		fmt.Sprintf(`<th>rows</th><td class="n">%d</td>`, m.Rows),
+		fmt.Sprintf(`<th>scored rows</th><td class="n">%d</td><th>reward</th><td>mean %.4f · std %.4f`, m.ScoredRows, m.Reward.Mean, m.Reward.Std),
+		fmt.Sprintf(`<th>accuracy</th><td class="n">%.4f</td>`, m.Correctness.Accuracy),
+		fmt.Sprintf(`<th>tasks</th><td class="n">%d</td>`, m.Tasks),
+		fmt.Sprintf(`<th>groups</th><td class="n">%d</td>`, m.Groups.Count),
+		`<th>error rows</th><td class="n">40</td><th>by class</th><td>context_length 40`,
+		`<th>failures.jsonl</th><td class="n">40</td><th>by class</th><td>context_length 40`,
+		`<th>dropped groups</th>`,
+		// metrics.json's last_run figures.
+		`<th>last run's tokens</th>`,
+	} {
+		if !strings.Contains(html, want) {
+			i := strings.Index(html, `<section id="summary">`)
+			t.Errorf("the report lacks %q; its summary:\n%s", want, html[i:i+min(3000, len(html)-i)])
 		}
 	}
 }

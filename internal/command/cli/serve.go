@@ -79,7 +79,7 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 	red := cfg.Redactor()
 	opts := serve.Options{Abort: abort, AllowConfigChange: allowChange}
 	var view *liveView
-	if cfg.Run.Progress > 0 && isTerminal(stderr) {
+	if cfg.Run.Progress > 0 && liveTerminal(stderr) {
 		// On a terminal, the run's live view and a line of the service's.
 		view = newLiveView(stderr)
 		var mu sync.Mutex

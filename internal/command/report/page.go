@@ -37,8 +37,13 @@ type page struct {
 	Inputs  []string
 	Files   int
 	Created string
-	Metrics *metrics.Metrics
-	Samples []sampleView
+	// Metrics are every row's (the charts'); Stats the summary's, what
+	// `trajflow stats` gives on the inputs without Options.Also.
+	Metrics  *metrics.Metrics
+	Stats    *metrics.Metrics
+	Failures *failureSummary
+	LastRun  *metrics.RunTokens
+	Samples  []sampleView
 
 	outcomes []metrics.TaskOutcome
 	c        *collector
@@ -109,9 +114,10 @@ func (p *page) render(w io.Writer) error {
 }
 
 var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f4":   func(v float64) string { return fmt.Sprintf("%.4f", v) },
-	"cost": metrics.FormatCost,
-	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f4":    func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"cost":  metrics.FormatCost,
+	"f1":    func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"deref": func(p *int64) int64 { return *p },
 }).Parse(pageHTML))
 
 const pageHTML = `<!DOCTYPE html>
@@ -181,14 +187,18 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <section id="summary">
 <h2>Summary</h2>
 <table>
-<tr><th>rows</th><td class="n">{{.Metrics.Rows}}</td><th>status</th><td>{{range $k, $v := .Metrics.Status}}{{$k}} {{$v}} &nbsp;{{end}}</td></tr>
-<tr><th>scored rows</th><td class="n">{{.Metrics.ScoredRows}}</td><th>reward</th><td>mean {{f4 .Metrics.Reward.Mean}} · std {{f4 .Metrics.Reward.Std}} · min {{.Metrics.Reward.Min}} · max {{.Metrics.Reward.Max}}</td></tr>
-<tr><th>accuracy</th><td class="n">{{f4 .Metrics.Correctness.Accuracy}}</td><th>correct</th><td>{{.Metrics.Correctness.Correct}} of {{.Metrics.ScoredRows}} scored rows{{if .Metrics.Correctness.Metric}} (metric "{{.Metrics.Correctness.Metric}}", else the reward, &gt; {{.Metrics.Correctness.Threshold}}){{else}} (reward &gt; {{.Metrics.Correctness.Threshold}}){{end}}</td></tr>
-<tr><th>tasks</th><td class="n">{{.Metrics.Tasks}}</td><th>complete</th><td>{{.Metrics.TasksComplete}} ({{f4 .Metrics.TaskCompletion}})</td></tr>
-<tr><th>groups</th><td class="n">{{.Metrics.Groups.Count}}</td><th>kept / dropped</th><td>{{.Metrics.Groups.Kept}} / {{.Metrics.Groups.Dropped}}{{range $k, $v := .Metrics.Groups.DroppedBy}} · {{$k}} {{$v}}{{end}}</td></tr>
-<tr><th>pass@k</th><td></td><td colspan="2">{{range .Metrics.AtK}}k={{.K}}: {{f4 .PassAtK}} &nbsp; {{end}}</td></tr>
-<tr><th>natural termination</th><td class="n">{{f4 .Metrics.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Metrics.TruncationRate}} · {{f4 .Metrics.MaxTurnsRate}}</td></tr>
-{{with .Metrics.Cost}}<tr><th>cost</th><td class="n" id="cost">{{cost .Total}}</td><th>billed (generate.price)</th><td>{{.PricedRows}} priced rows · {{.Billed.PromptTokens}} prompt tokens ({{.Billed.CachedPromptTokens}} cached) · {{.Billed.CompletionTokens}} completion tokens</td></tr>
+<tr><th>rows</th><td class="n">{{.Stats.Rows}}</td><th>status</th><td>{{range $k, $v := .Stats.Status}}{{$k}} {{$v}} &nbsp;{{end}}</td></tr>
+<tr><th>scored rows</th><td class="n">{{.Stats.ScoredRows}}</td><th>reward</th><td>mean {{f4 .Stats.Reward.Mean}} · std {{f4 .Stats.Reward.Std}} · min {{.Stats.Reward.Min}} · max {{.Stats.Reward.Max}}</td></tr>
+<tr><th>accuracy</th><td class="n">{{f4 .Stats.Correctness.Accuracy}}</td><th>correct</th><td>{{.Stats.Correctness.Correct}} of {{.Stats.ScoredRows}} scored rows{{if .Stats.Correctness.Metric}} (metric "{{.Stats.Correctness.Metric}}", else the reward, &gt; {{.Stats.Correctness.Threshold}}){{else}} (reward &gt; {{.Stats.Correctness.Threshold}}){{end}}</td></tr>
+<tr><th>tasks</th><td class="n">{{.Stats.Tasks}}</td><th>complete</th><td>{{.Stats.TasksComplete}} ({{f4 .Stats.TaskCompletion}})</td></tr>
+<tr><th>groups</th><td class="n">{{.Stats.Groups.Count}}</td><th>kept / dropped</th><td>{{.Stats.Groups.Kept}} / {{.Stats.Groups.Dropped}}{{range $k, $v := .Stats.Groups.DroppedBy}} · {{$k}} {{$v}}{{end}}</td></tr>
+<tr><th>pass@k</th><td></td><td colspan="2">{{range .Stats.AtK}}k={{.K}}: {{f4 .PassAtK}} &nbsp; {{end}}</td></tr>
+<tr><th>natural termination</th><td class="n">{{f4 .Stats.NaturalTerminationRate}}</td><th>truncated · max turns</th><td>{{f4 .Stats.TruncationRate}} · {{f4 .Stats.MaxTurnsRate}}</td></tr>
+{{with .Stats.Cost}}<tr><th>cost</th><td class="n" id="cost">{{cost .Total}}</td><th>billed (generate.price)</th><td>{{.PricedRows}} priced rows · {{.Billed.PromptTokens}} prompt tokens ({{.Billed.CachedPromptTokens}} cached) · {{.Billed.CompletionTokens}} completion tokens</td></tr>
+{{end}}{{if .Metrics.Groups.Dropped}}<tr><th>dropped groups</th><td class="n">{{.Metrics.Groups.Dropped}}</td><th>by reason</th><td>{{range $k, $v := .Metrics.Groups.DroppedBy}}{{$k}} {{$v}} &nbsp;{{end}}(in filtered/, not in the summary above)</td></tr>
+{{end}}{{if .Metrics.Status.error}}<tr><th>error rows</th><td class="n">{{.Metrics.Status.error}}</td><th>by class</th><td>{{range $k, $v := .ErrorClasses}}{{$k}} {{$v}} &nbsp;{{end}}(in errors/, not in the summary above)</td></tr>
+{{end}}{{with .LastRun}}<tr><th>last run's tokens</th><td class="n">{{.CompletionTokens}}</td><th>cancelled in flight</th><td>{{.CancelledRequests}} requests, about {{.CancelledTokensEstimate}} tokens of partial output (estimated){{if .ServerTokens}} · the servers counted {{deref .ServerTokens}} tokens generated{{end}}</td></tr>
+{{end}}{{if .Failures}}<tr><th>failures.jsonl</th><td class="n">{{.Failures.N}}</td><th>by class</th><td>{{range .Failures.Classes}}{{.Class}} {{.N}} &nbsp;{{end}}(every rollout that failed, retried ones too)</td></tr>
 {{end}}</table>
 </section>
 <div class="grid">

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -24,6 +25,12 @@ const (
 	// FilteredDir is the directory of dropped groups in an output
 	// directory (output.filtered: true); Inputs adds it when present.
 	FilteredDir = schema.FilteredDir
+	// ErrorsDir is the directory of the groups with an error rollout in
+	// an output directory; Inputs adds it when present.
+	ErrorsDir = schema.ErrorsDir
+	// FailuresFile is the log of every rollout that resolved as an error
+	// (one JSON object a line, with its error_class).
+	FailuresFile = schema.FailuresFile
 	// FileName is the report's name inside the output directory when no
 	// other is given.
 	FileName = schema.ReportFile
@@ -49,6 +56,18 @@ type Options struct {
 	BatchRows int
 	// Now stamps the page. Default time.Now.
 	Now func() time.Time
+	// Also are inputs (an output's filtered/ and errors/ folders, see
+	// Also) whose rows enter the charts, which show every row, but not
+	// the summary table, which is what `trajflow stats` gives on the
+	// paths themselves.
+	Also []string
+	// Failures are failures.jsonl logs whose lines the summary counts by
+	// error class (a missing file is skipped).
+	Failures []string
+	// RunMetrics is a metrics.json whose last_run token figures (the
+	// requests cancelled in flight, the servers' own count) the summary
+	// shows; "" or a missing file: none.
+	RunMetrics string
 }
 
 func (o Options) withDefaults(paths []string) Options {
@@ -76,12 +95,19 @@ func (o Options) withDefaults(paths []string) Options {
 	return o
 }
 
-// Inputs returns the paths a report of output reads: output itself and,
-// when output is a directory holding a filtered/ directory with Parquet
-// files (a run with output.filtered: true), that too, so that keep rates
-// count the dropped groups.
+// Inputs returns output and Also(output): every path a report of output
+// reads, for a report whose summary counts them all.
 func Inputs(output string) []string {
-	paths := []string{output}
+	return append([]string{output}, Also(output)...)
+}
+
+// Also returns the folders beside an output directory's data that a
+// report's charts read (Options.Also): its filtered/ directory (a run
+// with output.filtered: true), so that keep rates count the dropped
+// groups, and its errors/ directory, so that errors are shown; for a
+// sharded run's root, each shard's.
+func Also(output string) []string {
+	var paths []string
 	dirs := []string{output}
 	// A sharded run's root: each shard's filtered groups too.
 	if set, ok, err := shards.Scan(output); err == nil && ok {
@@ -90,13 +116,32 @@ func Inputs(output string) []string {
 			dirs = append(dirs, sh.Dir)
 		}
 	}
-	for _, d := range dirs {
-		dir := filepath.Join(d, FilteredDir)
-		if files, err := filepath.Glob(filepath.Join(dir, "*.parquet")); err == nil && len(files) > 0 {
-			paths = append(paths, dir)
+	for _, sub := range []string{FilteredDir, ErrorsDir} {
+		for _, d := range dirs {
+			dir := filepath.Join(d, sub)
+			if files, err := filepath.Glob(filepath.Join(dir, "*.parquet")); err == nil && len(files) > 0 {
+				paths = append(paths, dir)
+			}
 		}
 	}
 	return paths
+}
+
+// FailureLogs returns the failures.jsonl logs of an output directory (for
+// a sharded run's root, each shard's) for Options.Failures.
+func FailureLogs(output string) []string {
+	dirs := []string{output}
+	if set, ok, err := shards.Scan(output); err == nil && ok {
+		dirs = nil
+		for _, sh := range set.Shards {
+			dirs = append(dirs, sh.Dir)
+		}
+	}
+	var out []string
+	for _, d := range dirs {
+		out = append(out, filepath.Join(d, FailuresFile))
+	}
+	return out
 }
 
 // Write writes the report of the rows in paths (output directories or
@@ -106,17 +151,33 @@ func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error
 		return errors.New("report: no input paths")
 	}
 	opts = opts.withDefaults(paths)
-	files, err := analyze.ResolveFiles(paths)
+	sopts := analyze.StatsOptions{Correctness: opts.Correctness, Allocator: opts.Allocator, BatchRows: opts.BatchRows}
+	// The summary: what `trajflow stats` gives on paths.
+	statsAgg, err := analyze.Aggregate(ctx, paths, sopts)
 	if err != nil {
 		return err
 	}
-	agg, err := analyze.Aggregate(ctx, files, analyze.StatsOptions{
-		Correctness: opts.Correctness, Allocator: opts.Allocator, BatchRows: opts.BatchRows,
-	})
+	stats := statsAgg.Result()
+	files, err := analyze.ResolveFiles(append(slices.Clone(paths), opts.Also...))
 	if err != nil {
 		return err
 	}
-	m := agg.Result()
+	agg, m := statsAgg, stats
+	if len(opts.Also) > 0 {
+		// The charts: every row, the dropped groups' and errors' too.
+		if agg, err = analyze.Aggregate(ctx, files, sopts); err != nil {
+			return err
+		}
+		m = agg.Result()
+	}
+	failures, err := readFailures(opts.Failures)
+	if err != nil {
+		return err
+	}
+	lastRun, err := readLastRun(opts.RunMetrics)
+	if err != nil {
+		return err
+	}
 	c := newCollector(m, opts)
 	for i, path := range files {
 		if err := c.file(ctx, i, path, opts); err != nil {
@@ -133,6 +194,9 @@ func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error
 		Files:    len(files),
 		Created:  opts.Now().UTC().Format(time.RFC3339),
 		Metrics:  m,
+		Stats:    stats,
+		Failures: failures,
+		LastRun:  lastRun,
 		outcomes: agg.TaskOutcomes(),
 		c:        c,
 		Samples:  samples,

@@ -3,6 +3,8 @@ package report
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -20,27 +22,27 @@ const (
 
 // sampleView is one sampled trajectory as the page shows it (JSON).
 type sampleView struct {
-	Kind             string             `json:"kind"`
-	RunID            string             `json:"run_id"`
-	TaskIndex        int64              `json:"task_index"`
-	Attempt          int                `json:"attempt"`
-	RolloutIndex     int                `json:"rollout_index"`
-	TrajID           string             `json:"traj_id"`
-	Env              string             `json:"env"`
-	Model            string             `json:"model"`
-	Status           string             `json:"status"`
-	ErrorClass       string             `json:"error_class,omitempty"`
-	Error            string             `json:"error,omitempty"`
-	FinishReason     string             `json:"finish_reason"`
-	Reward           float64            `json:"reward"`
-	Advantage        float64            `json:"advantage"`
-	Metrics          map[string]float64 `json:"metrics,omitempty"`
-	Kept             bool               `json:"kept"`
-	NumTurns         int                `json:"num_turns"`
-	PromptTokens     int                `json:"prompt_tokens"`
-	CompletionTokens int                `json:"completion_tokens"`
-	Task             string             `json:"task"`
-	Messages         []messageView      `json:"messages"`
+	Kind             string            `json:"kind"`
+	RunID            string            `json:"run_id"`
+	TaskIndex        int64             `json:"task_index"`
+	Attempt          int               `json:"attempt"`
+	RolloutIndex     int               `json:"rollout_index"`
+	TrajID           string            `json:"traj_id"`
+	Env              string            `json:"env"`
+	Model            string            `json:"model"`
+	Status           string            `json:"status"`
+	ErrorClass       string            `json:"error_class,omitempty"`
+	Error            string            `json:"error,omitempty"`
+	FinishReason     string            `json:"finish_reason"`
+	Reward           number            `json:"reward"`
+	Advantage        number            `json:"advantage"`
+	Metrics          map[string]number `json:"metrics,omitempty"`
+	Kept             bool              `json:"kept"`
+	NumTurns         int               `json:"num_turns"`
+	PromptTokens     int               `json:"prompt_tokens"`
+	CompletionTokens int               `json:"completion_tokens"`
+	Task             string            `json:"task"`
+	Messages         []messageView     `json:"messages"`
 	// The token view: prompt_token_ids, then response_token_ids with
 	// their loss_mask, cut after Options.MaxTokens ids in all.
 	PromptIDs   []int32 `json:"prompt_ids"`
@@ -129,7 +131,7 @@ func newSampleView(r *pipeline.Rollout, kind string, maxTokens int) sampleView {
 		Kind: kind, RunID: r.RunID, Attempt: r.Attempt, RolloutIndex: r.RolloutIndex,
 		TrajID: r.TrajID, Env: r.Env, Model: r.Model, Status: string(r.Status),
 		ErrorClass: r.ErrorClass, Error: cut(r.Error), FinishReason: r.FinishReason,
-		Reward: r.Reward, Advantage: r.Advantage, Metrics: r.Metrics, Kept: r.Kept,
+		Reward: number(r.Reward), Advantage: number(r.Advantage), Metrics: numbers(r.Metrics), Kept: r.Kept,
 		NumTurns: r.NumTurns, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
 		Messages: []messageView{},
 	}
@@ -169,4 +171,27 @@ func cut(s string) string {
 		n--
 	}
 	return s[:n] + fmt.Sprintf("… [%d more bytes]", len(s)-n)
+}
+
+// number is a float64 that encodes as JSON null when it is not finite (a
+// file another writer made may hold one; JSON cannot).
+type number float64
+
+func (n number) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+func numbers(m map[string]float64) map[string]number {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]number, len(m))
+	for k, v := range m {
+		out[k] = number(v)
+	}
+	return out
 }

@@ -1,0 +1,80 @@
+package runner
+
+import (
+	"context"
+	"github.com/trajflow/trajflow/internal/metrics"
+	"time"
+)
+
+// serverCount is the endpoints' own generation-token counter over the
+// run: polled at its start and at its end (vLLM's, and trajflow
+// sim-server's, vllm:generation_tokens_total).
+type serverCount struct {
+	start float64
+	ok    bool
+	// generated is the counter's growth over the run; known is false when
+	// an endpoint reports no counter.
+	generated int64
+	known     bool
+}
+
+// serverBaseline reads the endpoints' counters before the first request.
+func (r *run) serverBaseline(ctx context.Context) {
+	if r.scraper == nil {
+		return
+	}
+	// Bounded whatever the fleet: an endpoint slow to answer counts none.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	r.scraper.poll(ctx)
+	r.srv.start, r.srv.ok = r.scraper.generated()
+}
+
+// serverFinal reads the endpoints' counters after the last request, once
+// they hold no request (a cancelled request leaves the server a moment
+// after the client gives it up), waiting at most a couple of seconds.
+func (r *run) serverFinal(ctx context.Context) {
+	if r.scraper == nil || !r.srv.ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r.scraper.poll(ctx)
+		busy := false
+		for i := range r.scraper.urls {
+			if l := r.scraper.load(i); l.Running+l.Waiting > 0 {
+				busy = true
+			}
+		}
+		if !busy || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if end, ok := r.scraper.generated(); ok && end >= r.srv.start {
+		r.srv.generated, r.srv.known = int64(end-r.srv.start), true
+	}
+}
+
+// requests are the generate stage's request counts (zero before it is
+// built).
+func (r *run) requests() (cancelled, estimate int64) {
+	if r.built == nil || r.built.Generator == nil {
+		return 0, 0
+	}
+	st := r.built.Generator.Requests()
+	return st.Cancelled, st.CancelledTokensEstimate
+}
+
+// runTokens are the run's token figures for metrics.json.
+func (r *run) runTokens() *metrics.RunTokens {
+	t := &metrics.RunTokens{CompletionTokens: r.stats.completionTokens.Load()}
+	t.CancelledRequests, t.CancelledTokensEstimate = r.requests()
+	if r.srv.known {
+		n := r.srv.generated
+		t.ServerTokens = &n
+	}
+	return t
+}

@@ -1,0 +1,91 @@
+package runner
+
+import (
+	"fmt"
+
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/sinks/lines"
+	"github.com/trajflow/trajflow/stages/collate"
+)
+
+// ClassTooLarge is the error class of the rollouts of a group whose rows
+// hold more text than one record batch can (collate.MaxRecordBytes): the
+// group is not written as it is; its rows go to errors/ with their text
+// cut.
+const ClassTooLarge = "too_large"
+
+// maxRecordBytes is the most text a record batch holds; tests lower it.
+var maxRecordBytes = collate.MaxRecordBytes
+
+// keepOfTooLarge is how much of each text a too-large group's rows keep.
+const keepOfTooLarge = 1 << 10
+
+// failTooLarge fails every rollout of gr when its rows hold more text
+// than a record batch can, counting them as errors, and cuts their texts
+// so that the error rows can be written.
+func (r *run) failTooLarge(gr *pipeline.Group) error {
+	n := collate.GroupBytes(gr)
+	if n <= maxRecordBytes {
+		return nil
+	}
+	msg := fmt.Sprintf("the group's rows hold %d bytes of text, more than one record batch can (%d): its texts are cut to %d bytes", n, maxRecordBytes, keepOfTooLarge)
+	s := r.stats
+	for _, ro := range gr.Rollouts {
+		switch ro.Status {
+		case pipeline.StatusOK:
+			s.ok.Add(-1)
+			s.errored.Add(1)
+		case pipeline.StatusError:
+			s.mu.Lock()
+			s.errClasses[ro.ErrorClass]--
+			if s.errClasses[ro.ErrorClass] <= 0 {
+				delete(s.errClasses, ro.ErrorClass)
+			}
+			s.mu.Unlock()
+		default:
+			continue
+		}
+		ro.Status, ro.ErrorClass, ro.Error = pipeline.StatusError, ClassTooLarge, msg
+		cutTexts(ro)
+		s.mu.Lock()
+		s.errClasses[ClassTooLarge]++
+		s.lastError = msg
+		s.mu.Unlock()
+		if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cutTexts cuts ro's message texts to keepOfTooLarge bytes each.
+func cutTexts(ro *pipeline.Rollout) {
+	cut := func(s string) string {
+		if len(s) <= keepOfTooLarge {
+			return s
+		}
+		return s[:keepOfTooLarge]
+	}
+	msgs := make([]pipeline.Message, len(ro.Messages))
+	for i, m := range ro.Messages {
+		m.Content = cut(m.Content)
+		if m.Parts != nil {
+			parts := make([]pipeline.ContentPart, len(m.Parts))
+			for j, p := range m.Parts {
+				p.Text, p.ImageURL = cut(p.Text), cut(p.ImageURL)
+				parts[j] = p
+			}
+			m.Parts = parts
+		}
+		if m.ToolCalls != nil {
+			calls := make([]pipeline.ToolCall, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				c.Arguments = cut(c.Arguments)
+				calls[j] = c
+			}
+			m.ToolCalls = calls
+		}
+		msgs[i] = m
+	}
+	ro.Messages = msgs
+}

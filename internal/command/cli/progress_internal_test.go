@@ -53,7 +53,7 @@ func TestHostedText(t *testing.T) {
 // The live view's rates line shows the cost and its projection live,
 // only with a price.
 func TestRatesLineCost(t *testing.T) {
-	s := runner.Snapshot{Priced: true, Cost: 0.25, GroupsFinished: 10, GroupsKept: 5, Target: 40, RowsCommitted: 7}
+	s := runner.Snapshot{Priced: true, Cost: 0.25, GroupsFinished: 10, GroupsKept: 5, Target: 40, RowsCommitted: 7, ServerTokens: -1}
 	if got, want := ratesLine(s), "rows committed 7, cost 0.2500 (projected total 2.0000)"; !strings.HasSuffix(got, want) {
 		t.Fatalf("%q, want it to end in %q", got, want)
 	}

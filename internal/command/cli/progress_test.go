@@ -81,7 +81,7 @@ func TestLiveViewRedactsAndDrawsOnAnySize(t *testing.T) {
 	defer srv.Close()
 	const token = "sk-live-view-token-93d1"
 	endpoint := strings.Replace(srv.URL, "http://", "http://"+token+"@", 1) + "/v1"
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	for _, size := range []pty.Winsize{{Rows: 40, Cols: 160}, {Rows: 0, Cols: 0}} {
 		t.Run(fmt.Sprintf("%dx%d", size.Cols, size.Rows), func(t *testing.T) {

@@ -88,14 +88,14 @@ func TestReport(t *testing.T) {
 // The report's summary gives the numbers `trajflow stats` gives on the
 // same output, and shows the error rows of errors/ and the failures log.
 func TestReportNumbersEqualStats(t *testing.T) {
-	root, _ := filepath.Abs("../..")
+	root, _ := filepath.Abs("../../..")
 	t.Chdir(root)
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	// A context of 321 tokens refuses the longer first prompts: error
+	// A context of 323 tokens refuses the longer first prompts: error
 	// rows beside kept and dropped groups.
 	if code := cli.Main([]string{"run", "examples/quickstart/config.yaml", "-q", "--set", "output.dir=" + out,
-		"--set", "source.limit=40", "--set", "generate.sim.max_model_len=321", "--set", "run.max_error_rate=1",
+		"--set", "source.limit=40", "--set", "generate.sim.max_model_len=323", "--set", "run.max_error_rate=1",
 		"--set", "groups.keep=nonzero_std", "--set", "output.filtered=true"}, &stdout, &stderr); code != cli.ExitOK {
 		t.Fatalf("run: exit %d\n%s%s", code, &stdout, &stderr)
 	}

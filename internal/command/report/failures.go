@@ -51,7 +51,7 @@ func readFailures(paths []string) (*failureSummary, error) {
 				ErrorClass string `json:"error_class"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-				f.Close()
+				_ = f.Close() // best effort: read only
 				return nil, fmt.Errorf("report: %s:%d: %v", path, line, err)
 			}
 			if rec.ErrorClass == "" {
@@ -61,7 +61,7 @@ func readFailures(paths []string) (*failureSummary, error) {
 			n++
 		}
 		err = sc.Err()
-		f.Close()
+		_ = f.Close() // best effort: read only
 		if err != nil {
 			return nil, fmt.Errorf("report: %s:%d: %v", path, line+1, err)
 		}

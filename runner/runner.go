@@ -24,6 +24,7 @@ import (
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/storage"
@@ -61,6 +62,18 @@ type Options struct {
 	// takes the shard from (see sources.Shard.Resolve). Default
 	// os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Policy, when set, is the fleet's policy version and pause, shared
+	// with the trainer's side (a rollout service): the generate stage
+	// waits while it is paused and tags every generated token with its
+	// version (SCHEMA.md, Policy versions). nil: version 0, never paused.
+	Policy *generate.Policy
+	// Staleness, when set, gates admission by staleness
+	// (groups.Staleness, usually over Policy): a group is handed out only
+	// while the gate has capacity, and a kept group that is stale anyway
+	// is kept, dropped or sampled again as its OnStale says (filter
+	// reason stale). The caller builds it, with the trainer's batch size
+	// and max_staleness, and reads its counters.
+	Staleness *groups.Staleness
 }
 
 // lookupEnv is opts.LookupEnv or os.LookupEnv.

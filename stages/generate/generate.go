@@ -51,6 +51,17 @@ type Options struct {
 	// RecordSteps keeps, in whole-chat mode, each turn's prompt and
 	// response token ids in the rollout's Steps (output.steps).
 	RecordSteps bool
+	// Policy, when set, is the fleet's policy version and pause: a
+	// request waits while the fleet is paused, its tokens are tagged with
+	// the version current when it was sent (a range when the version
+	// changed while it was in flight), and a pause in abort mode cuts it
+	// short (see SCHEMA.md, Policy versions). nil: version 0, never
+	// paused.
+	Policy *Policy
+	// AbortGrace is how long an answer is awaited after the servers
+	// acknowledged an abort before the request is cancelled client side;
+	// 0: DefaultAbortGrace.
+	AbortGrace time.Duration
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages
@@ -99,6 +110,8 @@ type Generator struct {
 	// noTokenize is set once the server answered that it has no
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
+
+	policy policyState
 }
 
 // New returns a Generator sending requests to client. With opts.API
@@ -169,12 +182,18 @@ func (g *Generator) Check(ctx context.Context) error {
 // Turn runs one generation for r. Failures resolve r (error, or truncated
 // for a context-length error or when the sequence is full); Turn itself
 // returns an error only when ctx is done.
+//
+// Under a Policy (Options.Policy) it waits while the fleet is paused and
+// tags the tokens it appends with their policy version (r.PolicyVersions);
+// r's first turn records the version it was admitted at and its sampling
+// parameters.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
+	g.admit(r)
 	req, stepwise, ok, err := g.next(ctx, r)
 	if err != nil || !ok {
 		return err
 	}
-	resp, err := g.complete(ctx, r, req)
+	resp, segs, err := g.send(ctx, r, req, stepwise)
 	if resp == nil {
 		return err
 	}
@@ -183,6 +202,7 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 		return nil
 	}
 	g.apply(r, resp, req.PromptTokenIDs)
+	tagVersions(r, segs)
 	return nil
 }
 
@@ -221,16 +241,20 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 	return req, false, true, nil
 }
 
-// complete sends req for r. A failure resolves r (error, or truncated for
-// a context-length error) and gives a nil response; the error is non-nil
-// only when ctx is done.
-func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
+// complete sends req for r with sendCtx, a context of ctx. A failure
+// resolves r (error, or truncated for a context-length error) and gives a
+// nil response; the error is non-nil only when ctx is done, or
+// errCancelledByPause when sendCtx alone ended (r is not resolved).
+func (g *Generator) complete(ctx, sendCtx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
 	start := time.Now()
-	resp, err := g.client.Complete(ctx, req)
+	resp, err := g.client.Complete(sendCtx, req)
 	r.GenTime += time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if sendCtx.Err() != nil {
+			return nil, errCancelledByPause
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
 			r.Truncated = true
@@ -793,6 +817,7 @@ func cutTokens(r *pipeline.Rollout, n int) {
 		r.LossMask = r.LossMask[:k:k]
 		r.ResponseLogprobs = r.ResponseLogprobs[:k:k]
 	}
+	cutSpans(r, int32(n))
 	r.EnvTokens = 0
 	for _, m := range r.LossMask {
 		if m == 0 {

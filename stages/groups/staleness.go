@@ -82,7 +82,10 @@ type Staleness struct {
 	opts StalenessOptions
 	ver  Versions
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// freed is closed and replaced when a group is done (its place may
+	// be free): Admit waits on it and on the version.
+	freed    chan struct{}
 	running  int
 	accepted int
 	requeued int
@@ -101,7 +104,7 @@ func NewStaleness(opts StalenessOptions, ver Versions) (*Staleness, error) {
 	if opts.OnStale == "" {
 		opts.OnStale = StaleRequeue
 	}
-	return &Staleness{opts: opts, ver: ver, accepted: opts.Accepted}, nil
+	return &Staleness{opts: opts, ver: ver, accepted: opts.Accepted, freed: make(chan struct{})}, nil
 }
 
 // capacity is the groups that may be admitted now; s.mu is held.
@@ -122,9 +125,11 @@ func (s *Staleness) Admit(ctx context.Context) (int64, error) {
 			s.mu.Unlock()
 			return v, nil
 		}
+		freed := s.freed
 		s.mu.Unlock()
 		select {
 		case <-ch:
+		case <-freed:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -139,6 +144,8 @@ func (s *Staleness) Done(accepted bool) {
 	if accepted {
 		s.accepted++
 	}
+	close(s.freed)
+	s.freed = make(chan struct{})
 	s.mu.Unlock()
 }
 

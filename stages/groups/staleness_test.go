@@ -64,9 +64,26 @@ func TestStalenessCapacity(t *testing.T) {
 	if admitNow(s) {
 		t.Fatal("a 9th group admitted at version 0, s 1, B 4")
 	}
-	s.Done(false) // the keep rule dropped one: its place is free
-	if !admitNow(s) {
-		t.Fatal("a dropped group's place not freed")
+	// The keep rule drops one: its place is free, and an admission
+	// waiting for it goes on.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := s.Admit(context.Background())
+		waiting <- err
+	}()
+	select {
+	case <-waiting:
+		t.Fatal("admitted with the gate full")
+	case <-time.After(30 * time.Millisecond):
+	}
+	s.Done(false)
+	select {
+	case err := <-waiting:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a dropped group's place did not wake the waiting admission")
 	}
 	for range 8 {
 		s.Done(true)

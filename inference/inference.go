@@ -179,3 +179,18 @@ func ErrorClass(err error) string {
 	}
 	return "internal"
 }
+
+// FinishAbort is the finish reason of a response the server cut short
+// because it was asked to abort its requests (Aborter): the response holds
+// the tokens generated until then.
+const FinishAbort = "abort"
+
+// Aborter is a client whose servers can abort the requests in flight, as
+// SGLang's POST /abort_request does with abort_all: each request aborted
+// answers with the tokens it generated so far and finish reason
+// FinishAbort. Abort returns once every server acknowledged the call; an
+// error says which server could not (it has no such call, or failed), and
+// the caller cancels those requests itself.
+type Aborter interface {
+	Abort(ctx context.Context) error
+}

@@ -239,6 +239,52 @@ type Rollout struct {
 	// Anchor is the anchor observation of the environment's current state
 	// (the last Reset's or Step's); nil: none. Not written out.
 	Anchor *string
+
+	// PolicyVersions are the policy versions of the generated tokens:
+	// half-open spans over the positions of the sequence PromptTokenIDs ++
+	// ResponseTokenIDs, in order, one span per run of tokens generated
+	// under one known version (or one range of versions). Positions that
+	// no span covers were not generated (prompt, observations).
+	PolicyVersions []VersionSpan
+	// AdmittedVersion is the policy version when the rollout was admitted
+	// (its first request prepared).
+	AdmittedVersion int64
+	// Sampling are the sampling parameters of the rollout's requests.
+	Sampling Sampling
+}
+
+// VersionSpan says which policy version generated the tokens at positions
+// [Start, End) of a rollout's sequence. Version is the oldest version
+// that may have generated them and VersionMax the newest: they are equal
+// when the version is known, and differ when the weights changed while a
+// request was in flight and the server did not say at which token.
+type VersionSpan struct {
+	Version    int64
+	VersionMax int64
+	Start      int32
+	End        int32
+}
+
+// Sampling are the sampling parameters a rollout's requests were sent
+// with; nil: not set (the server's default applied).
+type Sampling struct {
+	Temperature *float64
+	TopP        *float64
+	TopK        *int32
+	MaxTokens   *int32
+}
+
+// MinPolicyVersion is the oldest version among r's spans, or
+// AdmittedVersion when r has none.
+func (r *Rollout) MinPolicyVersion() int64 {
+	if len(r.PolicyVersions) == 0 {
+		return r.AdmittedVersion
+	}
+	m := r.PolicyVersions[0].Version
+	for _, s := range r.PolicyVersions[1:] {
+		m = min(m, s.Version)
+	}
+	return m
 }
 
 // Step is one turn of a trajectory seen as a training sample: the

@@ -80,6 +80,13 @@ type Options struct {
 	// Collector, when set, is served beside the run's own metrics on
 	// run.metrics_addr.
 	Collector prometheus.Collector
+	// Staleness, when set, gates admission by staleness
+	// (groups.Staleness, usually over Policy): a group is handed out only
+	// while the gate has capacity, and a kept group that is stale anyway
+	// is kept, dropped or sampled again as its OnStale says (filter
+	// reason stale). The caller builds it, with the trainer's batch size
+	// and max_staleness, and reads its counters.
+	Staleness *groups.Staleness
 }
 
 // lookupEnv is opts.LookupEnv or os.LookupEnv.

@@ -60,6 +60,9 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 				}
 				j = groups.Job{Task: t, Attempt: attempt, Fresh: true}
 			}
+			if !r.admitStale(ctx, j) {
+				continue
+			}
 			if err := emit(j); err != nil {
 				return err
 			}
@@ -87,6 +90,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 		}
 		if err != nil {
 			r.ctl.Abandon(j.Task)
+			r.staleAbandon()
 			if r.cfg.Source.OnBadRow != "skip" {
 				// Stop admitting, commit what finished.
 				r.fail(fatal)
@@ -189,13 +193,19 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			// Unfinished work of a stop: not committed, redone on resume.
 			r.stats.cutOff(gr)
 			r.ctl.CutOff()
+			r.staleAbandon()
 			return nil, nil
 		}
 		if err := r.failTooLarge(gr); err != nil {
 			return nil, err
 		}
 		rule.Apply(gr)
-		return decide(r.ctl.GroupDone(gr, ro.Task))
+		requeue := r.staleDone(gr)
+		ds, err := decide(r.ctl.GroupDone(gr, ro.Task))
+		if requeue {
+			r.ctl.Requeue(groups.Job{Task: ro.Task, Attempt: gr.Key.Attempt + 1})
+		}
+		return ds, err
 	}).OnFlush(func(ctx context.Context) ([]routed, error) {
 		out, held := r.ctl.Flush()
 		for _, gr := range held {

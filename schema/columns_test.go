@@ -124,9 +124,12 @@ func TestTables(t *testing.T) {
 			}
 		}
 	}
+	// Every rollout column is required but the sampling parameters, null
+	// where a request did not set them.
+	sampling := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true}
 	for _, c := range columns {
-		if c.Nullable {
-			t.Errorf("rollout column %q is nullable: every rollout column is required", c.Name)
+		if c.Nullable != sampling[c.Name] {
+			t.Errorf("rollout column %q: nullable %v; only the sampling parameters are nullable", c.Name, c.Nullable)
 		}
 	}
 	if !Schema().Equal(arrow.NewSchema(fields(Columns()), nil)) || !StepSchema().Equal(arrow.NewSchema(fields(StepColumns()), nil)) {

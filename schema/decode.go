@@ -64,7 +64,9 @@ func sameLayout(a, b arrow.DataType) bool {
 // EnvTokens gets env_tokens, which collate computes from the loss mask;
 // gen_tokens and total_tokens, also derived from the training view, and
 // turn_gen_tokens, derived from the messages' spans
-// (pipeline.Rollout.TurnGenTokens), have no field and are not decoded.
+// (pipeline.Rollout.TurnGenTokens), and min_policy_version, derived from
+// policy_versions (pipeline.Rollout.MinPolicyVersion), have no field and
+// are not decoded.
 //
 // Each message gets its span (TokenStart, TokenEnd) and, when the span is
 // not empty, its TokenIDs restored from the sequence PromptTokenIDs ++
@@ -95,6 +97,13 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 	part := mParts.ListValues().(*array.Struct)
 	metrics := lst(ColMetrics)
 	metric := metrics.ListValues().(*array.Struct)
+
+	spans := lst(ColPolicyVersions)
+	span := spans.ListValues().(*array.Struct)
+	spanVersion := span.Field(SpanVersion).(*array.Int64)
+	spanVersionMax := span.Field(SpanVersionMax).(*array.Int64)
+	spanStart := span.Field(SpanStart).(*array.Int32)
+	spanEnd := span.Field(SpanEnd).(*array.Int32)
 
 	tasks := map[int64]*pipeline.Task{}
 	out := make([]*pipeline.Rollout, 0, rec.NumRows())
@@ -134,21 +143,37 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 			Retries:               int(i32(ColRetries).Value(i)),
 			PromptTokensDropped:   int(i32(ColPromptTokensDropped).Value(i)),
 			InvalidActions:        int(i32(ColInvalidActions).Value(i)),
-			GroupRewardMean:       f64(ColGroupRewardMean).Value(i),
-			GroupRewardStd:        f64(ColGroupRewardStd).Value(i),
-			Advantage:             f64(ColAdvantage).Value(i),
-			Kept:                  bl(ColKept).Value(i),
-			FilterReason:          str(ColFilterReason).Value(i),
-			PromptTokens:          int(i64(ColPromptTokens).Value(i)),
-			CompletionTokens:      int(i64(ColCompletionTokens).Value(i)),
-			EnvTokens:             int(i64(ColEnvTokens).Value(i)),
-			GenTime:               dur(f64(ColGenMS).Value(i)),
-			EnvTime:               dur(f64(ColEnvMS).Value(i)),
-			TotalTime:             dur(f64(ColTotalMS).Value(i)),
-			Error:                 str(ColError).Value(i),
-			PromptTokenIDs:        int32s(lst(ColPromptTokenIDs), i),
-			ResponseTokenIDs:      int32s(lst(ColResponseTokenIDs), i),
-			ResponseLogprobs:      float32s(lst(ColResponseLogprobs), i),
+			AdmittedVersion:       i64(ColAdmittedVersion).Value(i),
+			Sampling: pipeline.Sampling{
+				Temperature: nullable(f64(ColTemperature), i),
+				TopP:        nullable(f64(ColTopP), i),
+				TopK:        nullable(i32(ColTopK), i),
+				MaxTokens:   nullable(i32(ColMaxTokens), i),
+			},
+			GroupRewardMean:  f64(ColGroupRewardMean).Value(i),
+			GroupRewardStd:   f64(ColGroupRewardStd).Value(i),
+			Advantage:        f64(ColAdvantage).Value(i),
+			Kept:             bl(ColKept).Value(i),
+			FilterReason:     str(ColFilterReason).Value(i),
+			PromptTokens:     int(i64(ColPromptTokens).Value(i)),
+			CompletionTokens: int(i64(ColCompletionTokens).Value(i)),
+			EnvTokens:        int(i64(ColEnvTokens).Value(i)),
+			GenTime:          dur(f64(ColGenMS).Value(i)),
+			EnvTime:          dur(f64(ColEnvMS).Value(i)),
+			TotalTime:        dur(f64(ColTotalMS).Value(i)),
+			Error:            str(ColError).Value(i),
+			PromptTokenIDs:   int32s(lst(ColPromptTokenIDs), i),
+			ResponseTokenIDs: int32s(lst(ColResponseTokenIDs), i),
+			ResponseLogprobs: float32s(lst(ColResponseLogprobs), i),
+		}
+		if s, e := spans.ValueOffsets(i); e > s {
+			r.PolicyVersions = make([]pipeline.VersionSpan, 0, e-s)
+			for j := int(s); j < int(e); j++ {
+				r.PolicyVersions = append(r.PolicyVersions, pipeline.VersionSpan{
+					Version: spanVersion.Value(j), VersionMax: spanVersionMax.Value(j),
+					Start: spanStart.Value(j), End: spanEnd.Value(j),
+				})
+			}
 		}
 		if s, e := lst(ColLossMask).ValueOffsets(i); e > s {
 			r.LossMask = append([]int8(nil), lst(ColLossMask).ListValues().(*array.Int8).Int8Values()[s:e]...)
@@ -252,4 +277,16 @@ func float64s(l *array.List, i int) []float64 {
 		return nil
 	}
 	return append([]float64(nil), l.ListValues().(*array.Float64).Float64Values()[s:e]...)
+}
+
+// nullable returns a pointer to row i's value of a, nil where it is null.
+func nullable[T any](a interface {
+	IsNull(int) bool
+	Value(int) T
+}, i int) *T {
+	if a.IsNull(i) {
+		return nil
+	}
+	v := a.Value(i)
+	return &v
 }

@@ -19,7 +19,12 @@ import (
 // prompt.max_tokens cut, invalid_actions, the steps whose action the
 // environment marked invalid, and messages.parts, the content parts of a
 // message that holds images.
-const Version = "3"
+//
+// Version 4 records which policy produced each token and how it was
+// sampled: policy_versions (spans of generated tokens and their policy
+// version), admitted_version, min_policy_version, and the sampling
+// parameters temperature, top_p, top_k and max_tokens (nullable).
+const Version = "4"
 
 // Column indices of Schema, in order: Columns()[ColX] is column ColX.
 // Keys and light columns come first, heavy columns (task, messages, token
@@ -62,6 +67,12 @@ const (
 	ColTurnGenTokens
 	ColPromptTokensDropped
 	ColInvalidActions
+	ColAdmittedVersion
+	ColMinPolicyVersion
+	ColTemperature
+	ColTopP
+	ColTopK
+	ColMaxTokens
 	ColGenMS
 	ColEnvMS
 	ColTotalMS
@@ -72,6 +83,7 @@ const (
 	ColResponseTokenIDs
 	ColLossMask
 	ColResponseLogprobs
+	ColPolicyVersions
 	NumColumns
 )
 
@@ -104,6 +116,14 @@ const (
 	ToolArguments
 )
 
+// Indices of the fields of a policy_versions element.
+const (
+	SpanVersion = iota
+	SpanVersionMax
+	SpanStart
+	SpanEnd
+)
+
 // Indices of the fields of a metrics element.
 const (
 	MetricName = iota
@@ -133,6 +153,12 @@ var (
 		field("text", arrow.BinaryTypes.String),
 		field("image_url", arrow.BinaryTypes.String),
 	)
+	versionSpanType = arrow.StructOf(
+		field("version", arrow.PrimitiveTypes.Int64),
+		field("version_max", arrow.PrimitiveTypes.Int64),
+		field("start", arrow.PrimitiveTypes.Int32),
+		field("end", arrow.PrimitiveTypes.Int32),
+	)
 	metricType = arrow.StructOf(
 		field("name", arrow.BinaryTypes.String),
 		field("value", arrow.PrimitiveTypes.Float64),
@@ -142,7 +168,8 @@ var (
 )
 
 // Schema returns the output schema: one row per rollout, every field
-// non-nullable (absent values are empty strings, empty lists and zeros).
+// non-nullable (absent values are empty strings, empty lists and zeros)
+// but the sampling parameters, null when not sent.
 // The returned schema is shared; do not modify it.
 func Schema() *arrow.Schema { return arrowSchema }
 

@@ -10,7 +10,7 @@ import (
 )
 
 func TestFileVersion(t *testing.T) {
-	v1, v2, v3 := schema.ForVersion("1"), schema.ForVersion("2"), schema.Schema()
+	v1, v2, v3, v4 := schema.ForVersion("1"), schema.ForVersion("2"), schema.ForVersion("3"), schema.Schema()
 	tests := []struct {
 		name    string
 		meta    map[string]string
@@ -18,6 +18,9 @@ func TestFileVersion(t *testing.T) {
 		want    string
 		wantErr string
 	}{
+		{"v4", map[string]string{schema.MetadataKey: "4"}, v4, "4", ""},
+		{"v4 unrecorded", nil, v4, "4", ""},
+		{"recorded 4, columns of 3", map[string]string{schema.MetadataKey: "4"}, v3, "", "schema has 46 columns, want 53 (schema version 4)"},
 		{"v3", map[string]string{schema.MetadataKey: "3"}, v3, "3", ""},
 		{"v3 unrecorded", nil, v3, "3", ""},
 		{"recorded 3, columns of 2", map[string]string{schema.MetadataKey: "3"}, v2, "", "schema has 44 columns, want 46 (schema version 3)"},
@@ -27,8 +30,8 @@ func TestFileVersion(t *testing.T) {
 		{"v1 unrecorded", nil, v1, "1", ""},
 		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 44 (schema version 2)"},
 		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 44 columns, want 41 (schema version 1)"},
-		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3)`},
-		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 46 (schema version 3)"},
+		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3, 4)`},
+		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 53 (schema version 4)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +51,7 @@ func TestV1LightColumns(t *testing.T) {
 	for _, name := range schema.LightColumns() {
 		cur := schema.Schema().Field(schema.Schema().FieldIndices(name)[0])
 		idx := v1.FieldIndices(name)
-		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" || name == "prompt_tokens_dropped" || name == "invalid_actions" {
+		if name == "gen_tokens" || name == "total_tokens" || name == "turn_gen_tokens" || name == "prompt_tokens_dropped" || name == "invalid_actions" || v4Only[name] {
 			if len(idx) != 0 {
 				t.Errorf("v1 has %s", name)
 			}
@@ -61,11 +64,22 @@ func TestV1LightColumns(t *testing.T) {
 	if err := schema.CheckVersion(schema.Schema(), schema.Version); err != nil {
 		t.Error(err)
 	}
-	// Version 2 is the current schema less prompt_tokens_dropped,
+	// Version 3 is the current schema less the policy and sampling
+	// columns.
+	var v3 []arrow.Field
+	for _, f := range schema.Schema().Fields() {
+		if !v4Only[f.Name] {
+			v3 = append(v3, f)
+		}
+	}
+	if !schema.ForVersion(schema.VersionV3).Equal(arrow.NewSchema(v3, nil)) {
+		t.Errorf("v3 schema is not the current one less the policy and sampling columns:\n%v", schema.ForVersion(schema.VersionV3))
+	}
+	// Version 2 is version 3 less prompt_tokens_dropped,
 	// invalid_actions and messages.parts.
 	v2 := schema.ForVersion(schema.VersionV2)
 	var cur []arrow.Field
-	for _, f := range schema.Schema().Fields() {
+	for _, f := range v3 {
 		switch f.Name {
 		case "prompt_tokens_dropped", "invalid_actions":
 			continue
@@ -82,7 +96,11 @@ func TestV1LightColumns(t *testing.T) {
 	if !v2.Equal(arrow.NewSchema(cur, nil)) {
 		t.Errorf("v2 schema is not the current one less prompt_tokens_dropped and messages.parts:\n%v", v2)
 	}
-	if got := strings.Join(schema.Versions(), ","); got != "1,2,3" {
+	if got := strings.Join(schema.Versions(), ","); got != "1,2,3,4" {
 		t.Errorf("Versions = %s", got)
 	}
 }
+
+// v4Only are the columns version 4 added.
+var v4Only = map[string]bool{"admitted_version": true, "min_policy_version": true, "temperature": true,
+	"top_p": true, "top_k": true, "max_tokens": true, "policy_versions": true}

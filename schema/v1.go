@@ -52,7 +52,7 @@ var v1Schema = func() *arrow.Schema {
 
 // Versions returns the schema versions this package reads, oldest first.
 // Only the last, Version, is written.
-func Versions() []string { return []string{VersionV1, VersionV2, Version} }
+func Versions() []string { return []string{VersionV1, VersionV2, VersionV3, Version} }
 
 // ForVersion returns the Arrow schema of version v, or nil for a version
 // this package does not know.
@@ -64,6 +64,8 @@ func ForVersion(v string) *arrow.Schema {
 		return v1Schema
 	case VersionV2:
 		return v2Schema
+	case VersionV3:
+		return v3Schema
 	}
 	return nil
 }
@@ -94,7 +96,7 @@ func FileVersion(meta map[string]string, s *arrow.Schema) (string, error) {
 	if err == nil {
 		return Version, nil
 	}
-	for _, v := range []string{VersionV2, VersionV1} {
+	for _, v := range []string{VersionV3, VersionV2, VersionV1} {
 		if CheckVersion(s, v) == nil {
 			return v, nil
 		}

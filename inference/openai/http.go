@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -735,4 +736,53 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Abort asks every endpoint to abort the requests in flight, with
+// SGLang's POST /abort_request {"abort_all": true} (the simulator has it
+// too): each aborted request answers with the tokens it generated so far
+// and finish_reason "abort". Endpoints are asked at once; the error names
+// each that did not answer with a 2xx (vLLM has no such call: its
+// requests must be cancelled by the client).
+func (c *HTTPClient) Abort(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	c.fleet.mu.Lock()
+	eps := slices.Clone(c.fleet.eps)
+	c.fleet.mu.Unlock()
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i, e := range eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.abortOne(ctx, e)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+var _ inference.Aborter = (*HTTPClient)(nil)
+
+func (c *HTTPClient) abortOne(ctx context.Context, e *endpoint) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.root+"/abort_request", strings.NewReader(`{"abort_all": true}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.opts.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: POST /abort_request: %w", e.name, stripURL(err))
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s: POST /abort_request: HTTP %d", e.name, resp.StatusCode)
+	}
+	return nil
 }

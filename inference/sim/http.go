@@ -40,6 +40,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
+	mux.HandleFunc("POST /abort_request", s.abort)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /metrics", s.metrics)
@@ -389,11 +390,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.run(r.Context(), len(in.promptIDs), len(rep.ids)); err != nil {
+	k, err := s.run(r.Context(), len(in.promptIDs), len(rep.ids))
+	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			writeError(w, http.StatusServiceUnavailable, err.Error())
 		}
 		return // the client went away
+	}
+	if k < len(rep.ids) {
+		rep.cut(k)
 	}
 	s.limits.charge(len(in.promptIDs) + len(rep.ids))
 	model := req.wire.Model
@@ -543,4 +548,30 @@ func hijack(w http.ResponseWriter) (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errors.New("connection cannot be hijacked")
 	}
 	return hj.Hijack()
+}
+
+// abort is POST /abort_request, SGLang's call: {"abort_all": true} cuts
+// every request in flight short (AbortAll); each answers with the tokens
+// it generated so far and finish_reason "abort". The answer is
+// {"aborted": N}. Aborting one request by id (SGLang's "rid") is not
+// simulated: a body without abort_all is a 400.
+func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	var req struct {
+		AbortAll bool   `json:"abort_all"`
+		RID      string `json:"rid"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "abort_request: "+err.Error())
+		return
+	}
+	if !req.AbortAll {
+		writeError(w, http.StatusBadRequest, `abort_request: the simulator aborts only all requests ({"abort_all": true})`)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortAll()})
 }

@@ -7,8 +7,12 @@ type job struct {
 	prompt    int // prompt tokens, paid at admission
 	remaining int // tokens still to emit
 	cancelled bool
-	running   bool
-	finished  bool
+	// aborted: Server.AbortAll took it out; it answers with what it
+	// generated.
+	aborted  bool
+	tokens   int // tokens it was to emit
+	running  bool
+	finished bool
 	// done is closed when the job leaves the model (finished or cancelled).
 	done chan struct{}
 	// doneAt is the simulated time it left.
@@ -19,8 +23,11 @@ func newJob(prompt, tokens int) *job {
 	if tokens < 1 {
 		tokens = 1
 	}
-	return &job{prompt: prompt, remaining: tokens, done: make(chan struct{})}
+	return &job{prompt: prompt, remaining: tokens, tokens: tokens, done: make(chan struct{})}
 }
+
+// emitted is the number of tokens j generated.
+func (j *job) emitted() int { return j.tokens - max(j.remaining, 0) }
 
 // model is the continuous-batching core. It holds no clock: every call
 // takes the simulated time t (seconds) at which it happens, and times only

@@ -21,9 +21,11 @@ type Server struct {
 	opts Options
 	seed uint64
 
-	start  time.Time
-	mu     sync.Mutex
-	model  *model
+	start time.Time
+	mu    sync.Mutex
+	model *model
+	// jobs are the requests in the model now (for AbortAll).
+	jobs   map[*job]struct{}
 	wake   chan struct{}
 	closed chan struct{}
 	once   sync.Once
@@ -53,6 +55,7 @@ func New(opts Options) *Server {
 		start:  time.Now(),
 		wake:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
+		jobs:   map[*job]struct{}{},
 	}
 	s.limits = newLimits(o.RateLimit)
 	s.batches = newBatchAPI()
@@ -113,19 +116,20 @@ func (s *Server) loop() {
 }
 
 // run puts one request of prompt tokens and n generated tokens through the
-// batching model and waits until it completes or ctx ends.
-func (s *Server) run(ctx context.Context, prompt, n int) error {
+// batching model and waits until it completes or ctx ends. It returns the
+// tokens generated: n, or fewer for a request AbortAll cut short.
+func (s *Server) run(ctx context.Context, prompt, n int) (int, error) {
 	if s.opts.TimeScale <= 0 {
 		s.mu.Lock()
 		s.instant.requests++
 		s.instant.prompt += int64(prompt)
 		s.instant.decoded += int64(n)
 		s.mu.Unlock()
-		return nil
+		return n, nil
 	}
 	select {
 	case <-s.closed:
-		return ErrClosed
+		return 0, ErrClosed
 	default:
 	}
 	j := newJob(prompt, n)
@@ -133,11 +137,22 @@ func (s *Server) run(ctx context.Context, prompt, n int) error {
 	t := s.now()
 	s.model.advance(t)
 	s.model.arrive(t, j)
+	s.jobs[j] = struct{}{}
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.jobs, j)
+		s.mu.Unlock()
+	}()
 	s.poke()
 	select {
 	case <-j.done:
-		return nil
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if j.aborted && !j.finished {
+			return min(j.emitted(), n), nil
+		}
+		return n, nil
 	case <-ctx.Done():
 	case <-s.closed:
 	}
@@ -149,12 +164,58 @@ func (s *Server) run(ctx context.Context, prompt, n int) error {
 	s.mu.Unlock()
 	s.poke()
 	if finished {
-		return nil
+		return n, nil
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
-	return ErrClosed
+	return 0, ErrClosed
+}
+
+// AbortAll cuts every request in the server short, as SGLang's
+// POST /abort_request with abort_all does: a queued request leaves at
+// once, a running one at the end of the step in progress, and each
+// answers with the tokens it generated until then and finish reason
+// "abort" (inference.FinishAbort). It returns the number of requests
+// aborted. A server with time scale 0 answers at once and never has any.
+func (s *Server) AbortAll() int {
+	s.mu.Lock()
+	t := s.now()
+	s.model.advance(t)
+	n := 0
+	for j := range s.jobs {
+		if j.finished || j.cancelled {
+			continue
+		}
+		j.aborted = true
+		s.model.cancel(t, j)
+		n++
+	}
+	s.mu.Unlock()
+	s.poke()
+	return n
+}
+
+// Abort is AbortAll as the inference.Aborter of the in-process server.
+func (s *Server) Abort(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.AbortAll()
+	return nil
+}
+
+var _ inference.Aborter = (*Server)(nil)
+
+// cut makes rep the answer of a request aborted after k of its tokens:
+// those tokens and their logprobs, their text, finish reason "abort".
+func (rep *reply) cut(k int) {
+	rep.ids = rep.ids[:k:k]
+	rep.logprobs = rep.logprobs[:k:k]
+	rep.text = Detokenize(rep.ids, true)
+	rep.content = rep.text
+	rep.toolCalls = nil
+	rep.finish = inference.FinishAbort
 }
 
 // Stats are counters of the simulated server, for benchmarks.
@@ -243,8 +304,12 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 		}
 		return nil, &inference.Error{Class: inference.ClassHTTP, Status: 400, Msg: err.Error()}
 	}
-	if err := s.run(ctx, len(in.promptIDs), len(rep.ids)); err != nil {
+	k, err := s.run(ctx, len(in.promptIDs), len(rep.ids))
+	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
+	}
+	if k < len(rep.ids) {
+		rep.cut(k)
 	}
 	trailer, _ := json.Marshal(rep.trailer)
 	if req.PromptTokenIDs != nil {

@@ -118,6 +118,18 @@ func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 		{Role: pipeline.RoleAssistant, Content: body, Turn: 2,
 			TokenIDs: r.ResponseTokenIDs[half+3:], Logprobs: r.ResponseLogprobs[half+3:], TokenStart: h + 3, TokenEnd: p + int32(tokens)},
 	}
+	// Policy versions: the first answer under version 1, the second
+	// under a version between 1 and 2 (a weight update while in flight);
+	// sampling parameters on every other rollout (null on the rest).
+	r.AdmittedVersion = 1
+	r.PolicyVersions = []pipeline.VersionSpan{
+		{Version: 1, VersionMax: 1, Start: p, End: h},
+		{Version: 1, VersionMax: 2, Start: h + 3, End: p + int32(tokens)},
+	}
+	if i%2 == 0 {
+		temp, topP, topK, maxTok := 0.7+float64(i)/100, 0.95, int32(20+i), int32(tokens)
+		r.Sampling = pipeline.Sampling{Temperature: &temp, TopP: &topP, TopK: &topK, MaxTokens: &maxTok}
+	}
 	if i%2 == 1 {
 		r.ToolCalls = 1
 		r.Messages[2].ToolCalls = []pipeline.ToolCall{{

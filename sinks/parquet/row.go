@@ -46,6 +46,12 @@ type row struct {
 	TurnGenTokens         []int32   `parquet:"turn_gen_tokens,list"`
 	PromptTokensDropped   int32     `parquet:"prompt_tokens_dropped"`
 	InvalidActions        int32     `parquet:"invalid_actions"`
+	AdmittedVersion       int64     `parquet:"admitted_version"`
+	MinPolicyVersion      int64     `parquet:"min_policy_version"`
+	Temperature           *float64  `parquet:"temperature,optional"`
+	TopP                  *float64  `parquet:"top_p,optional"`
+	TopK                  *int32    `parquet:"top_k,optional"`
+	MaxTokens             *int32    `parquet:"max_tokens,optional"`
 	GenMS                 float64   `parquet:"gen_ms"`
 	EnvMS                 float64   `parquet:"env_ms"`
 	TotalMS               float64   `parquet:"total_ms"`
@@ -56,6 +62,14 @@ type row struct {
 	ResponseTokenIDs      []int32   `parquet:"response_token_ids,list"`
 	LossMask              []int8    `parquet:"loss_mask,list"`
 	ResponseLogprobs      []float32 `parquet:"response_logprobs,list"`
+	PolicyVersions        []span    `parquet:"policy_versions,list"`
+}
+
+type span struct {
+	Version    int64 `parquet:"version"`
+	VersionMax int64 `parquet:"version_max"`
+	Start      int32 `parquet:"start"`
+	End        int32 `parquet:"end"`
 }
 
 type metric struct {
@@ -96,6 +110,7 @@ type converter struct {
 	tools   []toolCall
 	parts   []part
 	metrics []metric
+	spans   []span
 }
 
 // listSlice returns row i of a list array as a subslice of vals, the
@@ -157,7 +172,20 @@ func (c *converter) convert(rec arrow.Record) []row {
 	respLP := lst(schema.ColResponseLogprobs)
 	respLPVals := respLP.ListValues().(*array.Float32).Float32Values()
 
+	spans := lst(schema.ColPolicyVersions)
+	spanSt := spans.ListValues().(*array.Struct)
+	spanV := spanSt.Field(schema.SpanVersion).(*array.Int64).Int64Values()
+	spanVMax := spanSt.Field(schema.SpanVersionMax).(*array.Int64).Int64Values()
+	spanStart := spanSt.Field(schema.SpanStart).(*array.Int32).Int32Values()
+	spanEnd := spanSt.Field(schema.SpanEnd).(*array.Int32).Int32Values()
+	temp, topP := col[schema.ColTemperature].(*array.Float64), col[schema.ColTopP].(*array.Float64)
+	topK, maxTok := col[schema.ColTopK].(*array.Int32), col[schema.ColMaxTokens].(*array.Int32)
+
 	// Whole-record element arenas, subsliced per row.
+	c.spans = grow(c.spans, spanSt.Len())
+	for j := range c.spans {
+		c.spans[j] = span{Version: spanV[j], VersionMax: spanVMax[j], Start: spanStart[j], End: spanEnd[j]}
+	}
 	c.metrics = grow(c.metrics, metricSt.Len())
 	for j := range c.metrics {
 		c.metrics[j] = metric{Name: metricName.Value(j), Value: metricVal[j]}
@@ -192,6 +220,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 	numTurns, breaks, tools, retries := i32(schema.ColNumTurns), i32(schema.ColTokenContinuityBreaks), i32(schema.ColToolCalls), i32(schema.ColRetries)
 	reward, mean, std, adv := f64(schema.ColReward), f64(schema.ColGroupRewardMean), f64(schema.ColGroupRewardStd), f64(schema.ColAdvantage)
 	dropped, invalid := i32(schema.ColPromptTokensDropped), i32(schema.ColInvalidActions)
+	admitted, minVersion := i64(schema.ColAdmittedVersion), i64(schema.ColMinPolicyVersion)
 	genMS, envMS, totalMS := f64(schema.ColGenMS), f64(schema.ColEnvMS), f64(schema.ColTotalMS)
 
 	c.rows = grow(c.rows, n)
@@ -233,6 +262,12 @@ func (c *converter) convert(rec arrow.Record) []row {
 			TurnGenTokens:         listSlice(turnGen, turnGenVals, i),
 			PromptTokensDropped:   dropped[i],
 			InvalidActions:        invalid[i],
+			AdmittedVersion:       admitted[i],
+			MinPolicyVersion:      minVersion[i],
+			Temperature:           valueAt(temp, temp.Float64Values(), i),
+			TopP:                  valueAt(topP, topP.Float64Values(), i),
+			TopK:                  valueAt(topK, topK.Int32Values(), i),
+			MaxTokens:             valueAt(maxTok, maxTok.Int32Values(), i),
 			GenMS:                 genMS[i],
 			EnvMS:                 envMS[i],
 			TotalMS:               totalMS[i],
@@ -243,6 +278,7 @@ func (c *converter) convert(rec arrow.Record) []row {
 			ResponseTokenIDs:      listSlice(respIDs, respIDVals, i),
 			LossMask:              listSlice(lossMask, lossMaskVals, i),
 			ResponseLogprobs:      listSlice(respLP, respLPVals, i),
+			PolicyVersions:        listSlice(spans, c.spans, i),
 		}
 	}
 	return c.rows
@@ -255,6 +291,16 @@ func (c *converter) reset() {
 	clear(c.tools)
 	clear(c.parts)
 	clear(c.metrics)
+	clear(c.spans)
+}
+
+// valueAt points at row i's value in vals (a's values; no copy), or is
+// nil where a is null.
+func valueAt[T any](a arrow.Array, vals []T, i int) *T {
+	if a.IsNull(i) {
+		return nil
+	}
+	return &vals[i]
 }
 
 func grow[T any](s []T, n int) []T {

@@ -246,8 +246,10 @@ func TestNoTokenCopies(t *testing.T) {
 			int32Lists = append(int32Lists, c.Path())
 		}
 	}
-	// turn_gen_tokens holds counts (one per turn), not token ids.
-	want := []string{"turn_gen_tokens.list.element", "prompt_token_ids.list.element", "response_token_ids.list.element", "loss_mask.list.element"}
+	// turn_gen_tokens holds counts (one per turn), not token ids;
+	// policy_versions positions.
+	want := []string{"turn_gen_tokens.list.element", "prompt_token_ids.list.element", "response_token_ids.list.element", "loss_mask.list.element",
+		"policy_versions.list.element.start", "policy_versions.list.element.end"}
 	if !reflect.DeepEqual(int32Lists, want) {
 		t.Errorf("int32 list columns %v, want %v", int32Lists, want)
 	}

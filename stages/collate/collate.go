@@ -70,6 +70,13 @@ type Collator struct {
 	partText    *array.StringBuilder
 	partURL     *array.StringBuilder
 
+	spans          *array.ListBuilder
+	span           *array.StructBuilder
+	spanVersion    *array.Int64Builder
+	spanVersionMax *array.Int64Builder
+	spanStart      *array.Int32Builder
+	spanEnd        *array.Int32Builder
+
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
 	promptIDVals, respIDVals             *array.Int32Builder
 	lossMaskVals                         *array.Int8Builder
@@ -182,6 +189,13 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	c.respIDVals = c.respIDs.ValueBuilder().(*array.Int32Builder)
 	c.lossMaskVals = c.lossMask.ValueBuilder().(*array.Int8Builder)
 	c.respLPVals = c.respLP.ValueBuilder().(*array.Float32Builder)
+
+	c.spans = c.b.Field(schema.ColPolicyVersions).(*array.ListBuilder)
+	c.span = c.spans.ValueBuilder().(*array.StructBuilder)
+	c.spanVersion = c.span.FieldBuilder(schema.SpanVersion).(*array.Int64Builder)
+	c.spanVersionMax = c.span.FieldBuilder(schema.SpanVersionMax).(*array.Int64Builder)
+	c.spanStart = c.span.FieldBuilder(schema.SpanStart).(*array.Int32Builder)
+	c.spanEnd = c.span.FieldBuilder(schema.SpanEnd).(*array.Int32Builder)
 	return c
 }
 
@@ -263,6 +277,7 @@ func (c *Collator) unstage() {
 	for i, lb := range []*array.ListBuilder{
 		schema.ColTurnRewards: c.turnRewards, schema.ColTurnGenTokens: c.turnGen, schema.ColMetrics: c.metrics, schema.ColMessages: c.msgs,
 		schema.ColPromptTokenIDs: c.promptIDs, schema.ColResponseTokenIDs: c.respIDs, schema.ColLossMask: c.lossMask, schema.ColResponseLogprobs: c.respLP,
+		schema.ColPolicyVersions: c.spans,
 	} {
 		if v := s.list[i]; lb != nil && len(v) > 0 {
 			lb.AppendValues(v, s.valid(len(v)))
@@ -398,6 +413,14 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.i32[schema.ColRetries] = append(st.i32[schema.ColRetries], int32(r.Retries))
 	st.i32[schema.ColPromptTokensDropped] = append(st.i32[schema.ColPromptTokensDropped], int32(r.PromptTokensDropped))
 	st.i32[schema.ColInvalidActions] = append(st.i32[schema.ColInvalidActions], int32(r.InvalidActions))
+	st.i64[schema.ColAdmittedVersion] = append(st.i64[schema.ColAdmittedVersion], r.AdmittedVersion)
+	st.i64[schema.ColMinPolicyVersion] = append(st.i64[schema.ColMinPolicyVersion], r.MinPolicyVersion())
+	// The nullable sampling columns go to their builders at once (the
+	// stage holds no validity).
+	appendNullable(c.f64[schema.ColTemperature], r.Sampling.Temperature)
+	appendNullable(c.f64[schema.ColTopP], r.Sampling.TopP)
+	appendNullable(c.i32[schema.ColTopK], r.Sampling.TopK)
+	appendNullable(c.i32[schema.ColMaxTokens], r.Sampling.MaxTokens)
 	st.f64[schema.ColGroupRewardMean] = append(st.f64[schema.ColGroupRewardMean], r.GroupRewardMean)
 	st.f64[schema.ColGroupRewardStd] = append(st.f64[schema.ColGroupRewardStd], r.GroupRewardStd)
 	st.f64[schema.ColAdvantage] = append(st.f64[schema.ColAdvantage], r.Advantage)
@@ -453,4 +476,25 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	c.lossMaskVals.AppendValues(r.LossMask, nil)
 	st.list[schema.ColResponseLogprobs] = append(st.list[schema.ColResponseLogprobs], int32(c.respLPVals.Len()))
 	c.respLPVals.AppendValues(r.ResponseLogprobs, nil)
+
+	st.list[schema.ColPolicyVersions] = append(st.list[schema.ColPolicyVersions], int32(c.span.Len()))
+	for _, sp := range r.PolicyVersions {
+		c.span.Append(true)
+		c.spanVersion.Append(sp.Version)
+		c.spanVersionMax.Append(sp.VersionMax)
+		c.spanStart.Append(sp.Start)
+		c.spanEnd.Append(sp.End)
+	}
+}
+
+// appendNullable appends *v to b, or a null when v is nil.
+func appendNullable[T any, B interface {
+	Append(T)
+	AppendNull()
+}](b B, v *T) {
+	if v == nil {
+		b.AppendNull()
+		return
+	}
+	b.Append(*v)
 }

@@ -35,9 +35,10 @@ func TestSchemaHasContractColumns(t *testing.T) {
 			t.Errorf("column %q appears %d times, want once", name, len(idx))
 		}
 	}
+	nullable := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true}
 	for _, f := range s.Fields() {
-		if f.Nullable {
-			t.Errorf("column %q is nullable", f.Name)
+		if f.Nullable != nullable[f.Name] {
+			t.Errorf("column %q: nullable %v", f.Name, f.Nullable)
 		}
 	}
 	msgFields := schema.Schema().Field(schema.ColMessages).Type.(*arrow.ListType).Elem().(*arrow.StructType).Fields()
@@ -62,7 +63,7 @@ func TestLightColumnsComeFirst(t *testing.T) {
 		}
 	}
 	heavy := map[string]bool{"task": true, "messages": true, "prompt_token_ids": true,
-		"response_token_ids": true, "loss_mask": true, "response_logprobs": true, "error": true}
+		"response_token_ids": true, "loss_mask": true, "response_logprobs": true, "error": true, "policy_versions": true}
 	for _, name := range light {
 		if heavy[name] {
 			t.Errorf("heavy column %q listed as light", name)
@@ -211,7 +212,7 @@ func TestCheckSchemaNamesColumn(t *testing.T) {
 	fields := schema.Schema().Fields()
 	fields[schema.ColReward].Type = arrow.PrimitiveTypes.Float32
 	err := schema.Check(arrow.NewSchema(fields, nil))
-	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 3)` {
+	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 4)` {
 		t.Errorf("CheckSchema = %v", err)
 	}
 	if err := schema.Check(arrow.NewSchema(fields[:3], nil)); err == nil {

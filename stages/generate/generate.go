@@ -56,9 +56,17 @@ type Options struct {
 	// (inference.ObservationDelta); "raw" tokenises each one's text alone
 	// (POST /tokenize {"prompt"}), as NeMo RL does. raw needs API tokens.
 	ObservationTokens string
-	// Policy is the fleet's policy version and pause (trajflow serve);
-	// nil: version 0, never paused.
+	// Policy, when set, is the fleet's policy version and pause: a
+	// request waits while the fleet is paused, its tokens are tagged with
+	// the version current when it was sent (a range when the version
+	// changed while it was in flight), and a pause in abort mode cuts it
+	// short (see SCHEMA.md, Policy versions). nil: version 0, never
+	// paused.
 	Policy *Policy
+	// AbortGrace is how long an answer is awaited after the servers
+	// acknowledged an abort before the request is cancelled client side;
+	// 0: DefaultAbortGrace.
+	AbortGrace time.Duration
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages
@@ -121,6 +129,7 @@ type Generator struct {
 	noTokenize bool
 
 	reqs requestCounts
+	policy policyState
 }
 
 // New returns a Generator sending requests to client. With opts.API
@@ -202,12 +211,18 @@ func (g *Generator) Check(ctx context.Context) error {
 // Turn runs one generation for r. Failures resolve r (error, or truncated
 // for a context-length error or when the sequence is full); Turn itself
 // returns an error only when ctx is done.
+//
+// Under a Policy (Options.Policy) it waits while the fleet is paused and
+// tags the tokens it appends with their policy version (r.PolicyVersions);
+// r's first turn records the version it was admitted at and its sampling
+// parameters.
 func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
+	g.admit(r)
 	req, stepwise, ok, err := g.next(ctx, r)
 	if err != nil || !ok {
 		return err
 	}
-	resp, err := g.complete(ctx, r, req)
+	resp, segs, err := g.send(ctx, r, req, stepwise)
 	if resp == nil {
 		return err
 	}
@@ -216,6 +231,7 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 		return nil
 	}
 	g.apply(r, resp, req.PromptTokenIDs)
+	tagVersions(r, segs)
 	return nil
 }
 
@@ -264,18 +280,22 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 	return req, false, true, nil
 }
 
-// complete sends req for r. A failure resolves r (error, or truncated for
-// a context-length error) and gives a nil response; the error is non-nil
-// only when ctx is done.
-func (g *Generator) complete(ctx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
+// complete sends req for r with sendCtx, a context of ctx. A failure
+// resolves r (error, or truncated for a context-length error) and gives a
+// nil response; the error is non-nil only when ctx is done, or
+// errCancelledByPause when sendCtx alone ended (r is not resolved).
+func (g *Generator) complete(ctx, sendCtx context.Context, r *pipeline.Rollout, req *inference.Request) (*inference.Response, error) {
 	start := time.Now()
-	resp, err := g.client.Complete(ctx, req)
+	resp, err := g.client.Complete(sendCtx, req)
 	took := time.Since(start)
 	r.GenTime += took
 	if err != nil {
 		if ctx.Err() != nil {
 			g.reqs.cancelled(took)
 			return nil, ctx.Err()
+		}
+		if sendCtx.Err() != nil {
+			return nil, errCancelledByPause
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
 			if r.NumTurns == 0 {
@@ -1068,6 +1088,7 @@ func cutTokens(r *pipeline.Rollout, n int) {
 		r.LossMask = r.LossMask[:k:k]
 		r.ResponseLogprobs = r.ResponseLogprobs[:k:k]
 	}
+	cutSpans(r, int32(n))
 	r.EnvTokens = 0
 	for _, m := range r.LossMask {
 		if m == 0 {

@@ -1,0 +1,227 @@
+package groups
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/trajflow/trajflow/pipeline"
+)
+
+// ReasonStale is the filter reason of a kept group that a Staleness gate
+// found too stale to use (on_stale: drop or requeue).
+const ReasonStale = "stale"
+
+// What becomes of a group too stale to use (StalenessOptions.OnStale).
+const (
+	// StaleRequeue drops the group and samples its task again (a new
+	// attempt): the prompt goes back to the queue. The default.
+	StaleRequeue = "requeue"
+	// StaleDrop drops the group (filter_reason stale) for good.
+	StaleDrop = "drop"
+	// StaleKeep keeps it, counted.
+	StaleKeep = "keep"
+)
+
+// Versions is the fleet's policy version, as generate.Policy gives it:
+// the version now, and a channel closed at its next change.
+type Versions interface {
+	Version() int64
+	Changed() <-chan struct{}
+}
+
+// StalenessOptions configure a Staleness gate.
+type StalenessOptions struct {
+	// MaxStaleness is s: a group admitted at version a can still be used
+	// by a trainer at version v while v - a <= s.
+	MaxStaleness int
+	// BatchSize is the groups a trainer consumes per version (its step's
+	// groups, K).
+	BatchSize int
+	// OnStale is what becomes of a finished kept group that is stale
+	// anyway (StaleRequeue, StaleDrop, StaleKeep; "": requeue).
+	OnStale string
+	// Accepted is the groups accepted before this gate (a resumed
+	// service's count), which the capacity counts as consumed.
+	Accepted int
+}
+
+// Validate checks the options, naming the field.
+func (o StalenessOptions) Validate() error {
+	switch {
+	case o.MaxStaleness < 0:
+		return fmt.Errorf("max_staleness: %d is negative", o.MaxStaleness)
+	case o.BatchSize < 1:
+		return fmt.Errorf("batch size: %d, want at least 1 group per step", o.BatchSize)
+	case o.Accepted < 0:
+		return fmt.Errorf("accepted: %d is negative", o.Accepted)
+	}
+	switch o.OnStale {
+	case "", StaleRequeue, StaleDrop, StaleKeep:
+	default:
+		return fmt.Errorf("on_stale: %q is not one of requeue, drop, keep", o.OnStale)
+	}
+	return nil
+}
+
+// Staleness is the capacity-based admission gate of an asynchronous
+// trainer (AReaL's): a new group is admitted only while every group
+// accepted or running can still be used within MaxStaleness versions. A
+// trainer at version v has consumed at most v×B groups (B = BatchSize) and
+// will use the groups accepted so far in order, so a group admitted now is
+// used within s versions when the groups accepted or running number at
+// most (v + s + 1)×B:
+//
+//	capacity = (v + s + 1)×B − (accepted + running)
+//
+// Groups the keep rule drops free their place (they are never consumed).
+// The gate paces generation rather than wasting it: groups rarely become
+// stale; those that do anyway (a slow group, a trainer that skips ahead)
+// are handled by OnStale and counted. It is safe for concurrent use.
+type Staleness struct {
+	opts StalenessOptions
+	ver  Versions
+
+	mu sync.Mutex
+	// freed is closed and replaced when a group is done (its place may
+	// be free): Admit waits on it and on the version.
+	freed    chan struct{}
+	running  int
+	accepted int
+	requeued int
+	dropped  int
+	keptOld  int
+}
+
+// NewStaleness returns the gate of opts over the versions ver.
+func NewStaleness(opts StalenessOptions, ver Versions) (*Staleness, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if ver == nil {
+		return nil, fmt.Errorf("staleness gate: no policy versions")
+	}
+	if opts.OnStale == "" {
+		opts.OnStale = StaleRequeue
+	}
+	return &Staleness{opts: opts, ver: ver, accepted: opts.Accepted, freed: make(chan struct{})}, nil
+}
+
+// capacity is the groups that may be admitted now; s.mu is held.
+func (s *Staleness) capacity(v int64) int {
+	return int((v+int64(s.opts.MaxStaleness)+1)*int64(s.opts.BatchSize)) - s.accepted - s.running
+}
+
+// Admit blocks until a group may be admitted, counts it running and
+// returns the version it is admitted at. It returns ctx's error when ctx
+// ends first.
+func (s *Staleness) Admit(ctx context.Context) (int64, error) {
+	for {
+		ch := s.ver.Changed()
+		v := s.ver.Version()
+		s.mu.Lock()
+		if s.capacity(v) > 0 {
+			s.running++
+			s.mu.Unlock()
+			return v, nil
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-freed:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Done ends a group admitted: accepted (kept, to be consumed) or not (the
+// keep rule dropped it, it failed, it was abandoned).
+func (s *Staleness) Done(accepted bool) {
+	s.mu.Lock()
+	s.running--
+	if accepted {
+		s.accepted++
+	}
+	close(s.freed)
+	s.freed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Stale reports whether g, admitted at the oldest AdmittedVersion of its
+// rollouts, can no longer be used within MaxStaleness versions of the
+// version now.
+func (s *Staleness) Stale(g *pipeline.Group) bool {
+	if len(g.Rollouts) == 0 {
+		return false
+	}
+	a := g.Rollouts[0].AdmittedVersion
+	for _, r := range g.Rollouts[1:] {
+		a = min(a, r.AdmittedVersion)
+	}
+	return s.ver.Version()-a > int64(s.opts.MaxStaleness)
+}
+
+// Apply handles a finished group after its keep rule: a kept group that
+// is stale is kept (on_stale: keep) or dropped with filter reason stale
+// (drop, requeue); requeue is true when its task is to be sampled again.
+// Each is counted.
+func (s *Staleness) Apply(g *pipeline.Group) (requeue bool) {
+	if !g.Kept || !s.Stale(g) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.opts.OnStale {
+	case StaleKeep:
+		s.keptOld++
+		return false
+	case StaleDrop:
+		s.dropped++
+	default:
+		s.requeued++
+		requeue = true
+	}
+	g.Kept, g.FilterReason = false, ReasonStale
+	for _, r := range g.Rollouts {
+		r.Kept, r.FilterReason = false, ReasonStale
+		if r.Status == pipeline.StatusOK {
+			r.Status = pipeline.StatusFiltered
+		}
+	}
+	return requeue
+}
+
+// StalenessStats are a Staleness gate's counters.
+type StalenessStats struct {
+	// Version is the policy version now; Capacity the groups that may be
+	// admitted at it.
+	Version  int64
+	Capacity int
+	// Running are the groups admitted and not done; Accepted the groups
+	// accepted, Accepted in the options included.
+	Running, Accepted int
+	// Requeued, Dropped and KeptStale count the stale groups by what
+	// became of them.
+	Requeued, Dropped, KeptStale int
+}
+
+// Stats returns the gate's counters.
+func (s *Staleness) Stats() StalenessStats {
+	v := s.ver.Version()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return StalenessStats{Version: v, Capacity: max(s.capacity(v), 0), Running: s.running, Accepted: s.accepted,
+		Requeued: s.requeued, Dropped: s.dropped, KeptStale: s.keptOld}
+}
+
+// Requeue hands j out again: the source's next group (a stale group's
+// task, in a new attempt). Its group counts as in flight until its
+// GroupDone.
+func (c *Controller) Requeue(j Job) {
+	c.mu.Lock()
+	c.again = append(c.again, j)
+	c.mu.Unlock()
+	c.signal()
+}

@@ -15,6 +15,7 @@ const (
 	DefaultServePauseMode   = "abort"
 	DefaultServeCommit      = 500 * time.Millisecond
 	DefaultServeBufferSteps = 1
+	DefaultServeOnStale     = "requeue"
 )
 
 // Serve is the serve section: the settings of `trajflow serve`, the
@@ -60,6 +61,22 @@ type Serve struct {
 	//
 	// Default: 500ms.
 	CommitInterval Duration `yaml:"commit_interval"`
+	// MaxStaleness, when set, bounds how stale a served group may be: a
+	// group is admitted only while every group accepted or running can
+	// still be used within this many policy versions of the version it
+	// was admitted at, AReaL's capacity rule
+	// ((version + max_staleness + 1) × step_groups groups accepted or
+	// running at most; docs/policy.md). Unset: no bound.
+	MaxStaleness *int `yaml:"max_staleness"`
+	// StepGroups is the groups a trainer takes per policy version (its
+	// steps' K), which max_staleness counts in; required with it.
+	StepGroups int `yaml:"step_groups"`
+	// OnStale is what becomes of a finished kept group that is stale
+	// anyway under max_staleness: requeue (the prompt is sampled again),
+	// drop (filter_reason stale) or keep; each is counted.
+	//
+	// Default: requeue.
+	OnStale string `yaml:"on_stale"`
 }
 
 // SetDefaults fills the serve section's keys left unset.
@@ -82,6 +99,9 @@ func (s *Serve) SetDefaults() {
 	}
 	if s.CommitInterval == 0 {
 		s.CommitInterval = Duration(DefaultServeCommit)
+	}
+	if s.OnStale == "" {
+		s.OnStale = DefaultServeOnStale
 	}
 }
 
@@ -106,6 +126,16 @@ func (s *Serve) Validate() error {
 	if s.CommitInterval < 0 {
 		p.Add("commit_interval", "must be > 0, got %s", s.CommitInterval.D())
 	}
+	if s.MaxStaleness != nil && *s.MaxStaleness < 0 {
+		p.Add("max_staleness", "must be >= 0, got %d", *s.MaxStaleness)
+	}
+	switch {
+	case s.StepGroups < 0 || s.StepGroups > s.MaxGroupsPerStep && s.MaxGroupsPerStep > 0:
+		p.Add("step_groups", "must be between 1 and max_groups_per_step (%d), got %d", s.MaxGroupsPerStep, s.StepGroups)
+	case s.MaxStaleness != nil && s.StepGroups == 0:
+		p.Add("step_groups", "required with max_staleness: the groups a trainer takes per policy version")
+	}
+	p.OneOf("on_stale", s.OnStale, "requeue", "drop", "keep")
 	return p.Err()
 }
 

@@ -182,6 +182,23 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		}
 	}
 
+	// serve.max_staleness: the capacity gate over the fleet's policy,
+	// counting what earlier runs accepted (served or queued).
+	var stale *groups.Staleness
+	if cfg.Serve.MaxStaleness != nil {
+		accepted := len(s.queue)
+		for _, step := range s.st.Steps {
+			accepted += len(step.Groups)
+		}
+		stale, err = groups.NewStaleness(groups.StalenessOptions{
+			MaxStaleness: *cfg.Serve.MaxStaleness, BatchSize: cfg.Serve.StepGroups,
+			OnStale: cfg.Serve.OnStale, Accepted: accepted,
+		}, s.policy)
+		if err != nil {
+			return fmt.Errorf("serve.max_staleness: %w", err)
+		}
+	}
+
 	ln, err := net.Listen("tcp", cfg.Serve.Addr)
 	if err != nil {
 		return fmt.Errorf("serve.addr: %w", err)
@@ -221,7 +238,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	ropts := runner.Options{
 		Stderr: opts.Stderr, Client: opts.Client, Env: opts.Env, Abort: opts.Abort,
 		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
-		Policy: s.policy, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
+		Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
 		Progress: func(sn runner.Snapshot) {
 			snapMu.Lock()
 			snap = sn

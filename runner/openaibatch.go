@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -268,8 +269,15 @@ func batchLine(r *pipeline.Rollout) ([]byte, bool, error) {
 		}
 		l.Error = &batchError{Code: code, Message: r.Error}
 	}
-	b, err := json.Marshal(l)
-	return b, l.Error != nil, err
+	// Marshal would escape <, > and & in the body: the encoder keeps
+	// them as the server sent them (it only puts the body on one line).
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(l); err != nil {
+		return nil, false, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), l.Error != nil, nil
 }
 
 // builtReply is a chat.completion object of r's last reply, for a client

@@ -208,10 +208,15 @@ func verify(data []byte) ([]byte, error) {
 // place (a concurrent writer of the same key writes the same bytes, and
 // the last rename wins whole).
 func (s *Store) Put(k Key, v any) error {
-	payload, err := json.Marshal(v)
-	if err != nil {
+	// Marshal would escape <, > and & in a reply's raw body: the encoder
+	// keeps them as the server sent them.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
+	payload := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	sum := sha256.Sum256(payload)
 	r := rel(k)
 	final := filepath.Join(s.dir, r)

@@ -22,9 +22,10 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// replyRecorder is a rate-limited simulator behind an HTTP server that
-// gives every chat reply it sends an x-request-id of its own and keeps the
-// reply's bytes under it.
+// replyRecorder is a simulator (rate-limited, say) behind an HTTP server
+// that sends each chat reply indented, with a field holding <, > and &,
+// gives it an x-request-id of its own and keeps the bytes it sent under
+// that id. Read replies after counts, once the run is over.
 type replyRecorder struct {
 	sim *sim.Server
 	url string
@@ -162,7 +163,8 @@ func TestOpenAIBatchFileRateLimitedAndCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	cacheDir := filepath.Join(dir, "cache")
-	config := func(name, endpoint, out string) string {
+	limited := fmt.Sprintf("  rate_limit: {requests_per_minute: %d}\n  cache: %q\n", rpm, cacheDir)
+	config := func(name, endpoint, out, generate string) string {
 		q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 		cfg := fmt.Sprintf(`run: {id: batch, progress: 0}
 source: {path: %s, format: openai_batch}
@@ -170,13 +172,11 @@ generate:
   endpoints: [%s]
   model: sim-math
   concurrency: 64
-  rate_limit: {requests_per_minute: %d}
-  cache: %s
   max_attempts: 8
   backoff_base: 20ms
   backoff_max: 2s
-output: {dir: %s, openai_batch: true, file_rows: 50}
-`, q(input), q(endpoint), rpm, q(cacheDir), q(out))
+%soutput: {dir: %s, openai_batch: true, file_rows: 50}
+`, q(input), q(endpoint), generate, q(out))
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
@@ -185,9 +185,21 @@ output: {dir: %s, openai_batch: true, file_rows: 50}
 	}
 	opts := sim.Options{Seed: 3, Model: "sim-math", RateLimit: sim.RateLimit{RequestsPerMinute: rpm, Window: time.Second}}
 
+	// Without the limiter the server refuses many: the test can tell.
+	srv0 := startReplyRecorder(t, opts)
+	res := run(t, "run", config("free.yaml", srv0.url, filepath.Join(dir, "free"), ""))
+	if res.code != 0 {
+		t.Fatalf("run without a limit: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	free := srv0.sim.RateStats()
+	t.Logf("without generate.rate_limit: %d accepted, %d refused for rate", free.Accepted, free.Limited)
+	if free.Limited < good/10 {
+		t.Fatalf("without generate.rate_limit the server refused only %d of %d: the workload does not test the limiter", free.Limited, free.Accepted)
+	}
+
 	srv1 := startReplyRecorder(t, opts)
 	out1 := filepath.Join(dir, "first")
-	res := run(t, "run", config("first.yaml", srv1.url, out1))
+	res = run(t, "run", config("first.yaml", srv1.url, out1, limited))
 	if res.code != 0 {
 		t.Fatalf("first run: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
@@ -290,7 +302,7 @@ output: {dir: %s, openai_batch: true, file_rows: 50}
 	// and writes the same rows and the same lines.
 	srv2 := startReplyRecorder(t, opts)
 	out2 := filepath.Join(dir, "second")
-	res = run(t, "run", config("second.yaml", srv2.url, out2))
+	res = run(t, "run", config("second.yaml", srv2.url, out2, limited))
 	if res.code != 0 {
 		t.Fatalf("rerun: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}

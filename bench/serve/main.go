@@ -171,7 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "serve:", err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // best effort: the bench's scratch directory
 		o.workdir = dir
 	}
 	var rows []Row
@@ -515,7 +515,7 @@ func staleness(ctx context.Context, dir string, k int) ([3]int, error) {
 				return nil
 			})
 		}
-		f.Close()
+		_ = f.Close() // best effort: read only
 		if err != nil {
 			return out, err
 		}

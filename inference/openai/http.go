@@ -779,8 +779,8 @@ func (c *HTTPClient) abortOne(ctx context.Context, e *endpoint) error {
 	if err != nil {
 		return fmt.Errorf("%s: POST /abort_request: %w", e.name, stripURL(err))
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // best effort: drained for the connection's reuse
+	_ = resp.Body.Close()                                        // best effort: a response body, read
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("%s: POST /abort_request: HTTP %d", e.name, resp.StatusCode)
 	}

@@ -8,7 +8,8 @@
 //     and a groups.Staleness gate, max_staleness 1, the target raised to
 //     S·K), in both pause modes, abort and keep;
 //   - one `trajflow run` per step (each resumes the output directory with
-//     the target raised by K, after the trainer's step);
+//     the target raised by K, after the trainer's step; output.filtered on,
+//     so that a resumed run does not sample the dropped tasks again);
 //   - the batch-synchronous reference (whole-batch regeneration of K
 //     groups until K are kept, then the trainer's step);
 //
@@ -400,6 +401,9 @@ func runPerStep(ctx context.Context, o options, srv *harness.SimHTTP, cfg *confi
 	for s := range o.steps {
 		c := *cfg
 		c.Groups.Target = (s + 1) * o.k
+		// Dropped groups are committed (filtered/), so that the next
+		// step's run does not sample their tasks again.
+		c.Output.Filtered = true
 		hc, err := openai.NewHTTP(c.Generate.Config, openai.HTTPOptions{})
 		if err != nil {
 			return row, err

@@ -171,6 +171,9 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &req)
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec.mu.Lock()
+	rec.prompts = append(rec.prompts, req.Prompt)
+	rec.mu.Unlock()
 	cw := &captured{ResponseWriter: w}
 	rec.h.ServeHTTP(cw, r)
 	var out struct {
@@ -182,7 +185,6 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(cw.buf.Bytes(), &out)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	rec.prompts = append(rec.prompts, req.Prompt)
 	if len(out.Choices) == 1 {
 		rec.answers = append(rec.answers, out.Choices[0].TokenIDs)
 		rec.finish = append(rec.finish, out.Choices[0].FinishReason)
@@ -278,6 +280,12 @@ func TestAbortContinuesTokenInTokenOut(t *testing.T) {
 			if rec == nil {
 				return
 			}
+			// The handler records an answer after the client has it.
+			waitFor(t, "the server's record", func() bool {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				return len(rec.answers) >= 2
+			})
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if len(rec.prompts) != 2 || len(rec.answers) != 2 {

@@ -45,11 +45,14 @@ type Controller struct {
 	// (Follow): target is read from it and never counts as reached.
 	supply *Supply
 
-	mu        sync.Mutex
-	changed   chan struct{}
-	inflight  int // groups handed out and not finished
-	finished  int
-	kept      int
+	mu       sync.Mutex
+	changed  chan struct{}
+	inflight int // groups handed out and not finished
+	finished int
+	kept     int
+	// resumed are the kept groups of earlier runs (counted in kept, not
+	// observed by this controller: the keep rate leaves them out).
+	resumed   int
 	again     []Job
 	exhausted bool
 	reached   bool
@@ -91,7 +94,7 @@ type Decision struct {
 // when the earlier runs' kept groups already reach it).
 func NewController(cfg Config, maxGroups, kept int, onReached func()) *Controller {
 	c := newController(cfg.Target, maxGroups, cfg.MaxAttempts, cfg.Resample == "same_task", onReached)
-	c.kept = kept
+	c.kept, c.resumed = kept, kept
 	// A rerun of a run that reached its target has nothing to do: Next
 	// says so at once rather than waiting for a budget of zero to grow.
 	c.reached = c.target > 0 && kept >= c.target
@@ -235,7 +238,7 @@ func (c *Controller) budget() int {
 		return 0
 	}
 	need := float64(c.target - c.kept - c.heldKept)
-	rate := (float64(c.kept+c.heldKept) + 1) / (float64(c.finished) + 2)
+	rate := (float64(c.kept-c.resumed+c.heldKept) + 1) / (float64(c.finished) + 2)
 	// need/rate groups hold the need only on average; falling short by
 	// one costs a whole further group's latency, so add a safety margin
 	// of marginZ standard deviations of the kept count.

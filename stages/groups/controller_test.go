@@ -196,3 +196,15 @@ func TestBatchResampleLastTry(t *testing.T) {
 		t.Fatalf("verdicts %v, want %v", verdicts, want)
 	}
 }
+
+// A resumed run's kept groups count towards the target but not in the
+// keep rate, which only this run's finished groups measure: a run resumed
+// with the target raised starts with a full budget, not one group at a
+// time.
+func TestResumedKeptLeaveTheRateOut(t *testing.T) {
+	fresh := NewController(Config{Target: 64}, 200, 0, nil).budget()
+	resumed := NewController(Config{Target: 320}, 200, 256, nil).budget()
+	if resumed != fresh || resumed < 64 {
+		t.Errorf("budget of a run resumed with 256 of 320 kept = %d, of a fresh run for 64 = %d; want equal, at least 64", resumed, fresh)
+	}
+}

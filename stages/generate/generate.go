@@ -128,7 +128,7 @@ type Generator struct {
 	// /tokenize (chat mode goes on without it).
 	noTokenize bool
 
-	reqs requestCounts
+	reqs   requestCounts
 	policy policyState
 }
 

@@ -179,7 +179,6 @@ func (b *Built) openClient() error {
 			return err
 		}
 		b.Client, b.http = c, c
-		b.hosted.http = c
 		b.closers = append(b.closers, func() error { c.Close(); return nil })
 	}
 	return nil

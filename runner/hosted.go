@@ -19,11 +19,10 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// hosted holds the run's inference clients beside the decorated one: the
-// HTTP client (its endpoints' figures), the rate limiter, the response
-// cache and the Batch API client; each nil when the config has none.
+// hosted holds the decorators of the run's client and the Batch API
+// client, for their figures: the rate limiter, the response cache and the
+// Batch API client; each nil when the config has none.
 type hosted struct {
-	http    *openai.HTTPClient
 	limiter *ratelimit.Limiter
 	cache   *cache.Store
 	batch   *openai.BatchClient

@@ -275,7 +275,6 @@ type run struct {
 	// red removes the config's secrets from rollout errors and logs.
 	red *config.Redactor
 
-	client  inference.Client
 	closers []func()
 	// built are the run's components (Build): client, generator,
 	// environments, template, source, expander.
@@ -391,7 +390,7 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.closeChecked(b.Close)
-	r.built, r.client = b, b.Client
+	r.built = b
 	r.envs, r.sourcePath = b.Envs, b.SourcePath
 	if b.http != nil {
 		// The endpoints' own metrics: their load for the live view and

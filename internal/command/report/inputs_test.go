@@ -1,6 +1,7 @@
 package report
 
 import (
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,7 +23,7 @@ func TestInputsOfShardedRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := []string{root, filepath.Join(root, "shards", "00000-of-00002", FilteredDir)}
+	want := []string{root, filepath.Join(root, "shards", "00000-of-00002", schema.FilteredDir)}
 	if got := Inputs(root); !reflect.DeepEqual(got, want) {
 		t.Errorf("Inputs = %v, want %v", got, want)
 	}

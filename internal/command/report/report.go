@@ -22,15 +22,6 @@ import (
 const (
 	DefaultSamples   = 24
 	DefaultMaxTokens = 4096
-	// FilteredDir is the directory of dropped groups in an output
-	// directory (output.filtered: true); Inputs adds it when present.
-	FilteredDir = schema.FilteredDir
-	// ErrorsDir is the directory of the groups with an error rollout in
-	// an output directory; Inputs adds it when present.
-	ErrorsDir = schema.ErrorsDir
-	// FailuresFile is the log of every rollout that resolved as an error
-	// (one JSON object a line, with its error_class).
-	FailuresFile = schema.FailuresFile
 	// FileName is the report's name inside the output directory when no
 	// other is given.
 	FileName = schema.ReportFile
@@ -116,7 +107,7 @@ func Also(output string) []string {
 			dirs = append(dirs, sh.Dir)
 		}
 	}
-	for _, sub := range []string{FilteredDir, ErrorsDir} {
+	for _, sub := range []string{schema.FilteredDir, schema.ErrorsDir} {
 		for _, d := range dirs {
 			dir := filepath.Join(d, sub)
 			if files, err := filepath.Glob(filepath.Join(dir, "*.parquet")); err == nil && len(files) > 0 {
@@ -139,7 +130,7 @@ func FailureLogs(output string) []string {
 	}
 	var out []string
 	for _, d := range dirs {
-		out = append(out, filepath.Join(d, FailuresFile))
+		out = append(out, filepath.Join(d, schema.FailuresFile))
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -253,10 +254,10 @@ func TestInputs(t *testing.T) {
 		want  []string
 	}{
 		{"no filtered/", func() {}, []string{dir}},
-		{"empty filtered/", func() { os.MkdirAll(filepath.Join(dir, FilteredDir), 0o755) }, []string{dir}},
+		{"empty filtered/", func() { os.MkdirAll(filepath.Join(dir, schema.FilteredDir), 0o755) }, []string{dir}},
 		{"filtered/ with parts", func() {
-			os.WriteFile(filepath.Join(dir, FilteredDir, "part-00000.parquet"), nil, 0o644)
-		}, []string{dir, filepath.Join(dir, FilteredDir)}},
+			os.WriteFile(filepath.Join(dir, schema.FilteredDir, "part-00000.parquet"), nil, 0o644)
+		}, []string{dir, filepath.Join(dir, schema.FilteredDir)}},
 	}
 	for _, tt := range tests {
 		tt.setup()

@@ -58,16 +58,18 @@ func openJSONL(f *os.File, b base) (*jsonlReader, error) {
 	return r, nil
 }
 
-// errLineTooLong is readLine's error for a line over source.max_line_bytes;
-// the line was read past and counted.
-var errLineTooLong = errors.New("line too long")
+// ErrLineTooLong is wrapped by the RowError of a line over
+// source.max_line_bytes: the line was read past without being held. The
+// remedy is in the config (raise the limit, or on_bad_row: skip), so the
+// command treats it as a config error.
+var ErrLineTooLong = errors.New("the line is longer than source.max_line_bytes")
 
 // keepOfLongLine is how much of an over-long line a reject keeps.
 const keepOfLongLine = 1 << 10
 
 // readLine returns the next line without its line ending. The slice is
 // valid until the next call. A line longer than maxLine is read past
-// without being held: errLineTooLong, with its first bytes in r.buf.
+// without being held: ErrLineTooLong, with its first bytes in r.buf.
 func (r *jsonlReader) readLine() ([]byte, error) {
 	r.buf = r.buf[:0]
 	long := false
@@ -87,7 +89,7 @@ func (r *jsonlReader) readLine() ([]byte, error) {
 			r.line++
 			line := bytes.TrimSuffix(r.buf[:len(r.buf)-1], []byte("\r"))
 			if long || int64(len(line)) > r.maxLine {
-				return r.buf[:min(len(r.buf), keepOfLongLine)], errLineTooLong
+				return r.buf[:min(len(r.buf), keepOfLongLine)], ErrLineTooLong
 			}
 			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -99,7 +101,7 @@ func (r *jsonlReader) readLine() ([]byte, error) {
 			r.line++
 			line := bytes.TrimSuffix(r.buf, []byte("\r"))
 			if long || int64(len(line)) > r.maxLine {
-				return r.buf[:min(len(r.buf), keepOfLongLine)], errLineTooLong
+				return r.buf[:min(len(r.buf), keepOfLongLine)], ErrLineTooLong
 			}
 			return line, nil
 		default:
@@ -131,7 +133,7 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 			}
 			return nil, r.err
 		}
-		if errors.Is(err, errLineTooLong) {
+		if errors.Is(err, ErrLineTooLong) {
 			// A row all the same: it counts, and is bad where the run
 			// reads it.
 			i := r.rows
@@ -139,7 +141,7 @@ func (r *jsonlReader) Next(ctx context.Context) (*pipeline.Task, error) {
 			if !r.win.keep(i) {
 				continue
 			}
-			bad := &RowError{Where: r.where(r.line), Reason: fmt.Sprintf("the line is longer than source.max_line_bytes (%d bytes): not read", r.maxLine)}
+			bad := &RowError{Where: r.where(r.line), Reason: fmt.Sprintf("%v (%d bytes): not read", ErrLineTooLong, r.maxLine), Err: ErrLineTooLong}
 			if err := r.bad(bad, line); err != nil {
 				r.err = err
 				return nil, err

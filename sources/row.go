@@ -17,9 +17,15 @@ type RowError struct {
 	Where string
 	// Reason says what is wrong ("invalid JSON: ...").
 	Reason string
+	// Err, when set, is the sentinel the reason stands for
+	// (ErrLineTooLong); errors.Is sees it.
+	Err error
 }
 
 func (e *RowError) Error() string { return e.Where + ": " + e.Reason }
+
+// Unwrap returns Err.
+func (e *RowError) Unwrap() error { return e.Err }
 
 // nemoGymKey is the field of a NeMo Gym row holding the request.
 const nemoGymKey = "responses_create_params"

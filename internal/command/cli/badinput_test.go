@@ -279,6 +279,9 @@ for line in sys.stdin:
 		// onGood runs the case against a copy of the good run's output:
 		// data/ must be unchanged afterwards.
 		onGood bool
+		// found is an exit 2 found while reading the input (a line over
+		// source.max_line_bytes): the output directory may exist.
+		found bool
 		// slow cases are skipped under -short.
 		slow bool
 		// check, when set, looks at the output directory afterwards.
@@ -394,12 +397,18 @@ for line in sys.stdin:
 			want: []string{"source.max_line_bytes"}},
 
 		// --- input data ---
-		{cat: catInput, name: "line over source.max_line_bytes", code: cli.ExitFailed,
+		{cat: catInput, name: "line over source.max_line_bytes", code: cli.ExitUsage,
 			args: func() []string {
 				long := `{"question": "` + strings.Repeat("9", 200<<10) + `", "expected_answer": "1"}` + "\n"
 				return []string{h.config(h.file("t.jsonl", []byte(rows(1)+long+rows(1))), ""), "--set", "source.max_line_bytes=65536"}
 			},
-			want: []string{"t.jsonl:2", "longer than source.max_line_bytes (65536 bytes)"}},
+			want: []string{"t.jsonl:2", "longer than source.max_line_bytes (65536 bytes)", "raise source.max_line_bytes"}, found: true},
+		{cat: catInput, name: "line over source.max_line_bytes, over committed data", code: cli.ExitUsage, onGood: true,
+			args: func() []string {
+				long := `{"question": "` + strings.Repeat("9", 200<<10) + `", "expected_answer": "1"}` + "\n"
+				return h.quick("--allow-config-change", "--set", "source.path="+h.file("t.jsonl", []byte(rows(1)+long+rows(1))), "--set", "source.max_line_bytes=65536")
+			},
+			want: []string{"t.jsonl:2", "raise source.max_line_bytes"}},
 		{cat: catInput, name: "line over source.max_line_bytes, on_bad_row skip", code: cli.ExitOK,
 			args: func() []string {
 				long := `{"question": "` + strings.Repeat("9", 200<<10) + `", "expected_answer": "1"}` + "\n"
@@ -727,7 +736,7 @@ for line in sys.stdin:
 					}
 				}
 			}
-			if code == cli.ExitUsage && !tt.onGood {
+			if code == cli.ExitUsage && !tt.onGood && !tt.found {
 				if _, err := os.Stat(h.out); !os.IsNotExist(err) && h.out != "/proc/trajflow-out" {
 					t.Errorf("a config error created the output directory (stat: %v)", err)
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/sources"
 )
 
 // Exit codes. Whatever the code, committed files are whole and a rerun
@@ -21,7 +22,7 @@ import (
 const (
 	ExitOK          = 0
 	ExitFailed      = 1 // the run failed (a sink, a bad input row, an environment set-up, ...)
-	ExitUsage       = 2 // bad arguments or a bad config
+	ExitUsage       = 2 // bad arguments or a bad config, or an input line over source.max_line_bytes
 	ExitShortOfData = 3 // the data ran out before groups.target kept groups
 	// ExitErrors: the rollouts kept failing: an inference endpoint failed
 	// the check before the run, the circuit breaker opened, or the share of
@@ -165,6 +166,9 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	case errors.As(err, &invalid) || errors.Is(err, runner.ErrManifest):
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
+	case errors.Is(err, sources.ErrLineTooLong):
+		fmt.Fprintf(stderr, "trajflow run: %v; %s\n", err, lineTooLongHint)
+		return ExitUsage
 	case errors.Is(err, runner.ErrShortOfData):
 		fmt.Fprintln(stderr, "trajflow run:", err)
 		return ExitShortOfData
@@ -180,6 +184,10 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 		return ExitFailed
 	}
 }
+
+// lineTooLongHint follows an input line over source.max_line_bytes: the
+// input does not fit the config, and the remedy is in the config.
+const lineTooLongHint = "raise source.max_line_bytes, or set source.on_bad_row: skip to leave the line out"
 
 // signals returns a context cancelled by the first SIGINT, SIGTERM or
 // SIGHUP (its cause names the signal) and a channel closed by the second.

@@ -12,6 +12,7 @@ import (
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/sources"
 )
 
 const serveUsage = `Usage: trajflow serve CONFIG.yaml [--addr HOST:PORT] [--set section.key=value ...]
@@ -108,6 +109,9 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 		return ExitOK
 	case errors.As(err, &invalid):
 		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	case errors.Is(err, sources.ErrLineTooLong):
+		fmt.Fprintf(stderr, "trajflow serve: %v; %s\n", err, lineTooLongHint)
 		return ExitUsage
 	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate):
 		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))

@@ -22,7 +22,8 @@ type Config struct {
 	//
 	// Default: `536870912` (512 MiB).
 	FileBytes int64 `yaml:"file_bytes"`
-	// RowGroupRows bounds the rows of one Parquet row group.
+	// RowGroupRows bounds the rows of one Parquet row group (a row
+	// group also ends once it holds 64 MiB of text).
 	//
 	// Default: `4096`.
 	RowGroupRows int `yaml:"row_group_rows"`

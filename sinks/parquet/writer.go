@@ -34,6 +34,18 @@ const (
 	DefaultPrefix       = schema.PartPrefix
 )
 
+// Text bounds of the writer's buffers: a record is handed to the Parquet
+// writer in slices of at most writeChunkBytes of text (at least one row),
+// so that its column buffers are cut into pages as they fill rather than
+// once the whole record is in; and a row group ends once it holds
+// rowGroupBytes of text, so that the encoded pages held until a row group
+// is written stay bounded too. Long answers thus cost the writer a few
+// tens of MiB beside the record, not a copy of it.
+var (
+	writeChunkBytes = 16 << 20
+	rowGroupBytes   = 64 << 20
+)
+
 // Metadata keys trajflow writes into every file's key-value metadata.
 const (
 	KeySchemaVersion     = schema.MetadataKey
@@ -60,7 +72,8 @@ type Options struct {
 	// FileBytes commits a file once its estimated size reaches this many
 	// bytes (checked between records). Default 512 MiB.
 	FileBytes int64
-	// RowGroupRows is the most rows of one row group. Default 4096.
+	// RowGroupRows is the most rows of one row group. Default 4096. A
+	// row group also ends once it holds 64 MiB of text.
 	RowGroupRows int
 	// Compression is zstd (default), snappy, gzip or none.
 	Compression string
@@ -167,6 +180,7 @@ type Writer struct {
 	final string
 	pw    *pq.GenericWriter[row]
 	rows  int
+	group int // text of the open row group (rowText)
 }
 
 // New creates dir (and parents) and returns a Writer into it. Part numbers
@@ -301,7 +315,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 		}
 	}
 	rows := w.conv.convert(rec)
-	_, err := w.pw.Write(rows)
+	err := w.write(rows)
 	w.conv.reset()
 	if err != nil {
 		tmp := w.tmp
@@ -314,6 +328,46 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	return nil
 }
 
+// write hands rows to the open file in slices of at most writeChunkBytes
+// of text, ending the row group whenever it holds rowGroupBytes.
+func (w *Writer) write(rows []row) error {
+	for len(rows) > 0 {
+		n, text := 0, 0
+		for n < len(rows) && (n == 0 || text+rowText(&rows[n]) <= writeChunkBytes) {
+			text += rowText(&rows[n])
+			n++
+		}
+		if _, err := w.pw.Write(rows[:n]); err != nil {
+			return err
+		}
+		rows = rows[n:]
+		if w.group += text; w.group >= rowGroupBytes {
+			if err := w.pw.Flush(); err != nil {
+				return err
+			}
+			w.group = 0
+		}
+	}
+	return nil
+}
+
+// rowText is the text of r's unbounded string columns (freeText, and a
+// part's text and image).
+func rowText(r *row) int {
+	n := len(r.Task) + len(r.Error)
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		n += len(m.Content)
+		for _, c := range m.ToolCalls {
+			n += len(c.Arguments)
+		}
+		for _, p := range m.Parts {
+			n += len(p.Text) + len(p.ImageURL)
+		}
+	}
+	return n
+}
+
 func (w *Writer) open() error {
 	name := fmt.Sprintf("%s-%05d.parquet", w.opts.Prefix, w.next)
 	w.final = filepath.Join(w.dir, name)
@@ -324,7 +378,7 @@ func (w *Writer) open() error {
 	}
 	w.next++
 	w.f = f
-	w.rows = 0
+	w.rows, w.group = 0, 0
 	w.pw = pq.NewGenericWriter[row](f, w.wopts...)
 	return nil
 }

@@ -630,3 +630,41 @@ func TestCommitClosesOpenFile(t *testing.T) {
 		t.Fatal("Commit after Close succeeded")
 	}
 }
+
+// TestRowGroupsCutByText: a record of long answers is handed to the
+// Parquet writer in slices and its row groups end by text, not only by
+// rows, so that the writer never buffers a copy of the whole record; the
+// rows read back (with Arrow's reader) equal what was written.
+func TestRowGroupsCutByText(t *testing.T) {
+	defer pqsink.SetTextBounds(1<<20, 3<<20)()
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer alloc.AssertSize(t, 0)
+	dir := t.TempDir()
+	w, err := pqsink.New(dir, pqsink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One record of 8 rows, each well over 1 MiB of text.
+	want := writeGroups(t, w, alloc, 1, 8, 8, 6<<20)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "part-00000.parquet")
+	got, _ := readRollouts(t, path, alloc)
+	if len(got) != len(want) {
+		t.Fatalf("read %d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("row %d differs", i)
+		}
+	}
+	f, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n := f.NumRowGroups(); n < 3 {
+		t.Fatalf("%d row groups for %d rows of long text, want one per ~3 MiB", n, len(want))
+	}
+}

@@ -136,6 +136,7 @@ func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
 	collector := groups.NewCollector()
+	texts := groupText{}
 	rule := groups.NewRule(cfg.Groups)
 	// A group with a failed member is never kept: it goes to errors/ and a
 	// resumed run redoes it (run.resume_errors), so data/ holds every
@@ -185,10 +186,12 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			}
 			_ = r.checkErrorRate(false) // best effort: not final; over the limit it stops the run itself
 		}
+		texts.add(ro, collector.Held(ro.GroupKey()))
 		gr, err := collector.Add(ro)
 		if err != nil || gr == nil {
 			return nil, err
 		}
+		text := texts.done(gr.Key)
 		if r.cutOff(gr) {
 			// Unfinished work of a stop: not committed, redone on resume.
 			r.stats.cutOff(gr)
@@ -196,7 +199,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			r.staleAbandon()
 			return nil, nil
 		}
-		if err := r.failTooLarge(gr); err != nil {
+		if err := r.failTooLarge(gr, text); err != nil {
 			return nil, err
 		}
 		rule.Apply(gr)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/lines"
@@ -20,11 +21,44 @@ var maxRecordBytes = collate.MaxRecordBytes
 // keepOfTooLarge is how much of each text a too-large group's rows keep.
 const keepOfTooLarge = 1 << 10
 
-// failTooLarge fails every rollout of gr when its rows hold more text
-// than a record batch can, counting them as errors, and cuts their texts
-// so that the error rows can be written.
-func (r *run) failTooLarge(gr *pipeline.Group) error {
-	n := collate.GroupBytes(gr)
+// groupText is the text of each group being collected (collate.RowBytes
+// of its members in so far, before any cut). A group is known to be too
+// large as soon as it passes the record limit: from then on its texts are
+// cut as its members arrive, so a group never holds more than the limit
+// plus one member's text, however many long answers it waits for.
+type groupText map[pipeline.GroupKey]int64
+
+// add counts ro, whose group's members in so far are held, and cuts the
+// texts of both once the group is over the limit.
+func (t groupText) add(ro *pipeline.Rollout, held []*pipeline.Rollout) {
+	k := ro.GroupKey()
+	before := t[k]
+	t[k] = before + collate.RowBytes(ro)
+	if t[k] <= maxRecordBytes {
+		return
+	}
+	if before <= maxRecordBytes {
+		for _, h := range held {
+			if h != nil {
+				cutTexts(h)
+			}
+		}
+	}
+	cutTexts(ro)
+}
+
+// done returns the text of k's group as it arrived and forgets the group.
+func (t groupText) done(k pipeline.GroupKey) int64 {
+	n := t[k]
+	delete(t, k)
+	return n
+}
+
+// failTooLarge fails every rollout of gr when its rows held more text (n,
+// counted as they arrived) than a record batch can, counting them as
+// errors; their texts are cut already (groupText), so that the error rows
+// can be written.
+func (r *run) failTooLarge(gr *pipeline.Group, n int64) error {
 	if n <= maxRecordBytes {
 		return nil
 	}
@@ -46,7 +80,6 @@ func (r *run) failTooLarge(gr *pipeline.Group) error {
 			continue
 		}
 		ro.Status, ro.ErrorClass, ro.Error = pipeline.StatusError, ClassTooLarge, msg
-		cutTexts(ro)
 		s.mu.Lock()
 		s.errClasses[ClassTooLarge]++
 		s.lastError = msg
@@ -58,13 +91,14 @@ func (r *run) failTooLarge(gr *pipeline.Group) error {
 	return nil
 }
 
-// cutTexts cuts ro's message texts to keepOfTooLarge bytes each.
+// cutTexts cuts ro's message texts to keepOfTooLarge bytes each; a cut
+// text is a copy, so the long one can be freed.
 func cutTexts(ro *pipeline.Rollout) {
 	cut := func(s string) string {
 		if len(s) <= keepOfTooLarge {
 			return s
 		}
-		return s[:keepOfTooLarge]
+		return strings.Clone(s[:keepOfTooLarge])
 	}
 	msgs := make([]pipeline.Message, len(ro.Messages))
 	for i, m := range ro.Messages {

@@ -193,5 +193,14 @@ func (c *Collector) Add(r *pipeline.Rollout) (*pipeline.Group, error) {
 	return g, nil
 }
 
+// Held returns the members of k's group collected so far (nil where one
+// is still out), or nil when the group is not pending.
+func (c *Collector) Held(k pipeline.GroupKey) []*pipeline.Rollout {
+	if g := c.pending[k]; g != nil {
+		return g.Rollouts
+	}
+	return nil
+}
+
 // Pending is the number of groups with members still out.
 func (c *Collector) Pending() int { return len(c.pending) }

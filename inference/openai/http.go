@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/inference"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -18,6 +17,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/trajflow/trajflow/inference"
 )
 
 // HTTPOptions are the HTTP client's settings that do not come from the
@@ -49,6 +52,11 @@ type HTTPOptions struct {
 	MaxRetryAfter time.Duration
 	// MaxResponseBytes bounds a response body. Default 256 MiB.
 	MaxResponseBytes int64
+	// LargeBodyBytes bounds the bytes of large response bodies (over 4
+	// MiB) read and decoded at once, whatever the concurrency: a large
+	// body waits until the others leave room (a body over the bound
+	// waits to be alone). Default 1 GiB.
+	LargeBodyBytes int64
 	// BreakAfter is the number of consecutive attempts failing for a cause
 	// no retry fixes (401, 403, 404, connection refused), on every
 	// endpoint, that opens the circuit breaker: every request then fails at
@@ -91,6 +99,7 @@ type HTTPClient struct {
 	closed  bool
 	bufPool sync.Pool
 	brk     *breaker // nil: none
+	large   *bodyGate
 	// maxModelLen is the smallest max_model_len a /tokenize answer
 	// reported; 0: none reported yet.
 	maxModelLen atomic.Int64
@@ -113,6 +122,34 @@ func (c *HTTPClient) noteMaxModelLen(n int64) {
 			return
 		}
 	}
+}
+
+// bodyGate bounds the bytes of large response bodies held at once.
+type bodyGate struct {
+	sem  *semaphore.Weighted
+	max  int64
+	held atomic.Int64 // bytes acquired now
+	peak atomic.Int64 // the most held at once
+}
+
+func newBodyGate(max int64) *bodyGate {
+	return &bodyGate{sem: semaphore.NewWeighted(max), max: max}
+}
+
+// acquire waits until n bytes (at most the whole bound) are free and
+// returns the function giving them back.
+func (g *bodyGate) acquire(ctx context.Context, n int64) (release func(), err error) {
+	n = min(n, g.max)
+	if err := g.sem.Acquire(ctx, n); err != nil {
+		return func() {}, err
+	}
+	h := g.held.Add(n)
+	for p := g.peak.Load(); h > p && !g.peak.CompareAndSwap(p, h); p = g.peak.Load() {
+	}
+	return func() {
+		g.held.Add(-n)
+		g.sem.Release(n)
+	}, nil
 }
 
 // maxPooledBuffer is the largest response buffer kept for reuse.
@@ -206,6 +243,9 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = 256 << 20
 	}
+	if opts.LargeBodyBytes <= 0 {
+		opts.LargeBodyBytes = 1 << 30
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -213,10 +253,11 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 		opts.Sleep = sleepCtx
 	}
 	c := &HTTPClient{
-		cfg:  cfg,
-		opts: opts,
-		sem:  make(chan struct{}, cfg.Concurrency),
-		path: path,
+		cfg:   cfg,
+		opts:  opts,
+		sem:   make(chan struct{}, cfg.Concurrency),
+		path:  path,
+		large: newBodyGate(opts.LargeBodyBytes),
 	}
 	c.bufPool.New = func() any { return new(bytes.Buffer) }
 	c.client = opts.HTTPClient
@@ -585,11 +626,31 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 		// Refused before a byte of it is read.
 		return &inference.Error{Class: inference.ClassBadResponse, Status: hresp.StatusCode, Msg: fmt.Sprintf("%s: response body of %d bytes, over %d", ep.name, hresp.ContentLength, c.opts.MaxResponseBytes)}, 0
 	}
+	// A large body waits its turn: bodies held at once while read and
+	// decoded stay within LargeBodyBytes, whatever the concurrency.
+	release := func() {}
+	defer func() { release() }()
+	if hresp.ContentLength > maxPooledBuffer {
+		if release, err = c.large.acquire(ctx, hresp.ContentLength); err != nil {
+			return c.transportError(ctx, ep, err), 0
+		}
+	}
 	if hresp.ContentLength > 0 {
 		// Sized once: a buffer grown by doubling may reach twice the body.
 		buf.Grow(int(hresp.ContentLength) + bytes.MinRead)
 	}
-	_, err = buf.ReadFrom(io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1))
+	rd := io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1)
+	if hresp.ContentLength < 0 {
+		// Length unknown: the first part is read at once, the rest
+		// once it has its turn.
+		_, err = buf.ReadFrom(io.LimitReader(rd, maxPooledBuffer+1))
+		if err == nil && buf.Len() > maxPooledBuffer {
+			release, err = c.large.acquire(ctx, c.opts.MaxResponseBytes)
+		}
+	}
+	if err == nil {
+		_, err = buf.ReadFrom(rd)
+	}
 	if err != nil {
 		return c.transportError(ctx, ep, err), 0
 	}

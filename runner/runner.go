@@ -26,6 +26,7 @@ import (
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 	"github.com/trajflow/trajflow/stages/loop"
@@ -554,3 +555,8 @@ func (r *run) countCommitted(path string, rows int) {
 // ErrShortOfData is returned when the input ran out before groups.target
 // kept groups: what was kept is committed.
 var ErrShortOfData = errors.New("the data ran out before the kept-group target")
+
+// ErrLineTooLong is wrapped by the error of a run stopped by an input line
+// over source.max_line_bytes (under on_bad_row: error): the input does
+// not fit the config, whose keys are the remedy.
+var ErrLineTooLong = sources.ErrLineTooLong

@@ -14,7 +14,6 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/runner"
-	"github.com/trajflow/trajflow/sources"
 )
 
 // Exit codes. Whatever the code, committed files are whole and a rerun
@@ -166,7 +165,7 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 	case errors.As(err, &invalid) || errors.Is(err, runner.ErrManifest):
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
-	case errors.Is(err, sources.ErrLineTooLong):
+	case errors.Is(err, runner.ErrLineTooLong):
 		fmt.Fprintf(stderr, "trajflow run: %v; %s\n", err, lineTooLongHint)
 		return ExitUsage
 	case errors.Is(err, runner.ErrShortOfData):

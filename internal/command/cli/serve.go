@@ -12,7 +12,6 @@ import (
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
-	"github.com/trajflow/trajflow/sources"
 )
 
 const serveUsage = `Usage: trajflow serve CONFIG.yaml [--addr HOST:PORT] [--set section.key=value ...]
@@ -110,7 +109,7 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 	case errors.As(err, &invalid):
 		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
-	case errors.Is(err, sources.ErrLineTooLong):
+	case errors.Is(err, runner.ErrLineTooLong):
 		fmt.Fprintf(stderr, "trajflow serve: %v; %s\n", err, lineTooLongHint)
 		return ExitUsage
 	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate):

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -53,6 +54,49 @@ func TestServeBadInput(t *testing.T) {
 				t.Fatalf("the refused serve created %s", out)
 			}
 		})
+	}
+}
+
+// An input line over source.max_line_bytes stops serve with exit 2, as it
+// stops run: the message names the file, the line and the keys to change.
+func TestServeLineTooLong(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	long := `{"question": "` + strings.Repeat("9", 4096) + `", "expected_answer": "1"}` + "\n"
+	if err := os.WriteFile(tasks, []byte(long), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"serve", "examples/serve/serve.yaml", "--addr", "127.0.0.1:0", "--set", "output.dir=" + filepath.Join(dir, "out"),
+		"--set", "source.path=" + tasks, "--set", "source.max_line_bytes=1024", "--set", "generate.sim.time_scale=0"}
+	var stdout bytes.Buffer
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- cli.Main(args, &stdout, stderr) }()
+	// The service reads the input once a trainer asks for a step.
+	go func() {
+		for range 200 {
+			if m := regexp.MustCompile(`serving on (http://\S+)`).FindStringSubmatch(stderr.String()); m != nil {
+				if resp, err := http.Get(m[1] + "/v1/steps/next?groups=1"); err == nil {
+					resp.Body.Close()
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	select {
+	case code := <-done:
+		msg := stderr.String()
+		if code != cli.ExitUsage || !strings.Contains(msg, "tasks.jsonl:1") || !strings.Contains(msg, "raise source.max_line_bytes") {
+			t.Fatalf("exit %d, stderr:\n%s", code, msg)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("serve did not stop on the long line within a minute; stderr:\n%s", stderr.String())
 	}
 }
 
@@ -136,4 +180,22 @@ func TestServeLiveView(t *testing.T) {
 			t.Errorf("the terminal shows no %q:\n%s", want, text())
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

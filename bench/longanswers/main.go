@@ -91,7 +91,7 @@ func serve(size int) (url string, stop func(), err error) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		_, _ = w.Write(body) // best effort: a client gone is the run's to report
 	})}
-	go func() { _ = srv.Serve(ln) }() // best effort: ends with Close
+	go func() { _ = srv.Serve(ln) }()                                              // best effort: ends with Close
 	return "http://" + ln.Addr().String() + "/v1", func() { _ = srv.Close() }, nil // best effort: a bench server
 }
 

@@ -91,8 +91,13 @@ func serve(size int) (url string, stop func(), err error) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		_, _ = w.Write(body) // best effort: a client gone is the run's to report
 	})}
-	go func() { _ = srv.Serve(ln) }()                                              // best effort: ends with Close
-	return "http://" + ln.Addr().String() + "/v1", func() { _ = srv.Close() }, nil // best effort: a bench server
+	go func() {
+		_ = srv.Serve(ln) // best effort: ends with Close
+	}()
+	stop = func() {
+		_ = srv.Close() // best effort: a bench server
+	}
+	return "http://" + ln.Addr().String() + "/v1", stop, nil
 }
 
 var (

@@ -379,8 +379,9 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	if err := h.s.policy.Pause(mode); err != nil {
-		fail(w, http.StatusBadRequest, "mode", "%v", err)
+	if err := h.s.pause(mode); err != nil {
+		h.logf("%v", err)
+		fail(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "policy_version": h.s.policy.Version()})
@@ -390,7 +391,11 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 	if _, ok := readBody(w, r); !ok {
 		return
 	}
-	h.s.policy.Resume()
+	if err := h.s.resume(); err != nil {
+		h.logf("%v", err)
+		fail(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"paused": false, "policy_version": h.s.policy.Version()})
 }
 

@@ -289,3 +289,53 @@ func TestServeTaskOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestServePauseSurvivesRestart: a service stopped while paused comes
+// back paused, in the same mode, and generates nothing until resumed; a
+// resume is recorded too.
+func TestServePauseSurvivesRestart(t *testing.T) {
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := start(t, testConfig(t, out), serve.Options{})
+	c := client.New(s.url, "")
+	if err := c.Pause(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	s.stop(t)
+
+	s = start(t, testConfig(t, out), serve.Options{})
+	c = client.New(s.url, "")
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Paused || st.PauseMode != "keep" {
+		t.Fatalf("restarted: paused %v mode %q, want paused (keep)", st.Paused, st.PauseMode)
+	}
+	if !strings.Contains(s.log(), "POST /v1/resume to go on") {
+		t.Fatalf("the log does not say it is paused:\n%s", s.log())
+	}
+	// Paused, a step does not come.
+	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Next(short, 2, "")
+	stop()
+	if err == nil {
+		t.Fatal("a step was made while paused")
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	step, err := c.Next(ctx, 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step.Release()
+	s.stop(t)
+
+	s = start(t, testConfig(t, out), serve.Options{})
+	c = client.New(s.url, "")
+	if st, err = c.Status(ctx); err != nil || st.Paused {
+		t.Fatalf("restarted after the resume: %+v, %v", st, err)
+	}
+}

@@ -157,6 +157,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	s.maxK = cfg.Serve.MaxGroupsPerStep
 	s.supply = groups.NewSupply(0)
 	s.policy = generate.NewPolicy(st.Policy)
+	if st.Paused != "" {
+		// Paused when it stopped: it stays paused until POST /v1/resume.
+		if err := s.policy.Pause(generate.PauseMode(st.Paused)); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(dir, schema.ServeStateFile), err)
+		}
+		logf("paused (%s) as when it stopped, at policy version %d: POST /v1/resume to go on", st.Paused, st.Policy)
+	}
 	s.popts = parquet.Options{
 		FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
 		RowGroupRows: cfg.Output.Parquet.RowGroupRows,

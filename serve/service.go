@@ -508,6 +508,38 @@ func (s *service) setVersion(v int64) error {
 	return nil
 }
 
+// pause pauses the fleet in mode, recorded in the state.
+func (s *service) pause(mode generate.PauseMode) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.policy.Pause(mode); err != nil {
+		return err
+	}
+	return s.recordPause(string(mode))
+}
+
+// resume lets the fleet go on, recorded in the state.
+func (s *service) resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.policy.Resume()
+	return s.recordPause("")
+}
+
+// recordPause records the pause mode (empty: not paused); s.mu is held.
+func (s *service) recordPause(mode string) error {
+	if s.st.Paused == mode {
+		return nil
+	}
+	old := s.st.Paused
+	s.st.Paused = mode
+	if err := s.st.save(s.dir); err != nil {
+		s.st.Paused = old
+		return fmt.Errorf("recording the pause (%q): %w; a restart would not know it", mode, err)
+	}
+	return nil
+}
+
 func (s *service) status() client.Status {
 	var out client.Status
 	if s.snapshot != nil {

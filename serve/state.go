@@ -17,12 +17,16 @@ const stateVersion = 1
 
 // state is the service's durable state (served/state.json): the steps
 // assembled so far with the groups each holds and whether it was
-// acknowledged, and the policy version. Leases are not part of it: after
-// a restart every step not acknowledged is served again.
+// acknowledged, the policy version and whether the fleet is paused.
+// Leases are not part of it: after a restart every step not acknowledged
+// is served again.
 type state struct {
 	Version int `json:"version"`
 	// Policy is the last policy version set (POST /v1/policy).
 	Policy int64 `json:"policy_version"`
+	// Paused is the pause mode while the fleet is paused (POST
+	// /v1/pause), empty otherwise: a restarted service comes back paused.
+	Paused string `json:"paused,omitempty"`
 	// Next is the number of the next step.
 	Next  int64        `json:"next_step"`
 	Steps []*stepState `json:"steps"`

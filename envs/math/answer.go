@@ -72,12 +72,36 @@ func balanced(s string) (string, bool) {
 }
 
 // lastNumber returns the last number in s.
+//
+// Every match holds a digit, so the last match holds the last digit; and
+// no match spans a byte that no match can hold (a letter but e or E, a
+// bracket, ...), so scanning from the last such byte before the last
+// digit finds the matches a scan of the whole text finds there. A long
+// reply costs a backward byte scan, not a regexp pass over all of it.
 func lastNumber(s string) (string, bool) {
-	locs := numberRe.FindAllStringIndex(s, -1)
-	if len(locs) == 0 {
+	d := len(s) - 1
+	for d >= 0 && (s[d] < '0' || s[d] > '9') {
+		d--
+	}
+	if d < 0 {
 		return "", false
 	}
-	at := locs[len(locs)-1]
+	w := d
+	for w > 0 && inNumber(s[w-1]) {
+		w--
+	}
+	var at []int
+	for from := w; from < len(s); {
+		loc := numberRe.FindStringIndex(s[from:])
+		if loc == nil {
+			break
+		}
+		at = []int{from + loc[0], from + loc[1]}
+		from += loc[1]
+	}
+	if at == nil {
+		return "", false
+	}
 	last := s[at[0]:at[1]]
 	// A '-' right after a word or number is a dash ("pages 10-12"), not a sign.
 	if last[0] == '-' && at[0] > 0 && isWordByte(s[at[0]-1]) {
@@ -85,6 +109,19 @@ func lastNumber(s string) (string, bool) {
 	}
 	// "3 / 4" → "3/4"; a trailing "/" without denominator was not matched.
 	return strings.Join(strings.Fields(last), ""), true
+}
+
+// inNumber reports whether a match of numberRe may hold c.
+func inNumber(c byte) bool {
+	switch {
+	case c >= '0' && c <= '9':
+		return true
+	case c == ',' || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E' || c == '/':
+		return true
+	case c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r':
+		return true
+	}
+	return false
 }
 
 // Equal reports whether two answers agree: numerically (relative tolerance

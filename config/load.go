@@ -129,12 +129,12 @@ func decodeErrors(data []byte, name string, sets []string, err error) []error {
 			continue
 		}
 		if derr := doc.Decode(&Config{}); derr != nil {
-			for _, m := range yamlMessages(derr) {
+			for _, m := range pipeline.YAMLMessages(derr) {
 				hint := ""
-				if strings.HasSuffix(m, "into string") {
+				if strings.Contains(m, "want a string, got") {
 					hint = quoteHint(s)
 				}
-				errs = append(errs, fmt.Errorf("--set %s: %s: %s%s", s, path, stripLine(m), hint))
+				errs = append(errs, fmt.Errorf("--set %s: %s: %s%s", s, path, pipeline.StripLine(m), hint))
 			}
 		}
 	}
@@ -143,7 +143,10 @@ func decodeErrors(data []byte, name string, sets []string, err error) []error {
 		if derr := root.Content[0].Decode(&Config{}); derr != nil {
 			keys := map[int]string{}
 			valueKeys(root.Content[0], "", keys)
-			for _, m := range yamlMessages(derr) {
+			// Several keys on one line ("generate: {endpoints: [..],
+			// params: [..]}"): the one whose value fails alone is meant.
+			failingKeys(root.Content[0], reflect.TypeOf(Config{}), "", keys)
+			for _, m := range pipeline.YAMLMessages(derr) {
 				if !strings.HasPrefix(m, "line ") {
 					m = "line ?: " + m
 				} else if n, rest, ok := strings.Cut(strings.TrimPrefix(m, "line "), ": "); ok {
@@ -156,8 +159,8 @@ func decodeErrors(data []byte, name string, sets []string, err error) []error {
 		}
 	}
 	if len(errs) == 0 { // only the combination fails: a --set changed a section's shape
-		for _, m := range yamlMessages(err) {
-			errs = append(errs, fmt.Errorf("%s with --set %s: %s", name, strings.Join(sets, " --set "), stripLine(m)))
+		for _, m := range pipeline.YAMLMessages(err) {
+			errs = append(errs, fmt.Errorf("%s with --set %s: %s", name, strings.Join(sets, " --set "), pipeline.StripLine(m)))
 		}
 	}
 	return errs
@@ -187,23 +190,33 @@ func valueKeys(node *yaml.Node, path string, keys map[int]string) {
 	}
 }
 
-// yamlMessages splits a decoding error into its messages.
-func yamlMessages(err error) []string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		return te.Errors
+// failingKeys records, for the line where its value starts, each key of
+// node whose value alone fails to decode into its field of t, deepest
+// last: it overrides valueKeys' guess where a line holds several keys.
+func failingKeys(node *yaml.Node, t reflect.Type, path string, keys map[int]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
-}
-
-// stripLine drops a message's "line N: " prefix.
-func stripLine(m string) string {
-	if strings.HasPrefix(m, "line ") {
-		if _, rest, ok := strings.Cut(m, ": "); ok {
-			return rest
+	if t.Kind() != reflect.Struct || node.Kind != yaml.MappingNode {
+		return
+	}
+	fields := map[string]reflect.Type{}
+	yamlFields(t, fields)
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		k, v := node.Content[i], node.Content[i+1]
+		ft, ok := fields[k.Value]
+		if !ok {
+			continue
+		}
+		full := k.Value
+		if path != "" {
+			full = path + "." + k.Value
+		}
+		if v.Decode(reflect.New(ft).Interface()) != nil {
+			keys[v.Line] = full
+			failingKeys(v, ft, full, keys)
 		}
 	}
-	return m
 }
 
 // quoteHint explains, for a --set whose value YAML reads as a mapping or a

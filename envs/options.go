@@ -1,13 +1,14 @@
 package envs
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // keyError turns a failed Decode of the options into v into an error that
@@ -55,24 +56,11 @@ func (o Options) keyName(k string) string {
 
 // yamlMessage is a yaml error without its "yaml: " and "line N: " noise.
 func yamlMessage(err error) string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msgs := make([]string, len(te.Errors))
-		for i, m := range te.Errors {
-			msgs[i] = stripLine(m)
-		}
-		return strings.Join(msgs, "; ")
+	msgs := pipeline.YAMLMessages(err)
+	for i, m := range msgs {
+		msgs[i] = pipeline.StripLine(m)
 	}
-	return stripLine(strings.TrimPrefix(err.Error(), "yaml: "))
-}
-
-func stripLine(m string) string {
-	if strings.HasPrefix(m, "line ") {
-		if i := strings.Index(m, ": "); i > 0 {
-			return m[i+2:]
-		}
-	}
-	return m
+	return strings.Join(msgs, "; ")
 }
 
 // yamlKeys lists the yaml keys of a struct type, sorted.

@@ -28,7 +28,7 @@ func TestOptionsDecode(t *testing.T) {
 		{name: "unknown key", values: map[string]any{"answer_field": "x", "bogus": 1},
 			wantErr: []string{"env.bogus: unknown option", "answer_field, max_guesses"}},
 		{name: "bad type", values: map[string]any{"max_guesses": "many"},
-			wantErr: []string{"env.max_guesses:", "cannot unmarshal"}},
+			wantErr: []string{"env.max_guesses: want a whole number, got the text `many`"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -248,7 +248,7 @@ func TestBadConfigExits2BeforeCreatingAnything(t *testing.T) {
 		{"endpoints: []", []string{write("f.yaml", head+"generate:\n  endpoints: []\n")},
 			[]string{"f.yaml: line 4: generate.endpoints: empty list"}},
 		{"--set value read as a mapping shows the quoting", []string{write("g.yaml", head), "--set", "prompt.user=Compute: {question}"},
-			[]string{`--set prompt.user=Compute: {question}: prompt.user: cannot unmarshal !!map into string`, `--set 'prompt.user="Compute: {question}"'`}},
+			[]string{`--set prompt.user=Compute: {question}: prompt.user: want a string, got a mapping`, `--set 'prompt.user="Compute: {question}"'`}},
 		{"--set errors name the flag", []string{write("d.yaml", head), "--set", "repeat.nn=3", "--set", "env.name=x"},
 			[]string{"--set repeat.nn=3: repeat.nn: unknown key", `--set env.name=x: env.name: unknown environment "x"`}},
 	}

@@ -51,14 +51,18 @@ func (r *run) priceMetadata() map[string]string {
 	return map[string]string{schema.KeyPrice: string(b)}
 }
 
-// costNow is the cost of the requests resolved so far, and whether the run
-// has a price.
-func (r *run) costNow() (float64, bool) {
+// costNow is the cost of the requests resolved so far (not those answered
+// from generate.cache: nothing was sent for them), what the cache's
+// answers would have cost, and whether the run has a price.
+func (r *run) costNow() (cost, saved float64, ok bool) {
 	p := prices(r.cfg.Generate.Price, r.cfg.Generate.API)
 	if p == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	return p.Cost(r.stats.billed.load()), true
+	b, hit := r.stats.billed.load(), r.hostedStats().CacheHitTokens
+	sent := metrics.Billed{PromptTokens: b.PromptTokens - hit.PromptTokens, CachedPromptTokens: b.CachedPromptTokens - hit.CachedPromptTokens,
+		CompletionTokens: b.CompletionTokens - hit.CompletionTokens}
+	return max(p.Cost(sent), 0), p.Cost(hit), true
 }
 
 // inputFraction is the share of the input read so far, when the source

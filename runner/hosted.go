@@ -16,6 +16,7 @@ import (
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/ratelimit"
 	"github.com/trajflow/trajflow/inference/structured"
+	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -34,6 +35,10 @@ type HostedStats struct {
 	// CacheHits and CacheMisses count requests answered from
 	// generate.cache and those sent (zero without a cache).
 	CacheHits, CacheMisses int64
+	// CacheHitTokens are the billed tokens of the answers given from
+	// generate.cache: no request was sent for them, so the run's cost
+	// leaves them out.
+	CacheHitTokens metrics.Billed
 	// RateLimitWaiting is the requests waiting for the rate limiter now;
 	// RateLimitWait the time requests spent waiting, summed.
 	RateLimitWaiting int
@@ -66,6 +71,7 @@ func (h *hosted) stats() HostedStats {
 	if h.cache != nil {
 		st := h.cache.Stats()
 		s.CacheHits, s.CacheMisses = st.Hits, st.Misses
+		s.CacheHitTokens = metrics.Billed{PromptTokens: st.HitPromptTokens, CachedPromptTokens: st.HitCachedPromptTokens, CompletionTokens: st.HitCompletionTokens}
 	}
 	if h.limiter != nil {
 		st := h.limiter.Stats()

@@ -145,7 +145,7 @@ func (r *run) snapshot() Snapshot {
 		RowsCommitted: st.written.Load(), FilesCommitted: st.filesCommitted.Load(),
 		TasksResumed: st.skipped.Load(),
 	}
-	s.Cost, s.Priced = r.costNow()
+	s.Cost, _, s.Priced = r.costNow()
 	if f, ok := r.inputFraction(); ok {
 		s.InputFraction = f
 	}

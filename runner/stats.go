@@ -251,11 +251,13 @@ type Summary struct {
 	// Completion tokens generated, and those in kept groups.
 	CompletionTokens, KeptTokens int64
 	// Cost is what this run's requests cost (generate.price: every
-	// resolved rollout's billed tokens, metrics.BilledOf), when Priced;
+	// resolved rollout's billed tokens, metrics.BilledOf, less those of
+	// the answers from generate.cache, which sent nothing), when Priced;
 	// ProjectedCost what the whole run would, when it stopped early and an
-	// estimate is known (else Cost).
-	Cost, ProjectedCost float64
-	Priced              bool
+	// estimate is known (else Cost); CacheSaved what the cache's answers
+	// would have cost.
+	Cost, ProjectedCost, CacheSaved float64
+	Priced                          bool
 	// CancelledRequests are the requests in flight when their trajectory
 	// was cancelled (a stop, groups.on_target: cancel, a timeout): the
 	// server generated part of an answer nobody reads, counted in no
@@ -315,7 +317,7 @@ func (r *run) summary(err error) *Summary {
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)
 	}
-	sum.Cost, sum.Priced = r.costNow()
+	sum.Cost, sum.CacheSaved, sum.Priced = r.costNow()
 	sum.ProjectedCost = sum.Cost
 	if err != nil && projOK {
 		sum.ProjectedCost = proj
@@ -397,7 +399,11 @@ func (s *Summary) String() string {
 		if s.ProjectedCost != s.Cost {
 			fmt.Fprintf(&b, " (projected total %s)", FormatCost(s.ProjectedCost))
 		}
-		b.WriteString(" (generate.price)\n")
+		b.WriteString(" (generate.price")
+		if s.CacheSaved > 0 {
+			fmt.Fprintf(&b, "; not counted: %d answers from generate.cache, worth %s", s.Hosted.CacheHits, FormatCost(s.CacheSaved))
+		}
+		b.WriteString(")\n")
 	}
 	metrics := "none (nothing committed)"
 	if s.Metrics != "" {

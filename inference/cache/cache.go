@@ -69,6 +69,11 @@ const (
 // Stats are a store's counters.
 type Stats struct {
 	Hits, Misses int64
+	// HitPromptTokens, HitCachedPromptTokens and HitCompletionTokens are
+	// the tokens of the answers given from the store (their usage, the
+	// structured-output check's discarded tries included): what the hits
+	// would have cost had they been sent.
+	HitPromptTokens, HitCachedPromptTokens, HitCompletionTokens int64
 	// Bytes is the size of the entries the store knows of.
 	Bytes int64
 	// Evicted counts entries removed to stay under the budget.
@@ -87,6 +92,8 @@ type Store struct {
 	evicted int64
 
 	hits, misses atomic.Int64
+
+	hitPrompt, hitCached, hitCompletion atomic.Int64
 }
 
 type entry struct {
@@ -148,7 +155,8 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Hits: s.hits.Load(), Misses: s.misses.Load(), Bytes: s.bytes, Evicted: s.evicted}
+	return Stats{Hits: s.hits.Load(), Misses: s.misses.Load(), Bytes: s.bytes, Evicted: s.evicted,
+		HitPromptTokens: s.hitPrompt.Load(), HitCachedPromptTokens: s.hitCached.Load(), HitCompletionTokens: s.hitCompletion.Load()}
 }
 
 func rel(k Key) string {
@@ -328,6 +336,9 @@ func (c *Client) Complete(ctx context.Context, req *inference.Request) (*inferen
 		if string(cached.Extra) == "null" {
 			cached.Extra = nil // a nil Extra is stored as null
 		}
+		c.store.hitPrompt.Add(int64(cached.PromptTokens + cached.Discarded.PromptTokens))
+		c.store.hitCached.Add(int64(cached.CachedPromptTokens))
+		c.store.hitCompletion.Add(int64(cached.CompletionTokens + cached.Discarded.CompletionTokens))
 		return &cached, nil
 	}
 	resp, err := c.inner.Complete(ctx, req)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,7 @@ func TestRateLimitAndCache(t *testing.T) {
 		return s, &chat, ts.URL + "/v1"
 	}
 	cacheDir := filepath.Join(dir, "cache")
-	limited := fmt.Sprintf("  concurrency: 64\n  rate_limit: {requests_per_minute: %d}\n  cache: %s", rpm, cacheDir)
+	limited := fmt.Sprintf("  concurrency: 64\n  rate_limit: {requests_per_minute: %d}\n  cache: %s\n  price: {input_per_mtok: 1, output_per_mtok: 2}", rpm, cacheDir)
 
 	// Without the limiter the server refuses many: the test can tell.
 	s0, _, ep0 := start(t)
@@ -100,6 +101,10 @@ func TestRateLimitAndCache(t *testing.T) {
 	if !strings.Contains(res.stdout, fmt.Sprintf("response cache: 0 hits, %d misses", tasks)) {
 		t.Fatalf("summary lacks the cache line:\n%s", res.stdout)
 	}
+	cost := regexp.MustCompile(`cost: (\S+) \(generate.price\)`).FindStringSubmatch(res.stdout)
+	if cost == nil || cost[1] == "0.0000" {
+		t.Fatalf("the first run's summary lacks its cost:\n%s", res.stdout)
+	}
 	first := readDataset(t, filepath.Join(out1, "data"))
 	if len(first.rows) != tasks {
 		t.Fatalf("%d rows, want %d", len(first.rows), tasks)
@@ -122,6 +127,11 @@ func TestRateLimitAndCache(t *testing.T) {
 	}
 	if !strings.Contains(res.stdout, fmt.Sprintf("response cache: %d hits, 0 misses", tasks)) {
 		t.Fatalf("summary lacks the cache line:\n%s", res.stdout)
+	}
+	// Nothing was sent, so nothing was spent; what the answers were worth
+	// is the first run's cost.
+	if want := fmt.Sprintf("cost: 0.0000 (generate.price; not counted: %d answers from generate.cache, worth %s)", tasks, cost[1]); !strings.Contains(res.stdout, want) {
+		t.Fatalf("the rerun's summary lacks %q:\n%s", want, res.stdout)
 	}
 	second := readDataset(t, filepath.Join(out2, "data"))
 	if len(second.rows) != len(first.rows) {

@@ -17,11 +17,10 @@ import (
 	"github.com/trajflow/trajflow/runner"
 )
 
-// A reply that does not match params.response_format's schema never
-// becomes an ok row: it is sent again up to generate.invalid_retries
-// times (its tokens counted), and a row with no valid reply is an error
-// of class invalid_output naming the schema path.
-func TestStructuredOutputNeverOK(t *testing.T) {
+// promptServer is an OpenAI-shaped server that answers each request for
+// the prompt "qI" (the last message, or the completions prompt) with
+// reply(I, N), a whole response body, N counting that prompt's tries from 1.
+func promptServer(t *testing.T, reply func(i, n int) string) *httptest.Server {
 	var mu sync.Mutex
 	tries := map[string]int{}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -45,6 +44,18 @@ func TestStructuredOutputNeverOK(t *testing.T) {
 		mu.Unlock()
 		var i int
 		fmt.Sscanf(prompt, "q%d", &i)
+		io.WriteString(w, reply(i, n))
+	}))
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+// A reply that does not match params.response_format's schema never
+// becomes an ok row: it is sent again up to generate.invalid_retries
+// times (its tokens counted), and a row with no valid reply is an error
+// of class invalid_output naming the schema path.
+func TestStructuredOutputNeverOK(t *testing.T) {
+	hs := promptServer(t, func(i, n int) string {
 		// Every third prompt never gets a valid reply, the next one only
 		// at its second try.
 		content := `{"answer": 7}`
@@ -55,9 +66,8 @@ func TestStructuredOutputNeverOK(t *testing.T) {
 			content = `The answer is 7.`
 		}
 		b, _ := json.Marshal(content)
-		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, b)
-	}))
-	defer hs.Close()
+		return fmt.Sprintf(`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, b)
+	})
 	input, _ := writeBatchInput(t, t.TempDir(), 30)
 	schema := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer], properties: {answer: {type: integer}}}}}`
 	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+schema, "generate.invalid_retries=1")
@@ -105,29 +115,7 @@ func TestStructuredOutputNeverOK(t *testing.T) {
 // cache at the cached price), completion tokens, and the tokens of the
 // replies thrown away; metrics.json's is that of its rows.
 func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
-	var mu sync.Mutex
-	tries := map[string]int{}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			w.Write([]byte(`{"data":[{"id":"m"}]}`))
-			return
-		}
-		var req struct {
-			Messages []struct{ Content string } `json:"messages"`
-			Prompt   string                     `json:"prompt"`
-		}
-		body, _ := io.ReadAll(r.Body)
-		json.Unmarshal(body, &req)
-		prompt := req.Prompt
-		if len(req.Messages) > 0 {
-			prompt = req.Messages[len(req.Messages)-1].Content
-		}
-		mu.Lock()
-		tries[prompt]++
-		n := tries[prompt]
-		mu.Unlock()
-		var i int
-		fmt.Sscanf(prompt, "q%d", &i)
+	hs := promptServer(t, func(i, n int) string {
 		content := `{"answer": 7}`
 		if i%4 == 1 && n == 1 {
 			content = `nope`
@@ -135,10 +123,9 @@ func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
 		b, _ := json.Marshal(content)
 		// Prompt and completion tokens vary by line; every other line has
 		// part of its prompt cached.
-		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%s},"text":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
+		return fmt.Sprintf(`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%s},"text":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
 			b, b, 100+i, 10+i%7, (i%2)*64)
-	}))
-	defer hs.Close()
+	})
 	input, _ := writeBatchInput(t, t.TempDir(), 60)
 	schema := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer]}}}`
 	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+schema,

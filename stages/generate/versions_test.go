@@ -243,14 +243,7 @@ func TestAbortContinuesTokenInTokenOut(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- g.Turn(context.Background(), r) }()
 			time.Sleep(100 * time.Millisecond) // some tokens in
-			if err := pol.Pause(generate.PauseAbort); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the partial answer", func() bool { return g.PolicyStats().Continued == 1 })
-			if err := pol.SetVersion(2); err != nil {
-				t.Fatal(err)
-			}
-			pol.Resume()
+			abortUpdate(t, pol, "the partial answer", func() bool { return g.PolicyStats().Continued == 1 }, 2)
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
@@ -317,14 +310,7 @@ func TestAbortChatRestartsTheTurn(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Turn(context.Background(), r) }()
 	time.Sleep(50 * time.Millisecond)
-	if err := pol.Pause(generate.PauseAbort); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the aborted request", func() bool { return g.PolicyStats().Aborted == 1 })
-	if err := pol.SetVersion(2); err != nil {
-		t.Fatal(err)
-	}
-	pol.Resume()
+	abortUpdate(t, pol, "the aborted request", func() bool { return g.PolicyStats().Aborted == 1 }, 2)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -351,14 +337,7 @@ func TestAbortWithoutServerCallCancels(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Turn(context.Background(), r) }()
 	<-c.started
-	if err := pol.Pause(generate.PauseAbort); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the cancelled request", func() bool { return g.PolicyStats().Aborted == 1 })
-	if err := pol.SetVersion(1); err != nil {
-		t.Fatal(err)
-	}
-	pol.Resume()
+	abortUpdate(t, pol, "the cancelled request", func() bool { return g.PolicyStats().Aborted == 1 }, 1)
 	<-c.started
 	close(c.release)
 	if err := <-done; err != nil {
@@ -372,4 +351,18 @@ func TestAbortWithoutServerCallCancels(t *testing.T) {
 	if c.n != 2 {
 		t.Errorf("%d requests, want 2", c.n)
 	}
+}
+
+// abortUpdate pauses pol in abort mode, waits until cond says the turn in
+// flight saw it (what names it), moves pol to version v and resumes.
+func abortUpdate(t *testing.T, pol *generate.Policy, what string, cond func() bool, v int64) {
+	t.Helper()
+	if err := pol.Pause(generate.PauseAbort); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, what, cond)
+	if err := pol.SetVersion(v); err != nil {
+		t.Fatal(err)
+	}
+	pol.Resume()
 }

@@ -59,10 +59,8 @@ func (r *run) costNow() (cost, saved float64, ok bool) {
 	if p == nil {
 		return 0, 0, false
 	}
-	b, hit := r.stats.billed.load(), r.hostedStats().CacheHitTokens
-	sent := metrics.Billed{PromptTokens: b.PromptTokens - hit.PromptTokens, CachedPromptTokens: b.CachedPromptTokens - hit.CachedPromptTokens,
-		CompletionTokens: b.CompletionTokens - hit.CompletionTokens}
-	return max(p.Cost(sent), 0), p.Cost(hit), true
+	hit := r.hostedStats().CacheHitTokens
+	return max(p.Cost(r.stats.billed.load().Sub(hit)), 0), p.Cost(hit), true
 }
 
 // inputFraction is the share of the input read so far, when the source

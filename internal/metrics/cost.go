@@ -43,6 +43,11 @@ func (b Billed) Add(c Billed) Billed {
 	return Billed{b.PromptTokens + c.PromptTokens, b.CachedPromptTokens + c.CachedPromptTokens, b.CompletionTokens + c.CompletionTokens}
 }
 
+// Sub returns b less c.
+func (b Billed) Sub(c Billed) Billed {
+	return Billed{b.PromptTokens - c.PromptTokens, b.CachedPromptTokens - c.CachedPromptTokens, b.CompletionTokens - c.CompletionTokens}
+}
+
 // Cost is the price of b's tokens: the cached prompt tokens at
 // CachedInputPerMTok (InputPerMTok when 0), the others at InputPerMTok,
 // the completion tokens at OutputPerMTok.

@@ -332,10 +332,13 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 // of text, ending the row group whenever it holds rowGroupBytes.
 func (w *Writer) write(rows []row) error {
 	for len(rows) > 0 {
-		n, text := 0, 0
-		for n < len(rows) && (n == 0 || text+rowText(&rows[n]) <= writeChunkBytes) {
-			text += rowText(&rows[n])
-			n++
+		n, text := 1, rowText(&rows[0])
+		for ; n < len(rows); n++ {
+			t := rowText(&rows[n])
+			if text+t > writeChunkBytes {
+				break
+			}
+			text += t
 		}
 		if _, err := w.pw.Write(rows[:n]); err != nil {
 			return err

@@ -1,0 +1,139 @@
+package durable
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// SyncDir syncs a directory, so that a rename or a new name in it survives
+// a power loss.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// WriteFile replaces path with data atomically: a reader sees the old
+// content or the new one, and after it returns the new content survives a
+// crash. A file that already exists keeps its mode; a new one gets perm
+// (less the umask).
+func WriteFile(path string, data []byte, perm fs.FileMode) error {
+	f, err := Create(path, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return errors.Join(err, f.Abort())
+	}
+	return f.Commit()
+}
+
+// File is a file written under a temporary name and put in place by
+// Commit, or removed by Abort. Its methods Write, WriteAt, Seek and the
+// rest are the temporary file's.
+type File struct {
+	*os.File
+	final string
+	perm  fs.FileMode
+	// BeforeRename, when set, is called by Commit after the file is synced
+	// and closed and before it is renamed: an error there aborts the
+	// commit (the file is removed).
+	BeforeRename func(final string) error
+	done         bool
+}
+
+// Create starts a file that Commit puts at path: the temporary file is
+// ".BASE.tmp-RANDOM" in path's directory.
+func Create(path string, perm fs.FileMode) (*File, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(b[:]))
+	return CreateAs(tmp, path, perm)
+}
+
+// CreateAs starts a file written at tmp, which must not exist, and that
+// Commit renames to path. Writers whose leftovers are found by name after
+// a crash choose tmp themselves.
+func CreateAs(tmp, path string, perm fs.FileMode) (*File, error) {
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &File{File: f, final: path, perm: perm}, nil
+}
+
+// Final is the path Commit puts the file at.
+func (f *File) Final() string { return f.final }
+
+// Commit syncs and closes the temporary file, gives it the mode of the
+// file it replaces (if any), renames it into place and syncs the
+// directory. On an error before the rename the temporary file is removed;
+// an error of the directory's sync leaves the file in place (only its
+// durability is in doubt). Commit after Commit or Abort is an error.
+func (f *File) Commit() error {
+	if f.done {
+		return fmt.Errorf("commit of %s: already done", f.final)
+	}
+	tmp := f.Name()
+	fail := func(step string, err error) error {
+		return errors.Join(fmt.Errorf("%s %s: %w", step, tmp, err), f.Abort())
+	}
+	if err := f.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	if fi, err := os.Stat(f.final); err == nil && fi.Mode().Perm() != f.perm {
+		if err := f.Chmod(fi.Mode().Perm()); err != nil {
+			return fail("chmod", err)
+		}
+	}
+	if err := f.File.Close(); err != nil {
+		return errors.Join(fmt.Errorf("close %s: %w", tmp, err), f.remove())
+	}
+	if f.BeforeRename != nil {
+		if err := f.BeforeRename(f.final); err != nil {
+			return errors.Join(fmt.Errorf("commit of %s: %w", tmp, err), f.remove())
+		}
+	}
+	if err := os.Rename(tmp, f.final); err != nil {
+		return errors.Join(fmt.Errorf("rename %s: %w", tmp, err), f.remove())
+	}
+	f.done = true
+	if err := SyncDir(filepath.Dir(f.final)); err != nil {
+		return fmt.Errorf("sync directory of %s: %w", f.final, err)
+	}
+	return nil
+}
+
+// Abort closes and removes the temporary file; the file at the final path
+// is untouched. Abort after Commit or Abort does nothing.
+func (f *File) Abort() error {
+	if f.done {
+		return nil
+	}
+	err := f.File.Close()
+	if errors.Is(err, os.ErrClosed) {
+		err = nil
+	}
+	return errors.Join(err, f.remove())
+}
+
+// remove removes the temporary file once; a file already gone is no
+// failure.
+func (f *File) remove() error {
+	f.done = true
+	if err := os.Remove(f.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

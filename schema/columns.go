@@ -112,6 +112,13 @@ func MessageFields() []Column { return slices.Clone(messageFields) }
 // order. The slice is a copy.
 func StepColumns() []Column { return slices.Clone(stepColumns) }
 
+// ColumnName returns the name of column ColX of the rollout table.
+func ColumnName(col int) string { return columns[col].Name }
+
+// SpanFieldName returns the name of field SpanX of a policy_versions
+// element.
+func SpanFieldName(field int) string { return versionSpanType.Field(field).Name }
+
 // fields returns cols as Arrow fields.
 func fields(cols []Column) []arrow.Field {
 	out := make([]arrow.Field, len(cols))

@@ -1,6 +1,10 @@
 package schema
 
-import "fmt"
+import (
+	"fmt"
+	"path"
+	"strings"
+)
 
 // The layout of an output directory (output.dir): the names of its
 // folders and files. Every package that writes or reads an output
@@ -166,7 +170,32 @@ const (
 	ServedStepPrefix = "step-"
 	// ServeStateFile is the service's state, replaced atomically.
 	ServeStateFile = "state.json"
+	// ServeLockFile is held (flock) by a running service in ServedDir, so
+	// that two services never hand out the steps of one output.
+	ServeLockFile = ".lock"
+	// KeyServedStep is the Parquet metadata key holding a served step's
+	// number, in the step's part file.
+	KeyServedStep = "trajflow.served_step"
+	// TempSuffix ends the hidden name under which a folder or file is
+	// written before it is renamed into place (TempName); the files of
+	// internal/durable add a random tail to it (.NAME.tmp-RANDOM).
+	TempSuffix = ".tmp"
 )
 
 // ServedStepDir is the name of step n's folder under ServedDir.
 func ServedStepDir(n int64) string { return fmt.Sprintf("%s%06d", ServedStepPrefix, n) }
+
+// ServedStepFile is the path of step n's one part file under ServedDir:
+// step-000012/part-00000.parquet.
+func ServedStepFile(n int64) string { return path.Join(ServedStepDir(n), PartName(0)) }
+
+// TempName is the hidden name under which name is written before it is
+// renamed into place: .step-000012.tmp.
+func TempName(name string) string { return "." + name + TempSuffix }
+
+// IsTemp reports whether a directory entry's name is that of something
+// being written: TempName's, or internal/durable's .NAME.tmp-RANDOM. A
+// crash can leave one behind; it is never output.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, TempSuffix)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/serve/client"
@@ -66,31 +67,85 @@ type handler struct {
 	logf      func(format string, args ...any)
 }
 
+// route is one endpoint of the API.
+type route struct {
+	method, path string
+	handle       http.HandlerFunc
+	// open: served without the bearer token.
+	open bool
+}
+
+// routeTable is the API: every endpoint, once. The mux, and the 405s of a
+// path asked with another method, are built from it.
+func (h *handler) routeTable() []route {
+	return []route{
+		{"GET", "/healthz", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}, true},
+		{"GET", "/v1/steps/next", h.next, false},
+		{"POST", "/v1/steps/{n}/ack", h.ack, false},
+		{"POST", "/v1/policy", h.setPolicy, false},
+		{"POST", "/v1/pause", h.pause, false},
+		{"POST", "/v1/resume", h.resume, false},
+		{"GET", "/v1/status", h.status, false},
+	}
+}
+
 func (h *handler) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /v1/steps/next", h.auth(h.next))
-	mux.HandleFunc("POST /v1/steps/{n}/ack", h.auth(h.ack))
-	mux.HandleFunc("POST /v1/policy", h.auth(h.setPolicy))
-	mux.HandleFunc("POST /v1/pause", h.auth(h.pause))
-	mux.HandleFunc("POST /v1/resume", h.auth(h.resume))
-	mux.HandleFunc("GET /v1/status", h.auth(h.status))
-	// The API's paths with another method: 405 naming the allowed one.
-	for path, allowed := range map[string]string{
-		"/healthz": "GET", "/v1/steps/next": "GET", "/v1/steps/{n}/ack": "POST", "/v1/policy": "POST",
-		"/v1/pause": "POST", "/v1/resume": "POST", "/v1/status": "GET",
-	} {
+	var paths []string
+	allowed := map[string][]string{}
+	for _, rt := range h.routeTable() {
+		handle := rt.handle
+		if !rt.open {
+			handle = h.auth(handle)
+		}
+		mux.HandleFunc(rt.method+" "+rt.path, handle)
+		if allowed[rt.path] == nil {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	// The API's paths with another method: 405 naming the allowed ones.
+	for _, path := range paths {
+		allow := strings.Join(allowed[path], ", ")
 		mux.HandleFunc(path, h.auth(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", allowed)
-			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, r.URL.Path, allowed)
+			w.Header().Set("Allow", allow)
+			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, r.URL.Path, allow)
 		}))
 	}
 	mux.HandleFunc("/", h.auth(func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "", "no such endpoint: %s %s (see docs/serve.md)", r.Method, r.URL.Path)
 	}))
 	return mux
+}
+
+// errorAnswers are the HTTP answers of the service's errors, matched with
+// errors.Is: the status and the parameter to blame. Any other error is a
+// 500.
+var errorAnswers = []struct {
+	err   error
+	code  int
+	param string
+}{
+	{errNeverServed, http.StatusNotFound, "step"},
+	{errVersionBelow, http.StatusConflict, "version"},
+	{errPauseMode, http.StatusBadRequest, "mode"},
+	{errEnded, http.StatusServiceUnavailable, ""},
+	{errStopping, http.StatusServiceUnavailable, ""},
+}
+
+// failWith answers an error of the service: its status from errorAnswers,
+// else a 500, logged.
+func (h *handler) failWith(w http.ResponseWriter, err error) {
+	for _, a := range errorAnswers {
+		if errors.Is(err, a.err) {
+			fail(w, a.code, a.param, "%v", err)
+			return
+		}
+	}
+	h.logf("%v", err)
+	fail(w, http.StatusInternalServerError, "", "%v", err)
 }
 
 // auth answers 401 to a request without the bearer token, comparing in
@@ -171,20 +226,20 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	wt := h.s.wait(q.Groups)
+	wt := h.s.led.wait(q.Groups)
 	var g grant
 	select {
 	case g = <-wt.ch:
 	case <-r.Context().Done():
-		h.s.cancel(wt)
+		h.s.led.cancel(wt)
 		return
 	case <-h.s.ctx.Done():
-		h.s.cancel(wt)
-		fail(w, http.StatusServiceUnavailable, "", "the service is stopping")
+		h.s.led.cancel(wt)
+		h.failWith(w, errStopping)
 		return
 	}
 	if g.err != nil {
-		fail(w, http.StatusServiceUnavailable, "", "%v", g.err)
+		h.failWith(w, g.err)
 		return
 	}
 	st := g.step
@@ -195,6 +250,13 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 			fail(w, http.StatusInternalServerError, "", "making the step failed: %v", err)
 			return
 		}
+		// The step's first answer is made from the records its file was
+		// written from, not read back from the file.
+		defer func() {
+			for _, gr := range g.fresh {
+				gr.release()
+			}
+		}()
 	}
 	vs := make([]string, len(st.Versions))
 	for i, v := range st.Versions {
@@ -208,13 +270,16 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Type", contentTypes[q.Format])
 	// The step is leased whatever becomes of this answer: one that does
 	// not arrive is served again when the lease runs out.
-	if err := h.writeStep(r.Context(), w, st.Step, q.Format); err != nil {
+	if err := h.answerStep(r.Context(), w, st.Step, q.Format, g.fresh); err != nil {
 		h.logf("sending step %d: %v", st.Step, err)
 	}
 }
 
-// writeStep writes step n's part file in a format.
-func (h *handler) writeStep(ctx context.Context, w http.ResponseWriter, n int64, format string) error {
+// answerStep writes step n in a format: a Parquet answer is the step's
+// part file as it is; an Arrow or JSONL answer is encoded from the
+// records of fresh (the groups the step was just made of) when they share
+// one schema, else from the part file read back (a step served again).
+func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group) error {
 	path := h.s.stepFile(n)
 	if format == FormatParquet {
 		f, err := os.Open(path)
@@ -229,6 +294,19 @@ func (h *handler) writeStep(ctx context.Context, w http.ResponseWriter, n int64,
 		_, err = io.Copy(w, f)
 		return err
 	}
+	if recs := recordsOf(fresh); recs != nil {
+		return encodeStep(w, format, recs[0].Schema(), h.s.alloc, func(fn func(arrow.Record) error) error {
+			for _, rec := range recs {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := fn(rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	f, err := pqread.Open(path, h.s.alloc, 4096)
 	if err != nil {
 		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
@@ -240,14 +318,35 @@ func (h *handler) writeStep(ctx context.Context, w http.ResponseWriter, n int64,
 		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
 		return err
 	}
-	switch format {
-	case FormatJSONL:
-		return f.Records(ctx, nil, func(rec arrow.Record) error { return array.RecordToJSON(rec, w) })
-	default:
-		iw := ipc.NewWriter(w, ipc.WithSchema(sc), ipc.WithAllocator(h.s.alloc))
-		err := f.Records(ctx, nil, func(rec arrow.Record) error { return iw.Write(rec) })
-		return errors.Join(err, iw.Close())
+	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error {
+		return f.Records(ctx, nil, fn)
+	})
+}
+
+// recordsOf returns the records of groups in order, or nil when there
+// are none or they do not share one schema (files of several writers).
+func recordsOf(groups []*group) []arrow.Record {
+	var recs []arrow.Record
+	for _, g := range groups {
+		for _, rec := range g.recs {
+			if len(recs) > 0 && !rec.Schema().Equal(recs[0].Schema()) {
+				return nil
+			}
+			recs = append(recs, rec)
+		}
 	}
+	return recs
+}
+
+// encodeStep writes the records each calls back with as an Arrow IPC
+// stream of schema sc, or as JSON lines.
+func encodeStep(w io.Writer, format string, sc *arrow.Schema, alloc memory.Allocator, each func(func(arrow.Record) error) error) error {
+	if format == FormatJSONL {
+		return each(func(rec arrow.Record) error { return array.RecordToJSON(rec, w) })
+	}
+	iw := ipc.NewWriter(w, ipc.WithSchema(sc), ipc.WithAllocator(alloc))
+	err := each(func(rec arrow.Record) error { return iw.Write(rec) })
+	return errors.Join(err, iw.Close())
 }
 
 func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
@@ -257,16 +356,12 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "step", "step %q: want a positive step number", raw)
 		return
 	}
-	st, err := h.s.ack(n)
-	switch {
-	case errors.Is(err, errNeverServed):
-		fail(w, http.StatusNotFound, "step", "%v", err)
-	case err != nil:
-		h.logf("%v", err)
-		fail(w, http.StatusInternalServerError, "", "%v", err)
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"step": st.Step, "acked": true})
+	st, err := h.s.led.ack(n)
+	if err != nil {
+		h.failWith(w, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, map[string]any{"step": st.Step, "acked": true})
 }
 
 // PolicyBody is the body of POST /v1/policy.
@@ -323,16 +418,11 @@ func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	if err := h.s.setVersion(v); err != nil {
-		if strings.Contains(err.Error(), "below the current") {
-			fail(w, http.StatusConflict, "version", "%v", err)
-			return
-		}
-		h.logf("%v", err)
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+	if err := h.s.led.setVersion(v); err != nil {
+		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"policy_version": h.s.policy.Version()})
+	writeJSON(w, http.StatusOK, map[string]any{"policy_version": h.s.led.version()})
 }
 
 // ParsePauseMode reads the pause mode of POST /v1/pause from the query
@@ -379,24 +469,22 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	if err := h.s.pause(mode); err != nil {
-		h.logf("%v", err)
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+	if err := h.s.led.pause(mode); err != nil {
+		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "policy_version": h.s.policy.Version()})
+	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "policy_version": h.s.led.version()})
 }
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 	if _, ok := readBody(w, r); !ok {
 		return
 	}
-	if err := h.s.resume(); err != nil {
-		h.logf("%v", err)
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+	if err := h.s.led.resume(); err != nil {
+		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"paused": false, "policy_version": h.s.policy.Version()})
+	writeJSON(w, http.StatusOK, map[string]any{"paused": false, "policy_version": h.s.led.version()})
 }
 
 func (h *handler) status(w http.ResponseWriter, r *http.Request) {

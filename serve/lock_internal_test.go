@@ -3,9 +3,13 @@
 package serve
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // The served directory's lock keeps a second service out, and its release
@@ -16,14 +20,14 @@ func TestLockReleaseReportsItsErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lock(dir); err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second lock: %v, want in use", err)
+	if _, err := lock(dir); !errors.Is(err, durable.ErrLocked) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second lock: %v, want in use (durable.ErrLocked)", err)
 	}
 	if err := release(); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if err := release(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, lockFile)) {
-		t.Fatalf("second release: %v, want an error naming %s", err, lockFile)
+	if err := release(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, schema.ServeLockFile)) {
+		t.Fatalf("second release: %v, want an error naming %s", err, schema.ServeLockFile)
 	}
 	again, err := lock(dir)
 	if err != nil {

@@ -150,32 +150,24 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 
 	sctx, stopService := context.WithCancel(context.Background())
 	defer stopService()
-	s := newService(dir, st)
-	s.ctx = sctx
-	s.lease = cfg.Serve.Lease.D()
-	s.buffer = *cfg.Serve.BufferSteps
-	s.maxK = cfg.Serve.MaxGroupsPerStep
-	s.supply = groups.NewSupply(0)
-	s.policy = generate.NewPolicy(st.Policy)
+	s, err := newService(serviceConfig{
+		Dir: dir, State: st, Ctx: sctx,
+		Lease: cfg.Serve.Lease.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
+		Supply: groups.NewSupply(0),
+		Parquet: parquet.Options{
+			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
+			RowGroupRows: cfg.Output.Parquet.RowGroupRows,
+			Compression:  cfg.Output.Parquet.Compression,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer s.led.close()
 	if st.Paused != "" {
 		// Paused when it stopped: it stays paused until POST /v1/resume.
-		if err := s.policy.Pause(generate.PauseMode(st.Paused)); err != nil {
-			return fmt.Errorf("%s: %w", filepath.Join(dir, schema.ServeStateFile), err)
-		}
 		logf("paused (%s) as when it stopped, at policy version %d: POST /v1/resume to go on", st.Paused, st.Policy)
 	}
-	s.popts = parquet.Options{
-		FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
-		RowGroupRows: cfg.Output.Parquet.RowGroupRows,
-		Compression:  cfg.Output.Parquet.Compression,
-	}
-	defer func() {
-		s.mu.Lock()
-		for _, g := range s.queue {
-			g.release()
-		}
-		s.mu.Unlock()
-	}()
 
 	// What earlier runs committed and no step holds is queued first.
 	paths, err := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, schema.PartGlob))
@@ -193,13 +185,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	// counting what earlier runs accepted (served or queued).
 	var stale *groups.Staleness
 	if cfg.Serve.MaxStaleness != nil {
-		accepted := len(s.queue)
-		for _, step := range s.st.Steps {
-			accepted += len(step.Groups)
-		}
 		stale, err = groups.NewStaleness(groups.StalenessOptions{
 			MaxStaleness: *cfg.Serve.MaxStaleness, BatchSize: cfg.Serve.StepGroups,
-			OnStale: cfg.Serve.OnStale, Accepted: accepted,
+			OnStale: cfg.Serve.OnStale, Accepted: s.led.accepted(),
 		}, s.policy)
 		if err != nil {
 			return fmt.Errorf("serve.max_staleness: %w", err)
@@ -229,28 +217,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 
 	// Data files the run commits are read into the queue in order, off
 	// the run's commit path.
-	loads := newLoader(func(path string) {
+	loads := newLoader(sctx, func(path string) {
 		if err := s.loadFile(sctx, path); err != nil && sctx.Err() == nil {
 			logf("%v", err)
 		}
 	})
 	defer loads.stop()
-	var snapMu sync.Mutex
-	var snap runner.Snapshot
-	s.snapshot = func() runner.Snapshot {
-		snapMu.Lock()
-		defer snapMu.Unlock()
-		return snap
-	}
 	ropts := runner.Options{
 		Stderr: opts.Stderr, Client: opts.Client, Env: opts.Env, Abort: opts.Abort,
 		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
 		Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
-		Progress: func(sn runner.Snapshot) {
-			snapMu.Lock()
-			snap = sn
-			snapMu.Unlock()
-		},
+		Progress:  s.setSnapshot,
 		Collector: collector{s},
 	}
 	runDone := make(chan error, 1)
@@ -258,7 +235,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		_, err := runner.Run(ctx, cfg, ropts)
 		runDone <- err
 	}()
-	tick := time.NewTicker(max(min(s.lease/10, time.Second), 10*time.Millisecond))
+	tick := time.NewTicker(max(min(s.led.lease/10, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	var progress <-chan time.Time
 	if opts.Progress != nil {
@@ -283,15 +260,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 			loads.wait()
 			if err != nil && ctx.Err() == nil {
 				// A fatal error of the run: no more groups come.
-				s.end(err)
+				s.led.end(err)
 				return err
 			}
 			if ctx.Err() == nil {
 				logf("the input ran out; the steps committed are still served")
-				s.end(nil)
+				s.led.end(nil)
 			}
 		case <-tick.C:
-			s.tick()
+			s.led.tick()
 		case <-progress:
 			if opts.Progress != nil {
 				opts.Progress(s.snapshot(), s.status())
@@ -319,66 +296,4 @@ func progressLine(st client.Status) string {
 	}
 	return fmt.Sprintf("steps %d made, %d acked, %d leased, %d to serve again; %d groups queued, %d requests waiting; policy v%d%s; in flight %d gen %d env; keep rate %.2f",
 		st.Steps.Made, st.Steps.Acked, st.Steps.Leased, st.Steps.Pending, st.QueuedGroups, len(st.Waiting), st.PolicyVersion, paused, st.InGeneration, st.InEnvironment, st.KeepRate)
-}
-
-// loader calls load for each path added, in order, on a goroutine of its
-// own.
-type loader struct {
-	mu      sync.Mutex
-	paths   []string
-	busy    bool
-	idle    *sync.Cond
-	load    func(string)
-	pending chan struct{}
-}
-
-func newLoader(load func(string)) *loader {
-	l := &loader{load: load, pending: make(chan struct{}, 1)}
-	l.idle = sync.NewCond(&l.mu)
-	go l.loop()
-	return l
-}
-
-func (l *loader) add(path string) {
-	l.mu.Lock()
-	l.paths = append(l.paths, path)
-	l.mu.Unlock()
-	select {
-	case l.pending <- struct{}{}:
-	default:
-	}
-}
-
-func (l *loader) loop() {
-	for range l.pending {
-		for {
-			l.mu.Lock()
-			if len(l.paths) == 0 {
-				l.busy = false
-				l.idle.Broadcast()
-				l.mu.Unlock()
-				break
-			}
-			p := l.paths[0]
-			l.paths = l.paths[1:]
-			l.busy = true
-			l.mu.Unlock()
-			l.load(p)
-		}
-	}
-}
-
-// stop ends the loader's goroutine once what was added is loaded.
-func (l *loader) stop() {
-	l.wait()
-	close(l.pending)
-}
-
-// wait returns once every path added is loaded.
-func (l *loader) wait() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for len(l.paths) > 0 || l.busy {
-		l.idle.Wait()
-	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
@@ -42,72 +42,80 @@ func (g *group) release() {
 	g.recs = nil
 }
 
-// service is the state of one trajflow serve: the queue of kept groups
-// not yet in a step, the steps and their leases, the trainers waiting for
-// a step, and the demand it sets for the run.
+// service is one trajflow serve: its ledger (the steps, their leases, the
+// queue and the waiting trainers), the served directory its steps are
+// written to, and the run's progress for the status.
 type service struct {
-	dir      string // OUTPUT/served
-	alloc    memory.Allocator
-	supply   *groups.Supply
-	policy   *generate.Policy
-	lease    time.Duration
-	buffer   int
-	maxK     int // serve.max_groups_per_step
-	now      func() time.Time
-	popts    parquet.Options
-	ctx      context.Context // ends when the service stops
-	snapshot func() runner.Snapshot
+	dir   string // OUTPUT/served
+	alloc memory.Allocator
+	maxK  int // serve.max_groups_per_step
+	popts parquet.Options
+	ctx   context.Context // ends when the service stops
+	led   *ledger
+	// policy and supply are the ledger's: the fleet's policy and the
+	// run's demand, handed to the run.
+	policy *generate.Policy
+	supply *groups.Supply
 
-	mu       sync.Mutex
-	st       *state
-	steps    map[int64]*stepState
-	assigned map[groupRef]bool // groups in a step, or being made one
-	queued   map[groupRef]*group
-	queue    []*group
-	waiters  []*waiter
-	leases   map[int64]time.Time // a leased step's expiry
-	largest  int                 // the largest groups=K asked for
-	ended    error               // the run ended: no more groups come
-	meta     map[string]string   // the data files' metadata
-	counts   counts
+	snapMu sync.Mutex
+	snap   runner.Snapshot
 }
 
-// counts are the service's counters since it started.
-type counts struct {
-	served, reserved, acked, expired int64
+// serviceConfig is what newService builds a service from.
+type serviceConfig struct {
+	// Dir is the served directory (OUTPUT/served), locked.
+	Dir string
+	// State is the recorded state (loadState).
+	State *state
+	// Ctx ends when the service stops.
+	Ctx    context.Context
+	Lease  time.Duration
+	Buffer int // serve.buffer_steps
+	MaxK   int // serve.max_groups_per_step
+	Supply *groups.Supply
+	// Parquet are the step files' writer options.
+	Parquet parquet.Options
+	// Now is the clock (default time.Now); Persist records a state
+	// (default: Dir's state file, through internal/durable).
+	Now     func() time.Time
+	Persist func(*state) error
 }
 
-// waiter is a trainer waiting for a step of k groups.
-type waiter struct {
-	k  int
-	ch chan grant // buffered: dispatch never blocks
-}
-
-// grant is what a waiter gets: fresh groups to make a new step of, a step
-// to serve again, or the reason none will come.
-type grant struct {
-	fresh []*group
-	step  *stepState
-	err   error
-}
-
-// errEnded wraps the reason no more groups come.
-var errEnded = errors.New("no more kept groups will come")
-
-func newService(dir string, st *state) *service {
-	s := &service{
-		dir: dir, st: st, alloc: memory.NewGoAllocator(), now: time.Now,
-		steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
-		queued: map[groupRef]*group{}, leases: map[int64]time.Time{},
+// newService returns a service ready to serve: its ledger over the
+// recorded state, with the recorded policy version and pause applied.
+func newService(c serviceConfig) (*service, error) {
+	persist := c.Persist
+	if persist == nil {
+		persist = func(st *state) error { return saveState(c.Dir, st) }
 	}
-	for _, step := range st.Steps {
-		s.steps[step.Step] = step
-		for _, g := range step.Groups {
-			s.assigned[g] = true
-		}
-		s.largest = max(s.largest, len(step.Groups))
+	led, err := newLedger(ledgerConfig{
+		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, Buffer: c.Buffer, Supply: c.Supply,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)
 	}
-	return s
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return &service{
+		dir: c.Dir, alloc: memory.NewGoAllocator(), maxK: c.MaxK, popts: c.Parquet, ctx: ctx,
+		led: led, policy: led.policy, supply: led.supply,
+	}, nil
+}
+
+// setSnapshot keeps the run's latest progress for the status.
+func (s *service) setSnapshot(sn runner.Snapshot) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	s.snap = sn
+}
+
+// snapshot is the run's latest progress.
+func (s *service) snapshot() runner.Snapshot {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	return s.snap
 }
 
 // loadFile reads a committed data file's kept groups into the queue, less
@@ -121,16 +129,17 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 	meta := f.Metadata()
 	var fresh []*group
 	byRef := map[groupRef]*group{}
+	taskCol, attemptCol := schema.ColumnName(schema.ColTaskIndex), schema.ColumnName(schema.ColAttempt)
 	err = f.Records(ctx, nil, func(rec arrow.Record) error {
 		sc := rec.Schema()
-		ti, ai := sc.FieldIndices("task_index"), sc.FieldIndices("attempt")
+		ti, ai := sc.FieldIndices(taskCol), sc.FieldIndices(attemptCol)
 		if len(ti) != 1 || len(ai) != 1 {
-			return fmt.Errorf("%s: no task_index or attempt column", path)
+			return fmt.Errorf("%s: no %s or %s column", path, taskCol, attemptCol)
 		}
 		tasks, ok1 := rec.Column(ti[0]).(*array.Int64)
 		attempts, ok2 := rec.Column(ai[0]).(*array.Int32)
 		if !ok1 || !ok2 {
-			return fmt.Errorf("%s: task_index or attempt has an unexpected type", path)
+			return fmt.Errorf("%s: %s or %s has an unexpected type", path, taskCol, attemptCol)
 		}
 		versions := versionsOf(rec)
 		n := int(rec.NumRows())
@@ -140,19 +149,13 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 			for end < n && tasks.Value(end) == ref[0] && int64(attempts.Value(end)) == ref[1] {
 				end++
 			}
-			s.mu.Lock()
-			taken := s.assigned[ref]
-			g := s.queued[ref]
-			s.mu.Unlock()
-			if !taken {
-				if g == nil {
-					g = byRef[ref]
-				}
-				if g == nil {
-					g = &group{ref: ref}
-					byRef[ref] = g
-					fresh = append(fresh, g)
-				}
+			g := byRef[ref]
+			if g == nil && !s.led.taken(ref) {
+				g = &group{ref: ref}
+				byRef[ref] = g
+				fresh = append(fresh, g)
+			}
+			if g != nil {
 				g.recs = append(g.recs, rec.NewSlice(int64(start), int64(end)))
 				g.rows += end - start
 				for i := start; i < end; i++ {
@@ -169,19 +172,7 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.meta == nil {
-		s.meta = meta
-	}
-	for _, g := range fresh {
-		if len(g.versions) == 0 {
-			g.versions = []int64{0}
-		}
-		s.queued[g.ref] = g
-		s.queue = append(s.queue, g)
-	}
-	s.dispatch()
+	s.led.enqueue(fresh, meta)
 	return nil
 }
 
@@ -190,7 +181,7 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 // has a version field) where the schema has one, else version 0 (output
 // written without a policy).
 func versionsOf(rec arrow.Record) func(i int) []int64 {
-	idx := rec.Schema().FieldIndices("policy_versions")
+	idx := rec.Schema().FieldIndices(schema.ColumnName(schema.ColPolicyVersions))
 	if len(idx) != 1 {
 		return func(int) []int64 { return nil }
 	}
@@ -202,7 +193,7 @@ func versionsOf(rec arrow.Record) func(i int) []int64 {
 	if !ok {
 		return func(int) []int64 { return nil }
 	}
-	vi, ok := st.DataType().(*arrow.StructType).FieldIdx("version")
+	vi, ok := st.DataType().(*arrow.StructType).FieldIdx(schema.SpanFieldName(schema.SpanVersion))
 	if !ok {
 		return func(int) []int64 { return nil }
 	}
@@ -242,178 +233,49 @@ func addVersions(a, vs []int64) []int64 {
 	return a
 }
 
-// leased reports whether step n is leased now; s.mu is held.
-func (s *service) leased(n int64) bool {
-	exp, ok := s.leases[n]
-	if !ok {
-		return false
-	}
-	if s.now().Before(exp) {
-		return true
-	}
-	delete(s.leases, n)
-	s.counts.expired++
-	return false
-}
-
-// pendingStep is the oldest step of k groups neither acknowledged nor
-// leased: served before, to be served again. s.mu is held.
-func (s *service) pendingStep(k int) *stepState {
-	for _, st := range s.st.Steps {
-		if !st.Acked && len(st.Groups) == k && !s.leased(st.Step) {
-			return st
-		}
-	}
-	return nil
-}
-
-// dispatch hands steps to the waiting trainers, first come first served:
-// a step of the same size that is to be served again, else fresh groups
-// from the queue; when the run ended, those that cannot be served are
-// told so. It then sets the run's demand. s.mu is held.
-func (s *service) dispatch() {
-	blocked := false
-	kept := s.waiters[:0]
-	for _, w := range s.waiters {
-		if st := s.pendingStep(w.k); st != nil {
-			s.leases[st.Step] = s.now().Add(s.lease)
-			s.counts.reserved++
-			w.ch <- grant{step: st}
-			continue
-		}
-		if !blocked && len(s.queue) >= w.k {
-			fresh := slices.Clone(s.queue[:w.k])
-			s.queue = slices.Delete(s.queue, 0, w.k)
-			for _, g := range fresh {
-				delete(s.queued, g.ref)
-				s.assigned[g.ref] = true
-			}
-			w.ch <- grant{fresh: fresh}
-			continue
-		}
-		if s.ended != nil {
-			w.ch <- grant{err: fmt.Errorf("%w: %d kept groups are queued and the step asks for %d (%v)", errEnded, len(s.queue), w.k, s.ended)}
-			continue
-		}
-		blocked = true
-		kept = append(kept, w)
-	}
-	clear(s.waiters[len(kept):])
-	s.waiters = kept
-	s.setDemand()
-}
-
-// setDemand raises the run's demand to the kept groups that are in steps,
-// those the waiting trainers ask for, and serve.buffer_steps steps of the
-// largest size asked for ahead. s.mu is held.
-func (s *service) setDemand() {
-	want := len(s.assigned) + s.buffer*s.largest
-	for _, w := range s.waiters {
-		want += w.k
-	}
-	if s.supply != nil {
-		s.supply.Raise(want)
-	}
-}
-
-// wait registers a trainer asking for a step of k groups and returns its
-// waiter; cancel takes it back.
-func (s *service) wait(k int) *waiter {
-	w := &waiter{k: k, ch: make(chan grant, 1)}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.largest = max(s.largest, k)
-	s.waiters = append(s.waiters, w)
-	s.dispatch()
-	return w
-}
-
-// cancel takes back a waiter whose trainer went away; what was granted to
-// it and not taken goes back: fresh groups to the head of the queue, a
-// step to those to be served again.
-func (s *service) cancel(w *waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.waiters = slices.DeleteFunc(s.waiters, func(x *waiter) bool { return x == w })
-	select {
-	case g := <-w.ch:
-		s.giveBack(g)
-	default:
-	}
-	s.dispatch()
-}
-
-// giveBack returns a grant not served; s.mu is held.
-func (s *service) giveBack(g grant) {
-	if g.step != nil {
-		delete(s.leases, g.step.Step)
-		s.counts.reserved--
-	}
-	for _, gr := range g.fresh {
-		delete(s.assigned, gr.ref)
-		s.queued[gr.ref] = gr
-	}
-	s.queue = append(slices.Clone(g.fresh), s.queue...)
-}
-
-// end records that no more groups come (the run ended) and tells the
-// waiters that cannot be served.
-func (s *service) end(err error) {
-	if err == nil {
-		err = errors.New("the input ran out")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ended = err
-	s.dispatch()
-}
-
-// tick expires leases and serves the steps they free.
-func (s *service) tick() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.waiters) > 0 {
-		s.dispatch()
-	}
-}
-
-// makeStep commits fresh groups as a new step: its folder written and
+// makeStep commits granted groups as a new step: its folder written and
 // renamed into place, then the state recording it, before it is served.
-// On an error the groups go back to the queue.
+// On an error the groups go back to the head of the queue; on success
+// they are the caller's, to answer from their records and release.
 func (s *service) makeStep(ctx context.Context, fresh []*group) (st *stepState, err error) {
-	s.mu.Lock()
-	n := s.st.Next
-	s.st.Next++
-	meta := s.meta
-	s.mu.Unlock()
-	defer func() {
-		if err != nil {
-			s.mu.Lock()
-			s.giveBack(grant{fresh: fresh})
-			s.dispatch()
-			s.mu.Unlock()
-		}
-	}()
+	n := s.led.reserve()
 	st = &stepState{Step: n}
 	for _, g := range fresh {
 		st.Groups = append(st.Groups, g.ref)
 		st.Rows += g.rows
 		st.Versions = addVersions(st.Versions, g.versions)
 	}
-	final := filepath.Join(s.dir, schema.ServedStepDir(n))
-	tmp := filepath.Join(s.dir, "."+schema.ServedStepDir(n)+".tmp")
-	if err := os.RemoveAll(tmp); err != nil {
+	if err := s.writeStep(ctx, n, fresh); err != nil {
+		s.led.unmade(fresh)
+		return nil, fmt.Errorf("writing step %d: %w", n, err)
+	}
+	if err := s.led.recordStep(st); err != nil {
+		// Best effort: a folder the state does not record is removed at
+		// the next start.
+		_ = os.RemoveAll(filepath.Join(s.dir, schema.ServedStepDir(n)))
+		s.led.unmade(fresh)
 		return nil, err
+	}
+	return st, nil
+}
+
+// writeStep writes step n's folder: its part file, in a temporary folder
+// synced and renamed into place, the served directory synced.
+func (s *service) writeStep(ctx context.Context, n int64, fresh []*group) error {
+	final := filepath.Join(s.dir, schema.ServedStepDir(n))
+	tmp := filepath.Join(s.dir, schema.TempName(schema.ServedStepDir(n)))
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
 	}
 	popts := s.popts
 	popts.Metadata = map[string]string{}
-	for k, v := range meta {
+	for k, v := range s.led.metadata() {
 		popts.Metadata[k] = v
 	}
-	popts.Metadata[KeyStep] = fmt.Sprint(n)
+	popts.Metadata[schema.KeyServedStep] = fmt.Sprint(n)
 	w, err := parquet.New(tmp, popts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, g := range fresh {
 		for _, rec := range g.recs {
@@ -421,177 +283,43 @@ func (s *service) makeStep(ctx context.Context, fresh []*group) (st *stepState, 
 				// The writer's open file goes with its folder.
 				err = errors.Join(err, w.Abort())
 				_ = os.RemoveAll(tmp) // best effort: a temporary folder; the write's error is returned
-				return nil, err
+				return err
 			}
 		}
 	}
 	if err := w.Close(ctx); err != nil {
 		_ = os.RemoveAll(tmp) // best effort: a temporary folder; the close's error is returned
-		return nil, err
+		return err
 	}
-	if err := syncDir(tmp); err != nil {
-		return nil, err
+	if err := durable.SyncDir(tmp); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		_ = os.RemoveAll(tmp) // best effort: a temporary folder; the rename's error is returned
-		return nil, err
+		return err
 	}
-	if err := syncDir(s.dir); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.st.Steps = append(s.st.Steps, st)
-	if err := s.st.save(s.dir); err != nil {
-		s.st.Steps = s.st.Steps[:len(s.st.Steps)-1]
-		_ = os.RemoveAll(final) // best effort: a folder the state does not record is removed at the next start
-		return nil, fmt.Errorf("recording step %d: %w", n, err)
-	}
-	s.steps[n] = st
-	s.leases[n] = s.now().Add(s.lease)
-	s.counts.served++
-	for _, g := range fresh {
-		g.release()
-	}
-	return st, nil
+	return durable.SyncDir(s.dir)
 }
-
-// KeyStep is the Parquet metadata key holding a served step's number.
-const KeyStep = "trajflow.served_step"
 
 // stepFile is the path of step n's part file.
 func (s *service) stepFile(n int64) string {
-	return filepath.Join(s.dir, schema.ServedStepDir(n), "part-00000.parquet")
+	return filepath.Join(s.dir, schema.ServedStepFile(n))
 }
 
-// errNeverServed is the error of an ack of a step never served.
-var errNeverServed = errors.New("was never served")
-
-// ack completes step n: acknowledged once and for all (a repeated ack is
-// a no-op), recorded before it returns.
-func (s *service) ack(n int64) (*stepState, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.steps[n]
-	if st == nil {
-		return nil, fmt.Errorf("step %d %w", n, errNeverServed)
-	}
-	if st.Acked {
-		return st, nil
-	}
-	st.Acked = true
-	if err := s.st.save(s.dir); err != nil {
-		st.Acked = false
-		return nil, fmt.Errorf("recording the ack of step %d: %w", n, err)
-	}
-	delete(s.leases, n)
-	s.counts.acked++
-	return st, nil
-}
-
-// setVersion makes v the policy version, recorded in the state.
-func (s *service) setVersion(v int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.policy.SetVersion(v); err != nil {
-		return err
-	}
-	if s.st.Policy == v {
-		return nil
-	}
-	old := s.st.Policy
-	s.st.Policy = v
-	if err := s.st.save(s.dir); err != nil {
-		s.st.Policy = old
-		return fmt.Errorf("recording policy version %d: %w", v, err)
-	}
-	return nil
-}
-
-// pause pauses the fleet in mode, recorded in the state.
-func (s *service) pause(mode generate.PauseMode) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.policy.Pause(mode); err != nil {
-		return err
-	}
-	return s.recordPause(string(mode))
-}
-
-// resume lets the fleet go on, recorded in the state.
-func (s *service) resume() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.policy.Resume()
-	return s.recordPause("")
-}
-
-// recordPause records the pause mode (empty: not paused); s.mu is held.
-func (s *service) recordPause(mode string) error {
-	if s.st.Paused == mode {
-		return nil
-	}
-	old := s.st.Paused
-	s.st.Paused = mode
-	if err := s.st.save(s.dir); err != nil {
-		s.st.Paused = old
-		return fmt.Errorf("recording the pause (%q): %w; a restart would not know it", mode, err)
-	}
-	return nil
-}
-
+// status is the service's status: the ledger's and the run's progress.
+// It changes nothing.
 func (s *service) status() client.Status {
 	var out client.Status
-	if s.snapshot != nil {
-		snap := s.snapshot()
-		out.InGeneration, out.InEnvironment = snap.InGeneration, snap.InEnvironment
-		out.GroupsKept, out.GroupsFinished = snap.GroupsKept, snap.GroupsFinished
-		if snap.GroupsFinished > 0 {
-			out.KeepRate = float64(snap.GroupsKept) / float64(snap.GroupsFinished)
-		}
-		out.TokensGenerated = snap.CompletionTokens
+	snap := s.snapshot()
+	out.InGeneration, out.InEnvironment = snap.InGeneration, snap.InEnvironment
+	out.GroupsKept, out.GroupsFinished = snap.GroupsKept, snap.GroupsFinished
+	if snap.GroupsFinished > 0 {
+		out.KeepRate = float64(snap.GroupsKept) / float64(snap.GroupsFinished)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out.PolicyVersion = s.policy.Version()
-	paused, mode := s.policy.Paused()
-	out.Paused = paused
-	if paused {
-		out.PauseMode = string(mode)
-	}
-	out.QueuedGroups = len(s.queue)
-	out.Waiting = []int{}
-	for _, w := range s.waiters {
-		out.Waiting = append(out.Waiting, w.k)
-	}
-	if s.supply != nil {
-		out.Demand = s.supply.Target()
-	}
-	out.Leases = []client.Lease{}
-	for _, st := range s.st.Steps {
-		out.Steps.Made++
-		switch {
-		case st.Acked:
-			out.Steps.Acked++
-		case s.leased(st.Step):
-			out.Steps.Leased++
-			out.Leases = append(out.Leases, client.Lease{Step: st.Step, Expires: s.leases[st.Step].UTC()})
-		default:
-			out.Steps.Pending++
-		}
-	}
-	sort.Slice(out.Leases, func(i, j int) bool { return out.Leases[i].Step < out.Leases[j].Step })
-	out.Served, out.Reserved, out.Expired, out.Acked = s.counts.served, s.counts.reserved, s.counts.expired, s.counts.acked
-	out.Staleness = map[string]int{}
-	for _, g := range s.queue {
-		lag := out.PolicyVersion - g.versions[0]
-		out.Staleness[fmt.Sprint(max(lag, 0))]++
-	}
-	if s.ended != nil {
-		out.Ended = s.ended.Error()
-	}
+	out.TokensGenerated = snap.CompletionTokens
 	if math.IsNaN(out.KeepRate) {
 		out.KeepRate = 0
 	}
+	s.led.status(&out)
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -76,50 +77,19 @@ func loadState(dir string) (*state, error) {
 	return &s, nil
 }
 
-// save replaces dir's state file atomically: written to a temporary file,
-// synced, renamed into place, and the directory synced.
-func (s *state) save(dir string) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(filepath.Join(dir, schema.ServeStateFile), b)
-}
+// stateMode is the mode of a new state file; a replaced one keeps its
+// own.
+const stateMode = 0o644
 
-// writeAtomic replaces path with b: a crash leaves the old or the new
-// content, never a part.
-func writeAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+// saveState replaces dir's state file with st atomically (internal/durable:
+// written under a temporary name, synced, renamed into place, the
+// directory synced), keeping the file's mode.
+func saveState(dir string, st *state) error {
+	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // best effort: a temporary file, gone after the rename
-	if _, err := tmp.Write(b); err != nil {
-		return errors.Join(err, tmp.Close())
-	}
-	if err := tmp.Sync(); err != nil {
-		return errors.Join(err, tmp.Close())
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return durable.WriteFile(filepath.Join(dir, schema.ServeStateFile), b, stateMode)
 }
 
 // removeStale removes what a crash left in the served directory: the
@@ -139,7 +109,7 @@ func removeStale(dir string, s *state) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		stale := strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp")
+		stale := schema.IsTemp(name)
 		if strings.HasPrefix(name, schema.ServedStepPrefix) && e.IsDir() && !known[name] {
 			stale = true
 		}

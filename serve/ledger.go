@@ -1,0 +1,556 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/stages/generate"
+	"github.com/trajflow/trajflow/stages/groups"
+)
+
+// The ledger's errors, matched with errors.Is (the HTTP status of each is
+// chosen by statusOf).
+var (
+	// errNeverServed: an ack of a step that was never served (404).
+	errNeverServed = errors.New("was never served")
+	// errVersionBelow: a policy version below the current one (409).
+	errVersionBelow = errors.New("policy versions only grow")
+	// errPauseMode: a pause mode other than abort and keep (400).
+	errPauseMode = errors.New("want abort or keep")
+	// errEnded: no more kept groups come and the request cannot be
+	// served (503).
+	errEnded = errors.New("no more kept groups will come")
+	// errStopping: the service is stopping (503).
+	errStopping = errors.New("the service is stopping")
+	// errNotRecorded: a change the state file could not record (500);
+	// nothing of it was published.
+	errNotRecorded = errors.New("not recorded")
+)
+
+// ledger is the service's state machine: the steps made and their leases,
+// the queue of kept groups in no step, the trainers waiting for a step,
+// the policy version and the pause.
+//
+// It decides under its lock, persists outside it and publishes under it:
+// a change that the state file records (a step, an ack, a policy version,
+// a pause) is decided on a copy of the state, written by persist with the
+// lock released, and only then made visible, so that no answer, status or
+// metric ever shows what a restart would not find, and no reader waits on
+// the disk. Recorded changes are serialised (one is persisted and
+// published before the next is decided), so the file never goes back to
+// an older state. Reads (status) never change anything: a lease past its
+// expiry is reported as expired, and only expire removes it.
+type ledger struct {
+	now     func() time.Time
+	persist func(*state) error
+	lease   time.Duration
+	buffer  int              // serve.buffer_steps
+	supply  *groups.Supply   // the run's demand; nil in tests
+	policy  *generate.Policy // published after the state records it
+
+	// recording serialises the changes the state file records.
+	recording sync.Mutex
+
+	mu       sync.Mutex
+	st       *state // as last recorded; replaced, never changed in place
+	next     int64  // the number of the next step
+	steps    map[int64]*stepState
+	assigned map[groupRef]bool // groups in a step, or being made one
+	queued   map[groupRef]*group
+	queue    []*group
+	waiters  []*waiter
+	leases   map[int64]time.Time // a leased step's expiry
+	largest  int                 // the largest groups=K asked for
+	ended    error               // the run ended: no more groups come
+	meta     map[string]string   // the data files' metadata
+	counts   counts
+}
+
+// ledgerConfig is what a ledger starts from.
+type ledgerConfig struct {
+	// State is the recorded state (loadState); its policy version and
+	// pause are applied to Policy.
+	State *state
+	// Persist records a state; it is called outside the ledger's lock,
+	// one call at a time.
+	Persist func(*state) error
+	// Now is the clock; default time.Now.
+	Now    func() time.Time
+	Lease  time.Duration
+	Buffer int
+	Supply *groups.Supply
+	// Policy is the fleet's policy; default a new one.
+	Policy *generate.Policy
+}
+
+// counts are the service's counters since it started.
+type counts struct {
+	served, reserved, acked, expired int64
+}
+
+// waiter is a trainer waiting for a step of k groups.
+type waiter struct {
+	k  int
+	ch chan grant // buffered: dispatch never blocks
+}
+
+// grant is what a waiter gets: fresh groups to make a new step of, a step
+// to serve again, or the reason none will come.
+type grant struct {
+	fresh []*group
+	step  *stepState
+	err   error
+}
+
+// newLedger returns a ledger over a recorded state, with the state's
+// policy version and pause applied to the policy.
+func newLedger(c ledgerConfig) (*ledger, error) {
+	st := c.State
+	if st == nil {
+		st = &state{Version: stateVersion, Next: 1}
+	}
+	l := &ledger{
+		now: c.Now, persist: c.Persist, lease: c.Lease, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
+		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
+		queued: map[groupRef]*group{}, leases: map[int64]time.Time{},
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.persist == nil {
+		l.persist = func(*state) error { return nil }
+	}
+	if l.policy == nil {
+		l.policy = generate.NewPolicy(st.Policy)
+	} else if err := l.policy.SetVersion(st.Policy); err != nil {
+		return nil, err
+	}
+	if st.Paused != "" {
+		if err := l.policy.Pause(generate.PauseMode(st.Paused)); err != nil {
+			return nil, fmt.Errorf("the recorded pause: %w", err)
+		}
+	}
+	for _, step := range st.Steps {
+		l.steps[step.Step] = step
+		for _, g := range step.Groups {
+			l.assigned[g] = true
+		}
+		l.largest = max(l.largest, len(step.Groups))
+		l.next = max(l.next, step.Step+1)
+	}
+	return l, nil
+}
+
+// clone returns a copy of the state whose Steps can be changed without
+// touching st's.
+func (st *state) clone() *state {
+	c := *st
+	c.Steps = slices.Clone(st.Steps)
+	return &c
+}
+
+// record makes a change the state file records: decide (under the lock)
+// returns the state to record, or nil when nothing changes; persist
+// writes it (outside the lock); publish (under the lock) makes it visible.
+// On an error nothing is published.
+func (l *ledger) record(decide func() (*state, error), publish func(*state)) error {
+	l.recording.Lock()
+	defer l.recording.Unlock()
+	l.mu.Lock()
+	next, err := decide()
+	if next != nil {
+		next.Next = l.next
+	}
+	l.mu.Unlock()
+	if err != nil || next == nil {
+		return err
+	}
+	if err := l.persist(next); err != nil {
+		return fmt.Errorf("%w: %w", errNotRecorded, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st = next
+	publish(next)
+	return nil
+}
+
+// taken reports whether a group is in a step, being made one, or queued.
+func (l *ledger) taken(ref groupRef) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.assigned[ref] || l.queued[ref] != nil
+}
+
+// enqueue adds kept groups to the queue (those taken meanwhile are
+// released instead) and serves the waiting trainers. meta is the data
+// files' metadata, kept from the first file.
+func (l *ledger) enqueue(fresh []*group, meta map[string]string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.meta == nil {
+		l.meta = meta
+	}
+	for _, g := range fresh {
+		if l.assigned[g.ref] || l.queued[g.ref] != nil {
+			g.release()
+			continue
+		}
+		if len(g.versions) == 0 {
+			g.versions = []int64{0}
+		}
+		l.queued[g.ref] = g
+		l.queue = append(l.queue, g)
+	}
+	l.dispatch()
+}
+
+// metadata returns the data files' metadata (nil before the first file).
+func (l *ledger) metadata() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.meta
+}
+
+// accepted is the number of kept groups in steps or queued.
+func (l *ledger) accepted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.assigned) + len(l.queue)
+}
+
+// expire removes the leases past their expiry, counting them: the one
+// place a lease ends other than an ack. l.mu is held.
+func (l *ledger) expire() {
+	now := l.now()
+	for n, exp := range l.leases {
+		if !now.Before(exp) {
+			delete(l.leases, n)
+			l.counts.expired++
+		}
+	}
+}
+
+// pendingStep is the oldest step of k groups neither acknowledged nor
+// leased: served before, to be served again. l.mu is held, after expire.
+func (l *ledger) pendingStep(k int) *stepState {
+	for _, st := range l.st.Steps {
+		if _, leased := l.leases[st.Step]; !st.Acked && !leased && len(st.Groups) == k {
+			return st
+		}
+	}
+	return nil
+}
+
+// dispatch hands steps to the waiting trainers, first come first served:
+// a step of the same size that is to be served again, else fresh groups
+// from the queue; when the run ended, those that cannot be served are
+// told so. It then sets the run's demand. l.mu is held.
+func (l *ledger) dispatch() {
+	l.expire()
+	blocked := false
+	kept := l.waiters[:0]
+	for _, w := range l.waiters {
+		if st := l.pendingStep(w.k); st != nil {
+			l.leases[st.Step] = l.now().Add(l.lease)
+			l.counts.reserved++
+			w.ch <- grant{step: st}
+			continue
+		}
+		if !blocked && len(l.queue) >= w.k {
+			fresh := slices.Clone(l.queue[:w.k])
+			l.queue = slices.Delete(l.queue, 0, w.k)
+			for _, g := range fresh {
+				delete(l.queued, g.ref)
+				l.assigned[g.ref] = true
+			}
+			w.ch <- grant{fresh: fresh}
+			continue
+		}
+		if l.ended != nil {
+			w.ch <- grant{err: fmt.Errorf("%w: %d kept groups are queued and the step asks for %d (%v)", errEnded, len(l.queue), w.k, l.ended)}
+			continue
+		}
+		blocked = true
+		kept = append(kept, w)
+	}
+	clear(l.waiters[len(kept):])
+	l.waiters = kept
+	l.setDemand()
+}
+
+// setDemand raises the run's demand to the kept groups that are in steps,
+// those the waiting trainers ask for, and serve.buffer_steps steps of the
+// largest size asked for ahead. l.mu is held.
+func (l *ledger) setDemand() {
+	want := len(l.assigned) + l.buffer*l.largest
+	for _, w := range l.waiters {
+		want += w.k
+	}
+	if l.supply != nil {
+		l.supply.Raise(want)
+	}
+}
+
+// wait registers a trainer asking for a step of k groups and returns its
+// waiter; cancel takes it back.
+func (l *ledger) wait(k int) *waiter {
+	w := &waiter{k: k, ch: make(chan grant, 1)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.largest = max(l.largest, k)
+	l.waiters = append(l.waiters, w)
+	l.dispatch()
+	return w
+}
+
+// cancel takes back a waiter whose trainer went away; what was granted to
+// it and not taken goes back: fresh groups to the head of the queue, a
+// step to those to be served again.
+func (l *ledger) cancel(w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
+	select {
+	case g := <-w.ch:
+		l.giveBack(g)
+	default:
+	}
+	l.dispatch()
+}
+
+// unmade returns fresh groups whose step could not be made to the head of
+// the queue.
+func (l *ledger) unmade(fresh []*group) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.giveBack(grant{fresh: fresh})
+	l.dispatch()
+}
+
+// giveBack returns a grant not served; l.mu is held.
+func (l *ledger) giveBack(g grant) {
+	if g.step != nil {
+		delete(l.leases, g.step.Step)
+		l.counts.reserved--
+	}
+	for _, gr := range g.fresh {
+		delete(l.assigned, gr.ref)
+		l.queued[gr.ref] = gr
+	}
+	l.queue = append(slices.Clone(g.fresh), l.queue...)
+}
+
+// end records that no more groups come (the run ended: err, nil when the
+// input ran out) and tells the waiters that cannot be served.
+func (l *ledger) end(err error) {
+	if err == nil {
+		err = errors.New("the input ran out")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ended = err
+	l.dispatch()
+}
+
+// tick expires the leases past their expiry and serves the steps they
+// free.
+func (l *ledger) tick() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dispatch()
+}
+
+// reserve returns the number of a new step.
+func (l *ledger) reserve() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.next
+	l.next++
+	return n
+}
+
+// recordStep records a new step made of granted groups, leased to its
+// caller: in the state file first, then in the ledger. On an error the
+// caller gives the groups back (unmade).
+func (l *ledger) recordStep(st *stepState) error {
+	err := l.record(func() (*state, error) {
+		next := l.st.clone()
+		next.Steps = append(next.Steps, st)
+		return next, nil
+	}, func(*state) {
+		l.steps[st.Step] = st
+		l.leases[st.Step] = l.now().Add(l.lease)
+		l.counts.served++
+	})
+	if err != nil {
+		return fmt.Errorf("recording step %d: %w", st.Step, err)
+	}
+	return nil
+}
+
+// ack completes step n: acknowledged once and for all (a repeated ack is
+// a no-op), recorded before it returns.
+func (l *ledger) ack(n int64) (*stepState, error) {
+	var acked *stepState
+	err := l.record(func() (*state, error) {
+		st := l.steps[n]
+		if st == nil {
+			return nil, fmt.Errorf("step %d %w", n, errNeverServed)
+		}
+		acked = st
+		if st.Acked {
+			return nil, nil
+		}
+		done := *st
+		done.Acked = true
+		acked = &done
+		next := l.st.clone()
+		for i, s := range next.Steps {
+			if s.Step == n {
+				next.Steps[i] = &done
+			}
+		}
+		return next, nil
+	}, func(*state) {
+		l.steps[n] = acked
+		delete(l.leases, n)
+		l.counts.acked++
+	})
+	if errors.Is(err, errNotRecorded) {
+		err = fmt.Errorf("recording the ack of step %d: %w", n, err)
+	}
+	return acked, err
+}
+
+// setVersion makes v the policy version: recorded, then given to the
+// fleet. A v below the current one is errVersionBelow; an equal one is a
+// no-op.
+func (l *ledger) setVersion(v int64) error {
+	err := l.record(func() (*state, error) {
+		if v < l.st.Policy {
+			return nil, fmt.Errorf("policy version %d is below the current version %d: %w", v, l.st.Policy, errVersionBelow)
+		}
+		if v == l.st.Policy {
+			return nil, nil
+		}
+		next := l.st.clone()
+		next.Policy = v
+		return next, nil
+	}, func(next *state) {
+		// Never below: versions only grow in the state too.
+		_ = l.policy.SetVersion(next.Policy)
+	})
+	if errors.Is(err, errNotRecorded) {
+		err = fmt.Errorf("recording policy version %d: %w", v, err)
+	}
+	return err
+}
+
+// pause pauses the fleet in mode once the state records it: a restarted
+// service comes back paused.
+func (l *ledger) pause(mode generate.PauseMode) error {
+	if mode != generate.PauseAbort && mode != generate.PauseKeep {
+		return fmt.Errorf("pause mode %q: %w", mode, errPauseMode)
+	}
+	return l.recordPause(string(mode), func() {
+		// The mode was checked above.
+		_ = l.policy.Pause(mode)
+	})
+}
+
+// resume lets the fleet go on once the state records it.
+func (l *ledger) resume() error {
+	return l.recordPause("", l.policy.Resume)
+}
+
+// recordPause records the pause mode (empty: not paused), then applies it
+// to the fleet.
+func (l *ledger) recordPause(mode string, apply func()) error {
+	err := l.record(func() (*state, error) {
+		if l.st.Paused == mode {
+			return nil, nil
+		}
+		next := l.st.clone()
+		next.Paused = mode
+		return next, nil
+	}, func(*state) { apply() })
+	if err != nil {
+		return fmt.Errorf("recording the pause (%q): %w; a restart would not know it", mode, err)
+	}
+	return nil
+}
+
+// version is the policy version the ledger recorded and published.
+func (l *ledger) version() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st.Policy
+}
+
+// status fills the ledger's part of the service's status. It changes
+// nothing: a lease past its expiry counts as expired (and its step as to
+// be served again) whether or not expire has removed it yet.
+func (l *ledger) status(out *client.Status) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	out.PolicyVersion = l.st.Policy
+	if l.st.Paused != "" {
+		out.Paused, out.PauseMode = true, l.st.Paused
+	}
+	out.QueuedGroups = len(l.queue)
+	out.Waiting = []int{}
+	for _, w := range l.waiters {
+		out.Waiting = append(out.Waiting, w.k)
+	}
+	if l.supply != nil {
+		out.Demand = l.supply.Target()
+	}
+	expired := l.counts.expired
+	for _, exp := range l.leases {
+		if !now.Before(exp) {
+			expired++
+		}
+	}
+	out.Leases = []client.Lease{}
+	for _, st := range l.st.Steps {
+		out.Steps.Made++
+		exp, leased := l.leases[st.Step]
+		switch {
+		case st.Acked:
+			out.Steps.Acked++
+		case leased && now.Before(exp):
+			out.Steps.Leased++
+			out.Leases = append(out.Leases, client.Lease{Step: st.Step, Expires: exp.UTC()})
+		default:
+			out.Steps.Pending++
+		}
+	}
+	sort.Slice(out.Leases, func(i, j int) bool { return out.Leases[i].Step < out.Leases[j].Step })
+	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
+	out.Staleness = map[string]int{}
+	for _, g := range l.queue {
+		lag := out.PolicyVersion - g.versions[0]
+		out.Staleness[fmt.Sprint(max(lag, 0))]++
+	}
+	if l.ended != nil {
+		out.Ended = l.ended.Error()
+	}
+}
+
+// close releases the queued groups' records.
+func (l *ledger) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, g := range l.queue {
+		g.release()
+	}
+	l.queue = nil
+	clear(l.queued)
+}

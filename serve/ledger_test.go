@@ -1,0 +1,510 @@
+package serve
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/stages/generate"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// store is a persist function's record: the states it was given, and an
+// error to fail with.
+type store struct {
+	mu     sync.Mutex
+	states []*state
+	fail   error
+}
+
+func (s *store) persist(st *state) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	s.states = append(s.states, st)
+	return nil
+}
+
+func (s *store) last() *state {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.states) == 0 {
+		return nil
+	}
+	return s.states[len(s.states)-1]
+}
+
+func (s *store) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.states)
+}
+
+const testLease = 10 * time.Second
+
+// newTestLedger is a ledger over st (nil: a fresh state) with a fake clock
+// and a store.
+func newTestLedger(t *testing.T, st *state) (*ledger, *fakeClock, *store) {
+	t.Helper()
+	clock, db := newFakeClock(), &store{}
+	l, err := newLedger(ledgerConfig{State: st, Persist: db.persist, Now: clock.now, Lease: testLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock, db
+}
+
+// testGroups returns n groups of tasks from, from+1, … (attempt 0), of
+// policy version 0.
+func testGroups(from, n int) []*group {
+	out := make([]*group, n)
+	for i := range out {
+		out[i] = &group{ref: groupRef{int64(from + i), 0}, rows: 4}
+	}
+	return out
+}
+
+// granted returns what a waiter was given, or fails.
+func granted(t *testing.T, w *waiter) grant {
+	t.Helper()
+	select {
+	case g := <-w.ch:
+		return g
+	default:
+		t.Fatal("the waiter was given nothing")
+		return grant{}
+	}
+}
+
+// serveStep asks for a step of k groups and makes it (a new step of fresh
+// groups is recorded); it returns the step's number and whether it was
+// served again.
+func serveStep(t *testing.T, l *ledger, k int) (int64, bool) {
+	t.Helper()
+	g := granted(t, l.wait(k))
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	if g.step != nil {
+		return g.step.Step, true
+	}
+	st := &stepState{Step: l.reserve()}
+	for _, gr := range g.fresh {
+		st.Groups = append(st.Groups, gr.ref)
+		st.Rows += gr.rows
+	}
+	if err := l.recordStep(st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Step, false
+}
+
+func statusOf(l *ledger) client.Status {
+	var st client.Status
+	l.status(&st)
+	return st
+}
+
+// A step is leased to its caller; unacknowledged past the lease it is
+// served again, whole and under its number; acknowledged, never again.
+func TestLedgerLeaseAckExpiry(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		ack         bool
+		after       time.Duration     // between the first request and the second
+		wantAgain   bool              // the second request gets step 1 again
+		wantStatus  client.StepCounts // after the second request
+		wantExpired int64
+	}{
+		{"within the lease: a new step", false, testLease - time.Second, false, client.StepCounts{Made: 2, Leased: 2}, 0},
+		{"at the lease's end: served again", false, testLease, true, client.StepCounts{Made: 1, Leased: 1}, 1},
+		{"long past the lease: served again", false, 3 * testLease, true, client.StepCounts{Made: 1, Leased: 1}, 1},
+		{"acknowledged: never again", true, 3 * testLease, false, client.StepCounts{Made: 2, Acked: 1, Leased: 1}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, clock, db := newTestLedger(t, nil)
+			l.enqueue(testGroups(0, 4), nil)
+			first, again := serveStep(t, l, 2)
+			if first != 1 || again {
+				t.Fatalf("first step %d (again %v), want 1", first, again)
+			}
+			if tt.ack {
+				if _, err := l.ack(first); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock.advance(tt.after)
+			second, again := serveStep(t, l, 2)
+			if again != tt.wantAgain || (again && second != first) {
+				t.Fatalf("second request: step %d, again %v; want again %v", second, again, tt.wantAgain)
+			}
+			st := statusOf(l)
+			if st.Steps != tt.wantStatus || st.Expired != tt.wantExpired {
+				t.Fatalf("status steps %+v expired %d, want %+v expired %d", st.Steps, st.Expired, tt.wantStatus, tt.wantExpired)
+			}
+			wantReserved := int64(0)
+			if tt.wantAgain {
+				wantReserved = 1
+			}
+			if st.Reserved != wantReserved {
+				t.Fatalf("reserved %d, want %d", st.Reserved, wantReserved)
+			}
+			// Every step made is in the state file.
+			if got := len(db.last().Steps); got != st.Steps.Made {
+				t.Fatalf("the state file records %d steps, the status %d", got, st.Steps.Made)
+			}
+		})
+	}
+}
+
+// Reads never change state: the status reports a lease past its expiry as
+// expired (its step to be served again) without removing it, as often as
+// it is asked; the tick removes it and counts it once.
+func TestLedgerStatusDoesNotExpire(t *testing.T) {
+	l, clock, _ := newTestLedger(t, nil)
+	l.enqueue(testGroups(0, 2), nil)
+	n, _ := serveStep(t, l, 2)
+	clock.advance(testLease + time.Second)
+	for i := range 3 {
+		st := statusOf(l)
+		if st.Steps.Pending != 1 || st.Steps.Leased != 0 || st.Expired != 1 || len(st.Leases) != 0 {
+			t.Fatalf("status %d: %+v", i, st)
+		}
+	}
+	l.mu.Lock()
+	_, still := l.leases[n]
+	counted := l.counts.expired
+	l.mu.Unlock()
+	if !still || counted != 0 {
+		t.Fatalf("after the status: lease kept %v, expired counted %d; want kept, 0", still, counted)
+	}
+	l.tick()
+	l.tick()
+	st := statusOf(l)
+	l.mu.Lock()
+	_, still = l.leases[n]
+	l.mu.Unlock()
+	if still || st.Expired != 1 || st.Steps.Pending != 1 {
+		t.Fatalf("after the tick: lease kept %v, status %+v", still, st)
+	}
+}
+
+// An ack of a step never served is errNeverServed; an ack twice is a
+// no-op recorded once.
+func TestLedgerAck(t *testing.T) {
+	l, _, db := newTestLedger(t, nil)
+	l.enqueue(testGroups(0, 2), nil)
+	n, _ := serveStep(t, l, 2)
+	for _, tt := range []struct {
+		step    int64
+		wantErr error
+		writes  int // state writes so far (1: the step)
+	}{
+		{99, errNeverServed, 1},
+		{n, nil, 2},
+		{n, nil, 2},
+	} {
+		st, err := l.ack(tt.step)
+		if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+			t.Fatalf("ack %d: %v, want %v", tt.step, err, tt.wantErr)
+		}
+		if err == nil && (!st.Acked || st.Step != n) {
+			t.Fatalf("ack %d: %+v", tt.step, st)
+		}
+		if db.count() != tt.writes {
+			t.Fatalf("ack %d: %d state writes, want %d", tt.step, db.count(), tt.writes)
+		}
+	}
+	if !db.last().Steps[0].Acked {
+		t.Fatal("the state file does not record the ack")
+	}
+}
+
+// Policy versions only grow: a lower one is errVersionBelow, an equal one
+// a no-op; each new one is recorded, then given to the fleet.
+func TestLedgerVersions(t *testing.T) {
+	l, _, db := newTestLedger(t, nil)
+	for _, tt := range []struct {
+		v       int64
+		wantErr error
+		want    int64
+		writes  int
+	}{
+		{0, nil, 0, 0},
+		{3, nil, 3, 1},
+		{3, nil, 3, 1},
+		{2, errVersionBelow, 3, 1},
+		{7, nil, 7, 2},
+	} {
+		err := l.setVersion(tt.v)
+		if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+			t.Fatalf("version %d: %v, want %v", tt.v, err, tt.wantErr)
+		}
+		if got := l.policy.Version(); got != tt.want || l.version() != tt.want || statusOf(l).PolicyVersion != tt.want {
+			t.Fatalf("version %d: fleet %d, ledger %d, want %d", tt.v, got, l.version(), tt.want)
+		}
+		if db.count() != tt.writes {
+			t.Fatalf("version %d: %d writes, want %d", tt.v, db.count(), tt.writes)
+		}
+	}
+	if db.last().Policy != 7 {
+		t.Fatalf("recorded version %d", db.last().Policy)
+	}
+}
+
+// A pause and a resume are recorded before the fleet sees them; a mode
+// other than abort and keep is errPauseMode.
+func TestLedgerPauseResume(t *testing.T) {
+	l, _, db := newTestLedger(t, nil)
+	for _, tt := range []struct {
+		op       string // pause MODE or resume
+		mode     generate.PauseMode
+		wantErr  error
+		paused   string // the recorded and published mode; "" not paused
+		writes   int
+		wantMode generate.PauseMode
+	}{
+		{"resume", "", nil, "", 0, ""},
+		{"pause", generate.PauseAbort, nil, "abort", 1, generate.PauseAbort},
+		{"pause", generate.PauseAbort, nil, "abort", 1, generate.PauseAbort},
+		{"pause", generate.PauseKeep, nil, "keep", 2, generate.PauseKeep},
+		{"pause", "stop", errPauseMode, "keep", 2, generate.PauseKeep},
+		{"resume", "", nil, "", 3, ""},
+	} {
+		var err error
+		if tt.op == "pause" {
+			err = l.pause(tt.mode)
+		} else {
+			err = l.resume()
+		}
+		if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+			t.Fatalf("%s %s: %v, want %v", tt.op, tt.mode, err, tt.wantErr)
+		}
+		paused, mode := l.policy.Paused()
+		st := statusOf(l)
+		if paused != (tt.paused != "") || (paused && mode != tt.wantMode) || st.Paused != paused || st.PauseMode != tt.paused {
+			t.Fatalf("%s %s: fleet paused %v (%s), status %v (%s); want %q", tt.op, tt.mode, paused, mode, st.Paused, st.PauseMode, tt.paused)
+		}
+		if db.count() != tt.writes {
+			t.Fatalf("%s %s: %d writes, want %d", tt.op, tt.mode, db.count(), tt.writes)
+		}
+		if tt.writes > 0 && db.last().Paused != tt.paused {
+			t.Fatalf("%s %s: recorded %q, want %q", tt.op, tt.mode, db.last().Paused, tt.paused)
+		}
+	}
+}
+
+// A change the state file could not record is errNotRecorded and nothing
+// of it is published: not the step, the ack, the version or the pause.
+func TestLedgerNothingPublishedUnrecorded(t *testing.T) {
+	disk := errors.New("disk full")
+	for _, tt := range []struct {
+		name   string
+		change func(l *ledger) error
+		check  func(t *testing.T, l *ledger)
+	}{
+		{"step", func(l *ledger) error {
+			g := granted(t, l.wait(2))
+			return l.recordStep(&stepState{Step: l.reserve(), Groups: []groupRef{g.fresh[0].ref, g.fresh[1].ref}})
+		}, func(t *testing.T, l *ledger) {
+			if st := statusOf(l); st.Steps.Made != 1 || st.Served != 1 {
+				t.Fatalf("status %+v", st)
+			}
+		}},
+		{"ack", func(l *ledger) error { _, err := l.ack(1); return err }, func(t *testing.T, l *ledger) {
+			if st := statusOf(l); st.Steps.Acked != 0 || st.Acked != 0 || st.Steps.Leased != 1 {
+				t.Fatalf("status %+v", st)
+			}
+		}},
+		{"version", func(l *ledger) error { return l.setVersion(5) }, func(t *testing.T, l *ledger) {
+			if l.policy.Version() != 0 || statusOf(l).PolicyVersion != 0 {
+				t.Fatalf("version %d", l.policy.Version())
+			}
+		}},
+		{"pause", func(l *ledger) error { return l.pause(generate.PauseKeep) }, func(t *testing.T, l *ledger) {
+			if paused, _ := l.policy.Paused(); paused || statusOf(l).Paused {
+				t.Fatal("paused")
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, _, db := newTestLedger(t, nil)
+			l.enqueue(testGroups(0, 4), nil)
+			serveStep(t, l, 2)
+			db.mu.Lock()
+			db.fail = disk
+			db.mu.Unlock()
+			err := tt.change(l)
+			if !errors.Is(err, errNotRecorded) || !errors.Is(err, disk) {
+				t.Fatalf("%v, want errNotRecorded wrapping %v", err, disk)
+			}
+			tt.check(t, l)
+		})
+	}
+}
+
+// Recorded changes are decided under the lock, persisted outside it and
+// published after: while the state is being written, reads answer at
+// once and show the state before the change; the change shows once it is
+// recorded. Two changes are recorded in the order decided.
+func TestLedgerPersistOutsideTheLock(t *testing.T) {
+	clock := newFakeClock()
+	started, release := make(chan *state, 2), make(chan struct{})
+	l, err := newLedger(ledgerConfig{Now: clock.now, Lease: testLease, Persist: func(st *state) error {
+		started <- st
+		<-release
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { done <- l.setVersion(4) }()
+	writing := <-started
+	if writing.Policy != 4 {
+		t.Fatalf("writing version %d, want 4", writing.Policy)
+	}
+	// Reads and changes that record nothing do not wait on the disk.
+	answered := make(chan client.Status, 1)
+	go func() {
+		l.enqueue(testGroups(0, 2), nil)
+		l.tick()
+		answered <- statusOf(l)
+	}()
+	select {
+	case st := <-answered:
+		if st.PolicyVersion != 0 || st.QueuedGroups != 2 {
+			t.Fatalf("while writing: status %+v, want version 0 (not yet recorded), 2 queued", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the status waited on the state's write")
+	}
+	// A second change waits for the first to be recorded.
+	go func() { done <- l.pause(generate.PauseAbort) }()
+	select {
+	case st := <-started:
+		t.Fatalf("a second write (%+v) began before the first ended", st)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l.policy.Version() != 4 {
+		t.Fatalf("after the write: version %d", l.policy.Version())
+	}
+	second := <-started
+	if second.Policy != 4 || second.Paused != "abort" {
+		t.Fatalf("second write %+v, want version 4 and paused", second)
+	}
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A ledger over a recorded state: the steps not acknowledged are served
+// again (their groups never queued), the acknowledged ones never, the
+// policy version and the pause are the fleet's, and new steps are
+// numbered after the recorded ones.
+func TestLedgerRestart(t *testing.T) {
+	l, _, db := newTestLedger(t, nil)
+	l.enqueue(testGroups(0, 6), nil)
+	a, _ := serveStep(t, l, 2)
+	b, _ := serveStep(t, l, 2)
+	if _, err := l.ack(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.setVersion(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.pause(generate.PauseKeep); err != nil {
+		t.Fatal(err)
+	}
+
+	r, _, _ := newTestLedger(t, db.last())
+	if paused, mode := r.policy.Paused(); !paused || mode != generate.PauseKeep || r.policy.Version() != 2 {
+		t.Fatalf("restarted: paused %v (%s), version %d", paused, mode, r.policy.Version())
+	}
+	if st := statusOf(r); st.Steps != (client.StepCounts{Made: 2, Acked: 1, Pending: 1}) {
+		t.Fatalf("restarted: steps %+v", st.Steps)
+	}
+	// The groups of both steps are taken; the queue gets the others.
+	for _, g := range testGroups(0, 4) {
+		if !r.taken(g.ref) {
+			t.Fatalf("restarted: %v not taken", g.ref)
+		}
+	}
+	r.enqueue(testGroups(0, 6), nil)
+	if st := statusOf(r); st.QueuedGroups != 2 {
+		t.Fatalf("restarted: %d queued, want 2", st.QueuedGroups)
+	}
+	again, wasAgain := serveStep(t, r, 2)
+	if again != b || !wasAgain {
+		t.Fatalf("restarted: step %d (again %v), want %d again", again, wasAgain, b)
+	}
+	next, _ := serveStep(t, r, 2)
+	if next != 3 {
+		t.Fatalf("restarted: new step %d, want 3", next)
+	}
+}
+
+// Trainers are served first come first served; one that goes away gives
+// back what it was granted, to the head of the queue; when the run ends,
+// a request that cannot be served is told so (errEnded).
+func TestLedgerWaitCancelEnd(t *testing.T) {
+	l, _, _ := newTestLedger(t, nil)
+	first, second := l.wait(3), l.wait(1)
+	l.enqueue(testGroups(0, 2), nil)
+	select {
+	case g := <-second.ch:
+		t.Fatalf("the second request was served before the first: %+v", g)
+	default:
+	}
+	l.enqueue(testGroups(2, 1), nil)
+	g := granted(t, first)
+	if len(g.fresh) != 3 {
+		t.Fatalf("first: %d groups", len(g.fresh))
+	}
+	// The first goes away before taking its grant: the groups go back.
+	l.mu.Lock()
+	first.ch <- g
+	l.mu.Unlock()
+	l.cancel(first)
+	g2 := granted(t, second)
+	if len(g2.fresh) != 1 || g2.fresh[0].ref != (groupRef{0, 0}) {
+		t.Fatalf("second: %+v, want task 0 (back at the head of the queue)", g2.fresh)
+	}
+	l.end(nil)
+	g3 := granted(t, l.wait(5))
+	if !errors.Is(g3.err, errEnded) {
+		t.Fatalf("after the end: %v, want errEnded", g3.err)
+	}
+	if got := statusOf(l); got.QueuedGroups != 2 || got.Ended == "" || !slices.Equal(got.Waiting, []int{}) {
+		t.Fatalf("status %+v", got)
+	}
+}

@@ -7,9 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/trajflow/trajflow/schema"
 )
@@ -24,6 +27,80 @@ var fileNames = []string{
 	schema.PartGlob, schema.JSONLPrefix, "%05d-of-%05d",
 	schema.MetadataKey, schema.StepsMetadataKey, schema.KeyVersion, schema.KeyConfigFingerprint,
 	schema.KeyRunID, schema.KeyModel, schema.KeySamplingParams, schema.KeyConfig, schema.KeySource,
+	schema.KeyPrice, schema.ServeStateFile, schema.ServeLockFile, schema.KeyServedStep, schema.PartName(0),
+}
+
+// strictDirs are the packages (folders under the module's root) that name
+// columns and temporary files only through schema too: no literal there
+// is a column's or a struct field's name given to a function that looks
+// columns up (FieldIndices, Fields, …), and none holds schema.TempSuffix.
+// Other packages still name some columns and temporary files with
+// literals; a package joins this list once it does not.
+var strictDirs = []string{"serve"}
+
+// columnFuncs look columns or struct fields up by name.
+var columnFuncs = map[string]bool{
+	"FieldIndices": true, "FieldByName": true, "FieldIdx": true, "Fields": true, "ColumnByName": true,
+}
+
+// columnNames are the names of the output tables' columns and of their
+// struct columns' fields.
+func columnNames() map[string]bool {
+	names := map[string]bool{}
+	var add func(t arrow.DataType)
+	add = func(t arrow.DataType) {
+		switch t := t.(type) {
+		case *arrow.ListType:
+			add(t.Elem())
+		case *arrow.StructType:
+			for _, f := range t.Fields() {
+				names[f.Name] = true
+				add(f.Type)
+			}
+		}
+	}
+	for _, cols := range [][]schema.Column{schema.Columns(), schema.MessageFields(), schema.StepColumns()} {
+		for _, c := range cols {
+			names[c.Name] = true
+			add(c.Type)
+		}
+	}
+	delete(names, "element") // the LIST layout's element, not a column
+	return names
+}
+
+// strictLiterals returns "FILE:LINE: LITERAL" for each string literal of
+// src that is a column's name given to a function that looks columns up,
+// or that holds schema.TempSuffix.
+func strictLiterals(name string, src []byte, columns map[string]bool) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ImportSpec:
+			return false
+		case *ast.CallExpr:
+			if columnFuncs[funcName(n.Fun)] {
+				for _, a := range n.Args {
+					if lit, ok := a.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						if v, err := strconv.Unquote(lit.Value); err == nil && columns[v] {
+							found = append(found, fset.Position(lit.Pos()).String()+": "+lit.Value)
+						}
+					}
+				}
+			}
+		case *ast.BasicLit:
+			if v, err := strconv.Unquote(n.Value); n.Kind == token.STRING && err == nil && strings.Contains(v, schema.TempSuffix) {
+				found = append(found, fset.Position(n.Pos()).String()+": "+n.Value)
+			}
+		}
+		return true
+	})
+	return found, nil
 }
 
 // dirNames are the output directory's folder names. They are common
@@ -158,6 +235,7 @@ func layoutLiterals(name string, src []byte) ([]string, error) {
 // outside schema: every package names them with schema's constants.
 func TestNoLayoutLiteralsOutsideSchema(t *testing.T) {
 	root := ".."
+	columns := columnNames()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -183,10 +261,57 @@ func TestNoLayoutLiteralsOutsideSchema(t *testing.T) {
 		for _, f := range found {
 			t.Errorf("%s: an output directory name as a literal: use schema's constant", f)
 		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(strictDirs, strings.Split(filepath.ToSlash(rel), "/")[0]) {
+			return nil
+		}
+		found, err = strictLiterals(path, src, columns)
+		if err != nil {
+			return err
+		}
+		for _, f := range found {
+			t.Errorf("%s: a column name or a temporary name as a literal: use schema's (ColumnName, TempName)", f)
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The strict check finds column names given to look-ups and temporary
+// names, and leaves other uses of the same words alone.
+func TestStrictLiterals(t *testing.T) {
+	columns := columnNames()
+	for _, tt := range []struct {
+		src  string
+		want int
+	}{
+		{`i := sc.FieldIndices("task_index")`, 1},
+		{`cols, _ := f.Fields("group_id", "kept")`, 2},
+		{`i, _ := st.FieldIdx("version")`, 1},
+		{`i := sc.FieldIndices(schema.ColumnName(schema.ColTaskIndex))`, 0},
+		{`tmp := "." + name + ".tmp"`, 1},
+		{`tmp := schema.TempName(name)`, 0},
+		{`m := map[string]any{"reward": 1}`, 0},
+		{`e := fmt.Errorf("no task_index column")`, 0},
+	} {
+		src := "package p\nfunc f() {\n" + tt.src + "\n}\n"
+		got, err := strictLiterals("x.go", []byte(src), columns)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.src, err)
+		}
+		if len(got) != tt.want {
+			t.Errorf("%s: found %v, want %d", tt.src, got, tt.want)
+		}
+	}
+	for _, name := range []string{"task_index", "attempt", "policy_versions", "version", "role"} {
+		if !columns[name] {
+			t.Errorf("%s is not among the column names", name)
+		}
 	}
 }
 

@@ -1,0 +1,28 @@
+// Package serve is trajflow serve: a continuous run of the pipeline that
+// hands out training steps over HTTP to asynchronous RL trainers
+// (docs/serve.md).
+//
+// Run drives runner.Run with a demand (groups.Supply) that the trainers'
+// requests raise, a policy (generate.Policy) the API versions and pauses,
+// and a hook that hears each committed data file. A loader reads those
+// files, in order and off the run's commit path, into the queue of kept
+// groups. A request for K groups takes K queued groups, writes them as a
+// step under OUTPUT/served/ (schema.ServedDir) with the Parquet sink's
+// writer, records the step in served/state.json, and only then answers.
+//
+// The state machine is the ledger (ledger.go): the steps and their
+// leases, the queue, the waiting trainers, the policy version and the
+// pause. It decides under its lock, persists outside it and publishes
+// under it: a change the state file records is written (through
+// internal/durable) with the lock released and becomes visible only once
+// recorded, so that no status or Prometheus scrape waits on the disk and
+// nothing is answered that a restart would not find. Reads never change
+// state; leases end in one place (an ack, or expire on the service's
+// tick). Its clock is a function, so its tests move time themselves. Its
+// errors are sentinels that the HTTP layer matches with errors.Is to
+// choose a status (errorAnswers), and the API's routes, with the 405s of
+// their other methods, come from one table (routeTable).
+//
+// The HTTP handlers are in http.go; the Go client and the API's wire
+// types are in package serve/client.
+package serve

@@ -89,7 +89,7 @@ func testGroups(from, n int) []*group {
 }
 
 // granted returns what a waiter was given, or fails.
-func granted(t *testing.T, w *waiter) grant {
+func granted(t testing.TB, w *waiter) grant {
 	t.Helper()
 	select {
 	case g := <-w.ch:

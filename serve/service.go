@@ -119,7 +119,9 @@ func (s *service) snapshot() runner.Snapshot {
 }
 
 // loadFile reads a committed data file's kept groups into the queue, less
-// those already in a step.
+// those already in a step or queued. The file is read once: a step made of
+// these groups is written from their records, and its first answer
+// encoded from them.
 func (s *service) loadFile(ctx context.Context, path string) error {
 	f, err := pqread.Open(path, s.alloc, 4096)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
-	"github.com/trajflow/trajflow/internal/command/report"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/report"
 	"github.com/trajflow/trajflow/internal/metrics"
 )
 

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/command/report"
+	"github.com/trajflow/trajflow/cmd/trajflow/report"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/storage"

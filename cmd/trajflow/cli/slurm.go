@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trajflow/trajflow/cmd/trajflow/slurm"
 	"github.com/trajflow/trajflow/config"
-	"github.com/trajflow/trajflow/internal/command/slurm"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/storage"
 )

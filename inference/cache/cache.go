@@ -333,8 +333,12 @@ func (c *Client) Complete(ctx context.Context, req *inference.Request) (*inferen
 	}
 	var cached inference.Response
 	if c.store.Get(k, &cached) {
+		// A nil Extra or Raw is stored as null.
 		if string(cached.Extra) == "null" {
-			cached.Extra = nil // a nil Extra is stored as null
+			cached.Extra = nil
+		}
+		if string(cached.Raw) == "null" {
+			cached.Raw = nil
 		}
 		c.store.hitPrompt.Add(int64(cached.PromptTokens + cached.Discarded.PromptTokens))
 		c.store.hitCached.Add(int64(cached.CachedPromptTokens))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -83,38 +84,37 @@ func CreateManifest(root string, m Manifest) (*Manifest, bool, error) {
 
 // writeLinked writes data to a temporary file beside path and links it to
 // path: it fails with fs.ErrExist when path exists, and never leaves a
-// partial file at path.
+// partial file at path. The file is readable by all; the directory is
+// synced once the link is made.
 func writeLinked(path string, data []byte) error {
-	tmp, err := writeTemp(path, data)
+	f, err := durable.Create(path, 0o644)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(tmp) }() // best effort: a temporary file, not output
-	return os.Link(tmp, path)
-}
-
-// writeTemp writes data, synced and readable by all, to a new temporary
-// file beside path and returns its name.
-func writeTemp(path string, data []byte) (string, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	_, err = tmp.Write(data)
+	_, err = f.Write(data)
 	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+		err = f.Chmod(0o644)
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Close() // the temporary file's; Abort below removes it
+	}
+	if err == nil {
+		err = os.Link(f.Name(), path)
+	}
+	// The temporary name goes either way: linked, the file stays at path.
+	if aerr := f.Abort(); err == nil {
+		err = aerr
 	}
 	if err != nil {
-		_ = os.Remove(tmp.Name()) // best effort: a temporary file, not output
-		return "", err
+		return err
 	}
-	return tmp.Name(), nil
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("sync the directory of %s: %w", path, err)
+	}
+	return nil
 }
 
 // Status is what a shard's StatusFile holds.
@@ -131,18 +131,13 @@ type Status struct {
 	Updated time.Time `json:"updated"`
 }
 
-// WriteStatus replaces dir's StatusFile atomically.
+// WriteStatus replaces dir's StatusFile atomically (durable.WriteFile).
 func WriteStatus(dir string, s Status) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := writeTemp(filepath.Join(dir, StatusFile), append(b, '\n'))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp) }() // best effort: a temporary file, not output
-	return os.Rename(tmp, filepath.Join(dir, StatusFile))
+	return durable.WriteFile(filepath.Join(dir, StatusFile), append(b, '\n'), 0o644)
 }
 
 // Shard is one shard directory found under a root.

@@ -137,7 +137,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 			outDir, entries[0].Name())
 	}
 	dataDir := filepath.Join(outDir, schema.DataDir)
-	existing, err := filepath.Glob(filepath.Join(globEscape(dataDir), pqsink.DefaultPrefix+"-*.parquet"))
+	existing, err := filepath.Glob(filepath.Join(globEscape(dataDir), schema.PartGlob))
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %s: %w", dataDir, err)
 	}

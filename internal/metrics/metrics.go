@@ -184,15 +184,8 @@ type Counts struct {
 	Billed Billed
 }
 
-// CountsOf computes a rollout's Counts from its loss mask and its
-// messages' spans.
-func CountsOf(r *pipeline.Rollout) Counts {
-	c := seqCounts(r)
-	c.TurnGenTokens = r.TurnGenTokens(nil)
-	return c
-}
-
-// seqCounts is CountsOf less TurnGenTokens.
+// seqCounts computes a rollout's Counts from its loss mask and its
+// messages' spans, all but TurnGenTokens.
 func seqCounts(r *pipeline.Rollout) Counts {
 	c := Counts{TotalTokens: int64(len(r.LossMask))}
 	for _, m := range r.LossMask {

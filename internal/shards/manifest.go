@@ -15,13 +15,6 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// ManifestFile is the run manifest at a sharded run's root.
-const ManifestFile = schema.ManifestFile
-
-// StatusFile is written in a shard's directory at the end of each run of
-// the shard: whether the shard read its input to the end.
-const StatusFile = schema.ShardStatusFile
-
 // Manifest is a sharded run's identity, written by the first shard to
 // start and checked by every other: the shards of one run share its config
 // (but for the shard index), shard count and schema version.
@@ -45,7 +38,7 @@ type Manifest struct {
 
 // ReadManifest reads root's manifest; ok is false when there is none.
 func ReadManifest(root string) (m *Manifest, ok bool, err error) {
-	path := filepath.Join(root, ManifestFile)
+	path := filepath.Join(root, schema.ManifestFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -72,7 +65,7 @@ func CreateManifest(root string, m Manifest) (*Manifest, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := writeLinked(filepath.Join(root, ManifestFile), append(b, '\n')); err != nil {
+	if err := writeLinked(filepath.Join(root, schema.ManifestFile), append(b, '\n')); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			have, _, err := ReadManifest(root)
 			return have, false, err
@@ -117,7 +110,7 @@ func writeLinked(path string, data []byte) error {
 	return nil
 }
 
-// Status is what a shard's StatusFile holds.
+// Status is what a shard's schema.ShardStatusFile holds.
 type Status struct {
 	Index int `json:"index"`
 	Count int `json:"count"`
@@ -131,21 +124,22 @@ type Status struct {
 	Updated time.Time `json:"updated"`
 }
 
-// WriteStatus replaces dir's StatusFile atomically (durable.WriteFile).
+// WriteStatus replaces dir's schema.ShardStatusFile atomically
+// (durable.WriteFile).
 func WriteStatus(dir string, s Status) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(filepath.Join(dir, StatusFile), append(b, '\n'), 0o644)
+	return durable.WriteFile(filepath.Join(dir, schema.ShardStatusFile), append(b, '\n'), 0o644)
 }
 
 // Shard is one shard directory found under a root.
 type Shard struct {
 	Index, Count int
 	Dir          string
-	// Status is the shard's StatusFile; nil when it has none (its first
-	// run has not ended).
+	// Status is the shard's schema.ShardStatusFile; nil when it has none
+	// (its first run has not ended).
 	Status *Status
 }
 
@@ -172,7 +166,7 @@ func Scan(root string) (set *Set, ok bool, err error) {
 		return nil, true, err
 	}
 	set.Manifest = m
-	entries, err := os.ReadDir(filepath.Join(root, Subdir))
+	entries, err := os.ReadDir(filepath.Join(root, schema.ShardsDir))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, true, err
 	}
@@ -182,13 +176,13 @@ func Scan(root string) (set *Set, ok bool, err error) {
 		if !e.IsDir() || !isShard {
 			continue
 		}
-		dir := filepath.Join(root, Subdir, e.Name())
+		dir := filepath.Join(root, schema.ShardsDir, e.Name())
 		if m != nil && n != m.Shards {
 			set.Other = append(set.Other, dir)
 			continue
 		}
 		s := Shard{Index: i, Count: n, Dir: dir}
-		if b, err := os.ReadFile(filepath.Join(dir, StatusFile)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, schema.ShardStatusFile)); err == nil {
 			var st Status
 			if json.Unmarshal(b, &st) == nil {
 				s.Status = &st
@@ -241,7 +235,7 @@ func (s *Set) Count() int {
 func (s *Set) Summary() string {
 	line := fmt.Sprintf("%d of %d shards", len(s.Shards), s.Count())
 	if s.Manifest == nil {
-		line += " (no " + ManifestFile + ")"
+		line += " (no " + schema.ManifestFile + ")"
 	}
 	var bad []string
 	if len(s.Missing) > 0 {

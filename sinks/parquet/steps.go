@@ -73,7 +73,7 @@ func NewStepWriter(dir, runID, compression string, meta map[string]string) (*Ste
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("parquet: create %s: %w", dir, err)
 	}
-	if err := RemoveStale(dir, DefaultPrefix); err != nil {
+	if err := RemoveStale(dir, schema.PartPrefix); err != nil {
 		return nil, err
 	}
 	w := &StepWriter{dir: dir, runID: runID}
@@ -84,7 +84,7 @@ func NewStepWriter(dir, runID, compression string, meta map[string]string) (*Ste
 	}
 	all := map[string]string{schema.StepsMetadataKey: schema.StepsVersion}
 	for k, v := range meta {
-		if k != KeySchemaVersion {
+		if k != schema.MetadataKey {
 			all[k] = v
 		}
 	}
@@ -109,7 +109,7 @@ func (w *StepWriter) open() error {
 	// Named as RemoveStale finds it; its final name comes with Commit.
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	tmp := filepath.Join(w.dir, "."+DefaultPrefix+"-steps-"+hex.EncodeToString(b[:])+".parquet.tmp")
+	tmp := filepath.Join(w.dir, "."+schema.PartPrefix+"-steps-"+hex.EncodeToString(b[:])+".parquet.tmp")
 	f, err := durable.CreateAs(tmp, tmp, 0o644)
 	if err != nil {
 		return fmt.Errorf("parquet: open a steps file in %s: %w", w.dir, err)
@@ -256,7 +256,7 @@ func partNames(dir string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, e := range entries {
-		if _, ok := partNumber(e.Name(), DefaultPrefix); ok {
+		if _, ok := partNumber(e.Name(), schema.PartPrefix); ok {
 			out[e.Name()] = true
 		}
 	}

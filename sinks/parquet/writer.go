@@ -33,7 +33,6 @@ const (
 	DefaultFileBytes    = 512 << 20
 	DefaultRowGroupRows = 4096
 	DefaultCompression  = "zstd"
-	DefaultPrefix       = schema.PartPrefix
 )
 
 // Text bounds of the writer's buffers: a record is handed to the Parquet
@@ -46,16 +45,6 @@ const (
 var (
 	writeChunkBytes = 16 << 20
 	rowGroupBytes   = 64 << 20
-)
-
-// Metadata keys trajflow writes into every file's key-value metadata.
-const (
-	KeySchemaVersion     = schema.MetadataKey
-	KeyVersion           = schema.KeyVersion
-	KeyConfigFingerprint = schema.KeyConfigFingerprint
-	KeyRunID             = schema.KeyRunID
-	KeyModel             = schema.KeyModel
-	KeySamplingParams    = schema.KeySamplingParams
 )
 
 // freeText are the leaf columns of unbounded text, by path.
@@ -141,7 +130,7 @@ func (o Options) withDefaults() Options {
 		o.Compression = DefaultCompression
 	}
 	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+		o.Prefix = schema.PartPrefix
 	}
 	return o
 }
@@ -209,7 +198,7 @@ func New(dir string, opts Options) (*Writer, error) {
 	if err := RemoveStale(dir, opts.Prefix); err != nil {
 		return nil, err
 	}
-	meta := map[string]string{KeySchemaVersion: schema.Version}
+	meta := map[string]string{schema.MetadataKey: schema.Version}
 	for k, v := range opts.Metadata {
 		meta[k] = v
 	}
@@ -247,7 +236,7 @@ func New(dir string, opts Options) (*Writer, error) {
 // a directory at a time. A missing dir is no error.
 func RemoveStale(dir, prefix string) error {
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = schema.PartPrefix
 	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -22,9 +22,6 @@ import (
 const (
 	DefaultSamples   = 24
 	DefaultMaxTokens = 4096
-	// FileName is the report's name inside the output directory when no
-	// other is given.
-	FileName = schema.ReportFile
 )
 
 // Options configure a report.

@@ -246,19 +246,19 @@ func (c *Config) Validate() error {
 		p.Add("generate.params", "%v", err)
 	}
 	p.Section("generate.price", c.Generate.Price.Validate())
-	if c.Prompt.MaxTokens > 0 && c.Generate.API == "completions" {
+	if c.Prompt.MaxTokens > 0 && c.Generate.API == inference.APICompletions {
 		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
 	}
 	switch c.Prompt.Truncation {
 	case template.TruncLeft, template.TruncRight, template.TruncMiddle:
 		// Chat mode sends messages, and the server renders them: cut ids
 		// cannot be sent, and a cut text renders to other ids.
-		if c.Generate.API != "tokens" {
+		if !c.Generate.API.Tokens() {
 			p.Add("prompt.truncation", "%s sends the cut token ids, which needs generate.api: tokens (generate.api is %q); with chat use truncation: error", c.Prompt.Truncation, c.Generate.API)
 		}
 	}
 	p.Section("env", c.Env.Validate())
-	if c.Env.ObservationTokens == envstep.ObservationRaw && c.Generate.API != "tokens" {
+	if c.Env.ObservationTokens == envstep.ObservationRaw && !c.Generate.API.Tokens() {
 		// Chat mode sends messages: the server renders every observation
 		// with its template.
 		p.Add("env.observation_tokens", "raw tokenises observations without the chat template, which needs generate.api: tokens (generate.api is %q)", c.Generate.API)
@@ -306,7 +306,7 @@ func (c *Config) Validate() error {
 	if c.Output.OpenAIBatch && c.Run.ResumeErrors != "keep" {
 		p.Add("output.openai_batch", "needs run.resume_errors: keep (a failed request has its line in an error file, and a resumed run that sent it again would give its custom_id a second line); leave run.resume_errors unset")
 	}
-	if c.Source.Format == sources.FormatOpenAIBatch && c.Generate.API == "tokens" {
+	if c.Source.Format == sources.FormatOpenAIBatch && c.Generate.API.Tokens() {
 		p.Add("source.format", "openai_batch sends each line's body to the url it names (chat or completions), which generate.api: tokens does not; use generate.api: chat")
 	}
 	return p.Err()

@@ -23,7 +23,7 @@ func (c *Config) validateHosted(p *pipeline.Problems) {
 	if g.CacheMaxBytes < 0 {
 		p.Add("generate.cache_max_bytes", "must be >= 0 (0: no bound), got %d", g.CacheMaxBytes)
 	}
-	if g.API != "batch" {
+	if !g.API.Batch() {
 		return
 	}
 	for i, e := range g.Endpoints {

@@ -28,7 +28,7 @@ type Config struct {
 	// docs/inference.md), or batch (chat requests through the Batch API:
 	// /v1/files and /v1/batches, at the provider's batch price; single-turn
 	// only; see docs/hosted-apis.md).
-	API string `yaml:"api"`
+	API API `yaml:"api"`
 	// APIKeyEnv names the environment variable holding the API key; its
 	// value is redacted from everything trajflow writes.
 	APIKeyEnv string `yaml:"api_key_env"`
@@ -71,11 +71,11 @@ func (c *Config) SetDefaults() {
 		c.Model = "sim"
 	}
 	if c.API == "" {
-		c.API = "chat"
+		c.API = APIChat
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
-		if c.API == "batch" {
+		if c.API.Batch() {
 			// The requests waiting in batches at once.
 			c.Concurrency = 1000
 		}
@@ -117,7 +117,7 @@ func (c *Config) Validate() error {
 			p.Add(fmt.Sprintf("endpoints[%d]", i), "%q: want http://host:port/v1, https://… or sim://", e)
 		}
 	}
-	p.OneOf("api", c.API, "chat", "completions", "tokens", "batch")
+	p.OneOf("api", string(c.API), apiNames()...)
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		p.Add("concurrency", "must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
 	}

@@ -32,9 +32,10 @@ type Request struct {
 	// of a group without seeds). The response cache and the Batch API's
 	// custom_id key on it with the body. Empty: the body alone.
 	Sample string
-	// API, when set (chat or completions), sends the request to that API
-	// in place of the client's generate.api: an OpenAI Batch line's url.
-	API string
+	// API, when set (APIChat or APICompletions), sends the request to
+	// that API in place of the client's generate.api: an OpenAI Batch
+	// line's url.
+	API API
 }
 
 // TokenizeRequest asks for the token ids of a conversation rendered by the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync/atomic"
 
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
@@ -32,11 +33,11 @@ func (b *billed) load() metrics.Billed {
 func prices(g interface {
 	Resolved(batch bool) (float64, float64, float64)
 	Set() bool
-}, api string) *metrics.Prices {
+}, api inference.API) *metrics.Prices {
 	if !g.Set() {
 		return nil
 	}
-	in, cached, out := g.Resolved(api == "batch")
+	in, cached, out := g.Resolved(api.Batch())
 	return &metrics.Prices{InputPerMTok: in, CachedInputPerMTok: cached, OutputPerMTok: out}
 }
 

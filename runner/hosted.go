@@ -105,7 +105,7 @@ func (b *Built) limiterHook() func(string, int, http.Header) {
 // opens it.
 func (b *Built) openBatch(ctx context.Context) error {
 	cfg := b.cfg
-	if cfg.Generate.API != "batch" || !b.httpEndpoints() {
+	if !cfg.Generate.API.Batch() || !b.httpEndpoints() {
 		return nil
 	}
 	key := b.httpOptions().APIKey
@@ -177,10 +177,8 @@ func (r *run) hostedStats() HostedStats {
 
 // cacheKey hashes what a request sends: the model, the endpoint's API,
 // the body as the HTTP client encodes it, and the sample.
-func cacheKey(model, api string) cache.KeyFunc {
-	if api == "batch" {
-		api = "chat" // the Batch API's lines are chat requests
-	}
+func cacheKey(model string, api inference.API) cache.KeyFunc {
+	api = api.Body() // the Batch API's lines are chat requests
 	return func(req *inference.Request) (cache.Key, error) {
 		r := *req
 		if r.Model == "" {
@@ -192,7 +190,7 @@ func cacheKey(model, api string) cache.KeyFunc {
 		}
 		endpoint := api
 		if r.PromptTokenIDs != nil {
-			endpoint = "completions"
+			endpoint = inference.APICompletions
 		}
 		return cache.KeyOf([]byte(r.Model), []byte(endpoint), body, []byte(r.Sample)), nil
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
-	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
 )
 
@@ -208,7 +207,7 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 		return err
 	}
 	meta := f.Metadata()
-	if got, ok := meta[parquet.KeyConfigFingerprint]; !ok || got != fp {
+	if got, ok := meta[schema.KeyConfigFingerprint]; !ok || got != fp {
 		var diffs []string
 		if stored, ok := meta[KeyConfig]; ok {
 			diffs, _ = r.cfg.DiffSemantic(stored)

@@ -18,11 +18,11 @@ import (
 // ManifestFile is the run manifest at a sharded run's root: the run's
 // identity (config fingerprint without the shard index, shard count,
 // schema version), written by the first shard to start.
-const ManifestFile = shards.ManifestFile
+const ManifestFile = schema.ManifestFile
 
 // ShardStatusFile is written in a shard's directory at the end of each of
 // its runs: whether it read its input to the end.
-const ShardStatusFile = shards.StatusFile
+const ShardStatusFile = schema.ShardStatusFile
 
 // ErrManifest is returned when a run does not belong to the run whose
 // manifest its output directory holds: another config, shard count or
@@ -53,7 +53,7 @@ func (r *run) checkManifest(root string) error {
 	}
 	if parts, _ := filepath.Glob(filepath.Join(root, DataDir, schema.PartGlob)); len(parts) > 0 {
 		return fmt.Errorf("%w: %s holds the part files of a run that was not sharded (%s); a sharded run writes under %s/: use another output.dir",
-			ErrManifest, r.root, filepath.Join(root, DataDir), shards.Subdir)
+			ErrManifest, r.root, filepath.Join(root, DataDir), schema.ShardsDir)
 	}
 	fp, canonical := cfg.RunFingerprint()
 	want := shards.Manifest{

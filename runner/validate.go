@@ -204,7 +204,7 @@ func (v *validation) endpoints(ctx context.Context, b *Built) {
 	case !b.httpEndpoints():
 		fmt.Fprintln(v.out, "endpoints: sim:// (the built-in simulator)")
 	default:
-		if cfg.Generate.API == "batch" {
+		if cfg.Generate.API.Batch() {
 			if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, b.httpOptions().APIKey); err != nil {
 				v.problem(err)
 				return
@@ -217,7 +217,7 @@ func (v *validation) endpoints(ctx context.Context, b *Built) {
 		v.problem(err)
 		return
 	}
-	if cfg.Generate.API == "tokens" {
+	if cfg.Generate.API.Tokens() {
 		fmt.Fprintln(v.out, "endpoints: generate.api tokens: /tokenize and a token-id prompt ok")
 	}
 }

@@ -26,11 +26,11 @@ func (v *validation) renderedPrompt(ctx context.Context, gen *generate.Generator
 	p, err := gen.RenderedPrompt(ctx, r)
 	switch {
 	case err != nil:
-		if v.cfg.Generate.API == "tokens" {
+		if v.cfg.Generate.API.Tokens() {
 			v.problem(fmt.Errorf("generate.api: tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
 		}
 		return
-	case p == nil || v.cfg.Generate.API != "tokens" && p.TemplateArgs == nil:
+	case p == nil || !v.cfg.Generate.API.Tokens() && p.TemplateArgs == nil:
 		return
 	}
 	with := ""

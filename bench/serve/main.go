@@ -44,6 +44,7 @@ import (
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
@@ -337,7 +338,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // while the trainer consumes K groups a step.
 func runContinuous(ctx context.Context, o options, srv *harness.SimHTTP, cfg *config.Config, w workload, mode generate.PauseMode) (Row, error) {
 	row := Row{Schedule: fmt.Sprintf("continuous, pause %s", mode)}
-	cfg.Generate.API = "tokens"
+	cfg.Generate.API = inference.APITokens
 	cfg.Groups.Target = o.steps * o.k
 	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {

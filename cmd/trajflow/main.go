@@ -5,8 +5,8 @@ package main
 import (
 	"os"
 
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 	_ "github.com/trajflow/trajflow/envs/builtin" // the built-in environments
-	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 func main() {

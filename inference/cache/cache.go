@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/internal/durable"
 )
 
 // Key is the hash an entry is stored under.
@@ -213,8 +214,8 @@ func verify(data []byte) ([]byte, error) {
 }
 
 // Put stores v as the entry of k: a temporary file, synced, renamed into
-// place (a concurrent writer of the same key writes the same bytes, and
-// the last rename wins whole).
+// place, the directory synced (durable.File; a concurrent writer of the
+// same key writes the same bytes, and the last rename wins whole).
 func (s *Store) Put(k Key, v any) error {
 	// Marshal would escape <, > and & in a reply's raw body: the encoder
 	// keeps them as the server sent them.
@@ -234,7 +235,7 @@ func (s *Store) Put(k Key, v any) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(filepath.Dir(final), tmpPrefix+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := durable.CreateAs(tmp, final, 0o644)
 	if err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
@@ -244,22 +245,11 @@ func (s *Store) Put(k Key, v any) error {
 	if err == nil {
 		err = w.Flush()
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, final)
-	}
 	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("cache: %w", err)
+		return errors.Join(fmt.Errorf("cache: write %s: %w", tmp, err), f.Abort())
 	}
-	if d, derr := os.Open(filepath.Dir(final)); derr == nil {
-		_ = d.Sync()
-		_ = d.Close() // best effort: a directory opened only to sync it
+	if err := f.Commit(); err != nil {
+		return fmt.Errorf("cache: %w", err)
 	}
 	size := int64(len(header) + len(payload) + 2 + 64 + len(fmt.Sprint(len(payload))) + 1)
 	if info, err := os.Stat(final); err == nil {
@@ -333,8 +323,12 @@ func (c *Client) Complete(ctx context.Context, req *inference.Request) (*inferen
 	}
 	var cached inference.Response
 	if c.store.Get(k, &cached) {
+		// A nil Extra or Raw is stored as null.
 		if string(cached.Extra) == "null" {
-			cached.Extra = nil // a nil Extra is stored as null
+			cached.Extra = nil
+		}
+		if string(cached.Raw) == "null" {
+			cached.Raw = nil
 		}
 		c.store.hitPrompt.Add(int64(cached.PromptTokens + cached.Discarded.PromptTokens))
 		c.store.hitCached.Add(int64(cached.CachedPromptTokens))

@@ -292,7 +292,7 @@ func (c *BatchClient) Complete(ctx context.Context, req *inference.Request) (*in
 		r.Model = c.cfg.Model
 		req = &r
 	}
-	body, err := encodeRequest("chat", req)
+	body, err := encodeRequest(inference.APIChat, req)
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/trajflow/trajflow/internal/durable"
 )
 
 // The batch state file: one JSON object a line, appended and synced before
@@ -44,13 +47,17 @@ type stateLog struct {
 	f  *os.File
 }
 
-// openState reads the state file at path (creating it) and returns its
-// batches in the order they were planned. A line torn by a kill (the last,
-// without its newline) is dropped: the step after it was never taken.
+// openState reads the state file at path (creating it, its directory
+// synced so that its name survives a crash) and returns its batches in the
+// order they were planned. A line torn by a kill (the last, without its
+// newline) is dropped: the step after it was never taken.
 func openState(path string) (*stateLog, []*plannedBatch, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("batch state: %w", err)
+	}
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("batch state: sync the directory of %s: %w", path, err), f.Close())
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {

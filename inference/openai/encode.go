@@ -5,7 +5,7 @@ import "github.com/trajflow/trajflow/inference"
 // EncodeRequest is the JSON body the client sends for req under
 // generate.api (chat, completions or tokens): the bytes the response cache
 // and the Batch API's custom_id hash.
-func EncodeRequest(api string, req *inference.Request) ([]byte, error) {
+func EncodeRequest(api inference.API, req *inference.Request) ([]byte, error) {
 	return encodeRequest(api, req)
 }
 

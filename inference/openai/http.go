@@ -185,11 +185,11 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	}
 	var path string
 	switch cfg.API {
-	case "", "chat", "tokens", "batch":
+	case "", inference.APIChat, inference.APITokens, inference.APIBatch:
 		// batch: the Batch API client sends batches; this client's chat
 		// requests serve trajflow validate's checks.
 		path = "/chat/completions"
-	case "completions":
+	case inference.APICompletions:
 		path = "/completions"
 	default:
 		bad("generate.api", "%q is not one of chat, completions, tokens", cfg.API)
@@ -331,9 +331,9 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 	api := c.cfg.API
 	path := c.path
 	switch req.API {
-	case "chat":
+	case inference.APIChat:
 		api, path = req.API, "/chat/completions"
-	case "completions":
+	case inference.APICompletions:
 		api, path = req.API, completionsPath
 	}
 	body, err := encodeRequest(api, req)

@@ -84,10 +84,10 @@ func renderPrompt(msgs []pipeline.Message) string {
 	return b.String()
 }
 
-// encodeRequest builds the JSON body of req for api ("chat" or
-// "completions"): every key of req.Params, then model and messages (chat) or
+// encodeRequest builds the JSON body of req for api (its Body: chat or
+// completions): every key of req.Params, then model and messages (chat) or
 // prompt (completions, unless req.Params carries one), then tools.
-func encodeRequest(api string, req *inference.Request) ([]byte, error) {
+func encodeRequest(api inference.API, req *inference.Request) ([]byte, error) {
 	body := make(map[string]any, len(req.Params)+3)
 	for k, v := range req.Params {
 		if reservedKeys[k] {
@@ -105,7 +105,7 @@ func encodeRequest(api string, req *inference.Request) ([]byte, error) {
 			return nil, fmt.Errorf("llm: encode request body: %w", err)
 		}
 		return b, nil
-	case api == "completions":
+	case api == inference.APICompletions:
 		if _, ok := req.Params["prompt"]; !ok {
 			body["prompt"] = renderPrompt(req.Messages)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
 	"io/fs"
 	"math"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/schema"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
@@ -136,7 +137,7 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 			outDir, entries[0].Name())
 	}
 	dataDir := filepath.Join(outDir, schema.DataDir)
-	existing, err := filepath.Glob(filepath.Join(globEscape(dataDir), pqsink.DefaultPrefix+"-*.parquet"))
+	existing, err := filepath.Glob(filepath.Join(globEscape(dataDir), schema.PartGlob))
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %s: %w", dataDir, err)
 	}
@@ -210,6 +211,9 @@ func Merge(ctx context.Context, inputs []string, outDir string, opts MergeOption
 	}
 	if err := os.Rename(tmp, outDir); err != nil {
 		return nil, fmt.Errorf("analyze: merge: %w", err)
+	}
+	if err := durable.SyncDir(parent); err != nil {
+		return nil, fmt.Errorf("analyze: merge: sync %s after renaming %s into it: %w", parent, filepath.Base(outDir), err)
 	}
 	for i, f := range res.Files {
 		res.Files[i] = filepath.Join(dataDir, filepath.Base(f))

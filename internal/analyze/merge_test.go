@@ -55,7 +55,7 @@ func shards(t testing.TB, dir string) ([]string, []*pipeline.Rollout) {
 		d := filepath.Join(dir, "shard"+string(rune('0'+i)))
 		rs := writeRun(t, filepath.Join(d, "data"), groups("run-a", int64(10*i), int64(10*i+10)), 8, pqsink.Options{
 			FileRows: 12,
-			Metadata: map[string]string{pqsink.KeyRunID: "run-a", pqsink.KeyConfigFingerprint: fp, pqsink.KeyModel: "sim-model"},
+			Metadata: map[string]string{schema.KeyRunID: "run-a", schema.KeyConfigFingerprint: fp, schema.KeyModel: "sim-model"},
 		})
 		dirs = append(dirs, d)
 		all = append(all, rs...)
@@ -126,10 +126,10 @@ func TestMergeShards(t *testing.T) {
 			}
 
 			wantMeta := map[string]string{
-				pqsink.KeySchemaVersion:     schema.Version,
-				pqsink.KeyRunID:             "run-a",
-				pqsink.KeyModel:             "sim-model",
-				pqsink.KeyConfigFingerprint: `["fp1","fp2"]`,
+				schema.MetadataKey:          schema.Version,
+				schema.KeyRunID:             "run-a",
+				schema.KeyModel:             "sim-model",
+				schema.KeyConfigFingerprint: `["fp1","fp2"]`,
 			}
 			if !reflect.DeepEqual(res.Metadata, wantMeta) {
 				t.Errorf("metadata %v, want %v", res.Metadata, wantMeta)
@@ -210,7 +210,7 @@ func TestMergeDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("keys of different runs: %v", err)
 	}
-	if res.Duplicates != 0 || res.Metadata[pqsink.KeyRunID] != "" {
+	if res.Duplicates != 0 || res.Metadata[schema.KeyRunID] != "" {
 		t.Errorf("result %+v", res)
 	}
 
@@ -223,14 +223,14 @@ func TestMergeDuplicates(t *testing.T) {
 func TestMergeRunIDList(t *testing.T) {
 	dir := t.TempDir()
 	a := filepath.Join(dir, "a")
-	writeRun(t, a, groups("run-a", 0, 2), 8, pqsink.Options{Metadata: map[string]string{pqsink.KeyRunID: "run-a"}})
+	writeRun(t, a, groups("run-a", 0, 2), 8, pqsink.Options{Metadata: map[string]string{schema.KeyRunID: "run-a"}})
 	b := filepath.Join(dir, "b")
-	writeRun(t, b, groups("run-b", 0, 2), 8, pqsink.Options{Metadata: map[string]string{pqsink.KeyRunID: "run-b"}})
+	writeRun(t, b, groups("run-b", 0, 2), 8, pqsink.Options{Metadata: map[string]string{schema.KeyRunID: "run-b"}})
 	res, err := Merge(context.Background(), []string{b, a}, filepath.Join(dir, "out"), MergeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Metadata[pqsink.KeyRunID]; got != `["run-a","run-b"]` {
+	if got := res.Metadata[schema.KeyRunID]; got != `["run-a","run-b"]` {
 		t.Errorf("run id metadata %q", got)
 	}
 }
@@ -242,7 +242,7 @@ func TestMergeSchemaVersionUnknown(t *testing.T) {
 	a := filepath.Join(dir, "a")
 	writeRun(t, a, groups("run-a", 0, 2), 8, pqsink.Options{})
 	b := filepath.Join(dir, "b")
-	writeRun(t, b, groups("run-a", 2, 4), 8, pqsink.Options{Metadata: map[string]string{pqsink.KeySchemaVersion: "0"}})
+	writeRun(t, b, groups("run-a", 2, 4), 8, pqsink.Options{Metadata: map[string]string{schema.MetadataKey: "0"}})
 	_, err := Merge(context.Background(), []string{a, b}, filepath.Join(dir, "out"), MergeOptions{})
 	if err == nil {
 		t.Fatal("merged a file of an unknown schema version")

@@ -69,7 +69,7 @@ func checkStepsPaired(outDir string, existing, steps bool) error {
 			return fmt.Errorf("analyze: merge: the inputs have step rows but %s does not agree: %w", outDir, err)
 		}
 	case !steps:
-		if m, _ := filepath.Glob(filepath.Join(globEscape(stepsDir), pqsink.DefaultPrefix+"-*.parquet")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(globEscape(stepsDir), schema.PartGlob)); len(m) > 0 {
 			return fmt.Errorf("analyze: merge: %s has step rows (%s) but the inputs have none: merge into another directory", outDir, m[0])
 		}
 	}

@@ -164,7 +164,7 @@ func TestV1Fixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.close()
-	if f.version != schema.VersionV1 || f.meta[pqsink.KeySchemaVersion] != "1" {
+	if f.version != schema.VersionV1 || f.meta[schema.MetadataKey] != "1" {
 		t.Errorf("version %q, metadata %v", f.version, f.meta)
 	}
 }

@@ -120,6 +120,63 @@ func TestBeforeRenameErrorAborts(t *testing.T) {
 	}
 }
 
+func TestCommitAs(t *testing.T) {
+	tests := []struct {
+		name     string
+		existing os.FileMode // 0: no file at the name before
+		want     os.FileMode
+	}{
+		{"new name gets perm", 0, 0o644},
+		{"replaced file keeps its mode", 0o600, 0o600},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			created := filepath.Join(dir, "unnamed")
+			path := filepath.Join(dir, "part-00003.parquet")
+			if tt.existing != 0 {
+				if err := os.WriteFile(path, []byte("old"), tt.existing); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path, tt.existing); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f, err := durable.CreateAs(filepath.Join(dir, ".steps.tmp"), created, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write([]byte("new")); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.CommitAs(path); err != nil {
+				t.Fatal(err)
+			}
+			if f.Final() != path {
+				t.Errorf("Final %s, want %s", f.Final(), path)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil || string(b) != "new" {
+				t.Fatalf("content %q, %v", b, err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fi.Mode().Perm(); got != tt.want {
+				t.Errorf("mode %v, want %v", got, tt.want)
+			}
+			entries, _ := os.ReadDir(dir)
+			if len(entries) != 1 {
+				t.Errorf("directory holds %d entries, want 1 (neither the created name nor a temporary file)", len(entries))
+			}
+			if err := f.CommitAs(created); err == nil {
+				t.Error("CommitAs after Commit succeeded")
+			}
+		})
+	}
+}
+
 func TestTryLock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), ".lock")
 	l, err := durable.TryLock(path)

@@ -115,6 +115,16 @@ func (f *File) Commit() error {
 	return nil
 }
 
+// CommitAs is Commit to path instead of the path the file was created
+// for: for a writer that learns the name of what it wrote only once it is
+// finished (a companion file named after another).
+func (f *File) CommitAs(path string) error {
+	if !f.done {
+		f.final = path
+	}
+	return f.Commit()
+}
+
 // Abort closes and removes the temporary file; the file at the final path
 // is untouched. Abort after Commit or Abort does nothing.
 func (f *File) Abort() error {

@@ -25,7 +25,6 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/trajflow/trajflow/pipeline"
-	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 )
 
 // binary is the path of the trajflow binary TestMain built.
@@ -228,7 +227,7 @@ func readFile(t *testing.T, path string, alloc memory.Allocator) ([]*pipeline.Ro
 	}
 	defer f.Close()
 	fp := ""
-	if v := f.MetaData().KeyValueMetadata().FindValue(pqsink.KeyConfigFingerprint); v != nil {
+	if v := f.MetaData().KeyValueMetadata().FindValue(schema.KeyConfigFingerprint); v != nil {
 		fp = *v
 	}
 	fr, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, alloc)

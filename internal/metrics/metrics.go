@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -185,15 +184,8 @@ type Counts struct {
 	Billed Billed
 }
 
-// CountsOf computes a rollout's Counts from its loss mask and its
-// messages' spans.
-func CountsOf(r *pipeline.Rollout) Counts {
-	c := seqCounts(r)
-	c.TurnGenTokens = r.TurnGenTokens(nil)
-	return c
-}
-
-// seqCounts is CountsOf less TurnGenTokens.
+// seqCounts computes a rollout's Counts from its loss mask and its
+// messages' spans, all but TurnGenTokens.
 func seqCounts(r *pipeline.Rollout) Counts {
 	c := Counts{TotalTokens: int64(len(r.LossMask))}
 	for _, m := range r.LossMask {
@@ -908,49 +900,18 @@ func chooseRatio(m, n, k int) float64 {
 	return r
 }
 
-// WriteFile writes m as indented JSON to path atomically: to a temporary
-// file in the same directory, synced, then renamed over path.
+// WriteFile writes m as indented JSON to path atomically
+// (durable.WriteFile: a temporary file in the same directory, synced,
+// renamed over path, the directory synced). A file replaced keeps its
+// mode; a new one is 0644.
 func (m *Metrics) WriteFile(path string) error {
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("metrics: encode %s: %w", path, err)
 	}
 	data = append(data, '\n')
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("metrics: create temporary file for %s: %w", path, err)
-	}
-	tmp := f.Name()
-	fail := func(step string, err error) error {
-		_ = f.Close()
-		_ = os.Remove(tmp)
-		return fmt.Errorf("metrics: %s %s: %w", step, tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail("write", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail("sync", err)
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("metrics: close %s: %w", tmp, err)
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("metrics: chmod %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("metrics: rename %s to %s: %w", tmp, path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		err = d.Sync()
-		_ = d.Close()
-		if err != nil {
-			return fmt.Errorf("metrics: sync directory %s: %w", dir, err)
-		}
+	if err := durable.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("metrics: write %s: %w", path, err)
 	}
 	return nil
 }

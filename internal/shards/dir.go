@@ -9,10 +9,6 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// Subdir is the directory under a sharded run's root that holds one
-// directory per shard.
-const Subdir = schema.ShardsDir
-
 // Name is a shard's directory name: "00003-of-00016".
 func Name(index, count int) string {
 	return schema.ShardDirName(index, count)
@@ -24,9 +20,9 @@ func Name(index, count int) string {
 // keeping its scheme and bucket.
 func Dir(root string, index, count int) string {
 	if scheme, rest, ok := strings.Cut(root, "://"); ok && scheme != "" && !strings.ContainsAny(scheme, `/\`) {
-		return scheme + "://" + path.Join(rest, Subdir, Name(index, count))
+		return scheme + "://" + path.Join(rest, schema.ShardsDir, Name(index, count))
 	}
-	return filepath.Join(root, Subdir, Name(index, count))
+	return filepath.Join(root, schema.ShardsDir, Name(index, count))
 }
 
 // ParseName reads a shard directory's name ("00003-of-00016"); ok is false

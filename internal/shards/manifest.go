@@ -11,15 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
 )
-
-// ManifestFile is the run manifest at a sharded run's root.
-const ManifestFile = schema.ManifestFile
-
-// StatusFile is written in a shard's directory at the end of each run of
-// the shard: whether the shard read its input to the end.
-const StatusFile = schema.ShardStatusFile
 
 // Manifest is a sharded run's identity, written by the first shard to
 // start and checked by every other: the shards of one run share its config
@@ -44,7 +38,7 @@ type Manifest struct {
 
 // ReadManifest reads root's manifest; ok is false when there is none.
 func ReadManifest(root string) (m *Manifest, ok bool, err error) {
-	path := filepath.Join(root, ManifestFile)
+	path := filepath.Join(root, schema.ManifestFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -71,7 +65,7 @@ func CreateManifest(root string, m Manifest) (*Manifest, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := writeLinked(filepath.Join(root, ManifestFile), append(b, '\n')); err != nil {
+	if err := writeLinked(filepath.Join(root, schema.ManifestFile), append(b, '\n')); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			have, _, err := ReadManifest(root)
 			return have, false, err
@@ -83,41 +77,40 @@ func CreateManifest(root string, m Manifest) (*Manifest, bool, error) {
 
 // writeLinked writes data to a temporary file beside path and links it to
 // path: it fails with fs.ErrExist when path exists, and never leaves a
-// partial file at path.
+// partial file at path. The file is readable by all; the directory is
+// synced once the link is made.
 func writeLinked(path string, data []byte) error {
-	tmp, err := writeTemp(path, data)
+	f, err := durable.Create(path, 0o644)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(tmp) }() // best effort: a temporary file, not output
-	return os.Link(tmp, path)
-}
-
-// writeTemp writes data, synced and readable by all, to a new temporary
-// file beside path and returns its name.
-func writeTemp(path string, data []byte) (string, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	_, err = tmp.Write(data)
+	_, err = f.Write(data)
 	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+		err = f.Chmod(0o644)
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Close() // the temporary file's; Abort below removes it
+	}
+	if err == nil {
+		err = os.Link(f.Name(), path)
+	}
+	// The temporary name goes either way: linked, the file stays at path.
+	if aerr := f.Abort(); err == nil {
+		err = aerr
 	}
 	if err != nil {
-		_ = os.Remove(tmp.Name()) // best effort: a temporary file, not output
-		return "", err
+		return err
 	}
-	return tmp.Name(), nil
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("sync the directory of %s: %w", path, err)
+	}
+	return nil
 }
 
-// Status is what a shard's StatusFile holds.
+// Status is what a shard's schema.ShardStatusFile holds.
 type Status struct {
 	Index int `json:"index"`
 	Count int `json:"count"`
@@ -131,26 +124,22 @@ type Status struct {
 	Updated time.Time `json:"updated"`
 }
 
-// WriteStatus replaces dir's StatusFile atomically.
+// WriteStatus replaces dir's schema.ShardStatusFile atomically
+// (durable.WriteFile).
 func WriteStatus(dir string, s Status) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := writeTemp(filepath.Join(dir, StatusFile), append(b, '\n'))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp) }() // best effort: a temporary file, not output
-	return os.Rename(tmp, filepath.Join(dir, StatusFile))
+	return durable.WriteFile(filepath.Join(dir, schema.ShardStatusFile), append(b, '\n'), 0o644)
 }
 
 // Shard is one shard directory found under a root.
 type Shard struct {
 	Index, Count int
 	Dir          string
-	// Status is the shard's StatusFile; nil when it has none (its first
-	// run has not ended).
+	// Status is the shard's schema.ShardStatusFile; nil when it has none
+	// (its first run has not ended).
 	Status *Status
 }
 
@@ -177,7 +166,7 @@ func Scan(root string) (set *Set, ok bool, err error) {
 		return nil, true, err
 	}
 	set.Manifest = m
-	entries, err := os.ReadDir(filepath.Join(root, Subdir))
+	entries, err := os.ReadDir(filepath.Join(root, schema.ShardsDir))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, true, err
 	}
@@ -187,13 +176,13 @@ func Scan(root string) (set *Set, ok bool, err error) {
 		if !e.IsDir() || !isShard {
 			continue
 		}
-		dir := filepath.Join(root, Subdir, e.Name())
+		dir := filepath.Join(root, schema.ShardsDir, e.Name())
 		if m != nil && n != m.Shards {
 			set.Other = append(set.Other, dir)
 			continue
 		}
 		s := Shard{Index: i, Count: n, Dir: dir}
-		if b, err := os.ReadFile(filepath.Join(dir, StatusFile)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, schema.ShardStatusFile)); err == nil {
 			var st Status
 			if json.Unmarshal(b, &st) == nil {
 				s.Status = &st
@@ -246,7 +235,7 @@ func (s *Set) Count() int {
 func (s *Set) Summary() string {
 	line := fmt.Sprintf("%d of %d shards", len(s.Shards), s.Count())
 	if s.Manifest == nil {
-		line += " (no " + ManifestFile + ")"
+		line += " (no " + schema.ManifestFile + ")"
 	}
 	var bad []string
 	if len(s.Missing) > 0 {

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -25,7 +24,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/trajflow/trajflow/pipeline"
-	pqsink "github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/schema"
 )
 
 const (
@@ -339,10 +338,10 @@ func TestDuckDBReadsOutput(t *testing.T) {
 	t.Run("key-value metadata", func(t *testing.T) {
 		var files, versions int64
 		query(fmt.Sprintf(`SELECT count(DISTINCT file_name), count(*) FILTER (WHERE decode(key) = '%s' AND decode(value) = '%s')
-		    FROM parquet_kv_metadata('%s')`, pqsink.KeySchemaVersion, schema.Version, filepath.Join(data, "part-*.parquet")),
+		    FROM parquet_kv_metadata('%s')`, schema.MetadataKey, schema.Version, filepath.Join(data, "part-*.parquet")),
 			&files, &versions)
 		if files < 2 || versions != files {
-			t.Errorf("%d files, %d with %s = %s", files, versions, pqsink.KeySchemaVersion, schema.Version)
+			t.Errorf("%d files, %d with %s = %s", files, versions, schema.MetadataKey, schema.Version)
 		}
 	})
 }

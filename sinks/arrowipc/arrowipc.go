@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/sinks"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,9 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/sinks"
 )
 
 // The sink contract.
@@ -28,9 +30,9 @@ type Writer struct {
 	out    io.Writer
 	ipc    *ipc.Writer
 
-	f          *os.File // set when writing to a file
-	tmp, final string
-	done       bool
+	f     *durable.File // set when writing to a file
+	final string
+	done  bool
 }
 
 // New returns a Writer that streams records in schema to out (for example
@@ -43,8 +45,8 @@ func New(out io.Writer, schema *arrow.Schema, alloc memory.Allocator) *Writer {
 }
 
 // Create returns a Writer into the file path, written under a hidden
-// temporary name and renamed into place by Close. Path "-" writes to
-// standard output.
+// temporary name and put in place by Close (durable.File). Path "-"
+// writes to standard output.
 func Create(path string, schema *arrow.Schema, alloc memory.Allocator) (*Writer, error) {
 	if path == "-" {
 		return New(os.Stdout, schema, alloc), nil
@@ -54,12 +56,16 @@ func Create(path string, schema *arrow.Schema, alloc memory.Allocator) (*Writer,
 		dir = "."
 	}
 	tmp := filepath.Join(dir, "."+name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	// A temporary file a crashed writer left is replaced.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("arrowipc: remove stale %s: %w", tmp, err)
+	}
+	f, err := durable.CreateAs(tmp, path, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("arrowipc: create %s: %w", tmp, err)
 	}
 	w := New(f, schema, alloc)
-	w.f, w.tmp, w.final = f, tmp, path
+	w.f, w.final = f, path
 	return w, nil
 }
 
@@ -91,7 +97,8 @@ func (w *Writer) name() string {
 }
 
 // Close ends the stream (an empty stream still carries the schema) and,
-// for a file, syncs it and renames it into place.
+// for a file, commits it: synced, renamed into place, the directory
+// synced.
 func (w *Writer) Close(ctx context.Context) error {
 	_ = ctx
 	if w.done {
@@ -105,18 +112,12 @@ func (w *Writer) Close(ctx context.Context) error {
 	if w.f == nil {
 		return err
 	}
-	if err == nil {
-		err = w.f.Sync()
-	}
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
+	f := w.f
 	w.f = nil
-	if err == nil {
-		err = os.Rename(w.tmp, w.final)
-	}
 	if err != nil {
-		_ = os.Remove(w.tmp)
+		return errors.Join(fmt.Errorf("arrowipc: commit %s: %w", w.final, err), f.Abort())
+	}
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("arrowipc: commit %s: %w", w.final, err)
 	}
 	return nil
@@ -129,10 +130,7 @@ func (w *Writer) Abort() error {
 	if w.f == nil {
 		return nil
 	}
-	err := w.f.Close()
-	if rerr := os.Remove(w.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		err = errors.Join(err, rerr)
-	}
+	err := w.f.Abort()
 	w.f = nil
 	return err
 }

@@ -3,7 +3,6 @@ package images
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -96,36 +96,13 @@ func (s *Store) Put(dataURL string) (string, error) {
 	return Prefix + hash, nil
 }
 
-// writeFile writes data to path durably: a temporary file, synced,
-// renamed, and the directory synced.
+// writeFile writes data to path durably (durable.WriteFile: a temporary
+// file, synced, renamed, the directory synced), creating dir first.
 func writeFile(dir, path string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-image-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp) // best effort: a temporary file, not output
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
+	return durable.WriteFile(path, data, 0o644)
 }
 
 // Lookup returns the bytes and media subtype of a reference stored in

@@ -8,16 +8,17 @@ import (
 	"path/filepath"
 
 	"github.com/apache/arrow/go/v17/arrow"
+
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/sinks"
 )
 
 // File is a JSONL sink whose whole file is committed at once: it is
-// written under a temporary name and renamed into place by Close, so a
-// reader never sees a partial file. Abort removes it.
+// written under a temporary name and put in place by Close
+// (durable.File), so a reader never sees a partial file. Abort removes it.
 type File struct {
-	f          *os.File
-	w          *Writer
-	tmp, final string
+	f *durable.File
+	w *Writer
 }
 
 var (
@@ -37,11 +38,15 @@ func CreateNext(dir, prefix, suffix string) (*File, error) {
 			continue
 		}
 		tmp := filepath.Join(dir, "."+filepath.Base(final)+".tmp")
-		f, err := os.Create(tmp)
-		if err != nil {
-			return nil, err
+		// A temporary file a crashed writer left is replaced.
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("jsonl: remove stale %s: %w", tmp, err)
 		}
-		return &File{f: f, w: New(f), tmp: tmp, final: final}, nil
+		f, err := durable.CreateAs(tmp, final, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("jsonl: create %s: %w", tmp, err)
+		}
+		return &File{f: f, w: New(f)}, nil
 	}
 }
 
@@ -51,7 +56,8 @@ func (f *File) Overrides(params map[string]any, sendSeed bool) { f.w.Overrides(p
 // Write appends one line per row of rec.
 func (f *File) Write(ctx context.Context, rec arrow.Record) error { return f.w.Write(ctx, rec) }
 
-// Close flushes, syncs and renames the file into place.
+// Close flushes the file and commits it: synced, renamed into place, the
+// directory synced.
 func (f *File) Close(ctx context.Context) error {
 	if f.f == nil {
 		return nil
@@ -59,18 +65,12 @@ func (f *File) Close(ctx context.Context) error {
 	if err := f.w.Close(ctx); err != nil {
 		return err
 	}
-	if err := f.f.Sync(); err != nil {
-		return err
-	}
-	err := f.f.Close()
+	df := f.f
 	f.f = nil
-	if err != nil {
-		if rerr := os.Remove(f.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = errors.Join(err, rerr)
-		}
-		return err
+	if err := df.Commit(); err != nil {
+		return fmt.Errorf("jsonl: %w", err)
 	}
-	return os.Rename(f.tmp, f.final)
+	return nil
 }
 
 // Abort removes the uncommitted file and returns what failed to close or
@@ -79,10 +79,7 @@ func (f *File) Abort() error {
 	if f.f == nil {
 		return nil
 	}
-	err := f.f.Close()
-	if rerr := os.Remove(f.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		err = errors.Join(err, rerr)
-	}
+	err := f.f.Abort()
 	f.f = nil
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/schema"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
 )
@@ -20,7 +21,7 @@ func ExampleWriter() {
 
 	w, err := pqsink.New(filepath.Join(dir, "data"), pqsink.Options{
 		FileRows: 8,
-		Metadata: map[string]string{pqsink.KeyRunID: "example"},
+		Metadata: map[string]string{schema.KeyRunID: "example"},
 		OnCommit: func(path string, rows int) { fmt.Println("committed", filepath.Base(path), rows, "rows") },
 	})
 	if err != nil {

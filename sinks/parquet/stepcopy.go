@@ -148,7 +148,7 @@ func (w *StepWriter) flushCopied() error {
 	clear(w.copied)
 	w.copied = w.copied[:0]
 	if err != nil {
-		tmp := w.tmp
+		tmp := w.f.Name()
 		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	return nil

@@ -1,6 +1,8 @@
 package parquet
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +12,7 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -51,8 +54,7 @@ type StepWriter struct {
 	dir   string
 	runID string
 	wopts []pq.WriterOption
-	f     *os.File
-	tmp   string
+	f     *durable.File
 	pw    *pq.GenericWriter[stepRow]
 	rows  []stepRow
 	ones  []int8
@@ -71,7 +73,7 @@ func NewStepWriter(dir, runID, compression string, meta map[string]string) (*Ste
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("parquet: create %s: %w", dir, err)
 	}
-	if err := RemoveStale(dir, DefaultPrefix); err != nil {
+	if err := RemoveStale(dir, schema.PartPrefix); err != nil {
 		return nil, err
 	}
 	w := &StepWriter{dir: dir, runID: runID}
@@ -82,7 +84,7 @@ func NewStepWriter(dir, runID, compression string, meta map[string]string) (*Ste
 	}
 	all := map[string]string{schema.StepsMetadataKey: schema.StepsVersion}
 	for k, v := range meta {
-		if k != KeySchemaVersion {
+		if k != schema.MetadataKey {
 			all[k] = v
 		}
 	}
@@ -104,11 +106,15 @@ func (w *StepWriter) open() error {
 	if w.pw != nil {
 		return nil
 	}
-	f, err := os.CreateTemp(w.dir, "."+DefaultPrefix+"-steps-*.parquet.tmp")
+	// Named as RemoveStale finds it; its final name comes with Commit.
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	tmp := filepath.Join(w.dir, "."+schema.PartPrefix+"-steps-"+hex.EncodeToString(b[:])+".parquet.tmp")
+	f, err := durable.CreateAs(tmp, tmp, 0o644)
 	if err != nil {
 		return fmt.Errorf("parquet: open a steps file in %s: %w", w.dir, err)
 	}
-	w.f, w.tmp = f, f.Name()
+	w.f = f
 	w.pw = pq.NewGenericWriter[stepRow](f, w.wopts...)
 	return nil
 }
@@ -135,7 +141,7 @@ func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
 		}
 	}
 	if _, err := w.pw.Write(w.rows); err != nil {
-		tmp := w.tmp
+		tmp := w.f.Name()
 		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	clear(w.rows)
@@ -171,7 +177,8 @@ func (w *StepWriter) row(r *pipeline.Rollout, i int) stepRow {
 
 // Commit finishes the open file (an empty one when nothing was written
 // since the last commit, so that every trajectory file has its steps
-// file) and renames it to name in the directory: synced, then renamed.
+// file) and puts it at name in the directory (durable.File.CommitAs:
+// synced, renamed, the directory synced).
 func (w *StepWriter) Commit(name string) error {
 	if err := w.open(); err != nil {
 		return err
@@ -179,28 +186,14 @@ func (w *StepWriter) Commit(name string) error {
 	if err := w.flushCopied(); err != nil {
 		return err
 	}
-	fail := func(step string, err error) error {
-		tmp := w.tmp
-		return errors.Join(fmt.Errorf("parquet: %s %s: %w", step, tmp, err), w.Abort())
-	}
 	if err := w.pw.Close(); err != nil {
-		return fail("close", err)
+		tmp := w.f.Name()
+		return errors.Join(fmt.Errorf("parquet: close %s: %w", tmp, err), w.Abort())
 	}
-	if err := w.f.Sync(); err != nil {
-		return fail("sync", err)
-	}
-	if err := w.f.Close(); err != nil {
-		w.f = nil
-		return fail("close", err)
-	}
-	w.f = nil
-	final := filepath.Join(w.dir, name)
-	if err := os.Rename(w.tmp, final); err != nil {
-		return fail("rename", err)
-	}
-	w.pw, w.tmp = nil, ""
-	if err := syncDir(w.dir); err != nil {
-		return fmt.Errorf("parquet: sync directory %s after commit of %s: %w", w.dir, final, err)
+	f := w.f
+	w.pw, w.f = nil, nil
+	if err := f.CommitAs(filepath.Join(w.dir, name)); err != nil {
+		return fmt.Errorf("parquet: %w", err)
 	}
 	return nil
 }
@@ -210,8 +203,11 @@ func (w *StepWriter) Commit(name string) error {
 func (w *StepWriter) Abort() error {
 	clear(w.copied)
 	w.copied = w.copied[:0]
-	err := abortFile(w.f, w.tmp)
-	w.pw, w.f, w.tmp = nil, nil, ""
+	var err error
+	if w.f != nil {
+		err = w.f.Abort()
+	}
+	w.pw, w.f = nil, nil
 	return err
 }
 
@@ -260,7 +256,7 @@ func partNames(dir string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, e := range entries {
-		if _, ok := partNumber(e.Name(), DefaultPrefix); ok {
+		if _, ok := partNumber(e.Name(), schema.PartPrefix); ok {
 			out[e.Name()] = true
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
-	"github.com/trajflow/trajflow/sinks"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +15,10 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
+
+	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sinks"
 )
 
 // The sink contract.
@@ -31,7 +33,6 @@ const (
 	DefaultFileBytes    = 512 << 20
 	DefaultRowGroupRows = 4096
 	DefaultCompression  = "zstd"
-	DefaultPrefix       = schema.PartPrefix
 )
 
 // Text bounds of the writer's buffers: a record is handed to the Parquet
@@ -44,16 +45,6 @@ const (
 var (
 	writeChunkBytes = 16 << 20
 	rowGroupBytes   = 64 << 20
-)
-
-// Metadata keys trajflow writes into every file's key-value metadata.
-const (
-	KeySchemaVersion     = schema.MetadataKey
-	KeyVersion           = schema.KeyVersion
-	KeyConfigFingerprint = schema.KeyConfigFingerprint
-	KeyRunID             = schema.KeyRunID
-	KeyModel             = schema.KeyModel
-	KeySamplingParams    = schema.KeySamplingParams
 )
 
 // freeText are the leaf columns of unbounded text, by path.
@@ -139,7 +130,7 @@ func (o Options) withDefaults() Options {
 		o.Compression = DefaultCompression
 	}
 	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+		o.Prefix = schema.PartPrefix
 	}
 	return o
 }
@@ -175,9 +166,7 @@ type Writer struct {
 	closed bool
 
 	// The open file, if any.
-	f     *os.File
-	tmp   string
-	final string
+	f     *durable.File
 	pw    *pq.GenericWriter[row]
 	rows  int
 	group int // text of the open row group (rowText)
@@ -209,7 +198,7 @@ func New(dir string, opts Options) (*Writer, error) {
 	if err := RemoveStale(dir, opts.Prefix); err != nil {
 		return nil, err
 	}
-	meta := map[string]string{KeySchemaVersion: schema.Version}
+	meta := map[string]string{schema.MetadataKey: schema.Version}
 	for k, v := range opts.Metadata {
 		meta[k] = v
 	}
@@ -247,7 +236,7 @@ func New(dir string, opts Options) (*Writer, error) {
 // a directory at a time. A missing dir is no error.
 func RemoveStale(dir, prefix string) error {
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = schema.PartPrefix
 	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -318,7 +307,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	err := w.write(rows)
 	w.conv.reset()
 	if err != nil {
-		tmp := w.tmp
+		tmp := w.f.Name()
 		return errors.Join(fmt.Errorf("parquet: write %s: %w", tmp, err), w.Abort())
 	}
 	w.rows += len(rows)
@@ -373,11 +362,10 @@ func rowText(r *row) int {
 
 func (w *Writer) open() error {
 	name := fmt.Sprintf("%s-%05d.parquet", w.opts.Prefix, w.next)
-	w.final = filepath.Join(w.dir, name)
-	w.tmp = filepath.Join(w.dir, "."+name+".tmp")
-	f, err := os.OpenFile(w.tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	tmp := filepath.Join(w.dir, "."+name+".tmp") // the name RemoveStale finds
+	f, err := durable.CreateAs(tmp, filepath.Join(w.dir, name), 0o644)
 	if err != nil {
-		return fmt.Errorf("parquet: open %s: %w", w.tmp, err)
+		return fmt.Errorf("parquet: open %s: %w", tmp, err)
 	}
 	w.next++
 	w.f = f
@@ -386,7 +374,9 @@ func (w *Writer) open() error {
 	return nil
 }
 
-// commit finishes the open file and renames it into place.
+// commit finishes the open file and puts it in place (durable.File.Commit:
+// synced, renamed, the directory synced). A failed commit aborts the
+// Writer; when only the directory's sync failed, the file is in place.
 func (w *Writer) commit() error {
 	if w.opts.CommitMetadata != nil {
 		extra := w.opts.CommitMetadata()
@@ -400,53 +390,19 @@ func (w *Writer) commit() error {
 		}
 	}
 	if err := w.pw.Close(); err != nil {
-		return w.failCommit("close", err)
+		tmp := w.f.Name()
+		return errors.Join(fmt.Errorf("parquet: close %s: %w", tmp, err), w.Abort())
 	}
-	if err := w.f.Sync(); err != nil {
-		return w.failCommit("sync", err)
+	w.f.BeforeRename = w.opts.BeforeRename
+	if err := w.f.Commit(); err != nil {
+		return errors.Join(fmt.Errorf("parquet: %w", err), w.Abort())
 	}
-	if err := w.f.Close(); err != nil {
-		w.f = nil
-		return w.failCommit("close", err)
-	}
-	w.f = nil
-	if w.opts.BeforeRename != nil {
-		if err := w.opts.BeforeRename(w.final); err != nil {
-			tmp := w.tmp
-			return errors.Join(fmt.Errorf("parquet: commit of %s: %w", tmp, err), w.Abort())
-		}
-	}
-	if err := os.Rename(w.tmp, w.final); err != nil {
-		return w.failCommit("rename", err)
-	}
-	if err := syncDir(w.dir); err != nil {
-		// The file is in place; only its durability is in doubt.
-		w.pw, w.tmp = nil, ""
-		return fmt.Errorf("parquet: sync directory %s after commit of %s: %w", w.dir, w.final, err)
-	}
-	path, rows := w.final, w.rows
-	w.pw, w.tmp, w.final, w.rows = nil, "", "", 0
+	path, rows := w.f.Final(), w.rows
+	w.pw, w.f, w.rows = nil, nil, 0
 	if w.opts.OnCommit != nil {
 		w.opts.OnCommit(path, rows)
 	}
 	return nil
-}
-
-func (w *Writer) failCommit(step string, err error) error {
-	tmp := w.tmp
-	return errors.Join(fmt.Errorf("parquet: %s %s: %w", step, tmp, err), w.Abort())
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Commit commits the open file now, if any, whatever its size; the next
@@ -490,23 +446,10 @@ func (w *Writer) Abort() error {
 	if w.opts.OnAbort != nil {
 		err = w.opts.OnAbort()
 	}
-	err = errors.Join(err, abortFile(w.f, w.tmp))
-	w.pw, w.f, w.tmp, w.final, w.rows = nil, nil, "", "", 0
+	if w.f != nil {
+		err = errors.Join(err, w.f.Abort())
+	}
+	w.pw, w.f, w.rows = nil, nil, 0
 	w.conv.reset()
-	return err
-}
-
-// abortFile closes f (when open) and removes the staged file tmp (when
-// named), and returns what failed; a tmp already gone is no failure.
-func abortFile(f *os.File, tmp string) error {
-	var err error
-	if f != nil {
-		err = f.Close()
-	}
-	if tmp != "" {
-		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = errors.Join(err, rerr)
-		}
-	}
 	return err
 }

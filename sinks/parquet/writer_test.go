@@ -138,7 +138,7 @@ func TestRoundTrip(t *testing.T) {
 			w, err := pqsink.New(dir, pqsink.Options{
 				Compression:  compression,
 				RowGroupRows: 7,
-				Metadata:     map[string]string{pqsink.KeyRunID: "run-test", pqsink.KeyConfigFingerprint: "abc"},
+				Metadata:     map[string]string{schema.KeyRunID: "run-test", schema.KeyConfigFingerprint: "abc"},
 				CommitMetadata: func() map[string]string {
 					return map[string]string{"trajflow.at_commit": fmt.Sprint(len(commits) + 1)}
 				},
@@ -181,9 +181,9 @@ func TestRoundTrip(t *testing.T) {
 			}
 			checkSpans(t, viaPQRead, want)
 			for k, v := range map[string]string{
-				pqsink.KeySchemaVersion:     schema.Version,
-				pqsink.KeyRunID:             "run-test",
-				pqsink.KeyConfigFingerprint: "abc",
+				schema.MetadataKey:          schema.Version,
+				schema.KeyRunID:             "run-test",
+				schema.KeyConfigFingerprint: "abc",
 				"trajflow.at_commit":        "1",
 			} {
 				if meta[k] != v {

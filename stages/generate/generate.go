@@ -23,7 +23,7 @@ type Options struct {
 	// tokens the Generator holds each trajectory's token sequence and
 	// sends it as a token-id prompt; the client must be an
 	// inference.Tokenizer.
-	API string
+	API inference.API
 	// MaxSeqLen bounds a trajectory's token sequence (prompt and
 	// response); 0: no bound.
 	MaxSeqLen int
@@ -166,7 +166,7 @@ func New(client inference.Client, opts Options) (*Generator, error) {
 	return g, nil
 }
 
-func (g *Generator) tokens() bool { return g.opts.API == "tokens" }
+func (g *Generator) tokens() bool { return g.opts.API.Tokens() }
 
 // Check makes sure the server can do what the configured API needs: with
 // tokens, it tokenizes a one-message conversation and generates one token
@@ -253,7 +253,7 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 		r.Fail(ClassInvalidRequest, fmt.Errorf("%s: %s", rowName(r), r.Task.Invalid))
 		return nil, false, false, nil
 	}
-	if g.opts.API == "tokens" || g.opts.API == "completions" {
+	if g.opts.API == inference.APITokens || g.opts.API == inference.APICompletions {
 		if i := firstImage(r.Messages); i >= 0 {
 			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
 				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))
@@ -471,11 +471,11 @@ func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
 
 // taskAPI is the API the row's own requests go to (pipeline.Task.API), ""
 // for generate.api's.
-func taskAPI(r *pipeline.Rollout) string {
+func taskAPI(r *pipeline.Rollout) inference.API {
 	if r.Task == nil {
 		return ""
 	}
-	return r.Task.API
+	return inference.API(r.Task.API)
 }
 
 // Observe gives the observation that ended a trajectory (the messages

@@ -43,7 +43,7 @@ func (b *bodies) of(path string) [][]byte {
 
 // simHTTP serves the simulator over HTTP behind a request recorder and
 // returns a client of it.
-func simHTTP(t *testing.T, api string) (*openai.HTTPClient, *bodies) {
+func simHTTP(t *testing.T, api inference.API) (*openai.HTTPClient, *bodies) {
 	t.Helper()
 	s := sim.New(sim.Options{Seed: 3})
 	t.Cleanup(s.Close)
@@ -123,8 +123,8 @@ func TestPromptTruncationTokens(t *testing.T) {
 // within the limit goes as it is. Both modes count with the server's
 // /tokenize.
 func TestPromptTruncationError(t *testing.T) {
-	for _, api := range []string{"chat", "tokens"} {
-		t.Run(api, func(t *testing.T) {
+	for _, api := range []inference.API{inference.APIChat, inference.APITokens} {
+		t.Run(string(api), func(t *testing.T) {
 			c, rec := simHTTP(t, api)
 			g, err := generate.New(c, generate.Options{Model: "sim", API: api, PromptMaxTokens: 32, PromptTruncation: "error",
 				Params: map[string]any{"max_tokens": 8, "return_token_ids": true}})

@@ -91,8 +91,8 @@ func TestTemplateArgs(t *testing.T) {
 // tokens mode (trajflow's parser of the generated text).
 func TestToolCallArgumentsSameInBothModes(t *testing.T) {
 	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"calc","parameters":{"type":"object","properties":{"expression":{"type":"string"},"n":{"type":"integer"}},"required":["expression","n"]}}}`)}
-	calls := map[string]pipeline.ToolCall{}
-	for _, api := range []string{"chat", "tokens"} {
+	calls := map[inference.API]pipeline.ToolCall{}
+	for _, api := range []inference.API{inference.APIChat, inference.APITokens} {
 		s := sim.New(sim.Options{Seed: 5, ToolCallRate: 1})
 		defer s.Close()
 		g, err := generate.New(s, generate.Options{Model: "sim", API: api, Params: map[string]any{"max_tokens": 200}})

@@ -92,7 +92,7 @@ func (trailerEnv) Step(_ context.Context, r *pipeline.Rollout, _ pipeline.Messag
 // runTokens runs 16 multi-turn rollouts (3 to 6 turns) against the
 // simulator's HTTP server, whose chat template strips earlier reasoning,
 // with the given API and max_seq_len.
-func runTokens(t *testing.T, api string, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
+func runTokens(t *testing.T, api inference.API, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
 	t.Helper()
 	out, seqs := runTokensRaw(t, api, maxSeqLen, maxTokens)
 	for _, r := range out {
@@ -113,7 +113,7 @@ func runTokens(t *testing.T, api string, maxSeqLen, maxTokens int) ([]*pipeline.
 }
 
 // runTokensRaw is runTokens without its checks of each rollout.
-func runTokensRaw(t *testing.T, api string, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
+func runTokensRaw(t *testing.T, api inference.API, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
 	t.Helper()
 	s := sim.New(sim.Options{Seed: 7, Preset: "agent", MinTurns: 3, MaxTurns: 6, ObsTokens: 40, StripReasoning: true})
 	defer s.Close()
@@ -256,8 +256,8 @@ func TestChatModeAfterReRenders(t *testing.T) {
 // TestMaxSeqLenIsExact: with max_seq_len 600 no row is longer, and the
 // rows that reached the bound are exactly the truncated ones.
 func TestMaxSeqLenIsExact(t *testing.T) {
-	for _, api := range []string{"tokens", "chat"} {
-		t.Run(api, func(t *testing.T) {
+	for _, api := range []inference.API{inference.APITokens, inference.APIChat} {
+		t.Run(string(api), func(t *testing.T) {
 			out, seqs := runTokens(t, api, 600, 200)
 			hit := 0
 			for _, r := range out {
@@ -290,8 +290,8 @@ func TestMaxSeqLenIsExact(t *testing.T) {
 // TestFirstPromptOverMaxSeqLen: a first prompt that leaves no room under
 // max_seq_len is a prompt_too_long error row, never an ok row of 0 turns.
 func TestFirstPromptOverMaxSeqLen(t *testing.T) {
-	for _, api := range []string{"tokens", "chat"} {
-		t.Run(api, func(t *testing.T) {
+	for _, api := range []inference.API{inference.APITokens, inference.APIChat} {
+		t.Run(string(api), func(t *testing.T) {
 			out, _ := runTokensRaw(t, api, 4, 200)
 			if len(out) == 0 {
 				t.Fatal("no rollouts")

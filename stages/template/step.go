@@ -91,9 +91,6 @@ func fill(b *strings.Builder, segs []segment, values map[string]string) {
 	}
 }
 
-// HistoryLength is the number of earlier steps a request shows at most.
-func (p *StepPrompt) HistoryLength() int { return p.historyLength }
-
 // Messages returns the request of r's next turn: the system messages of
 // r's prompt (its first len(r.Task.Messages) messages), then one user
 // message rendering the step template with

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 )
 
 // ChildEnv marks a benchmark binary re-executed as trajflow's own command

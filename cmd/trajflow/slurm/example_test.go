@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/command/slurm"
+	"github.com/trajflow/trajflow/cmd/trajflow/slurm"
 )
 
 func ExampleJob_Array() {

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 )
 
 // TestMain doubles as a subprocess environment (TRAJFLOW_CLI_HELPER=env):

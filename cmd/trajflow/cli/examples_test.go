@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 )
 
 // The migration examples (docs/migrating.md) run offline, from the

@@ -18,7 +18,7 @@ import (
 	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/sinks/images"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 	"github.com/trajflow/trajflow/pipeline"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 	"github.com/trajflow/trajflow/inference/sim"
-	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 // validate runs `trajflow validate` and checks that it created no output

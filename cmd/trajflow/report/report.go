@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/analyze"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/schema"
@@ -22,9 +22,6 @@ import (
 const (
 	DefaultSamples   = 24
 	DefaultMaxTokens = 4096
-	// FileName is the report's name inside the output directory when no
-	// other is given.
-	FileName = schema.ReportFile
 )
 
 // Options configure a report.
@@ -195,25 +192,18 @@ func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error
 	return p.render(w)
 }
 
-// WriteFile writes the report to path atomically: to a temporary file in
-// the same directory, then renamed over path.
+// WriteFile writes the report to path atomically (durable.File: a
+// temporary file in the same directory, synced, renamed over path, the
+// directory synced). A report replaced keeps its mode; a new one is 0644.
 func WriteFile(ctx context.Context, paths []string, path string, opts Options) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	f, err := durable.Create(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // best effort: after a successful rename, a no-op
-	if err := Write(ctx, paths, tmp, opts); err != nil {
-		_ = tmp.Close() // best effort: the error above is returned
-		return err
+	if err := Write(ctx, paths, f, opts); err != nil {
+		return errors.Join(err, f.Abort())
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/trajflow/trajflow/schema"
 )
 
 // chromium returns the headless browser to load reports in: Debian's
@@ -84,7 +86,7 @@ func TestReportRendersInChromium(t *testing.T) {
 	browser := chromium(t)
 	dir := t.TempDir()
 	writeOutput(t, dir, 20)
-	path := filepath.Join(dir, FileName)
+	path := filepath.Join(dir, schema.ReportFile)
 	if err := WriteFile(context.Background(), Inputs(dir), path, Options{}); err != nil {
 		t.Fatal(err)
 	}

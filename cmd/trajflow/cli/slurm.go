@@ -12,8 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trajflow/trajflow/cmd/trajflow/slurm"
 	"github.com/trajflow/trajflow/config"
-	"github.com/trajflow/trajflow/internal/command/slurm"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/storage"
 )
@@ -232,7 +233,7 @@ func slurmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return ExitFailed
 	}
 	for _, f := range []struct{ path, text string }{{arrayPath, array}, {mergePath, merge}} {
-		if err := writeFileAtomic(f.path, []byte(f.text), 0o755); err != nil {
+		if err := durable.WriteFile(f.path, []byte(f.text), 0o755); err != nil {
 			fmt.Fprintln(stderr, "trajflow slurm:", err)
 			return ExitFailed
 		}
@@ -272,26 +273,4 @@ func indexOf(list []string, s string) int {
 		}
 	}
 	return -1
-}
-
-// writeFileAtomic writes a file under a temporary name and renames it, so
-// that a script being submitted is never seen half-written.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // best effort: a temporary file, not output
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close() // best effort: the error above is returned
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		_ = tmp.Close() // best effort: the error above is returned
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

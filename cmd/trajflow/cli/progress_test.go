@@ -13,8 +13,8 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 	"github.com/trajflow/trajflow/inference/sim"
-	"github.com/trajflow/trajflow/internal/command/cli"
 )
 
 // On a terminal, `trajflow run` draws the live view: tasks read, rollouts

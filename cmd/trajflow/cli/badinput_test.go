@@ -19,8 +19,8 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 	"github.com/trajflow/trajflow/inference/sim"
-	"github.com/trajflow/trajflow/internal/command/cli"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/runner"

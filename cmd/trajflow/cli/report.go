@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/command/report"
+	"github.com/trajflow/trajflow/cmd/trajflow/report"
 	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
 
@@ -58,9 +59,9 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return storeCode(err)
 		}
 		if *out == "" {
-			remoteDest = storage.Join(output, report.FileName)
+			remoteDest = storage.Join(output, schema.ReportFile)
 			if strings.HasSuffix(output, ".parquet") {
-				remoteDest = storage.Join(output, "..", report.FileName)
+				remoteDest = storage.Join(output, "..", schema.ReportFile)
 			}
 		}
 		output = local[0]
@@ -79,9 +80,9 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	dest := *out
 	if dest == "" {
-		dest = filepath.Join(output, report.FileName)
+		dest = filepath.Join(output, schema.ReportFile)
 		if !st.IsDir() {
-			dest = filepath.Join(filepath.Dir(output), report.FileName)
+			dest = filepath.Join(filepath.Dir(output), schema.ReportFile)
 		}
 	}
 	n := *samples

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 )
 
 // slurmConfig writes a small simulator config and its tasks into a

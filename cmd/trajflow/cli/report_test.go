@@ -10,9 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/command/cli"
-	"github.com/trajflow/trajflow/internal/command/report"
+	"github.com/trajflow/trajflow/cmd/trajflow/cli"
+	"github.com/trajflow/trajflow/cmd/trajflow/report"
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // trajflow report on a run's output (the quick start on the simulator,
@@ -37,7 +38,7 @@ func TestReport(t *testing.T) {
 	}
 
 	stdout, _ := main(cli.ExitOK, "report", out)
-	def := filepath.Join(out, report.FileName)
+	def := filepath.Join(out, schema.ReportFile)
 	if !strings.Contains(stdout, def) {
 		t.Errorf("stdout %q does not name %s", stdout, def)
 	}
@@ -110,7 +111,7 @@ func TestReportNumbersEqualStats(t *testing.T) {
 	if code := cli.Main([]string{"report", out}, &stdout, &stderr); code != cli.ExitOK {
 		t.Fatalf("report: exit %d\n%s", code, &stderr)
 	}
-	b, err := os.ReadFile(filepath.Join(out, report.FileName))
+	b, err := os.ReadFile(filepath.Join(out, schema.ReportFile))
 	if err != nil {
 		t.Fatal(err)
 	}

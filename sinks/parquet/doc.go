@@ -15,3 +15,5 @@
 //	records:  [r1] [r2] [r3] [r4] [r5]          (FileRows = 2 records' worth)
 //	files:    part-00000 = r1 r2, part-00001 = r3 r4, part-00002 = r5 (Close)
 package parquet
+
+//go:generate go run ./internal/gen -o row_gen.go

@@ -14,35 +14,6 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// stepRow mirrors schema.StepSchema field by field.
-type stepRow struct {
-	RunID            string    `parquet:"run_id"`
-	TaskIndex        int64     `parquet:"task_index"`
-	Attempt          int32     `parquet:"attempt"`
-	RolloutIndex     int32     `parquet:"rollout_index"`
-	GroupID          string    `parquet:"group_id"`
-	TrajID           string    `parquet:"traj_id"`
-	Step             int32     `parquet:"step"`
-	StepReward       float64   `parquet:"step_reward"`
-	EpisodeReward    float64   `parquet:"episode_reward"`
-	EpisodeLength    int32     `parquet:"episode_length"`
-	IsActionValid    bool      `parquet:"is_action_valid"`
-	AnchorObs        *string   `parquet:"anchor_obs,optional"`
-	AnchorGroupID    *string   `parquet:"anchor_group_id,optional"`
-	AnchorGroupSize  int32     `parquet:"anchor_group_size"`
-	AnchorReturnMean float64   `parquet:"anchor_return_mean"`
-	AnchorReturnStd  float64   `parquet:"anchor_return_std"`
-	StepReturn       float64   `parquet:"step_return"`
-	StepAdvantage    float64   `parquet:"step_advantage"`
-	EpisodeAdvantage float64   `parquet:"episode_advantage"`
-	JointAdvantage   float64   `parquet:"joint_advantage"`
-	RawPrompt        *string   `parquet:"raw_prompt,optional"`
-	PromptTokenIDs   []int32   `parquet:"prompt_token_ids,list"`
-	ResponseTokenIDs []int32   `parquet:"response_token_ids,list"`
-	LossMask         []int8    `parquet:"loss_mask,list"`
-	ResponseLogprobs []float32 `parquet:"response_logprobs,list"`
-}
-
 // StepWriter writes step rows into one directory, each file the companion
 // of a trajectory part file: Commit(name) commits the steps written since
 // the last commit under the trajectory file's name. It is not safe for

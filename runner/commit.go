@@ -11,6 +11,7 @@ import (
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // committer is a run's commit path, in one place: the Parquet writer of
@@ -168,7 +169,7 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 			}
 		}
 		if c.steps != nil {
-			if err := c.steps.WriteGroups(groups); err != nil {
+			if err := c.steps.WriteRows(collate.StepRows(nil, groups)); err != nil {
 				return errors.Join(err, w.Abort())
 			}
 		}

@@ -5,6 +5,8 @@ package parquet
 import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+
+	"github.com/trajflow/trajflow/schema"
 )
 
 // row mirrors schema.Schema column by column (schema.Columns). The list tags give the
@@ -446,4 +448,35 @@ func (c *converter) reset() {
 	clear(c.aMessagesParts)
 	clear(c.aMessages)
 	clear(c.aPolicyVersions)
+}
+
+// stepRowOf returns s as a Parquet row; its strings and slices are s's.
+func stepRowOf(s *schema.StepRow) stepRow {
+	return stepRow{
+		RunID:            s.RunID,
+		TaskIndex:        s.TaskIndex,
+		Attempt:          s.Attempt,
+		RolloutIndex:     s.RolloutIndex,
+		GroupID:          s.GroupID,
+		TrajID:           s.TrajID,
+		Step:             s.Step,
+		StepReward:       s.StepReward,
+		EpisodeReward:    s.EpisodeReward,
+		EpisodeLength:    s.EpisodeLength,
+		IsActionValid:    s.IsActionValid,
+		AnchorObs:        s.AnchorObs,
+		AnchorGroupID:    s.AnchorGroupID,
+		AnchorGroupSize:  s.AnchorGroupSize,
+		AnchorReturnMean: s.AnchorReturnMean,
+		AnchorReturnStd:  s.AnchorReturnStd,
+		StepReturn:       s.StepReturn,
+		StepAdvantage:    s.StepAdvantage,
+		EpisodeAdvantage: s.EpisodeAdvantage,
+		JointAdvantage:   s.JointAdvantage,
+		RawPrompt:        s.RawPrompt,
+		PromptTokenIDs:   s.PromptTokenIDs,
+		ResponseTokenIDs: s.ResponseTokenIDs,
+		LossMask:         s.LossMask,
+		ResponseLogprobs: s.ResponseLogprobs,
+	}
 }

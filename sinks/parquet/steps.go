@@ -6,11 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
 	pq "github.com/parquet-go/parquet-go"
 
-	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -20,21 +18,19 @@ import (
 // concurrent use.
 type StepWriter struct {
 	dir   string
-	runID string
 	wopts []pq.WriterOption
 	f     *os.File
 	tmp   string
 	pw    *pq.GenericWriter[stepRow]
 	rows  []stepRow
-	ones  []int8
 	// copied are rows copied from a StepReader, not yet written.
 	copied []stepRow
 }
 
 // NewStepWriter creates dir and returns a StepWriter into it, writing
-// runID into every row and meta (with the steps schema version) into every
-// file. Temporary files a crashed writer left are removed.
-func NewStepWriter(dir, runID, compression string, meta map[string]string) (*StepWriter, error) {
+// meta (with the steps schema version) into every file. Temporary files a
+// crashed writer left are removed.
+func NewStepWriter(dir, compression string, meta map[string]string) (*StepWriter, error) {
 	c, err := codec(compression)
 	if err != nil {
 		return nil, err
@@ -45,7 +41,7 @@ func NewStepWriter(dir, runID, compression string, meta map[string]string) (*Ste
 	if err := RemoveStale(dir, DefaultPrefix); err != nil {
 		return nil, err
 	}
-	w := &StepWriter{dir: dir, runID: runID}
+	w := &StepWriter{dir: dir}
 	w.wopts = []pq.WriterOption{
 		pq.Compression(c), pq.DefaultEncodingFor(pq.ByteArray, &pq.Plain), pq.DataPageVersion(1),
 		pq.DataPageStatistics(false), pq.MaxRowsPerRowGroup(DefaultRowGroupRows), pq.CreatedBy("trajflow", "", ""),
@@ -84,26 +80,18 @@ func (w *StepWriter) open() error {
 	return nil
 }
 
-// WriteGroups appends one row per step of every rollout of gs (in
-// whole-group order) to the open file, opening one if needed. Anchor
-// group ids are "GROUP_ID/aN", N the step's pipeline.Step.AnchorGroup.
-func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
+// WriteRows appends rows (collate.StepRows) to the open file, opening
+// one if needed.
+func (w *StepWriter) WriteRows(rows []schema.StepRow) error {
 	if err := w.open(); err != nil {
 		return err
 	}
 	if err := w.flushCopied(); err != nil {
 		return err
 	}
-	w.rows = w.rows[:0]
-	for _, g := range gs {
-		for _, r := range g.Rollouts {
-			if r == nil {
-				continue
-			}
-			for i := range r.Steps {
-				w.rows = append(w.rows, w.row(r, i))
-			}
-		}
+	w.rows = grow(w.rows, len(rows))
+	for i := range rows {
+		w.rows[i] = stepRowOf(&rows[i])
 	}
 	if _, err := w.pw.Write(w.rows); err != nil {
 		tmp := w.tmp
@@ -111,33 +99,6 @@ func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
 	}
 	clear(w.rows)
 	return nil
-}
-
-func (w *StepWriter) row(r *pipeline.Rollout, i int) stepRow {
-	st := &r.Steps[i]
-	if n := len(st.ResponseTokenIDs); len(w.ones) < n {
-		w.ones = slices.Repeat([]int8{1}, max(n, 2*len(w.ones)))
-	}
-	lp := st.Logprobs
-	if len(lp) != len(st.ResponseTokenIDs) {
-		lp = make([]float32, len(st.ResponseTokenIDs))
-	}
-	row := stepRow{
-		RunID: w.runID, TaskIndex: r.Task.Index, Attempt: int32(r.Attempt), RolloutIndex: int32(r.RolloutIndex),
-		GroupID: r.GroupID, TrajID: r.TrajID, Step: int32(i + 1),
-		StepReward: st.Reward, EpisodeReward: r.Reward, EpisodeLength: int32(r.NumTurns),
-		IsActionValid: st.ActionValid, AnchorObs: st.Anchor,
-		AnchorGroupSize: int32(st.AnchorGroupSize), AnchorReturnMean: st.AnchorMean, AnchorReturnStd: st.AnchorStd,
-		StepReturn: st.Return, StepAdvantage: st.Advantage,
-		EpisodeAdvantage: st.EpisodeAdvantage, JointAdvantage: st.JointAdvantage, RawPrompt: st.RawPrompt,
-		PromptTokenIDs: st.PromptTokenIDs, ResponseTokenIDs: st.ResponseTokenIDs,
-		LossMask: w.ones[:len(st.ResponseTokenIDs)], ResponseLogprobs: lp,
-	}
-	if st.AnchorGroup >= 0 && st.Anchor != nil {
-		id := r.GroupID + "/a" + strconv.Itoa(st.AnchorGroup)
-		row.AnchorGroupID = &id
-	}
-	return row
 }
 
 // Commit finishes the open file (an empty one when nothing was written

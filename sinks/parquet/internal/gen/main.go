@@ -2,7 +2,9 @@
 // schema's column tables: row (schema.Columns, its struct fields from
 // schema.MessageFields and the element types), its converter from Arrow
 // records (converter.convert: strings and slices point straight at the
-// record's buffers), and stepRow (schema.StepColumns).
+// record's buffers), and stepRow (schema.StepColumns) with its conversion
+// from schema.StepRow (stepRowOf), whose fields are the step columns by
+// the same names.
 //
 // A column's Go field is its name in camel case (run_id → RunID, gen_ms →
 // GenMS); its parquet tag is its name, with ",list" for a list (the
@@ -50,6 +52,8 @@ package parquet
 import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+
+	"github.com/trajflow/trajflow/schema"
 )
 `
 
@@ -76,6 +80,7 @@ func render() ([]byte, error) {
 		return nil, err
 	}
 	b.WriteString(conv)
+	b.WriteString(stepRowOf(schema.StepColumns()))
 	out, err := format.Source(b.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("format: %w\n%s", err, b.Bytes())
@@ -283,6 +288,22 @@ func (g *gen) arena(l, prefix string, st *arrow.StructType) (func(idx string) st
 	}
 	g.line("\t}\n\t}")
 	return func(idx string) string { return fmt.Sprintf("listSlice(%s, c.%s, %s)", l, arena, idx) }, nil
+}
+
+// stepRowOf returns the function converting a schema.StepRow, whose
+// fields are the step table's columns by the same names, to a stepRow.
+func stepRowOf(cols []schema.Column) string {
+	var b strings.Builder
+	b.WriteString(`
+// stepRowOf returns s as a Parquet row; its strings and slices are s's.
+func stepRowOf(s *schema.StepRow) stepRow {
+	return stepRow{
+`)
+	for _, c := range cols {
+		fmt.Fprintf(&b, "\t\t%s: s.%s,\n", goName(c.Name), goName(c.Name))
+	}
+	b.WriteString("\t}\n}\n")
+	return b.String()
 }
 
 // converter returns the converter type and its convert and reset methods.

@@ -155,7 +155,7 @@ func (c *committer) onCommit(dest, path string, rows int) {
 }
 
 // write writes a record batch to its directory's writer: for the data
-// directory the interop sinks get it first, then its groups' step rows
+// directory the interop sinks get it (or its groups) first, then its groups' step rows
 // (a commit the record triggers takes them along), then the data writer.
 func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, groups []*pipeline.Group) error {
 	w, err := c.writer(dest)
@@ -164,7 +164,15 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 	}
 	if dest == DataDir {
 		for _, s := range c.interop {
-			if err := s.sink.Write(ctx, rec); err != nil {
+			// A sink that takes groups gets the record's groups (carried
+			// with output.jsonl), not the record.
+			var err error
+			if gs, ok := s.sink.(sinks.GroupSink); ok && len(groups) > 0 {
+				err = gs.WriteGroups(ctx, groups)
+			} else {
+				err = s.sink.Write(ctx, rec)
+			}
+			if err != nil {
 				return fmt.Errorf("%s: %w", s.key, err)
 			}
 		}

@@ -3,7 +3,10 @@
 //
 // Rows are handed to parquet-go as Go structs whose strings and slices
 // point straight at the record's Arrow buffers (no copy); the record may be
-// released as soon as Write returns.
+// released as soon as Write returns. The structs (row, stepRow) and the
+// conversion from records are generated from schema's column tables
+// (row_gen.go: go generate ./sinks/parquet); a test fails when the file
+// is stale. Step rows come as schema.StepRow (collate.StepRows).
 //
 // Files are committed atomically: each is written to a hidden temporary
 // name (.part-NNNNN.parquet.tmp), flushed, closed, synced, renamed to

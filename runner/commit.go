@@ -155,8 +155,9 @@ func (c *committer) onCommit(dest, path string, rows int) {
 }
 
 // write writes a record batch to its directory's writer: for the data
-// directory the interop sinks get it (or its groups) first, then its groups' step rows
-// (a commit the record triggers takes them along), then the data writer.
+// directory the interop sinks get it (or its groups) first, then its
+// groups' step rows (a commit the record triggers takes them along), then
+// the data writer.
 func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, groups []*pipeline.Group) error {
 	w, err := c.writer(dest)
 	if err != nil {

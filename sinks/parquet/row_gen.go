@@ -9,9 +9,9 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// row mirrors schema.Schema column by column (schema.Columns). The list tags give the
-// three-level LIST layout that Arrow's Parquet reader maps back to the
-// same Arrow list types.
+// row mirrors schema.Schema column by column (schema.Columns). The
+// list tags give the three-level LIST layout that Arrow's Parquet reader
+// maps back to the same Arrow list types.
 type row struct {
 	RunID                 string               `parquet:"run_id"`
 	TaskIndex             int64                `parquet:"task_index"`
@@ -97,13 +97,13 @@ type stepRow struct {
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list"`
 }
 
-// metricsElem is one element of the metrics list.
+// metricsElem is one element of a metrics list.
 type metricsElem struct {
 	Name  string  `parquet:"name"`
 	Value float64 `parquet:"value"`
 }
 
-// messagesToolCallsElem is one element of the tool_calls list.
+// messagesToolCallsElem is one element of a tool_calls list.
 type messagesToolCallsElem struct {
 	ID        string `parquet:"id"`
 	Type      string `parquet:"type"`
@@ -111,14 +111,14 @@ type messagesToolCallsElem struct {
 	Arguments string `parquet:"arguments"`
 }
 
-// messagesPartsElem is one element of the parts list.
+// messagesPartsElem is one element of a parts list.
 type messagesPartsElem struct {
 	Type     string `parquet:"type"`
 	Text     string `parquet:"text"`
 	ImageURL string `parquet:"image_url"`
 }
 
-// messagesElem is one element of the messages list.
+// messagesElem is one element of a messages list.
 type messagesElem struct {
 	Role       string                  `parquet:"role"`
 	Content    string                  `parquet:"content"`
@@ -131,7 +131,7 @@ type messagesElem struct {
 	Parts      []messagesPartsElem     `parquet:"parts,list"`
 }
 
-// policyVersionsElem is one element of the policy_versions list.
+// policyVersionsElem is one element of a policy_versions list.
 type policyVersionsElem struct {
 	Version    int64 `parquet:"version"`
 	VersionMax int64 `parquet:"version_max"`

@@ -63,7 +63,7 @@ func render() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(header)
 
-	rowType, err := g.structType("row", "row mirrors schema.Schema column by column (schema.Columns). The list tags give the\n// three-level LIST layout that Arrow's Parquet reader maps back to the\n// same Arrow list types.", "", schema.Columns())
+	rowType, err := g.structType("row", "row mirrors schema.Schema column by column (schema.Columns). The\n// list tags give the three-level LIST layout that Arrow's Parquet reader\n// maps back to the same Arrow list types.", "", schema.Columns())
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (g *gen) fieldType(prefix string, c schema.Column) (string, string, error) 
 		elem := t.Elem()
 		if st, ok := elem.(*arrow.StructType); ok {
 			name := prefix + goName(c.Name) + "Elem"
-			doc := lowerFirst(name) + " is one element of the " + c.Name + " list."
+			doc := lowerFirst(name) + " is one element of a " + c.Name + " list."
 			decl, err := g.structType(lowerFirst(name), doc, prefix+goName(c.Name), columnsOf(st))
 			if err != nil {
 				return "", "", err

@@ -48,4 +48,3 @@ func BenchmarkLines(b *testing.B) {
 		})
 	}
 }
-

@@ -28,15 +28,6 @@ func valueAt[T any](a arrow.Array, vals []T, i int) *T {
 	return &vals[i]
 }
 
-// pointerAt points at v, row i's value of a (a copy), or is nil where a
-// is null: for strings and booleans, which have no values slice.
-func pointerAt[T any](a arrow.Array, v T, i int) *T {
-	if a.IsNull(i) {
-		return nil
-	}
-	return &v
-}
-
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)

@@ -81,6 +81,9 @@ func render() ([]byte, error) {
 	}
 	b.WriteString(conv)
 	b.WriteString(stepRowOf(schema.StepColumns()))
+	if g.pointerAt {
+		b.WriteString(pointerAt)
+	}
 	out, err := format.Source(b.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("format: %w\n%s", err, b.Bytes())
@@ -97,6 +100,8 @@ type gen struct {
 	arenas [][2]string
 	// pre are convert's statements before its row loop.
 	pre strings.Builder
+	// pointerAt is set when convert reads a nullable string or boolean.
+	pointerAt bool
 }
 
 // initialisms are the words written in capitals in a Go name.
@@ -252,6 +257,7 @@ func (g *gen) access(arr, prefix string, t arrow.DataType, nullable bool) (func(
 	g.line("%s := %s.(*array.%s)", v, arr, at)
 	if values == "" {
 		if nullable {
+			g.pointerAt = true
 			return func(idx string) string { return fmt.Sprintf("pointerAt(%s, %s.Value(%s), %s)", v, v, idx, idx) }, nil
 		}
 		return func(idx string) string { return fmt.Sprintf("%s.Value(%s)", v, idx) }, nil
@@ -289,6 +295,19 @@ func (g *gen) arena(l, prefix string, st *arrow.StructType) (func(idx string) st
 	g.line("\t}\n\t}")
 	return func(idx string) string { return fmt.Sprintf("listSlice(%s, c.%s, %s)", l, arena, idx) }, nil
 }
+
+// pointerAt is the helper convert calls for a nullable string or boolean
+// column, which has no values slice to point into.
+const pointerAt = `
+// pointerAt points at v, row i's value of a (a copy), or is nil where a
+// is null.
+func pointerAt[T any](a arrow.Array, v T, i int) *T {
+	if a.IsNull(i) {
+		return nil
+	}
+	return &v
+}
+`
 
 // stepRowOf returns the function converting a schema.StepRow, whose
 // fields are the step table's columns by the same names, to a stepRow.

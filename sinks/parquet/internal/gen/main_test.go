@@ -72,3 +72,39 @@ func TestUnsupportedTypes(t *testing.T) {
 		}
 	}
 }
+
+// A nullable string column reads through pointerAt, which the file then
+// declares; without one it declares none (an unused function).
+func TestNullableStringColumn(t *testing.T) {
+	g := &gen{}
+	cols := []schema.Column{
+		{Name: "note", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "ok", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
+	}
+	decl, err := g.structType("x", "x.", "", cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(decl, "Note *string `parquet:\"note,optional\"`") || !strings.Contains(decl, "Ok *bool `parquet:\"ok,optional\"`") {
+		t.Errorf("declaration:\n%s", decl)
+	}
+	conv, err := g.converter(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.pointerAt || !strings.Contains(conv, "pointerAt(noteCol, noteCol.Value(i), i)") {
+		t.Errorf("convert does not read the nullable string through pointerAt:\n%s", conv)
+	}
+	if strings.Contains(render0(t), "func pointerAt") {
+		t.Error("row_gen.go declares pointerAt, which no column of the tables needs")
+	}
+}
+
+func render0(t *testing.T) string {
+	t.Helper()
+	out, err := render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}

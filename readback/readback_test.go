@@ -9,22 +9,23 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // writeSteps commits one steps file of one two-step trajectory under
 // dir/steps and returns its path.
 func writeSteps(t *testing.T, dir string) string {
 	t.Helper()
-	w, err := pqsink.NewStepWriter(filepath.Join(dir, "steps"), "run1", "zstd", nil)
+	w, err := pqsink.NewStepWriter(filepath.Join(dir, "steps"), "zstd", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &pipeline.Rollout{Task: &pipeline.Task{Index: 3}, GroupID: "g3", TrajID: "g3-0", Reward: 1, NumTurns: 2,
+	r := &pipeline.Rollout{RunID: "run1", Task: &pipeline.Task{Index: 3}, GroupID: "g3", TrajID: "g3-0", Reward: 1, NumTurns: 2,
 		Steps: []pipeline.Step{
 			{PromptTokenIDs: []int32{1, 2}, ResponseTokenIDs: []int32{3}, ActionValid: true, AnchorGroup: -1},
 			{PromptTokenIDs: []int32{1, 4}, ResponseTokenIDs: []int32{5, 6}, Reward: 1, ActionValid: true, AnchorGroup: -1},
 		}}
-	if err := w.WriteGroups([]*pipeline.Group{{Rollouts: []*pipeline.Rollout{r}}}); err != nil {
+	if err := w.WriteRows(collate.StepRows(nil, []*pipeline.Group{{Rollouts: []*pipeline.Rollout{r}}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Commit("part-00000.parquet"); err != nil {

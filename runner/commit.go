@@ -11,6 +11,7 @@ import (
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // committer is a run's commit path, in one place: the Parquet writer of
@@ -154,8 +155,9 @@ func (c *committer) onCommit(dest, path string, rows int) {
 }
 
 // write writes a record batch to its directory's writer: for the data
-// directory the interop sinks get it first, then its groups' step rows
-// (a commit the record triggers takes them along), then the data writer.
+// directory the interop sinks get it (or its groups) first, then its
+// groups' step rows (a commit the record triggers takes them along), then
+// the data writer.
 func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, groups []*pipeline.Group) error {
 	w, err := c.writer(dest)
 	if err != nil {
@@ -163,12 +165,20 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 	}
 	if dest == DataDir {
 		for _, s := range c.interop {
-			if err := s.sink.Write(ctx, rec); err != nil {
+			// A sink that takes groups gets the record's groups (carried
+			// with output.jsonl), not the record.
+			var err error
+			if gs, ok := s.sink.(sinks.GroupSink); ok && len(groups) > 0 {
+				err = gs.WriteGroups(ctx, groups)
+			} else {
+				err = s.sink.Write(ctx, rec)
+			}
+			if err != nil {
 				return fmt.Errorf("%s: %w", s.key, err)
 			}
 		}
 		if c.steps != nil {
-			if err := c.steps.WriteGroups(groups); err != nil {
+			if err := c.steps.WriteRows(collate.StepRows(nil, groups)); err != nil {
 				return errors.Join(err, w.Abort())
 			}
 		}

@@ -528,7 +528,7 @@ func (r *run) newCommitter() *committer {
 	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions, hooks: commitHooks{committed: r.countCommitted}}
 	if cfg.Output.Steps {
 		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
-			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)
+			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, StepsDir), cfg.Output.Parquet.Compression, metadata)
 		}
 	}
 	if r.remote.mirror != nil {

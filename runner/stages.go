@@ -223,12 +223,13 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 // collateStage turns each directory's groups into record batches.
 func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	collators := map[string]*collate.Collator{}
-	// pending are the groups buffered in a collator whose step rows
-	// (output.steps, data directory) or OpenAI Batch lines
-	// (output.openai_batch, every directory) go with its next record.
+	// pending are the groups buffered in a collator whose step rows and
+	// NeMo Gym lines (output.steps, output.jsonl: data directory) or
+	// OpenAI Batch lines (output.openai_batch, every directory) go with
+	// its next record.
 	pending := map[string][]*pipeline.Group{}
 	keeps := func(dest string) bool {
-		return dest == DataDir && r.cfg.Output.Steps || r.cfg.Output.OpenAIBatch
+		return dest == DataDir && (r.cfg.Output.Steps || r.cfg.Output.JSONL) || r.cfg.Output.OpenAIBatch
 	}
 	take := func(dest string) []*pipeline.Group {
 		gs := pending[dest]

@@ -13,10 +13,10 @@
 //
 // The column tables ([Columns], [MessageFields], [StepColumns]: name, Arrow
 // type, Parquet type, nullability, meaning) are the one place a column is
-// defined: the Arrow schemas are built from them, tests lock the Parquet
-// row types of sinks/parquet, the collate stage and the decoders to them,
-// and SCHEMA.md's column tables are generated from them (go generate
-// ./schema; a test fails when SCHEMA.md is stale). The names of an output
+// defined: the Arrow schemas are built from them, the Parquet row types of
+// sinks/parquet and SCHEMA.md's column tables are generated from them (go
+// generate ./schema ./sinks/parquet; a test fails when a generated file
+// is stale), and tests lock the collate stage and the decoders to them. The names of an output
 // directory's folders and files ([DataDir], [StepsDir], [MetricsFile], …)
 // and the Parquet key-value metadata keys ([MetadataKey], [KeyRunID], …)
 // are defined here too.

@@ -1,6 +1,7 @@
 // Package sinks declares where committed rows go: a [Sink] takes Arrow
 // record batches of rollout rows (package schema's layout) and commits
-// them; an [Aborter] can also be dropped without committing.
+// them; a [GroupSink] also takes the groups a record is collated from, in
+// its place; an [Aborter] can also be dropped without committing.
 //
 // The implementations live in the packages below:
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/apache/arrow/go/v17/arrow"
+
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // Sink receives record batches of rollout rows, in the output schema of
@@ -24,4 +26,14 @@ type Sink interface {
 // behind); the sink is freed all the same.
 type Aborter interface {
 	Abort() error
+}
+
+// GroupSink is a Sink that also takes the groups a record is collated from
+// in place of the record: WriteGroups(ctx, gs) writes what Write would of
+// the record package collate makes of gs (the same rows, in the same
+// order), without building or decoding a record. The committer hands the
+// kept groups to a GroupSink. It must not keep gs past its return.
+type GroupSink interface {
+	Sink
+	WriteGroups(ctx context.Context, gs []*pipeline.Group) error
 }

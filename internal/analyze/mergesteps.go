@@ -113,7 +113,7 @@ type stepCopier struct {
 }
 
 func newStepCopier(dir, compression string, meta map[string]string) (*stepCopier, error) {
-	w, err := pqsink.NewStepWriter(dir, "", compression, meta)
+	w, err := pqsink.NewStepWriter(dir, compression, meta)
 	if err != nil {
 		return nil, err
 	}

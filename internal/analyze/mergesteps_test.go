@@ -11,6 +11,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // withSteps gives every rollout of gs a step per turn.
@@ -35,11 +36,11 @@ func writeStepsRun(t *testing.T, root string, gs, stepOrder []*pipeline.Group) {
 	if stepOrder == nil {
 		return
 	}
-	w, err := pqsink.NewStepWriter(filepath.Join(root, "steps"), "run-a", "", nil)
+	w, err := pqsink.NewStepWriter(filepath.Join(root, "steps"), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteGroups(stepOrder); err != nil {
+	if err := w.WriteRows(collate.StepRows(nil, stepOrder)); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Commit("part-00000.parquet"); err != nil {

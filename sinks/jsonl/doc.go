@@ -1,5 +1,8 @@
 // Package jsonl writes rollouts as JSON lines in NeMo Gym's rollout shape,
 // one per rollout, from Arrow records in the collate schema or from groups.
+// A run hands it its kept groups (Writer.WriteGroups, a sinks.GroupSink):
+// the lines are those of the record collate makes of them, byte for byte,
+// without the record being decoded.
 //
 // A line is what Gym's rollout collection writes: the input row's fields
 // at the top level (verifier fields, agent_ref), responses_create_params

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks"
 )
 
@@ -22,8 +23,9 @@ type File struct {
 }
 
 var (
-	_ sinks.Sink    = (*File)(nil)
-	_ sinks.Aborter = (*File)(nil)
+	_ sinks.Sink      = (*File)(nil)
+	_ sinks.GroupSink = (*File)(nil)
+	_ sinks.Aborter   = (*File)(nil)
 )
 
 // CreateNext creates the next free prefixNNNNNsuffix file in dir: a
@@ -55,6 +57,12 @@ func (f *File) Overrides(params map[string]any, sendSeed bool) { f.w.Overrides(p
 
 // Write appends one line per row of rec.
 func (f *File) Write(ctx context.Context, rec arrow.Record) error { return f.w.Write(ctx, rec) }
+
+// WriteGroups appends one line per rollout of gs, as the output records
+// it (Writer.WriteGroups).
+func (f *File) WriteGroups(ctx context.Context, gs []*pipeline.Group) error {
+	return f.w.WriteGroups(ctx, gs)
+}
 
 // Close flushes the file and commits it: synced, renamed into place, the
 // directory synced.

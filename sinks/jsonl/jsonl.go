@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 
@@ -19,7 +21,8 @@ import (
 
 // The sink contract.
 var (
-	_ sinks.Sink = (*Writer)(nil)
+	_ sinks.Sink      = (*Writer)(nil)
+	_ sinks.GroupSink = (*Writer)(nil)
 )
 
 // TrajflowKey is the key of trajflow's own fields in a line.
@@ -77,10 +80,11 @@ type Writer struct {
 	sendSeed bool
 }
 
-// Overrides gives the rows Write decodes the run's request parameters
-// (generate.params) and says whether their seeds were sent (repeat.seed
-// set, or the row's own seed), so that their responses_create_params are
-// what the requests carried; rows passed to WriteGroup keep their own.
+// Overrides gives the rows Write and WriteGroups write the run's request
+// parameters (generate.params) and says whether their seeds were sent
+// (repeat.seed set, or the row's own seed), so that their
+// responses_create_params are what the requests carried; rows passed to
+// WriteGroup keep their own.
 func (w *Writer) Overrides(params map[string]any, sendSeed bool) {
 	w.params, w.sendSeed = params, sendSeed
 }
@@ -129,6 +133,139 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 		r.NoSeed = !w.sendSeed
 	}
 	return w.WriteGroup(ctx, &pipeline.Group{Rollouts: rs})
+}
+
+// WriteGroups writes one line per rollout of gs as the output records it:
+// the lines Write writes for the record collate makes of gs, byte for
+// byte, from the rollouts themselves (no record is decoded). A line thus
+// holds what the output's row holds: the task is its input row (the task
+// column; not the tools and parameters parsed from it), created_at is 0
+// (the output holds no start time), strings are valid UTF-8 as the string
+// columns hold them, and the request parameters and seeds are the run's
+// (Overrides).
+func (w *Writer) WriteGroups(ctx context.Context, gs []*pipeline.Group) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tasks := map[*pipeline.Task]*pipeline.Task{}
+	for _, g := range gs {
+		for _, r := range g.Rollouts {
+			if r == nil {
+				continue
+			}
+			v := w.recorded(r, tasks)
+			line, err := NewLine(v)
+			if err != nil {
+				return fmt.Errorf("jsonl: %s: %w", r, err)
+			}
+			if err := w.enc.Encode(line); err != nil {
+				return fmt.Errorf("jsonl: %s: %w", r, err)
+			}
+		}
+	}
+	return nil
+}
+
+// recorded returns r as its output row holds it (what schema.Rollouts
+// decodes of it), for the fields a line reads: a copy whose task is its
+// index and input row, without a start time, with its strings as the
+// string columns hold them and the run's overrides. tasks keeps the
+// reduced task of each task already seen.
+func (w *Writer) recorded(r *pipeline.Rollout, tasks map[*pipeline.Task]*pipeline.Task) *pipeline.Rollout {
+	v := *r
+	t, ok := tasks[r.Task]
+	if !ok {
+		t = &pipeline.Task{}
+		if r.Task != nil {
+			t.Index = r.Task.Index
+			if raw := schema.ValidUTF8Bytes(r.Task.Raw); len(raw) > 0 {
+				t.Raw = json.RawMessage(raw)
+			}
+		}
+		tasks[r.Task] = t
+	}
+	v.Task = t
+	v.Started = time.Time{}
+	v.ConfigParams = w.params
+	// A row's own seed is in its responses_create_params already.
+	v.NoSeed = !w.sendSeed
+	v.RunID, v.TrajID, v.Env, v.Model = schema.ValidUTF8(v.RunID), schema.ValidUTF8(v.TrajID), schema.ValidUTF8(v.Env), schema.ValidUTF8(v.Model)
+	v.Status = pipeline.Status(schema.ValidUTF8(string(v.Status)))
+	v.Error, v.ErrorClass, v.FinishReason = schema.ValidUTF8(v.Error), schema.ValidUTF8(v.ErrorClass), schema.ValidUTF8(v.FinishReason)
+	v.Metrics = validKeys(v.Metrics)
+	v.Messages = validMessages(v.Messages)
+	return &v
+}
+
+// validKeys returns m with its keys as the metrics column holds them
+// (sorted, made valid UTF-8; of keys that become equal the last in order
+// wins, as the decoder has it); m itself when every key is valid.
+func validKeys(m map[string]float64) map[string]float64 {
+	bad := false
+	for k := range m {
+		if !utf8.ValidString(k) {
+			bad = true
+			break
+		}
+	}
+	if !bad {
+		return m
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make(map[string]float64, len(m))
+	for _, k := range keys {
+		out[schema.ValidUTF8(k)] = m[k]
+	}
+	return out
+}
+
+// validMessages returns msgs with their strings as the messages column
+// holds them; msgs itself when every one is valid.
+func validMessages(msgs []pipeline.Message) []pipeline.Message {
+	valid := func(m *pipeline.Message) bool {
+		ok := utf8.ValidString(m.Role) && utf8.ValidString(m.Content) &&
+			utf8.ValidString(m.ToolCallID) && utf8.ValidString(m.Name)
+		for _, tc := range m.ToolCalls {
+			ok = ok && utf8.ValidString(tc.ID) && utf8.ValidString(tc.Type) &&
+				utf8.ValidString(tc.Name) && utf8.ValidString(tc.Arguments)
+		}
+		for _, p := range m.Parts {
+			ok = ok && utf8.ValidString(p.Type) && utf8.ValidString(p.Text) && utf8.ValidString(p.ImageURL)
+		}
+		return ok
+	}
+	i := 0
+	for i < len(msgs) && valid(&msgs[i]) {
+		i++
+	}
+	if i == len(msgs) {
+		return msgs
+	}
+	out := slices.Clone(msgs)
+	for j := i; j < len(out); j++ {
+		m := &out[j]
+		m.Role, m.Content = schema.ValidUTF8(m.Role), schema.ValidUTF8(m.Content)
+		m.ToolCallID, m.Name = schema.ValidUTF8(m.ToolCallID), schema.ValidUTF8(m.Name)
+		if len(m.ToolCalls) > 0 {
+			m.ToolCalls = slices.Clone(m.ToolCalls)
+			for k := range m.ToolCalls {
+				tc := &m.ToolCalls[k]
+				tc.ID, tc.Type, tc.Name, tc.Arguments = schema.ValidUTF8(tc.ID), schema.ValidUTF8(tc.Type), schema.ValidUTF8(tc.Name), schema.ValidUTF8(tc.Arguments)
+			}
+		}
+		if len(m.Parts) > 0 {
+			m.Parts = slices.Clone(m.Parts)
+			for k := range m.Parts {
+				p := &m.Parts[k]
+				p.Type, p.Text, p.ImageURL = schema.ValidUTF8(p.Type), schema.ValidUTF8(p.Text), schema.ValidUTF8(p.ImageURL)
+			}
+		}
+	}
+	return out
 }
 
 // Close flushes buffered lines.

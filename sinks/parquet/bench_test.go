@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -35,37 +36,42 @@ func benchRecords(b *testing.B, n int) []arrow.Record {
 }
 
 // deepCopy makes rows that own their memory, as a program holding Go
-// structs would have them.
+// structs would have them: every string and slice, nested ones included,
+// is copied.
 func deepCopy(rows []row) []row {
-	out := make([]row, len(rows))
-	for i, r := range rows {
-		r.RunID, r.GroupID, r.TrajID = strings.Clone(r.RunID), strings.Clone(r.GroupID), strings.Clone(r.TrajID)
-		r.Env, r.Model, r.Status = strings.Clone(r.Env), strings.Clone(r.Model), strings.Clone(r.Status)
-		r.ErrorClass, r.FinishReason, r.FilterReason = strings.Clone(r.ErrorClass), strings.Clone(r.FinishReason), strings.Clone(r.FilterReason)
-		r.Error, r.Task = strings.Clone(r.Error), strings.Clone(r.Task)
-		r.TurnRewards = append([]float64(nil), r.TurnRewards...)
-		r.Metrics = append([]metric(nil), r.Metrics...)
-		for j := range r.Metrics {
-			r.Metrics[j].Name = strings.Clone(r.Metrics[j].Name)
+	out := reflect.New(reflect.TypeOf(rows)).Elem()
+	out.Set(deepCopyValue(reflect.ValueOf(rows)))
+	return out.Interface().([]row)
+}
+
+func deepCopyValue(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.String:
+		return reflect.ValueOf(strings.Clone(v.String())).Convert(v.Type())
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
 		}
-		msgs := make([]message, len(r.Messages))
-		for j, m := range r.Messages {
-			m.Role, m.Content, m.ToolCallID, m.Name = strings.Clone(m.Role), strings.Clone(m.Content), strings.Clone(m.ToolCallID), strings.Clone(m.Name)
-			tcs := make([]toolCall, len(m.ToolCalls))
-			for k, tc := range m.ToolCalls {
-				tcs[k] = toolCall{strings.Clone(tc.ID), strings.Clone(tc.Type), strings.Clone(tc.Name), strings.Clone(tc.Arguments)}
-			}
-			m.ToolCalls = tcs
-			msgs[j] = m
+		out := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			out.Index(i).Set(deepCopyValue(v.Index(i)))
 		}
-		r.Messages = msgs
-		r.PromptTokenIDs = append([]int32(nil), r.PromptTokenIDs...)
-		r.ResponseTokenIDs = append([]int32(nil), r.ResponseTokenIDs...)
-		r.LossMask = append([]int8(nil), r.LossMask...)
-		r.ResponseLogprobs = append([]float32(nil), r.ResponseLogprobs...)
-		out[i] = r
+		return out
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v
+		}
+		out := reflect.New(v.Type().Elem())
+		out.Elem().Set(deepCopyValue(v.Elem()))
+		return out
+	case reflect.Struct:
+		out := reflect.New(v.Type()).Elem()
+		for i := range v.NumField() {
+			out.Field(i).Set(deepCopyValue(v.Field(i)))
+		}
+		return out
 	}
-	return out
+	return v
 }
 
 func benchCompressions() []string { return []string{"zstd", "snappy"} }

@@ -8,43 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/trajflow/trajflow/internal/durable"
-	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
-
-// stepRow mirrors schema.StepSchema field by field.
-type stepRow struct {
-	RunID            string    `parquet:"run_id"`
-	TaskIndex        int64     `parquet:"task_index"`
-	Attempt          int32     `parquet:"attempt"`
-	RolloutIndex     int32     `parquet:"rollout_index"`
-	GroupID          string    `parquet:"group_id"`
-	TrajID           string    `parquet:"traj_id"`
-	Step             int32     `parquet:"step"`
-	StepReward       float64   `parquet:"step_reward"`
-	EpisodeReward    float64   `parquet:"episode_reward"`
-	EpisodeLength    int32     `parquet:"episode_length"`
-	IsActionValid    bool      `parquet:"is_action_valid"`
-	AnchorObs        *string   `parquet:"anchor_obs,optional"`
-	AnchorGroupID    *string   `parquet:"anchor_group_id,optional"`
-	AnchorGroupSize  int32     `parquet:"anchor_group_size"`
-	AnchorReturnMean float64   `parquet:"anchor_return_mean"`
-	AnchorReturnStd  float64   `parquet:"anchor_return_std"`
-	StepReturn       float64   `parquet:"step_return"`
-	StepAdvantage    float64   `parquet:"step_advantage"`
-	EpisodeAdvantage float64   `parquet:"episode_advantage"`
-	JointAdvantage   float64   `parquet:"joint_advantage"`
-	RawPrompt        *string   `parquet:"raw_prompt,optional"`
-	PromptTokenIDs   []int32   `parquet:"prompt_token_ids,list"`
-	ResponseTokenIDs []int32   `parquet:"response_token_ids,list"`
-	LossMask         []int8    `parquet:"loss_mask,list"`
-	ResponseLogprobs []float32 `parquet:"response_logprobs,list"`
-}
 
 // StepWriter writes step rows into one directory, each file the companion
 // of a trajectory part file: Commit(name) commits the steps written since
@@ -52,20 +21,18 @@ type stepRow struct {
 // concurrent use.
 type StepWriter struct {
 	dir   string
-	runID string
 	wopts []pq.WriterOption
 	f     *durable.File
 	pw    *pq.GenericWriter[stepRow]
 	rows  []stepRow
-	ones  []int8
 	// copied are rows copied from a StepReader, not yet written.
 	copied []stepRow
 }
 
 // NewStepWriter creates dir and returns a StepWriter into it, writing
-// runID into every row and meta (with the steps schema version) into every
-// file. Temporary files a crashed writer left are removed.
-func NewStepWriter(dir, runID, compression string, meta map[string]string) (*StepWriter, error) {
+// meta (with the steps schema version) into every file. Temporary files a
+// crashed writer left are removed.
+func NewStepWriter(dir, compression string, meta map[string]string) (*StepWriter, error) {
 	c, err := codec(compression)
 	if err != nil {
 		return nil, err
@@ -76,7 +43,7 @@ func NewStepWriter(dir, runID, compression string, meta map[string]string) (*Ste
 	if err := RemoveStale(dir, schema.PartPrefix); err != nil {
 		return nil, err
 	}
-	w := &StepWriter{dir: dir, runID: runID}
+	w := &StepWriter{dir: dir}
 	w.wopts = []pq.WriterOption{
 		pq.Compression(c), pq.DefaultEncodingFor(pq.ByteArray, &pq.Plain), pq.DataPageVersion(1),
 		pq.DataPageStatistics(false), pq.MaxRowsPerRowGroup(DefaultRowGroupRows), pq.CreatedBy("trajflow", "", ""),
@@ -119,26 +86,18 @@ func (w *StepWriter) open() error {
 	return nil
 }
 
-// WriteGroups appends one row per step of every rollout of gs (in
-// whole-group order) to the open file, opening one if needed. Anchor
-// group ids are "GROUP_ID/aN", N the step's pipeline.Step.AnchorGroup.
-func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
+// WriteRows appends rows (collate.StepRows) to the open file, opening
+// one if needed.
+func (w *StepWriter) WriteRows(rows []schema.StepRow) error {
 	if err := w.open(); err != nil {
 		return err
 	}
 	if err := w.flushCopied(); err != nil {
 		return err
 	}
-	w.rows = w.rows[:0]
-	for _, g := range gs {
-		for _, r := range g.Rollouts {
-			if r == nil {
-				continue
-			}
-			for i := range r.Steps {
-				w.rows = append(w.rows, w.row(r, i))
-			}
-		}
+	w.rows = grow(w.rows, len(rows))
+	for i := range rows {
+		w.rows[i] = stepRowOf(&rows[i])
 	}
 	if _, err := w.pw.Write(w.rows); err != nil {
 		tmp := w.f.Name()
@@ -146,33 +105,6 @@ func (w *StepWriter) WriteGroups(gs []*pipeline.Group) error {
 	}
 	clear(w.rows)
 	return nil
-}
-
-func (w *StepWriter) row(r *pipeline.Rollout, i int) stepRow {
-	st := &r.Steps[i]
-	if n := len(st.ResponseTokenIDs); len(w.ones) < n {
-		w.ones = slices.Repeat([]int8{1}, max(n, 2*len(w.ones)))
-	}
-	lp := st.Logprobs
-	if len(lp) != len(st.ResponseTokenIDs) {
-		lp = make([]float32, len(st.ResponseTokenIDs))
-	}
-	row := stepRow{
-		RunID: w.runID, TaskIndex: r.Task.Index, Attempt: int32(r.Attempt), RolloutIndex: int32(r.RolloutIndex),
-		GroupID: r.GroupID, TrajID: r.TrajID, Step: int32(i + 1),
-		StepReward: st.Reward, EpisodeReward: r.Reward, EpisodeLength: int32(r.NumTurns),
-		IsActionValid: st.ActionValid, AnchorObs: st.Anchor,
-		AnchorGroupSize: int32(st.AnchorGroupSize), AnchorReturnMean: st.AnchorMean, AnchorReturnStd: st.AnchorStd,
-		StepReturn: st.Return, StepAdvantage: st.Advantage,
-		EpisodeAdvantage: st.EpisodeAdvantage, JointAdvantage: st.JointAdvantage, RawPrompt: st.RawPrompt,
-		PromptTokenIDs: st.PromptTokenIDs, ResponseTokenIDs: st.ResponseTokenIDs,
-		LossMask: w.ones[:len(st.ResponseTokenIDs)], ResponseLogprobs: lp,
-	}
-	if st.AnchorGroup >= 0 && st.Anchor != nil {
-		id := r.GroupID + "/a" + strconv.Itoa(st.AnchorGroup)
-		row.AnchorGroupID = &id
-	}
-	return row
 }
 
 // Commit finishes the open file (an empty one when nothing was written

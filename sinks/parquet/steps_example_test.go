@@ -8,6 +8,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // A StepWriter's file is committed under the name of the trajectory file
@@ -15,16 +16,16 @@ import (
 func ExampleStepWriter() {
 	dir, _ := os.MkdirTemp("", "trajflow-steps")
 	defer os.RemoveAll(dir)
-	w, err := pqsink.NewStepWriter(filepath.Join(dir, "steps"), "run1", "zstd", nil)
+	w, err := pqsink.NewStepWriter(filepath.Join(dir, "steps"), "zstd", nil)
 	if err != nil {
 		panic(err)
 	}
-	r := &pipeline.Rollout{Task: &pipeline.Task{Index: 0}, GroupID: "g0", TrajID: "g0-0", Reward: 1, NumTurns: 2,
+	r := &pipeline.Rollout{RunID: "run1", Task: &pipeline.Task{Index: 0}, GroupID: "g0", TrajID: "g0-0", Reward: 1, NumTurns: 2,
 		Steps: []pipeline.Step{
 			{PromptTokenIDs: []int32{1, 2, 3}, ResponseTokenIDs: []int32{4, 5}, ActionValid: true, AnchorGroup: -1},
 			{PromptTokenIDs: []int32{1, 6}, ResponseTokenIDs: []int32{7}, Reward: 1, ActionValid: true, AnchorGroup: -1},
 		}}
-	if err := w.WriteGroups([]*pipeline.Group{{Rollouts: []*pipeline.Rollout{r}}}); err != nil {
+	if err := w.WriteRows(collate.StepRows(nil, []*pipeline.Group{{Rollouts: []*pipeline.Rollout{r}}})); err != nil {
 		panic(err)
 	}
 	if err := w.Commit("part-00000.parquet"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 func TestPairSteps(t *testing.T) {
@@ -46,17 +47,17 @@ func TestPairSteps(t *testing.T) {
 // an empty commit still gives a file, and Abort leaves nothing.
 func TestStepWriterRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	w, err := parquet.NewStepWriter(dir, "run1", "zstd", map[string]string{"k": "v"})
+	w, err := parquet.NewStepWriter(dir, "zstd", map[string]string{"k": "v"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := "grid"
-	r := &pipeline.Rollout{Task: &pipeline.Task{Index: 4}, GroupID: "g", TrajID: "t", RolloutIndex: 1, Reward: 2, NumTurns: 2,
+	r := &pipeline.Rollout{RunID: "run1", Task: &pipeline.Task{Index: 4}, GroupID: "g", TrajID: "t", RolloutIndex: 1, Reward: 2, NumTurns: 2,
 		Steps: []pipeline.Step{
 			{PromptTokenIDs: []int32{1, 2}, ResponseTokenIDs: []int32{3}, Logprobs: []float32{-0.5}, Reward: 1, ActionValid: true, Anchor: &a, AnchorGroup: 0, AnchorGroupSize: 1, AnchorStd: 1, Return: 2, Advantage: 2},
 			{PromptTokenIDs: []int32{4}, ResponseTokenIDs: []int32{5, 6}, Reward: 1, AnchorGroup: -1},
 		}}
-	if err := w.WriteGroups([]*pipeline.Group{{Rollouts: []*pipeline.Rollout{r}}}); err != nil {
+	if err := w.WriteRows(collate.StepRows(nil, []*pipeline.Group{{Rollouts: []*pipeline.Rollout{r}}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Commit("part-00003.parquet"); err != nil {
@@ -65,7 +66,7 @@ func TestStepWriterRoundTrip(t *testing.T) {
 	if err := w.Commit("part-00004.parquet"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteGroups(nil); err != nil {
+	if err := w.WriteRows(nil); err != nil {
 		t.Fatal(err)
 	}
 	w.Abort()

@@ -1,12 +1,9 @@
 package collate
 
 import (
-	"bytes"
 	"github.com/trajflow/trajflow/schema"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -342,24 +339,11 @@ func SeqTokens(r *pipeline.Rollout) (gen, total int) {
 	return gen, len(r.ResponseTokenIDs)
 }
 
-// validUTF8 returns s with each maximal run of invalid UTF-8 bytes replaced
-// by U+FFFD: every string column is valid UTF-8, whatever a server, an
-// environment or an input row produced, so that every reader (DuckDB
-// refuses a file with one bad string) reads every file.
-func validUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
-}
+// validUTF8 is what a string column holds of s (schema.ValidUTF8).
+func validUTF8(s string) string { return schema.ValidUTF8(s) }
 
 // validUTF8Bytes is validUTF8 for a byte slice.
-func validUTF8Bytes(b []byte) []byte {
-	if utf8.Valid(b) {
-		return b
-	}
-	return bytes.ToValidUTF8(b, []byte("\uFFFD"))
-}
+func validUTF8Bytes(b []byte) []byte { return schema.ValidUTF8Bytes(b) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

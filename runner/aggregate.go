@@ -4,22 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
 )
-
-// ServerAggregateMetricsFile holds what environments that are
-// envs.Finishers (the nemo_gym environment's resources server, through
-// /aggregate_metrics) said about the run, in NeMo Gym's
-// _aggregate_metrics.json layout: one entry per environment (route),
-// {"agent_ref": {"name": ENV}, "agent_metrics": ..., "key_metrics": ...,
-// "group_level_metrics": ...}. trajflow's own figures in that layout are
-// in AggregateMetricsFile.
-const ServerAggregateMetricsFile = schema.ServerAggregateMetricsFile
 
 // writeAggregate asks each environment for its run result and writes them
 // next to metrics.json. Nothing is written when no environment is a
@@ -61,10 +52,9 @@ func (r *run) writeAggregate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(r.cfg.Output.Dir, ServerAggregateMetricsFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
+	path := filepath.Join(r.cfg.Output.Dir, schema.ServerAggregateMetricsFile)
+	if err := durable.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("aggregate metrics: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }

@@ -236,7 +236,7 @@ func (b *Built) newGenerator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gopts.Policy = b.opts.Policy
+	gopts.Policy = b.opts.continuous().Policy
 	gen, err := generate.New(b.Client, gopts)
 	if err != nil {
 		return err

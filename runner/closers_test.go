@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // The closers' errors are the run's: each one closeChecked adds is joined,
@@ -43,8 +44,8 @@ func TestInputsCloseReportsAFullDisk(t *testing.T) {
 		t.Fatalf("write: %v (the line should fit the buffer)", err)
 	}
 	err := w.Close()
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), InputsFile) {
-		t.Fatalf("Close: %v, want ENOSPC naming %s", err, InputsFile)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), schema.InputsFile) {
+		t.Fatalf("Close: %v, want ENOSPC naming %s", err, schema.InputsFile)
 	}
 }
 
@@ -56,7 +57,7 @@ func TestLockDirReleaseReportsItsErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, LockFile))
+	b, err := os.ReadFile(filepath.Join(dir, schema.LockFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func TestLockDirReleaseReportsItsErrors(t *testing.T) {
 	if err := release(); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if err := release(); err == nil || !strings.Contains(err.Error(), LockFile) {
-		t.Fatalf("second release: %v, want an error naming %s", err, LockFile)
+	if err := release(); err == nil || !strings.Contains(err.Error(), schema.LockFile) {
+		t.Fatalf("second release: %v, want an error naming %s", err, schema.LockFile)
 	}
 	again, err := lockDir(dir)
 	if err != nil {

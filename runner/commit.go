@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 
 	"github.com/apache/arrow/go/v17/arrow"
+
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
@@ -96,7 +98,7 @@ func (c *committer) writer(dest string) (*parquet.Writer, error) {
 	}
 	popts := c.options()
 	popts.OnCommit = func(path string, rows int) { c.onCommit(dest, path, rows) }
-	if dest == DataDir && c.stepsOpen != nil {
+	if dest == schema.DataDir && c.stepsOpen != nil {
 		sw, err := c.stepsOpen(popts.Metadata)
 		if err != nil {
 			return nil, err
@@ -142,7 +144,7 @@ func (c *committer) writer(dest string) (*parquet.Writer, error) {
 // onCommit hears of each file a writer committed.
 func (c *committer) onCommit(dest, path string, rows int) {
 	c.dirty = true
-	if dest != DataDir {
+	if dest != schema.DataDir {
 		return
 	}
 	if c.hooks.upload != nil {
@@ -161,7 +163,7 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 	if err != nil {
 		return err
 	}
-	if dest == DataDir {
+	if dest == schema.DataDir {
 		for _, s := range c.interop {
 			if err := s.sink.Write(ctx, rec); err != nil {
 				return fmt.Errorf("%s: %w", s.key, err)

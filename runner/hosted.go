@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/cache"
 	"github.com/trajflow/trajflow/inference/openai"

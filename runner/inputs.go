@@ -17,10 +17,6 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// InputsFile holds each task's rendered request once (NeMo Gym's
-// _materialized_inputs.jsonl), appended as tasks are rendered.
-const InputsFile = schema.InputsFile
-
 // Input is one line of InputsFile: a task's first request as rendered.
 type Input struct {
 	TaskIndex int64              `json:"task_index"`
@@ -57,7 +53,7 @@ func openInputs(path string) (*inputsWriter, error) {
 		return w, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", InputsFile, err)
+		return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
 	br := bufio.NewReader(f)
@@ -68,7 +64,7 @@ func openInputs(path string) (*inputsWriter, error) {
 			break // a last line without its newline was cut short
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", InputsFile, err)
+			return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 		}
 		var in struct {
 			TaskIndex *int64 `json:"task_index"`
@@ -81,7 +77,7 @@ func openInputs(path string) (*inputsWriter, error) {
 	}
 	if st, err := f.Stat(); err == nil && st.Size() > good {
 		if err := os.Truncate(path, good); err != nil {
-			return nil, fmt.Errorf("%s: %w", InputsFile, err)
+			return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 		}
 	}
 	return w, nil
@@ -101,7 +97,7 @@ func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 	}
 	b, err := json.Marshal(Input{TaskIndex: t.Index, Source: t.Source, Env: t.Env, Messages: t.Messages, Tools: t.Tools, Params: red})
 	if err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	if w.f == nil {
 		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -111,7 +107,7 @@ func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 		w.f, w.bw = f, bufio.NewWriterSize(f, 64<<10)
 	}
 	if _, err := w.bw.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
 }
@@ -124,7 +120,7 @@ func (w *inputsWriter) flush() error {
 		return nil
 	}
 	if err := w.bw.Flush(); err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
 }
@@ -142,7 +138,7 @@ func (w *inputsWriter) Close() error {
 	}
 	w.f, w.bw = nil, nil
 	if err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
 }

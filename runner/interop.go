@@ -2,8 +2,9 @@ package runner
 
 import (
 	"fmt"
-	"github.com/trajflow/trajflow/config"
 	"path/filepath"
+
+	"github.com/trajflow/trajflow/config"
 
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
@@ -27,7 +28,7 @@ func (r *run) provisionInterop() error {
 	// writers and the interop sinks.
 	r.closeChecked(r.commit.abort)
 	if cfg.Output.JSONL {
-		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
+		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, schema.JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}

@@ -2,13 +2,14 @@ package runner
 
 import (
 	"context"
-	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/trajflow/trajflow/pipeline"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"

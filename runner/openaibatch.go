@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -118,6 +119,10 @@ func (b *batchFiles) commit(dest, final string) error {
 			return fmt.Errorf("output.openai_batch: %w", errors.Join(err, p.drop()))
 		}
 		p.files[k] = nil
+	}
+	// The renames survive a crash before the part's own.
+	if err := durable.SyncDir(b.dir); err != nil {
+		return fmt.Errorf("output.openai_batch: %w", err)
 	}
 	return nil
 }

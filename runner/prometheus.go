@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"

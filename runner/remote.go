@@ -70,7 +70,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 	if err := s.Check(ctx, u.Bucket); err != nil {
 		return storeError("output.dir", where, err)
 	}
-	lock, err := s.TakeLock(ctx, u.Bucket, u.Join(LockFile).Key, func(err error) {
+	lock, err := s.TakeLock(ctx, u.Bucket, u.Join(schema.LockFile).Key, func(err error) {
 		r.fail(fmt.Errorf("output.dir %s: %w", where, err))
 	})
 	if err != nil {
@@ -98,7 +98,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Last: schema.DataDir, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
 		// runs of their own.
-		return rel == LockFile || strings.HasPrefix(rel, schema.ShardsDir+"/")
+		return rel == schema.LockFile || strings.HasPrefix(rel, schema.ShardsDir+"/")
 	}}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("output.dir: staging directory: %w", err)

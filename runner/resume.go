@@ -24,24 +24,9 @@ import (
 	"github.com/trajflow/trajflow/sources"
 )
 
-// KeyConfig is the Parquet metadata key holding the canonical JSON of the
-// config's semantic keys, so that a refused resume can name what changed.
-const KeyConfig = schema.KeyConfig
-
-// KeySource is the Parquet metadata key holding the identity of the input
-// (sources.Identity as JSON) as far as it was read when the file was
-// committed.
-const KeySource = schema.KeySource
-
-// SecretKeyFile holds, in the output directory, the random key of the
-// keyed hash that stands for secret config values in the fingerprint
-// (config.UseSecretKey). It never leaves the directory; without it a
-// resume sees every secret as changed.
-const SecretKeyFile = schema.SecretKeyFile
-
 // secretKey reads the output directory's key, creating it on first use.
 func secretKey(dir string) ([]byte, error) {
-	path := filepath.Join(dir, SecretKeyFile)
+	path := filepath.Join(dir, schema.SecretKeyFile)
 	if b, err := os.ReadFile(path); err == nil {
 		key, derr := hex.DecodeString(strings.TrimSpace(string(b)))
 		if derr != nil || len(key) < 16 {
@@ -61,7 +46,7 @@ func secretKey(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, SecretKeyFile+".tmp-*")
+	tmp, err := os.CreateTemp(dir, schema.SecretKeyFile+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
@@ -137,7 +122,7 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 	// Groups with a failed member (errors/) are not done: a rerun redoes
 	// them, unless run.resume_errors is keep.
 	keepErrors := r.cfg.Run.ResumeErrors == "keep"
-	for _, dest := range []string{DataDir, FilteredDir, SurplusDir, ErrorsDir} {
+	for _, dest := range []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir} {
 		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, schema.PartGlob))
 		if err != nil {
 			return nil, err
@@ -147,13 +132,13 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if dest == SurplusDir || dest == ErrorsDir && !keepErrors {
+			if dest == schema.SurplusDir || dest == schema.ErrorsDir && !keepErrors {
 				if err := checkVersion(p); err != nil {
 					return nil, err
 				}
 				continue
 			}
-			if err := r.readCommitted(ctx, p, dest == DataDir, fp, c); err != nil {
+			if err := r.readCommitted(ctx, p, dest == schema.DataDir, fp, c); err != nil {
 				return nil, err
 			}
 			c.files++
@@ -210,7 +195,7 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 	meta := f.Metadata()
 	if got, ok := meta[parquet.KeyConfigFingerprint]; !ok || got != fp {
 		var diffs []string
-		if stored, ok := meta[KeyConfig]; ok {
+		if stored, ok := meta[schema.KeyConfig]; ok {
 			diffs, _ = r.cfg.DiffSemantic(stored)
 		}
 		if !r.opts.AllowConfigChange {
@@ -221,21 +206,23 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 			return fmt.Errorf("%w: %s (%s); use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, path, msg)
 		}
 	}
-	if v, ok := meta[KeySource]; ok {
+	if v, ok := meta[schema.KeySource]; ok {
 		var id sources.Identity
 		if err := json.Unmarshal([]byte(v), &id); err != nil {
-			return fmt.Errorf("resume: %s: %s is unreadable: %w", path, KeySource, err)
+			return fmt.Errorf("resume: %s: %s is unreadable: %w", path, schema.KeySource, err)
 		}
 		if c.source == nil || id.Bytes > c.source.Bytes {
 			c.source = &id
 		}
 	}
-	cols, err := f.Fields("task_index", "attempt")
+	columns := schema.Columns()
+	taskIndex, attempt := columns[schema.ColTaskIndex].Name, columns[schema.ColAttempt].Name
+	cols, err := f.Fields(taskIndex, attempt)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	seen := map[pipeline.GroupKey]bool{}
-	errType := fmt.Errorf("resume: %s: task_index or attempt has an unexpected type", path)
+	errType := fmt.Errorf("resume: %s: %s or %s has an unexpected type", path, taskIndex, attempt)
 	err = f.Records(ctx, cols, func(rec arrow.Record) error {
 		tasks, ok1 := rec.Column(0).(*array.Int64)
 		attempts, ok2 := rec.Column(1).(*array.Int32)

@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/internal/analyze"
@@ -65,15 +66,24 @@ type Options struct {
 	// takes the shard from (see sources.Shard.Resolve). Default
 	// os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Continuous holds what only a continuous service (trajflow serve)
+	// sets: nil for a run that ends.
+	Continuous *Continuous
+}
+
+// Continuous are the settings of a run that a long-running service drives
+// (trajflow serve): its demand, the trainer's policy and staleness, and
+// what it hears of the run. Every field may be nil.
+type Continuous struct {
 	// Policy is the fleet's policy version and the pause that brackets a
 	// weight update, passed to the generate stage; nil: version 0, never
 	// paused.
 	Policy *generate.Policy
-	// Supply, when set, makes the run continuous (trajflow serve): its
-	// target of kept groups replaces groups.target and grows as Raise asks
-	// for more; when it is met the run waits for more rather than ending,
-	// and groups in flight count toward the next demand. Such a run ends
-	// when its context is cancelled or its input runs out.
+	// Supply, when set, makes the run continuous: its target of kept
+	// groups replaces groups.target and grows as Raise asks for more; when
+	// it is met the run waits for more rather than ending, and groups in
+	// flight count toward the next demand. Such a run ends when its
+	// context is cancelled or its input runs out.
 	Supply *groups.Supply
 	// OnCommit, when set, hears of each data file committed (on object
 	// storage: once uploaded) with its path and row count.
@@ -90,6 +100,14 @@ type Options struct {
 	Staleness *groups.Staleness
 }
 
+// continuous is opts.Continuous, or none.
+func (o Options) continuous() Continuous {
+	if o.Continuous != nil {
+		return *o.Continuous
+	}
+	return Continuous{}
+}
+
 // lookupEnv is opts.LookupEnv or os.LookupEnv.
 func (o Options) lookupEnv() func(string) (string, bool) {
 	if o.LookupEnv != nil {
@@ -97,20 +115,6 @@ func (o Options) lookupEnv() func(string) (string, bool) {
 	}
 	return os.LookupEnv
 }
-
-// Output layout under output.dir: the names schema defines, kept here for
-// embedders that name the parts of a run's output through this package.
-const (
-	DataDir      = schema.DataDir      // kept groups
-	FilteredDir  = schema.FilteredDir  // dropped groups (output.filtered)
-	StepsDir     = schema.StepsDir     // step rows of the kept groups (output.steps)
-	SurplusDir   = schema.SurplusDir   // groups finished after the target (groups.on_target: drain)
-	JSONLDir     = schema.JSONLDir     // NeMo Gym-shaped copies of the kept rows (output.jsonl)
-	RejectsFile  = schema.RejectsFile  // input rows that could not be rendered
-	FailuresFile = schema.FailuresFile // every rollout that resolved as an error
-	ErrorsDir    = schema.ErrorsDir    // groups with a member that resolved as an error
-	ImagesDir    = schema.ImagesDir    // bytes of the rows' data-URL images (output.images: reference)
-)
 
 // Run runs the pipeline the config describes and returns its summary. The
 // summary is returned with the error too, where the run got far enough to
@@ -173,7 +177,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	if cfg.Output.Steps {
 		// A crash between a commit's two renames left a steps file
 		// without its trajectories: they were never committed.
-		if err := parquet.PairSteps(filepath.Join(cfg.Output.Dir, DataDir), filepath.Join(cfg.Output.Dir, StepsDir)); err != nil {
+		if err := parquet.PairSteps(filepath.Join(cfg.Output.Dir, schema.DataDir), filepath.Join(cfg.Output.Dir, schema.StepsDir)); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
@@ -236,14 +240,10 @@ func Check(cfg *config.Config, opts Options) error {
 	return cfg.Locate(p.Err())
 }
 
-// MetricsFile holds the run's aggregate metrics, computed from the
-// committed data files (the same as `trajflow stats OUTPUT`).
-const MetricsFile = schema.MetricsFile
-
 // writeMetrics computes the metrics of everything committed in the data
 // directory, this run's and earlier runs' alike.
 func (r *run) writeMetrics(ctx context.Context) error {
-	dir := filepath.Join(r.cfg.Output.Dir, DataDir)
+	dir := filepath.Join(r.cfg.Output.Dir, schema.DataDir)
 	if files, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(files) == 0 {
 		return nil
 	}
@@ -252,10 +252,10 @@ func (r *run) writeMetrics(ctx context.Context) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	m.LastRun = r.runTokens()
-	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile)); err != nil {
+	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile)); err != nil {
 		return err
 	}
-	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, AggregateMetricsFile), m)
+	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, schema.AggregateMetricsFile), m)
 }
 
 // ShardDir is the output directory of shard index of count under a
@@ -347,7 +347,7 @@ func (r *run) provision(ctx context.Context) error {
 		r.commit.batch = b
 	}
 	if cfg.Output.Images == "reference" {
-		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
+		dir := filepath.Join(cfg.Output.Dir, schema.ImagesDir)
 		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
 		for _, f := range stale {
 			if err := os.Remove(f); err != nil {
@@ -356,16 +356,16 @@ func (r *run) provision(ctx context.Context) error {
 		}
 		r.commit.images = images.New(dir)
 	}
-	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
+	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
 	r.closeChecked(r.rejects.Close)
-	if r.inputs, err = openInputs(filepath.Join(cfg.Output.Dir, InputsFile)); err != nil {
+	if r.inputs, err = openInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
 		return err
 	}
 	r.closeChecked(r.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
 		r.prom = newPromMetrics(r.snapshot)
-		if r.opts.Collector != nil {
-			if err := r.prom.reg.Register(r.opts.Collector); err != nil {
+		if r.opts.continuous().Collector != nil {
+			if err := r.prom.reg.Register(r.opts.continuous().Collector); err != nil {
 				return fmt.Errorf("run.metrics_addr: %w", err)
 			}
 		}
@@ -399,7 +399,7 @@ func (r *run) provision(ctx context.Context) error {
 		r.scraper = newScraper(cfg.Generate.Endpoints)
 	}
 
-	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
+	r.failures = lines.New(filepath.Join(cfg.Output.Dir, schema.FailuresFile))
 	r.closeChecked(r.failures.Close)
 	return r.provisionInterop()
 }
@@ -432,7 +432,7 @@ func (r *run) parquetOptions() parquet.Options {
 				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
 			}
 			id, _ := json.Marshal(r.built.Source.Identity())
-			return map[string]string{KeySource: string(id)}
+			return map[string]string{schema.KeySource: string(id)}
 		},
 	}
 	maps.Copy(opts.Metadata, r.priceMetadata())
@@ -528,7 +528,7 @@ func (r *run) newCommitter() *committer {
 	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions, hooks: commitHooks{committed: r.countCommitted}}
 	if cfg.Output.Steps {
 		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
-			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)
+			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, schema.StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)
 		}
 	}
 	if r.remote.mirror != nil {
@@ -547,8 +547,8 @@ func (r *run) countCommitted(path string, rows int) {
 	r.files = append(r.files, r.displayPath(path))
 	r.stats.written.Add(int64(rows))
 	r.stats.filesCommitted.Add(1)
-	if r.opts.OnCommit != nil {
-		r.opts.OnCommit(path, rows)
+	if on := r.opts.continuous().OnCommit; on != nil {
+		on(path, rows)
 	}
 }
 

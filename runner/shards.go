@@ -51,9 +51,9 @@ func (r *run) checkManifest(root string) error {
 		}
 		return nil
 	}
-	if parts, _ := filepath.Glob(filepath.Join(root, DataDir, schema.PartGlob)); len(parts) > 0 {
+	if parts, _ := filepath.Glob(filepath.Join(root, schema.DataDir, schema.PartGlob)); len(parts) > 0 {
 		return fmt.Errorf("%w: %s holds the part files of a run that was not sharded (%s); a sharded run writes under %s/: use another output.dir",
-			ErrManifest, r.root, filepath.Join(root, DataDir), shards.Subdir)
+			ErrManifest, r.root, filepath.Join(root, schema.DataDir), shards.Subdir)
 	}
 	fp, canonical := cfg.RunFingerprint()
 	want := shards.Manifest{
@@ -119,7 +119,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 		return fmt.Errorf("output.dir: %w", err)
 	}
 	r.closers = append(r.closers, func() { _ = os.RemoveAll(local) }) // best effort: a temporary directory, not output
-	names := []string{SecretKeyFile, ManifestFile}
+	names := []string{schema.SecretKeyFile, ManifestFile}
 	for attempt := 0; attempt < 4; attempt++ {
 		pulled := map[string]bool{}
 		for _, name := range names {
@@ -156,7 +156,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("output.dir %s: its %s and %s kept changing while this run read them", r.root, SecretKeyFile, ManifestFile)
+	return fmt.Errorf("output.dir %s: its %s and %s kept changing while this run read them", r.root, schema.SecretKeyFile, ManifestFile)
 }
 
 // rootFiles reads or makes the secret key and the manifest in dir, the

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/reugn/go-streams"
+
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/collate"
@@ -159,13 +161,13 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 				if cfg.Output.Steps {
 					groups.StepStats(gr, groups.StepParamsOf(cfg.Groups))
 				}
-				out = append(out, routed{gr, DataDir})
+				out = append(out, routed{gr, schema.DataDir})
 			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":
-				out = append(out, routed{gr, SurplusDir})
+				out = append(out, routed{gr, schema.SurplusDir})
 			case gr.FilterReason == groups.ReasonError:
-				out = append(out, routed{gr, ErrorsDir})
+				out = append(out, routed{gr, schema.ErrorsDir})
 			case cfg.Output.Filtered:
-				out = append(out, routed{gr, FilteredDir})
+				out = append(out, routed{gr, schema.FilteredDir})
 			default:
 				continue
 			}
@@ -228,7 +230,7 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	// (output.openai_batch, every directory) go with its next record.
 	pending := map[string][]*pipeline.Group{}
 	keeps := func(dest string) bool {
-		return dest == DataDir && r.cfg.Output.Steps || r.cfg.Output.OpenAIBatch
+		return dest == schema.DataDir && r.cfg.Output.Steps || r.cfg.Output.OpenAIBatch
 	}
 	take := func(dest string) []*pipeline.Group {
 		gs := pending[dest]
@@ -303,4 +305,4 @@ func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
 }
 
 // outputDirs are the directories of Parquet output, in commit order.
-var outputDirs = []string{DataDir, FilteredDir, SurplusDir, ErrorsDir}
+var outputDirs = []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir}

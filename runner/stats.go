@@ -293,7 +293,7 @@ func (r *run) summary(err error) *Summary {
 	defer s.mu.Unlock()
 	sum := &Summary{
 		RunID: r.cfg.Run.ID, Dir: r.displayPath(r.cfg.Output.Dir), Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
-		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, MetricsFile))),
+		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile))),
 		Steps:   r.displayPath(r.stepsDir()),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
 		Target: r.cfg.Groups.Target, EarlierKept: r.done.kept,
@@ -381,7 +381,7 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "target: %d kept groups of %d (%d by earlier runs, %d by this run)\n", s.EarlierKept+s.Kept, s.Target, s.EarlierKept, s.Kept)
 	}
 	if s.Rejected > 0 {
-		fmt.Fprintf(&b, "bad rows skipped: %d (see %s/%s)\n", s.Rejected, s.Dir, RejectsFile)
+		fmt.Fprintf(&b, "bad rows skipped: %d (see %s/%s)\n", s.Rejected, s.Dir, schema.RejectsFile)
 	}
 	if s.InvalidUTF8 > 0 {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
@@ -409,7 +409,7 @@ func (s *Summary) String() string {
 	if s.Metrics != "" {
 		metrics = s.Metrics
 	}
-	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, DataDir, len(s.Files), metrics)
+	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, schema.DataDir, len(s.Files), metrics)
 	if s.Steps != "" {
 		fmt.Fprintf(&b, "step rows: %s (a steps file beside each data file)\n", s.Steps)
 	}
@@ -422,7 +422,7 @@ func (r *run) stepsDir() string {
 	if !r.cfg.Output.Steps {
 		return ""
 	}
-	dir := filepath.Join(r.cfg.Output.Dir, StepsDir)
+	dir := filepath.Join(r.cfg.Output.Dir, schema.StepsDir)
 	if m, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(m) == 0 {
 		return ""
 	}

@@ -8,7 +8,7 @@ import "github.com/trajflow/trajflow/stages/groups"
 func (r *run) newController() *groups.Controller {
 	cfg := r.cfg
 	gc := cfg.Groups
-	if r.opts.Supply != nil {
+	if r.opts.continuous().Supply != nil {
 		// A continuous run's budget is bounded as a target's is: no more
 		// groups in flight than the generation slots serve at once.
 		gc.Target = max(gc.Target, 1)
@@ -18,8 +18,8 @@ func (r *run) newController() *groups.Controller {
 			r.loop.Stop()
 		}
 	})
-	if r.opts.Supply != nil {
-		ctl.Follow(r.opts.Supply)
+	if r.opts.continuous().Supply != nil {
+		ctl.Follow(r.opts.continuous().Supply)
 	}
 	return ctl
 }

@@ -2,8 +2,9 @@ package runner
 
 import (
 	"context"
-	"github.com/trajflow/trajflow/internal/metrics"
 	"time"
+
+	"github.com/trajflow/trajflow/internal/metrics"
 )
 
 // serverCount is the endpoints' own generation-token counter over the

@@ -245,13 +245,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	ropts := runner.Options{
 		Stderr: opts.Stderr, Client: opts.Client, Env: opts.Env, Abort: opts.Abort,
 		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
-		Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
+		Continuous: &runner.Continuous{
+			Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
+			Collector: collector{s},
+		},
 		Progress: func(sn runner.Snapshot) {
 			snapMu.Lock()
 			snap = sn
 			snapMu.Unlock()
 		},
-		Collector: collector{s},
 	}
 	runDone := make(chan error, 1)
 	go func() {

@@ -20,21 +20,15 @@ import (
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
-	"github.com/trajflow/trajflow/storage"
 )
 
-// BuildOptions are the settings of Build.
-type BuildOptions struct {
-	// Options are a run's options: Client and Env replace the config's
-	// endpoints and environment as they do for Run.
-	Options
-	// Hooks observe the components built.
-	Hooks Hooks
-}
-
-// Hooks let the caller of Build observe the components it builds; every
-// one may be nil.
-type Hooks struct {
+// hooks let the caller of the build steps take part in them and observe
+// the components built; every one may be nil.
+type hooks struct {
+	// Output is the output step: Run makes its output directory there
+	// (the shard's directory, the lock, the committer); Validate checks
+	// an s3:// output.dir's bucket and writes nothing.
+	Output func(ctx context.Context) error
 	// OnBreak is called when the HTTP client's circuit breaker opens (Run
 	// stops the run).
 	OnBreak func(error)
@@ -43,34 +37,43 @@ type Hooks struct {
 	// WrapEnv wraps each route's environment before the Stepper gets it
 	// (Run times the steps for its metrics).
 	WrapEnv func(envs.Env) envs.Env
+	// OnEnvStart hears of each route's environment as it starts or fails
+	// to (Validate's report).
+	OnEnvStart func(route string, err error)
 	// OnReject and OnInvalidUTF8 receive the source's bad rows with
 	// source.on_bad_row: skip, and the fields it repaired.
 	OnReject      func(sources.Reject) error
 	OnInvalidUTF8 func(where string)
 	// SourcePath returns the local path of source.path (Run downloads an
-	// s3:// one into its staging directory). nil: Build downloads an
-	// s3:// source.path into a temporary directory it removes on Close.
+	// s3:// one into its staging directory). nil: an s3:// source.path is
+	// downloaded into a temporary directory removed on Close.
 	SourcePath func(ctx context.Context) (string, error)
 }
 
-// Built are the components of a run, built from its config in one place:
-// the inference client, the generate stage, the environments and their
-// Stepper, the template, the source and the repeat expander. Run builds
-// its graph of them and Validate renders its first requests with them, so
-// that what validate shows is what a run sends. A long-lived caller
-// builds them once and closes them when done.
-type Built struct {
+// components are a run's components, built from its config in one place
+// by the build steps: the inference client, the generate stage, the
+// environments and their Stepper, the template, the source and the repeat
+// expander. Run builds its graph of them and Validate renders its first
+// requests with them, so that what validate shows is what a run sends.
+type components struct {
 	cfg   *config.Config
 	opts  Options
-	hooks Hooks
+	hooks hooks
+	// red removes the config's secrets from errors and logs;
+	// opts.Stderr writes through it.
+	red *config.Redactor
+	// dry is Validate's walk: nothing is written (the Batch API is
+	// checked, its state not opened; generate.cache is not opened, so a
+	// request is sent rather than answered from it).
+	dry bool
 	// Client is the inference client: Options.Client, the simulator of
 	// sim:// endpoints, or the HTTP client of the endpoints, wrapped by
-	// the structured-output check (structured.Wrap).
+	// the decorators of generate.* (decorate).
 	Client inference.Client
 	// Generator is the generate stage, checked against the endpoints.
 	Generator *generate.Generator
 	// Envs are the environments by route (one, under env.name, without
-	// routes), wrapped by Hooks.WrapEnv; Stepper steps rollouts on them.
+	// routes), wrapped by hooks.WrapEnv; Stepper steps rollouts on them.
 	Envs    map[string]envs.Env
 	Stepper *envstep.Stepper
 	// Template renders the rows' prompts; Expander expands a task into
@@ -89,70 +92,92 @@ type Built struct {
 	closers []func() error
 }
 
-// Build checks cfg (Check) and builds its components in order: the
-// inference client (the endpoints checked: openai.Preflight and, with
-// generate.api tokens, the generate stage's Check), the environments, the
-// template, the source and the expander. On an error what was built is
-// closed. The caller closes the result.
-func Build(ctx context.Context, cfg *config.Config, opts BuildOptions) (*Built, error) {
-	if err := Check(cfg, opts.Options); err != nil {
-		return nil, err
-	}
-	return build(ctx, cfg, opts)
+// buildStep is one named step of building a run.
+type buildStep struct {
+	name string
+	do   func(c *components, ctx context.Context) error
+	// wrap, when set, is the error a run wraps the step's error in (the
+	// command's exit status); Validate reports the error as it is.
+	wrap error
 }
 
-// build is Build without the config check (Run checks before it resolves
-// the shard).
-func build(ctx context.Context, cfg *config.Config, opts BuildOptions) (*Built, error) {
-	b := newBuilt(cfg, opts)
-	err := b.buildAll(ctx)
-	if err != nil {
-		return nil, errors.Join(err, b.Close())
-	}
-	return b, nil
+// buildSteps are the steps Run, Validate and serve (through Run) walk, in
+// this order: the config checked before anything exists; the output
+// directory; the inference client, checked (preflight) before any data is
+// read, replaced by the Batch API client, and decorated (rate limits,
+// the structured-output check, the cache); the generate stage, checked
+// against the server (a server that cannot do what generate.api needs
+// fails here rather than in every rollout); the environments; the
+// template; the source; the expander.
+var buildSteps = []buildStep{
+	{name: "config", do: (*components).check},
+	{name: "output", do: (*components).output},
+	{name: "client", do: (*components).openClient},
+	{name: "preflight", do: (*components).preflight, wrap: ErrEndpoint},
+	{name: "batch", do: (*components).openBatch, wrap: ErrEndpoint},
+	{name: "decorate", do: (*components).decorate},
+	{name: "generator", do: (*components).newGenerator},
+	{name: "envs", do: (*components).startEnvs},
+	{name: "template", do: (*components).newTemplate},
+	{name: "source", do: (*components).openSource},
+	{name: "expander", do: (*components).newExpander},
 }
 
-func newBuilt(cfg *config.Config, opts BuildOptions) *Built {
-	return &Built{cfg: cfg, opts: opts.Options, hooks: opts.Hooks}
+// newComponents prepares the build steps of cfg: nothing is built yet.
+// The redactor is made once here; opts.Stderr writes through it.
+func newComponents(cfg *config.Config, opts Options, h hooks) *components {
+	red := cfg.Redactor()
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
+	}
+	opts.Stderr = red.Writer(opts.Stderr)
+	return &components{cfg: cfg, opts: opts, hooks: h, red: red}
 }
 
-func (b *Built) buildAll(ctx context.Context) error {
-	if err := b.openClient(); err != nil {
-		return err
+// walk runs the build steps in order through visit, which runs the step
+// (do) and decides what its error means: Run stops at the first
+// (runStep), Validate reports it and goes on. What was built is closed by
+// Close, also after an error.
+func (c *components) walk(ctx context.Context, visit func(s buildStep, do func() error) error) error {
+	for _, s := range buildSteps {
+		if err := visit(s, func() error { return s.do(c, ctx) }); err != nil {
+			return err
+		}
 	}
-	// Fail fast: a broken endpoint set-up stops the run before any data
-	// is read, instead of filling the output with error rows.
-	if err := b.preflight(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrEndpoint, err)
-	}
-	if err := b.openBatch(ctx); err != nil {
-		return err
-	}
-	if err := b.decorate(); err != nil {
-		return err
-	}
-	// A server that cannot do what generate.api needs fails here, at
-	// start-up, rather than in every rollout.
-	if err := b.newGenerator(ctx); err != nil {
-		return err
-	}
-	if err := b.startEnvs(nil); err != nil {
-		return err
-	}
-	if err := b.newTemplate(); err != nil {
-		return err
-	}
-	if err := b.openSource(ctx); err != nil {
-		return err
-	}
-	b.newExpander()
 	return nil
 }
 
-// Close closes what Build started, in reverse order: the source, the
+// runStep is a run's visit of a build step: the step's error stops the
+// walk, wrapped in the step's error class.
+func runStep(s buildStep, do func() error) error {
+	err := do()
+	if err != nil && s.wrap != nil {
+		err = fmt.Errorf("%w: %w", s.wrap, err)
+	}
+	return err
+}
+
+// check is the config step: every problem a run would meet (Check),
+// unless the caller checked already (Continuous.Checked).
+func (c *components) check(context.Context) error {
+	if c.opts.continuous().Checked {
+		return nil
+	}
+	return Check(c.cfg, c.opts)
+}
+
+// output is the output step (hooks.Output).
+func (c *components) output(ctx context.Context) error {
+	if c.hooks.Output == nil {
+		return nil
+	}
+	return c.hooks.Output(ctx)
+}
+
+// Close closes what the build steps started, in reverse order: the source, the
 // environments (an embedder's Options.Env is its own to close), the
 // client. It returns every error met.
-func (b *Built) Close() error {
+func (b *components) Close() error {
 	var errs []error
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		errs = append(errs, b.closers[i]())
@@ -164,7 +189,7 @@ func (b *Built) Close() error {
 // openClient sets Client: Options.Client, the simulator of sim://
 // endpoints, or the HTTP client of the endpoints (not contacted yet),
 // wrapped by the structured-output check (inference/structured).
-func (b *Built) openClient() error {
+func (b *components) openClient(context.Context) error {
 	cfg := b.cfg
 	switch {
 	case b.opts.Client != nil:
@@ -186,7 +211,7 @@ func (b *Built) openClient() error {
 
 // httpOptions are the HTTP client's options: the key from
 // generate.api_key_env, and the hooks.
-func (b *Built) httpOptions() openai.HTTPOptions {
+func (b *components) httpOptions() openai.HTTPOptions {
 	key := ""
 	if b.cfg.Generate.APIKeyEnv != "" {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
@@ -198,14 +223,14 @@ func (b *Built) httpOptions() openai.HTTPOptions {
 
 // httpEndpoints reports whether the client is the config's HTTP client
 // (not an embedder's, not the simulator).
-func (b *Built) httpEndpoints() bool {
+func (b *components) httpEndpoints() bool {
 	return b.opts.Client == nil && !strings.HasPrefix(b.cfg.Generate.Endpoints[0], "sim://")
 }
 
 // preflight checks each HTTP endpoint: reachable, the key accepted, the
 // model served (openai.Preflight). The simulator and an embedder's client
 // need none.
-func (b *Built) preflight(ctx context.Context) error {
+func (b *components) preflight(ctx context.Context) error {
 	if !b.httpEndpoints() {
 		return nil
 	}
@@ -231,7 +256,7 @@ func generatorOptions(cfg *config.Config) (generate.Options, error) {
 
 // newGenerator sets Generator and checks the server can do what
 // generate.api needs (generate.Generator.Check).
-func (b *Built) newGenerator(ctx context.Context) error {
+func (b *components) newGenerator(ctx context.Context) error {
 	gopts, err := generatorOptions(b.cfg)
 	if err != nil {
 		return err
@@ -249,10 +274,11 @@ func (b *Built) newGenerator(ctx context.Context) error {
 }
 
 // startEnvs starts every route's environment (Options.Env for each, when
-// set) and sets Envs and Stepper. started, when set, hears of each route
-// as it starts or fails to. On an error the environments started are
+// set) and sets Envs and Stepper. hooks.OnEnvStart, when set, hears of
+// each route as it starts or fails to. On an error the environments started are
 // closed by Close.
-func (b *Built) startEnvs(started func(route string, err error)) error {
+func (b *components) startEnvs(context.Context) error {
+	started := b.hooks.OnEnvStart
 	b.Envs = map[string]envs.Env{}
 	for _, rs := range b.cfg.Env.RouteSpecs() {
 		env := b.opts.Env
@@ -290,7 +316,7 @@ func routeOptions(rs envstep.RouteSpec) envs.Options {
 }
 
 // newTemplate sets Template from the prompt section.
-func (b *Built) newTemplate() error {
+func (b *components) newTemplate(context.Context) error {
 	t, err := template.New(b.cfg.Prompt)
 	if err != nil {
 		return err
@@ -301,17 +327,18 @@ func (b *Built) newTemplate() error {
 
 // openSource sets Source and SourcePath: the input, downloaded first when
 // source.path is an s3:// URL.
-func (b *Built) openSource(ctx context.Context) error {
+func (b *components) openSource(ctx context.Context) error {
 	local := b.hooks.SourcePath
 	if local == nil {
+		// An object is read from a temporary download.
 		local = func(ctx context.Context) (string, error) {
-			if !storage.IsURL(b.cfg.Source.Path) {
-				return b.cfg.Source.Path, nil
-			}
-			// An object is read from a temporary download.
-			r := &run{cfg: b.cfg}
-			b.closers = append(b.closers, func() error { r.cleanup(); return nil })
-			return r.localSource(ctx)
+			return fetchSource(ctx, b.cfg.Source.Path, func() (string, error) {
+				dir, err := os.MkdirTemp("", "trajflow-staging-")
+				if err == nil {
+					b.closers = append(b.closers, func() error { _ = os.RemoveAll(dir); return nil }) // best effort: a temporary directory
+				}
+				return dir, err
+			})
 		}
 	}
 	path, err := local(ctx)
@@ -320,11 +347,7 @@ func (b *Built) openSource(ctx context.Context) error {
 	}
 	srcCfg := b.cfg.Source
 	srcCfg.Path = path
-	stderr := b.opts.Stderr
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	src, err := openSource(ctx, srcCfg, sources.Options{OnReject: b.hooks.OnReject, OnInvalidUTF8: b.hooks.OnInvalidUTF8}, stderr)
+	src, err := openSource(ctx, srcCfg, sources.Options{OnReject: b.hooks.OnReject, OnInvalidUTF8: b.hooks.OnInvalidUTF8}, b.opts.Stderr)
 	if err != nil {
 		return err
 	}
@@ -334,9 +357,10 @@ func (b *Built) openSource(ctx context.Context) error {
 }
 
 // newExpander sets Expander from the repeat section.
-func (b *Built) newExpander() {
+func (b *components) newExpander(context.Context) error {
 	cfg := b.cfg
 	b.Expander = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model).WithParams(cfg.Generate.Params)
+	return nil
 }
 
 // newSim is the in-process simulator behind sim:// endpoints.

@@ -35,8 +35,8 @@ import (
 type committer struct {
 	// dir is the (local) output directory.
 	dir string
-	// options returns the options of a new Parquet writer.
-	options func() parquet.Options
+	// options are the options of every Parquet writer, made once.
+	options parquet.Options
 	// steps writes the kept groups' step rows; nil without output.steps.
 	steps *parquet.StepWriter
 	// stepsOpen opens steps with the data writer (output.steps).
@@ -96,7 +96,7 @@ func (c *committer) writer(dest string) (*parquet.Writer, error) {
 	if w := c.writers[dest]; w != nil {
 		return w, nil
 	}
-	popts := c.options()
+	popts := c.options
 	popts.OnCommit = func(path string, rows int) { c.onCommit(dest, path, rows) }
 	if dest == schema.DataDir && c.stepsOpen != nil {
 		sw, err := c.stepsOpen(popts.Metadata)

@@ -1,9 +1,27 @@
 package runner
 
+import (
+	"context"
+	"errors"
+
+	"github.com/trajflow/trajflow/config"
+)
+
 // SetMaxRecordBytes lowers the most text a record batch holds, for tests
 // that cannot allocate gigabytes; it returns the function restoring it.
 func SetMaxRecordBytes(n int64) (restore func()) {
 	old := maxRecordBytes
 	maxRecordBytes = n
 	return func() { maxRecordBytes = old }
+}
+
+// Build walks the build steps as Run does, with no output step of its
+// own: it gives TestBuild the components a run drives. On an error what
+// was built is closed; the caller closes the result.
+func Build(ctx context.Context, cfg *config.Config, opts Options) (*components, error) {
+	c := newComponents(cfg, opts, hooks{})
+	if err := c.walk(ctx, runStep); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
 }

@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -88,7 +87,7 @@ func (h *hosted) stats() HostedStats {
 // limiterHook creates the rate limiter of generate.rate_limit (nil
 // without one) and returns the HTTP client's response hook that feeds it
 // every response's x-ratelimit-* and retry-after headers.
-func (b *Built) limiterHook() func(string, int, http.Header) {
+func (b *components) limiterHook() func(string, int, http.Header) {
 	cfg := b.cfg
 	if !cfg.Generate.RateLimit.Enabled() {
 		return nil
@@ -103,26 +102,26 @@ func (b *Built) limiterHook() func(string, int, http.Header) {
 // openBatch replaces the HTTP client with the Batch API client
 // (generate.api: batch) once the endpoints passed the preflight: its state
 // (the batches submitted) lives in the output directory, so only a run
-// opens it.
-func (b *Built) openBatch(ctx context.Context) error {
+// opens it; Validate's walk (dry) only checks the Batch API.
+func (b *components) openBatch(ctx context.Context) error {
 	cfg := b.cfg
 	if cfg.Generate.API != "batch" || !b.httpEndpoints() {
 		return nil
 	}
 	key := b.httpOptions().APIKey
 	if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, key); err != nil {
-		return fmt.Errorf("%w: %w", ErrEndpoint, err)
+		return err
+	}
+	if b.dry {
+		return nil
 	}
 	stderr := b.opts.Stderr
-	if stderr == nil {
-		stderr = io.Discard
-	}
 	c, err := openai.NewBatch(ctx, cfg.Generate.Config, cfg.Generate.Batch, openai.BatchOptions{
 		APIKey: key, StateFile: filepath.Join(cfg.Output.Dir, schema.BatchStateFile), RunID: cfg.Run.ID,
 		Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "trajflow: "+format+"\n", args...) },
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrEndpoint, err)
+		return err
 	}
 	b.hosted.batch = c
 	b.Client = c
@@ -132,8 +131,9 @@ func (b *Built) openBatch(ctx context.Context) error {
 
 // decorate wraps the client in the rate limiter, the structured-output
 // check and the response cache (outermost: a hit spends nothing of the
-// rate limits).
-func (b *Built) decorate() error {
+// rate limits). Validate's walk (dry) opens no cache: it writes nothing,
+// and sends what it shows rather than answering it from the cache.
+func (b *components) decorate(context.Context) error {
 	cfg := b.cfg
 	if cfg.Generate.RateLimit.Enabled() {
 		if b.hosted.limiter == nil {
@@ -147,16 +147,13 @@ func (b *Built) decorate() error {
 	// the reply that failed, and outside the rate limiter, which counts
 	// the retries.
 	b.Client = structured.Wrap(b.Client, cfg.Generate.Structured)
-	if cfg.Generate.Cache != "" {
+	if cfg.Generate.Cache != "" && !b.dry {
 		store, err := cache.Open(cfg.Generate.Cache, cfg.Generate.CacheMaxBytes)
 		if err != nil {
 			return fmt.Errorf("generate.cache: %w", err)
 		}
 		b.hosted.cache = store
 		stderr := b.opts.Stderr
-		if stderr == nil {
-			stderr = io.Discard
-		}
 		var warned atomic.Bool
 		b.Client = cache.New(b.Client, store, cacheKey(cfg.Generate.Model, cfg.Generate.API), func(err error) {
 			if warned.CompareAndSwap(false, true) {

@@ -130,7 +130,23 @@ func (r *run) displayPath(p string) string {
 // and returns the local copy's path; a local source.path is returned as
 // it is.
 func (r *run) localSource(ctx context.Context) (string, error) {
-	p := r.cfg.Source.Path
+	return fetchSource(ctx, r.cfg.Source.Path, func() (string, error) {
+		if r.remote.staging == "" {
+			staging, err := os.MkdirTemp("", "trajflow-staging-")
+			if err != nil {
+				return "", err
+			}
+			r.remote.staging = staging
+			r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
+		}
+		return r.remote.staging, nil
+	})
+}
+
+// fetchSource downloads source.path p, when an s3:// URL, into the
+// directory staging returns and returns the local copy's path; a local
+// path is returned as it is.
+func fetchSource(ctx context.Context, p string, staging func() (string, error)) (string, error) {
 	if !storage.IsURL(p) {
 		return p, nil
 	}
@@ -142,15 +158,11 @@ func (r *run) localSource(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if r.remote.staging == "" {
-		staging, err := os.MkdirTemp("", "trajflow-staging-")
-		if err != nil {
-			return "", fmt.Errorf("source.path: staging directory: %w", err)
-		}
-		r.remote.staging = staging
-		r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
+	root, err := staging()
+	if err != nil {
+		return "", fmt.Errorf("source.path: staging directory: %w", err)
 	}
-	dir := filepath.Join(r.remote.staging, "source")
+	dir := filepath.Join(root, "source")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("source.path: %w", err)
 	}

@@ -98,6 +98,10 @@ type Continuous struct {
 	// reason stale). The caller builds it, with the trainer's batch size
 	// and max_staleness, and reads its counters.
 	Staleness *groups.Staleness
+	// Checked tells Run that the caller checked the config with Check
+	// and these options before it started anything of its own (serve
+	// does): the config step does not check it again.
+	Checked bool
 }
 
 // continuous is opts.Continuous, or none.
@@ -131,9 +135,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	// may serve several runs at once.
 	own := *cfg
 	cfg = &own
-	if opts.Stderr == nil {
-		opts.Stderr = io.Discard
-	}
 	// Record batches are built on an allocator that recycles the buffers
 	// the sinks release: a batch every few groups would otherwise allocate,
 	// zero and garbage-collect all its buffers anew.
@@ -143,21 +144,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	} else {
 		batchAlloc = opts.Alloc
 	}
-	if err := Check(cfg, opts); err != nil {
-		return nil, err
-	}
-	// A sharded run works in its shard's directory under the root
-	// (ShardDir); the root keeps what every shard shares.
-	if err := cfg.ResolveShard(opts.lookupEnv()); err != nil {
-		return nil, err
-	}
-	root := cfg.Output.Dir
-	if cfg.Source.Shard.Sharded() {
-		cfg.Output.Dir = ShardDir(root, cfg.Source.Shard.Index, cfg.Source.Shard.Count)
-	}
-	red := cfg.Redactor()
-	opts.Stderr = red.Writer(opts.Stderr)
-	r := &run{cfg: cfg, root: root, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red, stopper: newStopper(ctx)}
+	// root is output.dir as given: a sharded run works in its shard's
+	// directory under it (ShardDir, in the output step).
+	r := &run{cfg: cfg, root: cfg.Output.Dir, opts: opts, stats: newStats(), batchAlloc: batchAlloc, stopper: newStopper(ctx)}
 	defer r.stopper.release()
 	defer func() {
 		// What the closers failed to flush, close or release is an error
@@ -277,9 +266,9 @@ type run struct {
 	red *config.Redactor
 
 	closers []func()
-	// built are the run's components (Build): client, generator,
+	// built are the run's components (buildSteps): client, generator,
 	// environments, template, source, expander.
-	built *Built
+	built *components
 	// closeErr joins the errors of the closers added by closeChecked.
 	closeErr error
 	// envs are the run's environments by route (one without routes).
@@ -312,10 +301,62 @@ type run struct {
 	srv serverCount
 }
 
-// provision builds every component, in order; cleanup undoes what was built
-// even when a later step fails.
+// provision walks the build steps (buildSteps) with the run's hooks: its
+// output step makes the output directory, and the components follow.
+// Then it opens the failures log and the interop sinks. cleanup undoes
+// what was built even when a later step fails.
 func (r *run) provision(ctx context.Context) error {
+	h := hooks{
+		Output:        r.provisionOutput,
+		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
+		OnReject:      r.reject,
+		OnInvalidUTF8: r.invalidUTF8,
+		SourcePath:    r.localSource,
+		// The run's Prometheus metrics, when the output step served them.
+		OnAttempt: func(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
+			if r.prom != nil {
+				r.prom.attempt(endpoint, took, err, retrying)
+			}
+		},
+		WrapEnv: func(env envs.Env) envs.Env {
+			if r.prom == nil {
+				return env
+			}
+			return timedEnv{Env: env, steps: r.prom.envStep}
+		},
+	}
+	r.built = newComponents(r.cfg, r.opts, h)
+	r.opts.Stderr, r.red = r.built.opts.Stderr, r.built.red
+	if err := r.built.walk(ctx, runStep); err != nil {
+		return err
+	}
+	r.envs, r.sourcePath = r.built.Envs, r.built.SourcePath
+	if r.built.http != nil {
+		// The endpoints' own metrics: their load for the live view and
+		// Prometheus, their token counters for the summary.
+		r.scraper = newScraper(r.cfg.Generate.Endpoints)
+	}
+	r.failures = lines.New(filepath.Join(r.cfg.Output.Dir, schema.FailuresFile))
+	r.closeChecked(r.failures.Close)
+	return r.provisionInterop()
+}
+
+// provisionOutput is the run's output step: it resolves the shard, makes
+// the output directory (on object storage, its staging mirror), takes its
+// lock, removes what a crashed run left half-written, and opens the
+// committer, the rejects and inputs files and the Prometheus endpoint.
+// The components built by the later steps are closed before what it
+// opened.
+func (r *run) provisionOutput(ctx context.Context) error {
 	cfg := r.cfg
+	// A sharded run works in its shard's directory under the root
+	// (ShardDir); the root keeps what every shard shares.
+	if err := cfg.ResolveShard(r.opts.lookupEnv()); err != nil {
+		return err
+	}
+	if cfg.Source.Shard.Sharded() {
+		cfg.Output.Dir = ShardDir(r.root, cfg.Source.Shard.Index, cfg.Source.Shard.Count)
+	}
 	if err := r.provisionRoot(ctx); err != nil {
 		return err
 	}
@@ -364,8 +405,8 @@ func (r *run) provision(ctx context.Context) error {
 	r.closeChecked(r.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
 		r.prom = newPromMetrics(r.snapshot)
-		if r.opts.continuous().Collector != nil {
-			if err := r.prom.reg.Register(r.opts.continuous().Collector); err != nil {
+		if c := r.opts.continuous().Collector; c != nil {
+			if err := r.prom.reg.Register(c); err != nil {
 				return fmt.Errorf("run.metrics_addr: %w", err)
 			}
 		}
@@ -375,33 +416,9 @@ func (r *run) provision(ctx context.Context) error {
 		}
 		r.closers = append(r.closers, stop)
 	}
-
-	hooks := Hooks{
-		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
-		OnReject:      r.reject,
-		OnInvalidUTF8: r.invalidUTF8,
-		SourcePath:    r.localSource,
-	}
-	if r.prom != nil {
-		hooks.OnAttempt = r.prom.attempt
-		hooks.WrapEnv = func(env envs.Env) envs.Env { return timedEnv{Env: env, steps: r.prom.envStep} }
-	}
-	b, err := build(ctx, cfg, BuildOptions{Options: r.opts, Hooks: hooks})
-	if err != nil {
-		return err
-	}
-	r.closeChecked(b.Close)
-	r.built = b
-	r.envs, r.sourcePath = b.Envs, b.SourcePath
-	if b.http != nil {
-		// The endpoints' own metrics: their load for the live view and
-		// Prometheus, their token counters for the summary.
-		r.scraper = newScraper(cfg.Generate.Endpoints)
-	}
-
-	r.failures = lines.New(filepath.Join(cfg.Output.Dir, schema.FailuresFile))
-	r.closeChecked(r.failures.Close)
-	return r.provisionInterop()
+	// The components the later steps build close first.
+	r.closeChecked(r.built.Close)
+	return nil
 }
 
 // parquetOptions are the options of every Parquet writer of the run.
@@ -525,7 +542,7 @@ func (b batch) Release() {
 // on object storage each commit is uploaded.
 func (r *run) newCommitter() *committer {
 	cfg := r.cfg
-	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions, hooks: commitHooks{committed: r.countCommitted}}
+	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions(), hooks: commitHooks{committed: r.countCommitted}}
 	if cfg.Output.Steps {
 		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
 			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, schema.StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)

@@ -65,41 +65,38 @@ type ValidateOptions struct {
 // is already wrong is skipped rather than reported twice. nil means a run
 // would start.
 func Validate(ctx context.Context, cfg *config.Config, opts ValidateOptions) error {
-	v := &validation{cfg: cfg, opts: opts, out: opts.Out}
-	if v.out == nil {
-		v.out = io.Discard
-	}
-	v.out = cfg.Redactor().Writer(v.out)
+	v := &validation{cfg: cfg, opts: opts}
 	if opts.Rows == 0 {
 		v.opts.Rows = DefaultValidateRows
 	}
-	if err := Check(cfg, opts.Options); err != nil {
-		v.bad = badSections(err)
-		var ve *config.ValidationError
-		if errors.As(err, &ve) {
-			v.problems = append(v.problems, ve.Problems...)
-		} else {
-			v.problems = append(v.problems, err)
-		}
-		fmt.Fprintf(v.out, "config: %d problem(s)\n", len(v.problems))
-	} else {
-		fmt.Fprintln(v.out, "config: ok")
-	}
-
-	v.storage(ctx)
 	var skipped []string
-	b := newBuilt(cfg, BuildOptions{Options: opts.Options, Hooks: Hooks{OnReject: func(r sources.Reject) error {
-		skipped = append(skipped, r.Where+": "+r.Reason)
-		return nil
-	}}})
-	v.endpoints(ctx, b)
-	v.startEnvs(b)
-	v.render(ctx, b)
+	c := newComponents(cfg, opts.Options, hooks{
+		Output: func(ctx context.Context) error { v.storage(ctx); return nil },
+		OnReject: func(r sources.Reject) error {
+			skipped = append(skipped, r.Where+": "+r.Reason)
+			return nil
+		},
+		OnEnvStart: func(route string, err error) {
+			if err != nil {
+				fmt.Fprintf(v.out, "env %s: could not start\n", route)
+				return
+			}
+			fmt.Fprintf(v.out, "env %s: started\n", route)
+		},
+	})
+	c.dry = true
+	out := opts.Out
+	if out == nil {
+		out = io.Discard
+	}
+	v.out = c.red.Writer(out)
+	_ = c.walk(ctx, v.visit(c)) // every problem is recorded; the walk goes on
+	v.render(ctx, c)
 	for _, s := range skipped {
 		fmt.Fprintf(v.out, "row skipped (source.on_bad_row: skip): %s\n", s)
 	}
 	// Closing stops the environments' workers: a failure is a problem.
-	for _, err := range pipeline.Unjoin(b.Close()) {
+	for _, err := range pipeline.Unjoin(c.Close()) {
 		v.problem(err)
 	}
 
@@ -123,6 +120,114 @@ type validation struct {
 	// failing counts the rendered rows the run would fail before they
 	// generate a token (prompt_too_long, context_length).
 	failing int
+	// noClient is set when the client or the generate stage cannot be
+	// built (the requests are rendered without it); noRows when the rows
+	// cannot be rendered.
+	noClient, noRows bool
+}
+
+// visit is Validate's visit of each build step: it runs the step unless a
+// section it needs is wrong or an earlier step it needs failed, reports
+// what it checked, and records the step's problems; the walk goes on.
+func (v *validation) visit(c *components) func(s buildStep, do func() error) error {
+	return func(s buildStep, do func() error) error {
+		switch s.name {
+		case "config":
+			if err := do(); err != nil {
+				v.bad = badSections(err)
+				var ve *config.ValidationError
+				if errors.As(err, &ve) {
+					v.problems = append(v.problems, ve.Problems...)
+				} else {
+					v.problems = append(v.problems, err)
+				}
+				fmt.Fprintf(v.out, "config: %d problem(s)\n", len(v.problems))
+			} else {
+				fmt.Fprintln(v.out, "config: ok")
+			}
+		case "client", "preflight", "batch", "decorate", "generator":
+			if v.noClient {
+				return nil
+			}
+			if v.skip("generate") {
+				fmt.Fprintln(v.out, "endpoints: not checked (the generate section is wrong)")
+				v.noClient = true
+				return nil
+			}
+			err := do()
+			if err != nil {
+				v.noClient = true
+				if s.name == "preflight" {
+					v.preflightFailed(err)
+					return nil
+				}
+				v.problem(err)
+				return nil
+			}
+			v.checked(s.name, c)
+		case "envs":
+			v.startEnvs(c, do)
+		case "template", "source", "expander":
+			if v.opts.Rows < 0 || v.noRows {
+				return nil
+			}
+			if v.skip("source", "prompt", "repeat") {
+				fmt.Fprintln(v.out, "rows: not rendered (the source, prompt or repeat section is wrong)")
+				v.noRows = true
+				return nil
+			}
+			if err := do(); err != nil {
+				v.problem(err)
+				v.noRows = true
+			}
+		default:
+			if err := do(); err != nil {
+				v.problem(err)
+			}
+		}
+		return nil
+	}
+}
+
+// preflightFailed reports the endpoints that failed openai.Preflight,
+// each on its own line naming its key.
+func (v *validation) preflightFailed(err error) {
+	n := 0
+	for _, e := range pipeline.Unjoin(err) {
+		if !errors.Is(e, openai.ErrPreflight) {
+			v.problem(e)
+			n++
+		}
+	}
+	if n == 0 {
+		v.problem(err)
+	}
+	fmt.Fprintf(v.out, "endpoints: %d of %d failed the check\n", n, len(v.cfg.Generate.Endpoints))
+}
+
+// checked reports what a step of the client checked: the endpoints once
+// the Batch API (the last of their checks) answered, the token-id
+// prompt once the generate stage's check passed.
+func (v *validation) checked(step string, c *components) {
+	cfg := v.cfg
+	switch step {
+	case "batch":
+		switch {
+		case v.opts.Client != nil:
+			fmt.Fprintln(v.out, "endpoints: the embedder's client (not checked)")
+		case !c.httpEndpoints():
+			fmt.Fprintln(v.out, "endpoints: sim:// (the built-in simulator)")
+		default:
+			if cfg.Generate.API == "batch" {
+				fmt.Fprintln(v.out, "endpoints: the Batch API answers (GET /v1/batches)")
+			}
+			fmt.Fprintf(v.out, "endpoints: %d ok (reachable, key accepted, model %q served)\n", len(cfg.Generate.Endpoints), cfg.Generate.Model)
+		}
+	case "generator":
+		if cfg.Generate.API == "tokens" {
+			fmt.Fprintln(v.out, "endpoints: generate.api tokens: /tokenize and a token-id prompt ok")
+		}
+	}
 }
 
 // problem records a problem; its text starts with the config key it is
@@ -170,109 +275,30 @@ func (v *validation) skip(sections ...string) bool {
 	return false
 }
 
-// endpoints checks the endpoints and builds the client and the generate
-// stage the requests are rendered with (b.Generator stays nil when they
-// cannot be set up).
-func (v *validation) endpoints(ctx context.Context, b *Built) {
-	cfg := v.cfg
-	if v.skip("generate") {
-		fmt.Fprintln(v.out, "endpoints: not checked (the generate section is wrong)")
-		return
-	}
-	if err := b.preflight(ctx); err != nil {
-		// Each endpoint's problem on its own line, each naming its key.
-		n := 0
-		for _, e := range pipeline.Unjoin(err) {
-			if !errors.Is(e, openai.ErrPreflight) {
-				v.problem(e)
-				n++
-			}
-		}
-		if n == 0 {
-			v.problem(err)
-		}
-		fmt.Fprintf(v.out, "endpoints: %d of %d failed the check\n", n, len(cfg.Generate.Endpoints))
-		return
-	}
-	if err := b.openClient(); err != nil {
-		v.problem(err)
-		return
-	}
-	switch {
-	case v.opts.Client != nil:
-		fmt.Fprintln(v.out, "endpoints: the embedder's client (not checked)")
-	case !b.httpEndpoints():
-		fmt.Fprintln(v.out, "endpoints: sim:// (the built-in simulator)")
-	default:
-		if cfg.Generate.API == "batch" {
-			if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, b.httpOptions().APIKey); err != nil {
-				v.problem(err)
-				return
-			}
-			fmt.Fprintln(v.out, "endpoints: the Batch API answers (GET /v1/batches)")
-		}
-		fmt.Fprintf(v.out, "endpoints: %d ok (reachable, key accepted, model %q served)\n", len(cfg.Generate.Endpoints), cfg.Generate.Model)
-	}
-	if err := b.newGenerator(ctx); err != nil {
-		v.problem(err)
-		return
-	}
-	if cfg.Generate.API == "tokens" {
-		fmt.Fprintln(v.out, "endpoints: generate.api tokens: /tokenize and a token-id prompt ok")
-	}
-}
-
-// startEnvs starts the environment, or each route's, and builds the
-// Stepper that resets rows on them (b.Stepper stays nil when one cannot
-// be started).
-func (v *validation) startEnvs(b *Built) {
+// startEnvs runs the envs step (do): it starts the environment, or each
+// route's, and builds the Stepper that resets rows on them (c.Stepper
+// stays nil when one cannot be started).
+func (v *validation) startEnvs(c *components, do func() error) {
 	cfg := v.cfg
 	if v.opts.Env != nil {
 		fmt.Fprintf(v.out, "env %s: the embedder's environment\n", cfg.Env.Name)
-		// Nothing to start (the embedder's to close): only the Stepper.
-		if err := b.startEnvs(nil); err != nil {
-			v.problem(err)
-			b.Stepper = nil
-		}
-		return
-	}
-	if v.skip("env") {
+	} else if v.skip("env") {
 		fmt.Fprintf(v.out, "env %s: not started\n", envLabel(cfg))
 		return
 	}
-	err := b.startEnvs(func(route string, err error) {
-		if err != nil {
-			fmt.Fprintf(v.out, "env %s: could not start\n", route)
-			return
-		}
-		fmt.Fprintf(v.out, "env %s: started\n", route)
-	})
-	if err != nil {
+	if err := do(); err != nil {
 		v.problem(err)
-		b.Stepper = nil
+		c.Stepper = nil
 	}
 }
 
 // render reads the first rows and writes each one's first request (and
 // with Send, sends it).
-func (v *validation) render(ctx context.Context, b *Built) {
+func (v *validation) render(ctx context.Context, b *components) {
 	cfg := v.cfg
-	if v.opts.Rows < 0 {
+	if v.opts.Rows < 0 || v.noRows {
 		return
 	}
-	if v.skip("source", "prompt", "repeat") {
-		fmt.Fprintln(v.out, "rows: not rendered (the source, prompt or repeat section is wrong)")
-		return
-	}
-	if err := b.newTemplate(); err != nil {
-		v.problem(err)
-		return
-	}
-	if err := b.openSource(ctx); err != nil {
-		v.problem(err)
-		return
-	}
-	b.newExpander()
 	tmpl, src, step := b.Template, b.Source, b.Stepper
 	rows := 0
 	for rows < v.opts.Rows {
@@ -340,7 +366,7 @@ func (v *validation) render(ctx context.Context, b *Built) {
 // Send, sends it. Without a generator (the endpoints were not set up) it
 // writes the messages and the parameters as the generate stage merges
 // them. The error is non-nil only when ctx is done.
-func (v *validation) request(ctx context.Context, b *Built, r *pipeline.Rollout) error {
+func (v *validation) request(ctx context.Context, b *components, r *pipeline.Rollout) error {
 	gen := b.Generator
 	if gen == nil {
 		// The parameters as the generate stage merges them.

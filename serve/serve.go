@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
 		Continuous: &runner.Continuous{
 			Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
-			Collector: collector{s},
+			Collector: collector{s}, Checked: true,
 		},
 		Progress: func(sn runner.Snapshot) {
 			snapMu.Lock()

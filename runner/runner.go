@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/runner/commit"
 	"github.com/trajflow/trajflow/schema"
 
-	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,7 +24,6 @@ import (
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
@@ -159,7 +158,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	}
 	if cfg.Output.OpenAIBatch {
 		// Likewise OpenAI Batch files without their part.
-		if err := pairBatchFiles(cfg.Output.Dir); err != nil {
+		if err := commit.PairBatchFiles(cfg.Output.Dir); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +197,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			if ierr := r.inputs.flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
-			if perr := r.commit.pushFinal(r.stopper.hard); perr != nil {
+			if perr := r.commit.PushFinal(r.stopper.hard); perr != nil {
 				err = errors.Join(err, perr)
 			}
 		}
@@ -278,7 +277,7 @@ type run struct {
 	inputs *inputsWriter
 	// commit is the commit path: the output directories' writers, step
 	// rows, images, interop sinks and the upload to object storage.
-	commit *committer
+	commit *commit.Committer
 	ctl    *groups.Controller
 	loop   *loop.Loop
 	graph  *pipeline.Graph
@@ -338,7 +337,10 @@ func (r *run) provision(ctx context.Context) error {
 	}
 	r.failures = lines.New(filepath.Join(r.cfg.Output.Dir, schema.FailuresFile))
 	r.closeChecked(r.failures.Close)
-	return r.provisionInterop()
+	// What is not committed is dropped at the end: the open files of the
+	// writers and the interop sinks.
+	r.closeChecked(r.commit.Abort)
+	return r.commit.OpenInterop(r.cfg, r.opts.Alloc)
 }
 
 // provisionOutput is the run's output step: it resolves the shard, makes
@@ -374,28 +376,8 @@ func (r *run) provisionOutput(ctx context.Context) error {
 	}
 	r.closeChecked(unlock)
 	// What a crashed run left half-written goes before anything is read.
-	for _, dest := range outputDirs {
-		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
-			return err
-		}
-	}
-	r.commit = r.newCommitter()
-	if cfg.Output.OpenAIBatch {
-		b, err := newBatchFiles(cfg.Output.Dir)
-		if err != nil {
-			return err
-		}
-		r.commit.batch = b
-	}
-	if cfg.Output.Images == "reference" {
-		dir := filepath.Join(cfg.Output.Dir, schema.ImagesDir)
-		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
-		for _, f := range stale {
-			if err := os.Remove(f); err != nil {
-				return err
-			}
-		}
-		r.commit.images = images.New(dir)
+	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.countCommitted, Upload: r.upload()}); err != nil {
+		return err
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
 	r.closeChecked(r.rejects.Close)
@@ -519,44 +501,18 @@ type routed struct {
 	dest  string
 }
 
-// batch is a record batch for one output directory, or (commit) the
-// commit timer's mark: the sinks commit their open files. It releases its
-// record when the graph drops it unconsumed.
-type batch struct {
-	dest   string
-	rec    arrow.Record
-	commit bool
-	// groups are the groups rec holds, when their step rows are written
-	// (output.steps, data directory).
-	groups []*pipeline.Group
-}
-
-func (b batch) Release() {
-	if b.rec != nil {
-		b.rec.Release()
+// upload is the committer's upload to object storage (an s3://
+// output.dir's mirror); nil for a local output directory.
+func (r *run) upload() func(ctx context.Context) error {
+	if r.remote.mirror == nil {
+		return nil
 	}
-}
-
-// newCommitter is the run's commit path (committer) in output.dir: its
-// writers take parquetOptions, its data files count in the summary, and
-// on object storage each commit is uploaded.
-func (r *run) newCommitter() *committer {
-	cfg := r.cfg
-	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions(), hooks: commitHooks{committed: r.countCommitted}}
-	if cfg.Output.Steps {
-		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
-			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, schema.StepsDir), cfg.Run.ID, cfg.Output.Parquet.Compression, metadata)
+	return func(ctx context.Context) error {
+		if _, err := r.remote.mirror.Push(ctx); err != nil {
+			return storeError("output.dir", r.remote.url.String(), err)
 		}
+		return nil
 	}
-	if r.remote.mirror != nil {
-		c.hooks.upload = func(ctx context.Context) error {
-			if _, err := r.remote.mirror.Push(ctx); err != nil {
-				return storeError("output.dir", r.remote.url.String(), err)
-			}
-			return nil
-		}
-	}
-	return c
 }
 
 // countCommitted counts a committed data file in the summary.

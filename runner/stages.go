@@ -10,7 +10,7 @@ import (
 	"github.com/reugn/go-streams"
 
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/runner/commit"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/collate"
@@ -144,38 +144,22 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	// resumed run redoes it (run.resume_errors), so data/ holds every
 	// rollout at most once.
 	rule.DropErrors = true
+	routing := groups.Routing{Config: cfg.Groups, Filtered: cfg.Output.Filtered, Steps: cfg.Output.Steps}
 	// decide routes each decided group to its output directory.
 	decide := func(ds []groups.Decision) ([]routed, error) {
 		var out []routed
 		for _, d := range ds {
-			gr := d.Group
-			switch d.Verdict {
-			case groups.Surplus:
-				groups.MarkSurplus(gr)
-			case groups.KeepUnfiltered:
-				groups.MarkUnfiltered(gr)
-			}
-			r.stats.group(gr)
-			switch {
-			case d.Verdict == groups.Keep || d.Verdict == groups.KeepUnfiltered:
-				if cfg.Output.Steps {
-					groups.StepStats(gr, groups.StepParamsOf(cfg.Groups))
-				}
-				out = append(out, routed{gr, schema.DataDir})
-			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":
-				out = append(out, routed{gr, schema.SurplusDir})
-			case gr.FilterReason == groups.ReasonError:
-				out = append(out, routed{gr, schema.ErrorsDir})
-			case cfg.Output.Filtered:
-				out = append(out, routed{gr, schema.FilteredDir})
-			default:
+			dest, ok := routing.Route(d)
+			r.stats.group(d.Group)
+			if !ok {
 				continue
 			}
 			// The bytes are on disk before the rows that name them go
 			// to the sinks.
-			if err := r.commit.externalize(gr); err != nil {
+			if err := r.commit.Externalize(d.Group); err != nil {
 				return nil, err
 			}
+			out = append(out, routed{d.Group, dest})
 		}
 		return out, nil
 	}
@@ -229,9 +213,6 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	// (output.steps, data directory) or OpenAI Batch lines
 	// (output.openai_batch, every directory) go with its next record.
 	pending := map[string][]*pipeline.Group{}
-	keeps := func(dest string) bool {
-		return dest == schema.DataDir && r.cfg.Output.Steps || r.cfg.Output.OpenAIBatch
-	}
 	take := func(dest string) []*pipeline.Group {
 		gs := pending[dest]
 		delete(pending, dest)
@@ -242,14 +223,14 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			c.Release()
 		}
 	})
-	stage := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
+	stage := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]commit.Batch, error) {
 		c := collators[rg.dest]
 		if c == nil {
 			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
 			c.SetBytes(0, maxRecordBytes)
 			collators[rg.dest] = c
 		}
-		var out []batch
+		var out []commit.Batch
 		if !c.Fits(rg.group) {
 			if c.Rows() == 0 {
 				// failTooLarge cut what it could; the task's own row is
@@ -259,22 +240,22 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			}
 			// The buffered rows go first: a record never holds more text
 			// than an Arrow column can.
-			out = append(out, batch{dest: rg.dest, rec: c.Flush(), groups: take(rg.dest)})
+			out = append(out, commit.Batch{Dest: rg.dest, Rec: c.Flush(), Groups: take(rg.dest)})
 		}
-		if keeps(rg.dest) {
+		if commit.Keeps(r.cfg, rg.dest) {
 			pending[rg.dest] = append(pending[rg.dest], rg.group)
 		}
 		if rec := c.Add(rg.group); rec != nil {
-			out = append(out, batch{dest: rg.dest, rec: rec, groups: take(rg.dest)})
+			out = append(out, commit.Batch{Dest: rg.dest, Rec: rec, Groups: take(rg.dest)})
 		}
 		return out, nil
 	})
-	flush := func(ctx context.Context) ([]batch, error) {
-		var out []batch
-		for _, dest := range outputDirs {
+	flush := func(ctx context.Context) ([]commit.Batch, error) {
+		var out []commit.Batch
+		for _, dest := range commit.Dirs {
 			if c := collators[dest]; c != nil {
 				if rec := c.Flush(); rec != nil {
-					out = append(out, batch{dest: dest, rec: rec, groups: take(dest)})
+					out = append(out, commit.Batch{Dest: dest, Rec: rec, Groups: take(dest)})
 				}
 			}
 		}
@@ -283,26 +264,16 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	// output.commit_interval: on the timer, the partial batches go out and
 	// the sinks commit their open files, so that a kill -9 loses at most
 	// that much finished work.
-	return stage.OnFlush(flush).OnTick(r.cfg.Output.Parquet.CommitInterval.D(), func(ctx context.Context) ([]batch, error) {
+	return stage.OnFlush(flush).OnTick(r.cfg.Output.Parquet.CommitInterval.D(), func(ctx context.Context) ([]commit.Batch, error) {
 		out, err := flush(ctx)
-		return append(out, batch{commit: true}), err
+		return append(out, commit.Batch{Commit: true}), err
 	})
 }
 
-// sinkStage hands each batch to the committer: written to its
-// directory's Parquet writer (and the kept rows to the interop sinks),
-// committed on the commit timer's mark, and everything at the end.
+// sinkStage hands each batch to the committer (commit.Committer.Take):
+// written to its directory's Parquet writer (and the kept rows to the
+// interop sinks), committed on the commit timer's mark, and everything
+// at the end.
 func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
-	return pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
-		if b.commit {
-			return r.commit.commit(ctx)
-		}
-		defer b.rec.Release()
-		return r.commit.write(ctx, b.dest, b.rec, b.groups)
-	}, func(ctx context.Context) error {
-		return r.commit.close(ctx)
-	})
+	return pipeline.NewSink(g, "parquet", 2, r.commit.Take, r.commit.Close)
 }
-
-// outputDirs are the directories of Parquet output, in commit order.
-var outputDirs = []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir}

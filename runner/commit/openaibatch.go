@@ -1,4 +1,4 @@
-package runner
+package commit
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 // of a directory's open part go to its two staged files, which are
 // renamed into place as the part commits, before the part (whose rename
 // commits them all), and dropped when it is aborted. A resume removes the
-// files left without their part (pairBatchFiles), so that every committed
+// files left without their part (PairBatchFiles), so that every committed
 // row has exactly one line.
 type batchFiles struct {
 	dir  string // OUTPUT/openai_batch
@@ -167,10 +167,10 @@ func partNumber(name string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
-// pairBatchFiles removes from OUTPUT/openai_batch the staged files of a
+// PairBatchFiles removes from OUTPUT/openai_batch the staged files of a
 // run that stopped, and the files whose part was never committed (a crash
 // between the two renames of a commit): their rows are redone.
-func pairBatchFiles(outDir string) error {
+func PairBatchFiles(outDir string) error {
 	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {

@@ -1,4 +1,4 @@
-package runner
+package commit
 
 import (
 	"os"
@@ -40,7 +40,7 @@ func TestPairBatchFiles(t *testing.T) {
 	for _, n := range append(slices.Clone(keep), drop...) {
 		touch(filepath.Join(dir, n))
 	}
-	if err := pairBatchFiles(out); err != nil {
+	if err := PairBatchFiles(out); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -53,7 +53,7 @@ func TestPairBatchFiles(t *testing.T) {
 	if !slices.Equal(got, keep) {
 		t.Fatalf("left %v, want %v", got, keep)
 	}
-	if err := pairBatchFiles(t.TempDir()); err != nil {
+	if err := PairBatchFiles(t.TempDir()); err != nil {
 		t.Fatalf("no openai_batch directory: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -91,15 +92,15 @@ func TestRowSeedKept(t *testing.T) {
 }
 
 // readInputs reads OUTPUT/inputs.jsonl.
-func readInputs(t *testing.T, dir string) []runner.Input {
+func readInputs(t *testing.T, dir string) []resume.Input {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, schema.InputsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []runner.Input
+	var out []resume.Input
 	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		var in runner.Input
+		var in resume.Input
 		if err := json.Unmarshal([]byte(line), &in); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/runner/commit"
+	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/schema"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -169,7 +170,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	done, err := r.loadCommitted(ctx)
+	done, err := resume.Load(ctx, cfg, resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.sourcePath})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 		}
 		// On object storage, metrics.json and the side files go up last.
 		if r.remote.mirror != nil {
-			if ierr := r.inputs.flush(); ierr != nil {
+			if ierr := r.inputs.Flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
 			if perr := r.commit.PushFinal(r.stopper.hard); perr != nil {
@@ -274,7 +275,7 @@ type run struct {
 	envs    map[string]envs.Env
 	rejects *lines.Writer
 	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
-	inputs *inputsWriter
+	inputs *resume.Inputs
 	// commit is the commit path: the output directories' writers, step
 	// rows, images, interop sinks and the upload to object storage.
 	commit *commit.Committer
@@ -286,7 +287,7 @@ type run struct {
 	// nil when off.
 	prom    *promMetrics
 	scraper *scraper
-	done    *committed
+	done    *resume.Committed
 	stopper *stopper
 	// remote is the object storage side of an s3:// output.dir or
 	// source.path; sourcePath is the local copy of source.path.
@@ -370,7 +371,7 @@ func (r *run) provisionOutput(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	unlock, err := lockDir(cfg.Output.Dir)
+	unlock, err := resume.LockDir(cfg.Output.Dir)
 	if err != nil {
 		return err
 	}
@@ -381,7 +382,7 @@ func (r *run) provisionOutput(ctx context.Context) error {
 	}
 	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
 	r.closeChecked(r.rejects.Close)
-	if r.inputs, err = openInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
+	if r.inputs, err = resume.OpenInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
 		return err
 	}
 	r.closeChecked(r.inputs.Close)
@@ -427,7 +428,7 @@ func (r *run) parquetOptions() parquet.Options {
 		CommitMetadata: func() map[string]string {
 			// The tasks of the file being committed were rendered, so their
 			// lines of inputs.jsonl are written before the file is visible.
-			if err := r.inputs.flush(); err != nil {
+			if err := r.inputs.Flush(); err != nil {
 				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
 			}
 			id, _ := json.Marshal(r.built.Source.Identity())
@@ -524,6 +525,14 @@ func (r *run) countCommitted(path string, rows int) {
 		on(path, rows)
 	}
 }
+
+// ErrConfigChanged and ErrSchemaVersion are returned when the output
+// directory holds work of another config, or files of another schema
+// version (resume.ErrConfigChanged, resume.ErrSchemaVersion).
+var (
+	ErrConfigChanged = resume.ErrConfigChanged
+	ErrSchemaVersion = resume.ErrSchemaVersion
+)
 
 // ErrShortOfData is returned when the input ran out before groups.target
 // kept groups: what was kept is committed.

@@ -54,7 +54,7 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 				}
 				ctl.ReadDone(t)
 				r.stats.tasks.Add(1)
-				skip, attempt := r.done.skip(t.Index, cfg.Groups.MaxAttempts, resample)
+				skip, attempt := r.done.Skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
 					r.stats.skipped.Add(1)
 					ctl.Abandon(t)
@@ -100,7 +100,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
 		}
-		if err := r.inputs.write(j.Task, r.cfg.Generate.Params); err != nil {
+		if err := r.inputs.Write(j.Task, r.cfg.Generate.Params); err != nil {
 			return nil, err
 		}
 		return []groups.Job{j}, nil

@@ -296,7 +296,7 @@ func (r *run) summary(err error) *Summary {
 		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile))),
 		Steps:   r.displayPath(r.stepsDir()),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
-		Target: r.cfg.Groups.Target, EarlierKept: r.done.kept,
+		Target: r.cfg.Groups.Target, EarlierKept: r.done.Kept,
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),

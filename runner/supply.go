@@ -13,7 +13,7 @@ func (r *run) newController() *groups.Controller {
 		// groups in flight than the generation slots serve at once.
 		gc.Target = max(gc.Target, 1)
 	}
-	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
+	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			r.loop.Stop()
 		}

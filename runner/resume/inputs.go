@@ -1,4 +1,4 @@
-package runner
+package resume
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// Input is one line of InputsFile: a task's first request as rendered.
+// Input is one line of schema.InputsFile: a task's first request as rendered.
 type Input struct {
 	TaskIndex int64              `json:"task_index"`
 	Source    string             `json:"source"`
@@ -29,10 +29,10 @@ type Input struct {
 	Params map[string]any `json:"params,omitempty"`
 }
 
-// inputsWriter appends Input lines, each task index once across resumes:
+// Inputs appends Input lines, each task index once across resumes:
 // the indexes a file already holds are read when it is opened, and a last
 // line a crash cut short is cut off.
-type inputsWriter struct {
+type Inputs struct {
 	path string
 	mu   sync.Mutex
 	f    *os.File
@@ -44,10 +44,10 @@ type inputsWriter struct {
 	written int64
 }
 
-// openInputs reads what the file at path already holds (none: a new
+// OpenInputs reads what the file at path already holds (none: a new
 // file, created on the first line).
-func openInputs(path string) (*inputsWriter, error) {
-	w := &inputsWriter{path: path, written: -1}
+func OpenInputs(path string) (*Inputs, error) {
+	w := &Inputs{path: path, written: -1}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return w, nil
@@ -83,8 +83,8 @@ func openInputs(path string) (*inputsWriter, error) {
 	return w, nil
 }
 
-// write appends the task's rendered request unless the file holds it.
-func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
+// Write appends the task's rendered request unless the file holds it.
+func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if t.Index <= w.written {
@@ -112,8 +112,8 @@ func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 	return nil
 }
 
-// flush writes the buffered lines to the file.
-func (w *inputsWriter) flush() error {
+// Flush writes the buffered lines to the file.
+func (w *Inputs) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.bw == nil {
@@ -126,7 +126,7 @@ func (w *inputsWriter) flush() error {
 }
 
 // Close closes the file, if one was opened.
-func (w *inputsWriter) Close() error {
+func (w *Inputs) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.f == nil {

@@ -1,4 +1,4 @@
-package runner
+package resume
 
 import (
 	"errors"
@@ -9,12 +9,12 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// lockDir takes the output directory's lock (durable.TryLock) and returns
+// LockDir takes the output directory's lock (durable.TryLock) and returns
 // its release. The lock goes with the process, even on kill -9. The file
 // holds the holder's pid, for the error another run reports; a lock whose
 // pid cannot be written is given up. The release returns the unlock's and
 // the close's errors.
-func lockDir(dir string) (func() error, error) {
+func LockDir(dir string) (func() error, error) {
 	path := filepath.Join(dir, schema.LockFile)
 	l, err := durable.TryLock(path)
 	if errors.Is(err, durable.ErrLocked) {

@@ -1,4 +1,4 @@
-package runner
+package resume
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
@@ -24,8 +25,8 @@ import (
 	"github.com/trajflow/trajflow/sources"
 )
 
-// secretKey reads the output directory's key, creating it on first use.
-func secretKey(dir string) ([]byte, error) {
+// SecretKey reads the output directory's key, creating it on first use.
+func SecretKey(dir string) ([]byte, error) {
 	path := filepath.Join(dir, schema.SecretKeyFile)
 	if b, err := os.ReadFile(path); err == nil {
 		key, derr := hex.DecodeString(strings.TrimSpace(string(b)))
@@ -63,23 +64,24 @@ func secretKey(dir string) ([]byte, error) {
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return secretKey(dir)
+			return SecretKey(dir)
 		}
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
 	return key, nil
 }
 
-// committed is the work a previous run of the same output directory
+// Committed is the work a previous run of the same output directory
 // committed: per task, its last committed attempt and whether it was kept.
-type committed struct {
+type Committed struct {
 	// source is the input identity that covers the most bytes among the
 	// committed files (nil when none recorded one).
 	source *sources.Identity
 	tasks  map[int64]taskState
-	kept   int // kept groups
-	rows   int64
-	files  int
+	// Kept counts the kept groups.
+	Kept  int
+	rows  int64
+	files int
 }
 
 type taskState struct {
@@ -87,9 +89,9 @@ type taskState struct {
 	kept    bool
 }
 
-// skip decides, for a task read from the input, whether its work is done
+// Skip decides, for a task read from the input, whether its work is done
 // and otherwise which attempt to sample.
-func (c *committed) skip(taskIndex int64, maxAttempts int, resample bool) (skip bool, attempt int) {
+func (c *Committed) Skip(taskIndex int64, maxAttempts int, resample bool) (skip bool, attempt int) {
 	st, ok := c.tasks[taskIndex]
 	switch {
 	case !ok:
@@ -112,18 +114,29 @@ var ErrConfigChanged = errors.New("the output directory holds work of a differen
 // directory (DuckDB, pyarrow) and trajflow merge refuse.
 var ErrSchemaVersion = errors.New("the output directory holds files of another schema version")
 
-// loadCommitted reads the keys of the part files in the data and filtered
+// Options are Load's settings.
+type Options struct {
+	// AllowConfigChange resumes work committed under a config whose
+	// semantic keys differ, or from another input.
+	AllowConfigChange bool
+	// SourcePath is the local path of the run's input, checked against the
+	// input the committed files were read from.
+	SourcePath string
+}
+
+// Load reads the keys of the part files in cfg's data and filtered
 // directories (and errors, with run.resume_errors: keep), checks that they
-// were produced by this config, and that every part file (surplus and
-// errors too) is in the schema version this run writes.
-func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
-	c := &committed{tasks: map[int64]taskState{}}
-	fp, _ := r.cfg.Fingerprint()
+// were produced by this config (its fingerprint, keyed with the output's
+// secret key) and its input, and that every part file (surplus and errors
+// too) is in the schema version this run writes.
+func Load(ctx context.Context, cfg *config.Config, opts Options) (*Committed, error) {
+	c := &Committed{tasks: map[int64]taskState{}}
+	fp, _ := cfg.Fingerprint()
 	// Groups with a failed member (errors/) are not done: a rerun redoes
 	// them, unless run.resume_errors is keep.
-	keepErrors := r.cfg.Run.ResumeErrors == "keep"
+	keepErrors := cfg.Run.ResumeErrors == "keep"
 	for _, dest := range []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir} {
-		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, schema.PartGlob))
+		paths, err := filepath.Glob(filepath.Join(cfg.Output.Dir, dest, schema.PartGlob))
 		if err != nil {
 			return nil, err
 		}
@@ -138,14 +151,14 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 				}
 				continue
 			}
-			if err := r.readCommitted(ctx, p, dest == schema.DataDir, fp, c); err != nil {
+			if err := c.read(ctx, cfg, opts, p, dest == schema.DataDir, fp); err != nil {
 				return nil, err
 			}
 			c.files++
 		}
 	}
-	if c.source != nil && !r.opts.AllowConfigChange {
-		if err := sources.Verify(r.sourcePath, *c.source); err != nil {
+	if c.source != nil && !opts.AllowConfigChange {
+		if err := sources.Verify(opts.SourcePath, *c.source); err != nil {
 			if !errors.Is(err, sources.ErrOtherInput) {
 				return nil, fmt.Errorf("resume: %w", err)
 			}
@@ -183,7 +196,8 @@ func fileVersion(f *pqread.File, path string) error {
 	return nil
 }
 
-func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp string, c *committed) error {
+// read adds the groups of the part file at path to c.
+func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, path string, kept bool, fp string) error {
 	f, err := pqread.Open(path, memory.NewGoAllocator(), 64<<10)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
@@ -196,9 +210,9 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 	if got, ok := meta[parquet.KeyConfigFingerprint]; !ok || got != fp {
 		var diffs []string
 		if stored, ok := meta[schema.KeyConfig]; ok {
-			diffs, _ = r.cfg.DiffSemantic(stored)
+			diffs, _ = cfg.DiffSemantic(stored)
 		}
-		if !r.opts.AllowConfigChange {
+		if !opts.AllowConfigChange {
 			msg := "no fingerprint recorded"
 			if len(diffs) > 0 {
 				msg = "changed keys: " + strings.Join(diffs, "; ")
@@ -237,7 +251,7 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 			}
 			seen[k] = true
 			if kept {
-				c.kept++
+				c.Kept++
 			}
 			if st, ok := c.tasks[k.TaskIndex]; !ok || k.Attempt > st.attempt || kept {
 				c.tasks[k.TaskIndex] = taskState{attempt: max(k.Attempt, st.attempt), kept: kept || st.kept}

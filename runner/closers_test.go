@@ -13,12 +13,12 @@ func TestCleanupJoinsTheClosersErrors(t *testing.T) {
 	var order []string
 	r := &run{}
 	r.closeChecked(func() error { order = append(order, "a"); return errA })
-	r.closers = append(r.closers, func() { order = append(order, "plain") })
+	r.closers.add(func() { order = append(order, "plain") })
 	r.closeChecked(func() error { order = append(order, "ok"); return nil })
 	r.closeChecked(func() error { order = append(order, "b"); return errB })
 	r.cleanup()
-	if !errors.Is(r.closeErr, errA) || !errors.Is(r.closeErr, errB) {
-		t.Fatalf("closeErr %v, want both failures", r.closeErr)
+	if !errors.Is(r.closers.err, errA) || !errors.Is(r.closers.err, errB) {
+		t.Fatalf("closeErr %v, want both failures", r.closers.err)
 	}
 	if got := strings.Join(order, ","); got != "b,ok,plain,a" {
 		t.Fatalf("closers ran %s", got)

@@ -93,7 +93,7 @@ func (r *run) provisionRemote(ctx context.Context) error {
 		return fmt.Errorf("output.dir: staging directory: %w", err)
 	}
 	r.remote.staging = staging
-	r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
+	r.closers.add(func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
 	out := filepath.Join(staging, "output")
 	r.remote.mirror = &storage.Mirror{Store: s, URL: u, Local: out, Last: schema.DataDir, Skip: func(rel string) bool {
 		// The lock lives in the bucket only; the output's shards are
@@ -137,7 +137,7 @@ func (r *run) localSource(ctx context.Context) (string, error) {
 				return "", err
 			}
 			r.remote.staging = staging
-			r.closers = append(r.closers, func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
+			r.closers.add(func() { _ = os.RemoveAll(staging) }) // best effort: a temporary directory, not output
 		}
 		return r.remote.staging, nil
 	})

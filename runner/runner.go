@@ -9,11 +9,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/runner/commit"
 	"github.com/trajflow/trajflow/runner/resume"
+	"github.com/trajflow/trajflow/runner/runstats"
 	"github.com/trajflow/trajflow/schema"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -21,7 +21,6 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
@@ -33,6 +32,24 @@ import (
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/storage"
 )
+
+// Snapshot, Summary, HostedStats, EndpointLoad and ServerLoad are a run's
+// figures (see runstats): its progress at one moment, what it did, the
+// hosted-API features' figures, each endpoint's load.
+type (
+	Snapshot     = runstats.Snapshot
+	Summary      = runstats.Summary
+	HostedStats  = runstats.HostedStats
+	EndpointLoad = runstats.EndpointLoad
+	ServerLoad   = runstats.ServerLoad
+)
+
+// FormatCost shows a cost as the summary and the progress line do.
+func FormatCost(v float64) string { return runstats.FormatCost(v) }
+
+// ErrNothingGenerated: the run resolved rollouts but no kept rollout
+// generated a token (runstats.ErrNothingGenerated).
+var ErrNothingGenerated = runstats.ErrNothingGenerated
 
 // Version is trajflow's version, written into every output file.
 var Version = "0.1.0"
@@ -146,13 +163,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	}
 	// root is output.dir as given: a sharded run works in its shard's
 	// directory under it (ShardDir, in the output step).
-	r := &run{cfg: cfg, root: cfg.Output.Dir, opts: opts, stats: newStats(), batchAlloc: batchAlloc, stopper: newStopper(ctx)}
+	r := &run{cfg: cfg, root: cfg.Output.Dir, opts: opts, batchAlloc: batchAlloc, stopper: newStopper(ctx)}
+	r.stats = r.newTracker()
 	defer r.stopper.release()
 	defer func() {
 		// What the closers failed to flush, close or release is an error
 		// of the run's too.
 		r.cleanup()
-		err = errors.Join(err, r.closeErr)
+		err = errors.Join(err, r.closers.err)
 	}()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
@@ -170,7 +188,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	done, err := resume.Load(ctx, cfg, resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.sourcePath})
+	done, err := resume.Load(ctx, cfg, resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.built.SourcePath})
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +202,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 		err = errors.Join(err, serr)
 	}
 	if r.stopper.hard.Err() == nil {
-		if merr := r.writeMetrics(r.stopper.hard); merr != nil {
+		if merr := r.stats.WriteMetrics(r.stopper.hard); merr != nil {
 			err = errors.Join(err, merr)
 		}
-		if aerr := r.writeAggregate(r.stopper.hard); aerr != nil {
+		if aerr := runstats.WriteAggregate(r.stopper.hard, r.cfg.Output.Dir, r.built.Envs); aerr != nil {
 			// As Gym's rollout collection, whose raise_for_status on
 			// /aggregate_metrics fails the command: the committed rows
 			// stay.
@@ -195,7 +213,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 		}
 		// On object storage, metrics.json and the side files go up last.
 		if r.remote.mirror != nil {
-			if ierr := r.inputs.Flush(); ierr != nil {
+			if ierr := r.side.inputs.Flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
 			if perr := r.commit.PushFinal(r.stopper.hard); perr != nil {
@@ -203,7 +221,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			}
 		}
 	}
-	sum := r.summary(err)
+	sum := r.stats.Summary(err)
 	return sum, err
 }
 
@@ -229,24 +247,6 @@ func Check(cfg *config.Config, opts Options) error {
 	return cfg.Locate(p.Err())
 }
 
-// writeMetrics computes the metrics of everything committed in the data
-// directory, this run's and earlier runs' alike.
-func (r *run) writeMetrics(ctx context.Context) error {
-	dir := filepath.Join(r.cfg.Output.Dir, schema.DataDir)
-	if files, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(files) == 0 {
-		return nil
-	}
-	m, err := analyze.Stats(ctx, []string{r.cfg.Output.Dir}, nil, analyze.StatsOptions{Allocator: r.opts.Alloc})
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	m.LastRun = r.runTokens()
-	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile)); err != nil {
-		return err
-	}
-	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, schema.AggregateMetricsFile), m)
-}
-
 // ShardDir is the output directory of shard index of count under a
 // sharded run's root: ROOT/shards/00003-of-00016 (5-digit, zero-padded).
 // A root with a scheme (s3://bucket/prefix) is joined as a URL path.
@@ -257,48 +257,38 @@ type run struct {
 	cfg *config.Config
 	// root is the output directory the config named: cfg.Output.Dir
 	// itself, or for a sharded run the directory of its shards.
-	root  string
-	opts  Options
-	stats *stats
+	root string
+	opts Options
+	// stats follows the run: counters, progress, metrics, summary.
+	stats *runstats.Tracker
 	// batchAlloc is the collators' allocator.
 	batchAlloc memory.Allocator
-	// red removes the config's secrets from rollout errors and logs.
-	red *config.Redactor
 
-	closers []func()
+	closers closers
 	// built are the run's components (buildSteps): client, generator,
 	// environments, template, source, expander.
 	built *components
-	// closeErr joins the errors of the closers added by closeChecked.
-	closeErr error
-	// envs are the run's environments by route (one without routes).
-	envs    map[string]envs.Env
-	rejects *lines.Writer
-	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
-	inputs *resume.Inputs
 	// commit is the commit path: the output directories' writers, step
 	// rows, images, interop sinks and the upload to object storage.
 	commit *commit.Committer
-	ctl    *groups.Controller
-	loop   *loop.Loop
-	graph  *pipeline.Graph
-	// prom and scraper are the run's Prometheus metrics
-	// (run.metrics_addr) and the poller of the endpoints' own metrics;
-	// nil when off.
-	prom    *promMetrics
-	scraper *scraper
+	// side are the side files: the rejects, the failures, and
+	// OUTPUT/inputs.jsonl (each task's rendered request, once).
+	side struct {
+		rejects, failures *lines.Writer
+		inputs            *resume.Inputs
+	}
+	// flow is the graph and the stages the stop and the progress reach:
+	// the groups controller and the loop.
+	flow struct {
+		graph *pipeline.Graph
+		ctl   *groups.Controller
+		loop  *loop.Loop
+	}
 	done    *resume.Committed
 	stopper *stopper
 	// remote is the object storage side of an s3:// output.dir or
-	// source.path; sourcePath is the local copy of source.path.
-	remote     remote
-	sourcePath string
-
-	failures *lines.Writer
-	files    []string
-	started  time.Time
-	// srv is the endpoints' own token counter over the run.
-	srv serverCount
+	// source.path.
+	remote remote
 }
 
 // provision walks the build steps (buildSteps) with the run's hooks: its
@@ -312,32 +302,22 @@ func (r *run) provision(ctx context.Context) error {
 		OnReject:      r.reject,
 		OnInvalidUTF8: r.invalidUTF8,
 		SourcePath:    r.localSource,
-		// The run's Prometheus metrics, when the output step served them.
-		OnAttempt: func(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
-			if r.prom != nil {
-				r.prom.attempt(endpoint, took, err, retrying)
-			}
-		},
-		WrapEnv: func(env envs.Env) envs.Env {
-			if r.prom == nil {
-				return env
-			}
-			return timedEnv{Env: env, steps: r.prom.envStep}
-		},
+		// The run's Prometheus metrics, when the output step serves them.
+		OnAttempt: r.stats.Attempt,
+		WrapEnv:   r.stats.WrapEnv,
 	}
 	r.built = newComponents(r.cfg, r.opts, h)
-	r.opts.Stderr, r.red = r.built.opts.Stderr, r.built.red
+	r.opts.Stderr = r.built.opts.Stderr
 	if err := r.built.walk(ctx, runStep); err != nil {
 		return err
 	}
-	r.envs, r.sourcePath = r.built.Envs, r.built.SourcePath
 	if r.built.http != nil {
 		// The endpoints' own metrics: their load for the live view and
 		// Prometheus, their token counters for the summary.
-		r.scraper = newScraper(r.cfg.Generate.Endpoints)
+		r.stats.Scrape(r.cfg.Generate.Endpoints)
 	}
-	r.failures = lines.New(filepath.Join(r.cfg.Output.Dir, schema.FailuresFile))
-	r.closeChecked(r.failures.Close)
+	r.side.failures = lines.New(filepath.Join(r.cfg.Output.Dir, schema.FailuresFile))
+	r.closeChecked(r.side.failures.Close)
 	// What is not committed is dropped at the end: the open files of the
 	// writers and the interop sinks.
 	r.closeChecked(r.commit.Abort)
@@ -377,27 +357,21 @@ func (r *run) provisionOutput(ctx context.Context) error {
 	}
 	r.closeChecked(unlock)
 	// What a crashed run left half-written goes before anything is read.
-	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.countCommitted, Upload: r.upload()}); err != nil {
+	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.stats.Committed, Upload: r.upload()}); err != nil {
 		return err
 	}
-	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
-	r.closeChecked(r.rejects.Close)
-	if r.inputs, err = resume.OpenInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
+	r.side.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
+	r.closeChecked(r.side.rejects.Close)
+	if r.side.inputs, err = resume.OpenInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
 		return err
 	}
-	r.closeChecked(r.inputs.Close)
+	r.closeChecked(r.side.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
-		r.prom = newPromMetrics(r.snapshot)
-		if c := r.opts.continuous().Collector; c != nil {
-			if err := r.prom.reg.Register(c); err != nil {
-				return fmt.Errorf("run.metrics_addr: %w", err)
-			}
-		}
-		stop, err := r.prom.serve(ctx, cfg.Run.MetricsAddr)
+		stop, err := r.stats.ServeMetrics(ctx, cfg.Run.MetricsAddr, r.opts.continuous().Collector)
 		if err != nil {
 			return err
 		}
-		r.closers = append(r.closers, stop)
+		r.closers.add(stop)
 	}
 	// The components the later steps build close first.
 	r.closeChecked(r.built.Close)
@@ -428,20 +402,20 @@ func (r *run) parquetOptions() parquet.Options {
 		CommitMetadata: func() map[string]string {
 			// The tasks of the file being committed were rendered, so their
 			// lines of inputs.jsonl are written before the file is visible.
-			if err := r.inputs.Flush(); err != nil {
+			if err := r.side.inputs.Flush(); err != nil {
 				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
 			}
 			id, _ := json.Marshal(r.built.Source.Identity())
 			return map[string]string{schema.KeySource: string(id)}
 		},
 	}
-	maps.Copy(opts.Metadata, r.priceMetadata())
+	maps.Copy(opts.Metadata, r.stats.PriceMetadata())
 	return opts
 }
 
 func (r *run) cleanup() {
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		r.closers[i]()
+	for i := len(r.closers.fns) - 1; i >= 0; i-- {
+		r.closers.fns[i]()
 	}
 }
 
@@ -451,13 +425,13 @@ func (r *run) execute(parent context.Context) error {
 	cfg := r.cfg
 	ctx := r.stopper.hard
 	g := pipeline.NewGraph()
-	r.graph = g
-	r.serverBaseline(ctx)
-	r.started = time.Now()
-	stopProgress := r.progress(ctx)
+	r.flow.graph = g
+	r.stats.ServerBaseline(ctx)
+	r.stats.Start()
+	stopProgress := r.stats.Progress(ctx)
 	defer stopProgress()
 
-	r.ctl = r.newController()
+	r.flow.ctl = r.newController()
 	r.sourceStage(g).
 		Via(r.templateStage(g)).
 		Via(r.repeatStage(g)).
@@ -469,7 +443,7 @@ func (r *run) execute(parent context.Context) error {
 	go r.watch(parent, r.opts.Abort, watched)
 	defer close(watched)
 	err := g.Run(ctx)
-	r.serverFinal(ctx)
+	r.stats.ServerFinal(ctx)
 	if err != nil {
 		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
 			// The stop overran run.grace, or was aborted.
@@ -487,10 +461,10 @@ func (r *run) execute(parent context.Context) error {
 	if err := r.checkErrorRate(true); err != nil {
 		return err
 	}
-	if err := r.checkGenerated(); err != nil {
+	if err := r.stats.CheckGenerated(); err != nil {
 		return err
 	}
-	if kept, short := r.ctl.ShortOfTarget(); short {
+	if kept, short := r.flow.ctl.ShortOfTarget(); short {
 		return fmt.Errorf("%w: kept %d of %d groups; the kept groups are committed", ErrShortOfData, kept, cfg.Groups.Target)
 	}
 	return nil
@@ -516,16 +490,6 @@ func (r *run) upload() func(ctx context.Context) error {
 	}
 }
 
-// countCommitted counts a committed data file in the summary.
-func (r *run) countCommitted(path string, rows int) {
-	r.files = append(r.files, r.displayPath(path))
-	r.stats.written.Add(int64(rows))
-	r.stats.filesCommitted.Add(1)
-	if on := r.opts.continuous().OnCommit; on != nil {
-		on(path, rows)
-	}
-}
-
 // ErrConfigChanged and ErrSchemaVersion are returned when the output
 // directory holds work of another config, or files of another schema
 // version (resume.ErrConfigChanged, resume.ErrSchemaVersion).
@@ -533,6 +497,44 @@ var (
 	ErrConfigChanged = resume.ErrConfigChanged
 	ErrSchemaVersion = resume.ErrSchemaVersion
 )
+
+// newTracker is the run's runstats.Tracker, reading the run's parts as
+// they are built.
+func (r *run) newTracker() *runstats.Tracker {
+	return runstats.New(r.cfg, runstats.Inputs{
+		Progress: r.opts.Progress, Stderr: r.opts.Stderr, Alloc: r.opts.Alloc,
+		Hosted: r.hostedStats, HTTP: r.httpClient,
+		Source: func() sources.Reader {
+			if r.built == nil {
+				return nil
+			}
+			return r.built.Source
+		},
+		Requests: func() (cancelled, estimate int64) {
+			if r.built == nil || r.built.Generator == nil {
+				return 0, 0
+			}
+			st := r.built.Generator.Requests()
+			return st.Cancelled, st.CancelledTokensEstimate
+		},
+		Busy: func() (int, int) {
+			if r.flow.loop == nil {
+				return 0, 0
+			}
+			return r.flow.loop.Busy()
+		},
+		Queues: func() map[string]int {
+			if r.flow.graph == nil {
+				return nil
+			}
+			return r.flow.graph.QueueDepths()
+		},
+		Display:     r.displayPath,
+		Stop:        r.stopper.err,
+		EarlierKept: func() int { return r.done.Kept },
+		OnCommit:    r.opts.continuous().OnCommit,
+	})
+}
 
 // ErrShortOfData is returned when the input ran out before groups.target
 // kept groups: what was kept is committed.

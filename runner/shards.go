@@ -53,7 +53,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	r.closers = append(r.closers, func() { _ = os.RemoveAll(local) }) // best effort: a temporary directory, not output
+	r.closers.add(func() { _ = os.RemoveAll(local) }) // best effort: a temporary directory, not output
 	names := []string{schema.SecretKeyFile, resume.ManifestFile}
 	for attempt := 0; attempt < 4; attempt++ {
 		pulled := map[string]bool{}
@@ -106,7 +106,7 @@ func (r *run) writeShardStatus(err error) error {
 	complete := err == nil || errors.Is(err, ErrShortOfData)
 	stop := ""
 	if !complete {
-		stop = r.red.String(err.Error())
+		stop = r.built.red.String(err.Error())
 	}
 	return resume.WriteShardStatus(r.cfg, complete, stop)
 }

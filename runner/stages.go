@@ -26,7 +26,7 @@ import (
 // read from the input (less those a resumed run already committed) and
 // dropped tasks sampled again.
 func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
-	cfg, ctl := r.cfg, r.ctl
+	cfg, ctl := r.cfg, r.flow.ctl
 	resample := cfg.Groups.Resample == "same_task"
 	return pipeline.NewSource(g, "source", 16, func(ctx context.Context, emit func(groups.Job) error) error {
 		for {
@@ -53,10 +53,10 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 					continue
 				}
 				ctl.ReadDone(t)
-				r.stats.tasks.Add(1)
+				r.stats.Read()
 				skip, attempt := r.done.Skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
-					r.stats.skipped.Add(1)
+					r.stats.Resumed()
 					ctl.Abandon(t)
 					continue
 				}
@@ -91,7 +91,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 		}
 		if err != nil {
-			r.ctl.Abandon(j.Task)
+			r.flow.ctl.Abandon(j.Task)
 			r.staleAbandon()
 			if r.cfg.Source.OnBadRow != "skip" {
 				// Stop admitting, commit what finished.
@@ -100,7 +100,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
 		}
-		if err := r.inputs.Write(j.Task, r.cfg.Generate.Params); err != nil {
+		if err := r.side.inputs.Write(j.Task, r.cfg.Generate.Params); err != nil {
 			return nil, err
 		}
 		return []groups.Job{j}, nil
@@ -111,7 +111,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 	return pipeline.NewStage(g, "repeat", 1, r.cfg.Repeat.N, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
 		rs := r.built.Expander.Expand(j.Task, j.Attempt)
-		r.stats.dispatched.Add(int64(len(rs)))
+		r.stats.Dispatched(len(rs))
 		return rs, nil
 	})
 }
@@ -120,7 +120,7 @@ func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
 	step := r.built.Stepper
-	r.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
+	r.flow.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
 		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(), MaxInflight: cfg.Groups.MaxRollouts,
 		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
@@ -130,7 +130,7 @@ func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 			return fresh
 		},
 	})
-	return r.loop
+	return r.flow.loop
 }
 
 // groupsStage waits for each group's n rollouts, applies the keep rule,
@@ -150,7 +150,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		var out []routed
 		for _, d := range ds {
 			dest, ok := routing.Route(d)
-			r.stats.group(d.Group)
+			r.stats.Group(d.Group)
 			if !ok {
 				continue
 			}
@@ -164,10 +164,10 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		return out, nil
 	}
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
-		ro.Error = r.red.String(ro.Error) // servers and environments may echo a URL or a key
-		r.stats.resolve(ro)
+		ro.Error = r.built.red.String(ro.Error) // servers and environments may echo a URL or a key
+		r.stats.Resolve(ro)
 		if ro.Status == pipeline.StatusError {
-			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
+			if err := r.side.failures.Write(lines.FailureOf(ro)); err != nil {
 				return nil, err
 			}
 			_ = r.checkErrorRate(false) // best effort: not final; over the limit it stops the run itself
@@ -180,8 +180,8 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		text := texts.done(gr.Key)
 		if r.cutOff(gr) {
 			// Unfinished work of a stop: not committed, redone on resume.
-			r.stats.cutOff(gr)
-			r.ctl.CutOff()
+			r.stats.CutOff(gr)
+			r.flow.ctl.CutOff()
 			r.staleAbandon()
 			return nil, nil
 		}
@@ -190,17 +190,17 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		}
 		rule.Apply(gr)
 		requeue := r.staleDone(gr)
-		ds, err := decide(r.ctl.GroupDone(gr, ro.Task))
+		ds, err := decide(r.flow.ctl.GroupDone(gr, ro.Task))
 		if requeue {
-			r.ctl.Requeue(groups.Job{Task: ro.Task, Attempt: gr.Key.Attempt + 1})
+			r.flow.ctl.Requeue(groups.Job{Task: ro.Task, Attempt: gr.Key.Attempt + 1})
 		}
 		return ds, err
 	}).OnFlush(func(ctx context.Context) ([]routed, error) {
-		out, held := r.ctl.Flush()
+		out, held := r.flow.ctl.Flush()
 		for _, gr := range held {
 			// Finished, but behind a task a stop cut off (groups.order:
 			// task): not committed, redone on resume.
-			r.stats.cutOff(gr)
+			r.stats.CutOff(gr)
 		}
 		return decide(out)
 	})
@@ -218,7 +218,7 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 		delete(pending, dest)
 		return gs
 	}
-	r.closers = append(r.closers, func() {
+	r.closers.add(func() {
 		for _, c := range collators {
 			c.Release()
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
-// admitStale waits for the staleness gate (Options.Staleness) to admit
+// admitStale waits for the staleness gate (Continuous.Staleness) to admit
 // j's group. It reports false when the run stops (or ctx ends) first: the
 // group is given back to the controller.
 func (r *run) admitStale(ctx context.Context, j groups.Job) bool {
@@ -25,7 +25,7 @@ func (r *run) admitStale(ctx context.Context, j groups.Job) bool {
 		}
 	}()
 	if _, err := st.Admit(actx); err != nil {
-		r.ctl.Abandon(j.Task)
+		r.flow.ctl.Abandon(j.Task)
 		return false
 	}
 	return true

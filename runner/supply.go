@@ -3,7 +3,7 @@ package runner
 import "github.com/trajflow/trajflow/stages/groups"
 
 // newController is the run's dynamic-sampling controller: groups.target's,
-// or, for a continuous run (Options.Supply), one that follows the supply's
+// or, for a continuous run (Continuous.Supply), one that follows the supply's
 // demand with the generation slots kept full.
 func (r *run) newController() *groups.Controller {
 	cfg := r.cfg
@@ -15,7 +15,7 @@ func (r *run) newController() *groups.Controller {
 	}
 	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
-			r.loop.Stop()
+			r.flow.loop.Stop()
 		}
 	})
 	if r.opts.continuous().Supply != nil {

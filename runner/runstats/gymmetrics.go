@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"encoding/json"

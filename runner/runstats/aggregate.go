@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"context"
@@ -12,19 +12,19 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// writeAggregate asks each environment for its run result and writes them
-// next to metrics.json. Nothing is written when no environment is a
+// WriteAggregate asks each environment (by route) for its run result and
+// writes them next to metrics.json in dir. Nothing is written when no environment is a
 // Finisher or none has anything to say.
-func (r *run) writeAggregate(ctx context.Context) error {
-	names := make([]string, 0, len(r.envs))
-	for name := range r.envs {
+func WriteAggregate(ctx context.Context, dir string, routes map[string]envs.Env) error {
+	names := make([]string, 0, len(routes))
+	for name := range routes {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	var entries []any
 	for _, name := range names {
-		env := r.envs[name]
-		if t, ok := env.(timedEnv); ok {
+		env := routes[name]
+		if t, ok := env.(TimedEnv); ok {
 			env = t.Env
 		}
 		f, ok := env.(envs.Finisher)
@@ -52,7 +52,7 @@ func (r *run) writeAggregate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(r.cfg.Output.Dir, schema.ServerAggregateMetricsFile)
+	path := filepath.Join(dir, schema.ServerAggregateMetricsFile)
 	if err := durable.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("aggregate metrics: %w", err)
 	}

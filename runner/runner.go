@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/runner/build"
 	"github.com/trajflow/trajflow/runner/commit"
 	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/runner/runstats"
@@ -231,20 +232,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 // (unless opts.Env replaces them) and the templates. The error is a
 // *config.ValidationError whose lines name where each key was set.
 func Check(cfg *config.Config, opts Options) error {
-	var p pipeline.Problems
-	p.Section("", cfg.Validate())
-	if cfg.Source.Shard.Auto {
-		if _, err := cfg.Source.Shard.Resolve(opts.lookupEnv()); err != nil {
-			p.Section("source", err)
-		}
-	}
-	if opts.Env == nil {
-		// Every route's environment and options, before anything starts.
-		for _, rs := range cfg.Env.RouteSpecs() {
-			p.Section("", envs.Validate(rs.Config.Name, routeOptions(rs)))
-		}
-	}
-	return cfg.Locate(p.Err())
+	return build.Check(cfg, opts.Env, opts.lookupEnv())
+}
+
+// buildOptions are the build steps' options of a run with opts.
+func (o Options) buildOptions() build.Options {
+	c := o.continuous()
+	return build.Options{Client: o.Client, Env: o.Env, Stderr: o.Stderr, LookupEnv: o.LookupEnv, Policy: c.Policy, Checked: c.Checked}
 }
 
 // ShardDir is the output directory of shard index of count under a
@@ -265,9 +259,9 @@ type run struct {
 	batchAlloc memory.Allocator
 
 	closers closers
-	// built are the run's components (buildSteps): client, generator,
+	// built are the run's components (build.Steps): client, generator,
 	// environments, template, source, expander.
-	built *components
+	built *build.Components
 	// commit is the commit path: the output directories' writers, step
 	// rows, images, interop sinks and the upload to object storage.
 	commit *commit.Committer
@@ -291,12 +285,12 @@ type run struct {
 	remote remote
 }
 
-// provision walks the build steps (buildSteps) with the run's hooks: its
+// provision walks the build steps (build.Steps) with the run's hooks: its
 // output step makes the output directory, and the components follow.
 // Then it opens the failures log and the interop sinks. cleanup undoes
 // what was built even when a later step fails.
 func (r *run) provision(ctx context.Context) error {
-	h := hooks{
+	h := build.Hooks{
 		Output:        r.provisionOutput,
 		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
 		OnReject:      r.reject,
@@ -306,12 +300,12 @@ func (r *run) provision(ctx context.Context) error {
 		OnAttempt: r.stats.Attempt,
 		WrapEnv:   r.stats.WrapEnv,
 	}
-	r.built = newComponents(r.cfg, r.opts, h)
-	r.opts.Stderr = r.built.opts.Stderr
-	if err := r.built.walk(ctx, runStep); err != nil {
+	r.built = build.New(r.cfg, r.opts.buildOptions(), h)
+	r.opts.Stderr = r.built.Stderr
+	if err := r.built.Walk(ctx, build.RunStep); err != nil {
 		return err
 	}
-	if r.built.http != nil {
+	if r.built.HTTP() != nil {
 		// The endpoints' own metrics: their load for the live view and
 		// Prometheus, their token counters for the summary.
 		r.stats.Scrape(r.cfg.Generate.Endpoints)
@@ -484,7 +478,7 @@ func (r *run) upload() func(ctx context.Context) error {
 	}
 	return func(ctx context.Context) error {
 		if _, err := r.remote.mirror.Push(ctx); err != nil {
-			return storeError("output.dir", r.remote.url.String(), err)
+			return build.StoreError("output.dir", r.remote.url.String(), err)
 		}
 		return nil
 	}

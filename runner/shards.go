@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/trajflow/trajflow/runner/build"
 	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
@@ -42,12 +43,12 @@ func (r *run) provisionRoot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	s, err := openStore("output.dir", r.root)
+	s, err := build.OpenStore("output.dir", r.root)
 	if err != nil {
 		return err
 	}
 	if err := s.Check(ctx, u.Bucket); err != nil {
-		return storeError("output.dir", r.root, err)
+		return build.StoreError("output.dir", r.root, err)
 	}
 	local, err := os.MkdirTemp("", "trajflow-root-")
 	if err != nil {
@@ -66,7 +67,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 			case err == nil:
 				pulled[name] = true
 			case !storage.IsNotFound(err):
-				return storeError("output.dir", u.Join(name).String(), err)
+				return build.StoreError("output.dir", u.Join(name).String(), err)
 			}
 		}
 		if err := r.rootFiles(local); err != nil {
@@ -80,7 +81,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 			}
 			created, err := s.Create(ctx, u.Bucket, u.Join(name).Key, path)
 			if err != nil {
-				return storeError("output.dir", u.Join(name).String(), err)
+				return build.StoreError("output.dir", u.Join(name).String(), err)
 			}
 			if !created {
 				raced = true // another shard wrote it first: read theirs
@@ -106,7 +107,7 @@ func (r *run) writeShardStatus(err error) error {
 	complete := err == nil || errors.Is(err, ErrShortOfData)
 	stop := ""
 	if !complete {
-		stop = r.built.red.String(err.Error())
+		stop = r.built.Red.String(err.Error())
 	}
 	return resume.WriteShardStatus(r.cfg, complete, stop)
 }

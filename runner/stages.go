@@ -164,7 +164,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		return out, nil
 	}
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
-		ro.Error = r.built.red.String(ro.Error) // servers and environments may echo a URL or a key
+		ro.Error = r.built.Red.String(ro.Error) // servers and environments may echo a URL or a key
 		r.stats.Resolve(ro)
 		if ro.Status == pipeline.StatusError {
 			if err := r.side.failures.Write(lines.FailureOf(ro)); err != nil {

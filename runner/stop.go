@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/build"
 )
 
 // Why a run stops before its input ends. Each is returned wrapped, with
@@ -16,10 +17,10 @@ import (
 var (
 	// ErrInterrupted: the run's context was cancelled (a signal). It also
 	// matches context.Canceled.
-	ErrInterrupted error = interrupted{}
+	ErrInterrupted = build.ErrInterrupted
 	// ErrEndpoint: the inference endpoints cannot serve the run: the check
 	// before the run failed, or the circuit breaker opened during it.
-	ErrEndpoint = errors.New("the inference endpoints cannot serve the run")
+	ErrEndpoint = build.ErrEndpoint
 	// ErrErrorRate: the share of error rollouts exceeded run.max_error_rate.
 	ErrErrorRate = errors.New("too many rollouts failed")
 	// ErrAborted: Options.Abort was closed (a second signal): the run
@@ -29,11 +30,6 @@ var (
 	// committed by then is dropped.
 	ErrGraceExceeded = errors.New("the stop took longer than run.grace")
 )
-
-type interrupted struct{}
-
-func (interrupted) Error() string        { return "interrupted" }
-func (interrupted) Is(target error) bool { return target == context.Canceled }
 
 // errorRateMin is the number of resolved rollouts from which
 // run.max_error_rate is checked while the run goes; the end of a run checks

@@ -1,4 +1,4 @@
-package runner
+package build
 
 import (
 	"context"
@@ -22,9 +22,9 @@ import (
 	"github.com/trajflow/trajflow/stages/template"
 )
 
-// hooks let the caller of the build steps take part in them and observe
+// Hooks let the caller of the build steps take part in them and observe
 // the components built; every one may be nil.
-type hooks struct {
+type Hooks struct {
 	// Output is the output step: Run makes its output directory there
 	// (the shard's directory, the lock, the committer); Validate checks
 	// an s3:// output.dir's bucket and writes nothing.
@@ -50,22 +50,19 @@ type hooks struct {
 	SourcePath func(ctx context.Context) (string, error)
 }
 
-// components are a run's components, built from its config in one place
+// Components are a run's components, built from its config in one place
 // by the build steps: the inference client, the generate stage, the
 // environments and their Stepper, the template, the source and the repeat
 // expander. Run builds its graph of them and Validate renders its first
 // requests with them, so that what validate shows is what a run sends.
-type components struct {
+type Components struct {
 	cfg   *config.Config
 	opts  Options
-	hooks hooks
-	// red removes the config's secrets from errors and logs;
-	// opts.Stderr writes through it.
-	red *config.Redactor
-	// dry is Validate's walk: nothing is written (the Batch API is
-	// checked, its state not opened; generate.cache is not opened, so a
-	// request is sent rather than answered from it).
-	dry bool
+	hooks Hooks
+	// Red removes the config's secrets from errors and logs; Stderr is
+	// Options.Stderr writing through it.
+	Red    *config.Redactor
+	Stderr io.Writer
 	// Client is the inference client: Options.Client, the simulator of
 	// sim:// endpoints, or the HTTP client of the endpoints, wrapped by
 	// the decorators of generate.* (decorate).
@@ -92,54 +89,80 @@ type components struct {
 	closers []func() error
 }
 
-// buildStep is one named step of building a run.
-type buildStep struct {
-	name string
-	do   func(c *components, ctx context.Context) error
-	// wrap, when set, is the error a run wraps the step's error in (the
-	// command's exit status); Validate reports the error as it is.
-	wrap error
+// Options are the settings of the build steps that are not part of the
+// config.
+type Options struct {
+	// Client, when set, is the inference client: the config's endpoints
+	// are not contacted. Env, when set, is every route's environment.
+	Client inference.Client
+	Env    envs.Env
+	// Stderr receives warnings; nil discards them.
+	Stderr io.Writer
+	// LookupEnv reads the variables source.shard: auto takes the shard
+	// from (default os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	// Policy is passed to the generate stage.
+	Policy *generate.Policy
+	// Checked skips the config step's check: the caller checked.
+	Checked bool
+	// Dry is validate's walk: nothing is written (the Batch API is
+	// checked, its state not opened; generate.cache is not opened, so a
+	// request is sent rather than answered from it).
+	Dry bool
 }
 
-// buildSteps are the steps Run, Validate and serve (through Run) walk, in
-// this order: the config checked before anything exists; the output
+// ErrEndpoint: the inference endpoints cannot serve the run: the check
+// at start-up failed, or the HTTP client's circuit breaker opened.
+var ErrEndpoint = errors.New("the inference endpoints cannot serve the run")
+
+// Step is one named step of building a run.
+type Step struct {
+	Name string
+	do   func(c *Components, ctx context.Context) error
+	// Wrap, when set, is the error a run wraps the step's error in (the
+	// command's exit status); validate reports the error as it is.
+	Wrap error
+}
+
+// Steps are the steps a run, validate and serve (through the run) walk,
+// in this order: the config checked before anything exists; the output
 // directory; the inference client, checked (preflight) before any data is
 // read, replaced by the Batch API client, and decorated (rate limits,
 // the structured-output check, the cache); the generate stage, checked
 // against the server (a server that cannot do what generate.api needs
 // fails here rather than in every rollout); the environments; the
 // template; the source; the expander.
-var buildSteps = []buildStep{
-	{name: "config", do: (*components).check},
-	{name: "output", do: (*components).output},
-	{name: "client", do: (*components).openClient},
-	{name: "preflight", do: (*components).preflight, wrap: ErrEndpoint},
-	{name: "batch", do: (*components).openBatch, wrap: ErrEndpoint},
-	{name: "decorate", do: (*components).decorate},
-	{name: "generator", do: (*components).newGenerator},
-	{name: "envs", do: (*components).startEnvs},
-	{name: "template", do: (*components).newTemplate},
-	{name: "source", do: (*components).openSource},
-	{name: "expander", do: (*components).newExpander},
+var Steps = []Step{
+	{Name: "config", do: (*Components).check},
+	{Name: "output", do: (*Components).output},
+	{Name: "client", do: (*Components).openClient},
+	{Name: "preflight", do: (*Components).preflight, Wrap: ErrEndpoint},
+	{Name: "batch", do: (*Components).openBatch, Wrap: ErrEndpoint},
+	{Name: "decorate", do: (*Components).decorate},
+	{Name: "generator", do: (*Components).newGenerator},
+	{Name: "envs", do: (*Components).startEnvs},
+	{Name: "template", do: (*Components).newTemplate},
+	{Name: "source", do: (*Components).openSource},
+	{Name: "expander", do: (*Components).newExpander},
 }
 
-// newComponents prepares the build steps of cfg: nothing is built yet.
-// The redactor is made once here; opts.Stderr writes through it.
-func newComponents(cfg *config.Config, opts Options, h hooks) *components {
+// New prepares the build steps of cfg: nothing is built yet. The
+// redactor is made once here; Stderr writes through it.
+func New(cfg *config.Config, opts Options, h Hooks) *Components {
 	red := cfg.Redactor()
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
 	}
 	opts.Stderr = red.Writer(opts.Stderr)
-	return &components{cfg: cfg, opts: opts, hooks: h, red: red}
+	return &Components{cfg: cfg, opts: opts, hooks: h, Red: red, Stderr: opts.Stderr}
 }
 
-// walk runs the build steps in order through visit, which runs the step
-// (do) and decides what its error means: Run stops at the first
-// (runStep), Validate reports it and goes on. What was built is closed by
+// Walk runs the build steps in order through visit, which runs the step
+// (do) and decides what its error means: a run stops at the first
+// (RunStep), validate reports it and goes on. What was built is closed by
 // Close, also after an error.
-func (c *components) walk(ctx context.Context, visit func(s buildStep, do func() error) error) error {
-	for _, s := range buildSteps {
+func (c *Components) Walk(ctx context.Context, visit func(s Step, do func() error) error) error {
+	for _, s := range Steps {
 		if err := visit(s, func() error { return s.do(c, ctx) }); err != nil {
 			return err
 		}
@@ -147,27 +170,52 @@ func (c *components) walk(ctx context.Context, visit func(s buildStep, do func()
 	return nil
 }
 
-// runStep is a run's visit of a build step: the step's error stops the
+// RunStep is a run's visit of a build step: the step's error stops the
 // walk, wrapped in the step's error class.
-func runStep(s buildStep, do func() error) error {
+func RunStep(s Step, do func() error) error {
 	err := do()
-	if err != nil && s.wrap != nil {
-		err = fmt.Errorf("%w: %w", s.wrap, err)
+	if err != nil && s.Wrap != nil {
+		err = fmt.Errorf("%w: %w", s.Wrap, err)
 	}
 	return err
 }
 
 // check is the config step: every problem a run would meet (Check),
-// unless the caller checked already (Continuous.Checked).
-func (c *components) check(context.Context) error {
-	if c.opts.continuous().Checked {
+// unless the caller checked already (Options.Checked).
+func (c *Components) check(context.Context) error {
+	if c.opts.Checked {
 		return nil
 	}
-	return Check(c.cfg, c.opts)
+	return Check(c.cfg, c.opts.Env, c.opts.LookupEnv)
+}
+
+// Check reports every problem of the config that a run would meet,
+// without creating anything: every section's keys, the shard of
+// source.shard: auto, the environment's name and options (unless env
+// replaces them) and the templates. The error is a
+// *config.ValidationError whose lines name where each key was set.
+func Check(cfg *config.Config, env envs.Env, lookupEnv func(string) (string, bool)) error {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	var p pipeline.Problems
+	p.Section("", cfg.Validate())
+	if cfg.Source.Shard.Auto {
+		if _, err := cfg.Source.Shard.Resolve(lookupEnv); err != nil {
+			p.Section("source", err)
+		}
+	}
+	if env == nil {
+		// Every route's environment and options, before anything starts.
+		for _, rs := range cfg.Env.RouteSpecs() {
+			p.Section("", envs.Validate(rs.Config.Name, routeOptions(rs)))
+		}
+	}
+	return cfg.Locate(p.Err())
 }
 
 // output is the output step (hooks.Output).
-func (c *components) output(ctx context.Context) error {
+func (c *Components) output(ctx context.Context) error {
 	if c.hooks.Output == nil {
 		return nil
 	}
@@ -177,7 +225,7 @@ func (c *components) output(ctx context.Context) error {
 // Close closes what the build steps started, in reverse order: the source, the
 // environments (an embedder's Options.Env is its own to close), the
 // client. It returns every error met.
-func (b *components) Close() error {
+func (b *Components) Close() error {
 	var errs []error
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		errs = append(errs, b.closers[i]())
@@ -189,7 +237,7 @@ func (b *components) Close() error {
 // openClient sets Client: Options.Client, the simulator of sim://
 // endpoints, or the HTTP client of the endpoints (not contacted yet),
 // wrapped by the structured-output check (inference/structured).
-func (b *components) openClient(context.Context) error {
+func (b *Components) openClient(context.Context) error {
 	cfg := b.cfg
 	switch {
 	case b.opts.Client != nil:
@@ -211,7 +259,7 @@ func (b *components) openClient(context.Context) error {
 
 // httpOptions are the HTTP client's options: the key from
 // generate.api_key_env, and the hooks.
-func (b *components) httpOptions() openai.HTTPOptions {
+func (b *Components) httpOptions() openai.HTTPOptions {
 	key := ""
 	if b.cfg.Generate.APIKeyEnv != "" {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
@@ -221,17 +269,17 @@ func (b *components) httpOptions() openai.HTTPOptions {
 		KeepBody: b.cfg.Output.OpenAIBatch}
 }
 
-// httpEndpoints reports whether the client is the config's HTTP client
+// HTTPEndpoints reports whether the client is the config's HTTP client
 // (not an embedder's, not the simulator).
-func (b *components) httpEndpoints() bool {
+func (b *Components) HTTPEndpoints() bool {
 	return b.opts.Client == nil && !strings.HasPrefix(b.cfg.Generate.Endpoints[0], "sim://")
 }
 
 // preflight checks each HTTP endpoint: reachable, the key accepted, the
 // model served (openai.Preflight). The simulator and an embedder's client
 // need none.
-func (b *components) preflight(ctx context.Context) error {
-	if !b.httpEndpoints() {
+func (b *Components) preflight(ctx context.Context) error {
+	if !b.HTTPEndpoints() {
 		return nil
 	}
 	return openai.Preflight(ctx, b.cfg.Generate.Config, b.httpOptions())
@@ -256,12 +304,12 @@ func generatorOptions(cfg *config.Config) (generate.Options, error) {
 
 // newGenerator sets Generator and checks the server can do what
 // generate.api needs (generate.Generator.Check).
-func (b *components) newGenerator(ctx context.Context) error {
+func (b *Components) newGenerator(ctx context.Context) error {
 	gopts, err := generatorOptions(b.cfg)
 	if err != nil {
 		return err
 	}
-	gopts.Policy = b.opts.continuous().Policy
+	gopts.Policy = b.opts.Policy
 	gen, err := generate.New(b.Client, gopts)
 	if err != nil {
 		return err
@@ -277,7 +325,7 @@ func (b *components) newGenerator(ctx context.Context) error {
 // set) and sets Envs and Stepper. hooks.OnEnvStart, when set, hears of
 // each route as it starts or fails to. On an error the environments started are
 // closed by Close.
-func (b *components) startEnvs(context.Context) error {
+func (b *Components) startEnvs(context.Context) error {
 	started := b.hooks.OnEnvStart
 	b.Envs = map[string]envs.Env{}
 	for _, rs := range b.cfg.Env.RouteSpecs() {
@@ -316,7 +364,7 @@ func routeOptions(rs envstep.RouteSpec) envs.Options {
 }
 
 // newTemplate sets Template from the prompt section.
-func (b *components) newTemplate(context.Context) error {
+func (b *Components) newTemplate(context.Context) error {
 	t, err := template.New(b.cfg.Prompt)
 	if err != nil {
 		return err
@@ -327,12 +375,12 @@ func (b *components) newTemplate(context.Context) error {
 
 // openSource sets Source and SourcePath: the input, downloaded first when
 // source.path is an s3:// URL.
-func (b *components) openSource(ctx context.Context) error {
+func (b *Components) openSource(ctx context.Context) error {
 	local := b.hooks.SourcePath
 	if local == nil {
 		// An object is read from a temporary download.
 		local = func(ctx context.Context) (string, error) {
-			return fetchSource(ctx, b.cfg.Source.Path, func() (string, error) {
+			return FetchSource(ctx, b.cfg.Source.Path, func() (string, error) {
 				dir, err := os.MkdirTemp("", "trajflow-staging-")
 				if err == nil {
 					b.closers = append(b.closers, func() error { _ = os.RemoveAll(dir); return nil }) // best effort: a temporary directory
@@ -357,7 +405,7 @@ func (b *components) openSource(ctx context.Context) error {
 }
 
 // newExpander sets Expander from the repeat section.
-func (b *components) newExpander(context.Context) error {
+func (b *Components) newExpander(context.Context) error {
 	cfg := b.cfg
 	b.Expander = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model).WithParams(cfg.Generate.Params)
 	return nil

@@ -15,7 +15,6 @@ import (
 
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
-	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 )
 
@@ -211,54 +210,5 @@ func validateSendsWhatRunSends(t *testing.T, sets []string, decorated bool) {
 	}
 	if !strings.Contains(out.String(), "sent: ") {
 		t.Errorf("the report does not say what the server answered:\n%s", &out)
-	}
-}
-
-// The build steps give a caller the run's components to drive itself: a row read,
-// rendered, expanded, reset and generated through them resolves as in a
-// run; a bad config builds nothing.
-func TestBuild(t *testing.T) {
-	defer leak.Check(t)()
-	cfg := quickstart(t)
-	b, err := runner.Build(context.Background(), cfg, runner.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	task, err := b.Source.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Env.RouteTask(task); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Template.Render(task); err != nil {
-		t.Fatal(err)
-	}
-	r := b.Expander.Expand(task, 0)[0]
-	if err := b.Stepper.Reset(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Generator.Turn(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Stepper.Step(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Status != pipeline.StatusOK || r.NumTurns != 1 || len(r.Messages) < 2 {
-		t.Errorf("status %s, %d turns, %d messages (error %q)", r.Status, r.NumTurns, len(r.Messages), r.Error)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	bad := quickstart(t, "env.name=nope")
-	if _, err := runner.Build(ctx, bad, runner.Options{}); err == nil || !strings.Contains(err.Error(), "env.name") {
-		t.Fatalf("Build of a bad config: %v, want an env.name problem", err)
-	}
-	if _, err := os.Stat(bad.Output.Dir); err == nil {
-		if entries, _ := os.ReadDir(bad.Output.Dir); len(entries) > 0 {
-			t.Errorf("Build wrote into %s", bad.Output.Dir)
-		}
 	}
 }

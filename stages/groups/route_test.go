@@ -1,6 +1,7 @@
 package groups_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -48,4 +49,22 @@ func TestRoute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A kept group goes to data/, a drained surplus group to surplus/, and a
+// dropped one nowhere unless output.filtered writes it.
+func ExampleRouting_Route() {
+	routing := groups.Routing{Config: groups.Config{OnTarget: "drain"}}
+	for _, v := range []groups.Verdict{groups.Keep, groups.Surplus, groups.Drop} {
+		g := &pipeline.Group{Rollouts: []*pipeline.Rollout{{Status: pipeline.StatusOK}}, Kept: v == groups.Keep}
+		if v == groups.Drop {
+			g.FilterReason = "zero_std"
+		}
+		dir, ok := routing.Route(groups.Decision{Group: g, Verdict: v})
+		fmt.Println(dir, ok)
+	}
+	// Output:
+	// data true
+	// surplus true
+	//  false
 }

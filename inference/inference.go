@@ -120,15 +120,55 @@ type Client interface {
 	Complete(ctx context.Context, req *Request) (*Response, error)
 }
 
-// Decorate returns outer, a client wrapping inner, with inner's Tokenize
-// when inner has one: a decorator (rate limits, the response cache) keeps
-// what its backend can do.
+// Decorate returns outer, a client wrapping inner, with inner's Tokenize,
+// Detokenize and MaxModelLen where inner has them (Tokenizer, Detokenizer,
+// ContextLimiter): a decorator (rate limits, the response cache, the
+// structured-output check) keeps what its backend can do.
 func Decorate(outer, inner Client) Client {
-	if t, ok := inner.(Tokenizer); ok {
+	t, tok := inner.(Tokenizer)
+	d, det := inner.(Detokenizer)
+	l, lim := inner.(ContextLimiter)
+	switch {
+	case tok && det && lim:
+		return struct {
+			Client
+			Tokenizer
+			Detokenizer
+			ContextLimiter
+		}{outer, t, d, l}
+	case tok && det:
+		return struct {
+			Client
+			Tokenizer
+			Detokenizer
+		}{outer, t, d}
+	case tok && lim:
+		return struct {
+			Client
+			Tokenizer
+			ContextLimiter
+		}{outer, t, l}
+	case det && lim:
+		return struct {
+			Client
+			Detokenizer
+			ContextLimiter
+		}{outer, d, l}
+	case tok:
 		return struct {
 			Client
 			Tokenizer
 		}{outer, t}
+	case det:
+		return struct {
+			Client
+			Detokenizer
+		}{outer, d}
+	case lim:
+		return struct {
+			Client
+			ContextLimiter
+		}{outer, l}
 	}
 	return outer
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // TestResampleBatch: with groups.resample: batch the run reads the input
@@ -36,7 +37,7 @@ func TestResampleBatch(t *testing.T) {
 	}
 	attempts := map[int64]map[int]bool{}
 	keptIn := map[int64]int{}
-	for _, dir := range []string{runner.DataDir, runner.FilteredDir} {
+	for _, dir := range []string{schema.DataDir, schema.FilteredDir} {
 		for _, r := range readBack(t, cfg.Output.Dir, dir) {
 			if attempts[r.Task.Index] == nil {
 				attempts[r.Task.Index] = map[int]bool{}
@@ -70,7 +71,7 @@ func TestResampleBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[int64]int{}
-	for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+	for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
 		if r.RolloutIndex == 0 {
 			seen[r.Task.Index]++
 		}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
-	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 )
 
@@ -38,6 +37,44 @@ func (b *bodies) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.h.ServeHTTP(w, r)
 }
 
+// jsonReplies answers each completion request with a JSON object holding
+// the simulator's text, so that the structured-output check passes it
+// (a /completions body carries no response_format: the check is the
+// client's).
+func jsonReplies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !strings.HasSuffix(r.URL.Path, "/completions") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		got := httptest.NewRecorder()
+		h.ServeHTTP(got, r)
+		out := got.Body.Bytes()
+		var resp struct {
+			Choices []map[string]any `json:"choices"`
+		}
+		var whole map[string]any
+		if json.Unmarshal(out, &resp) == nil && json.Unmarshal(out, &whole) == nil && len(resp.Choices) > 0 {
+			for _, c := range resp.Choices {
+				if text, ok := c["text"].(string); ok {
+					b, _ := json.Marshal(map[string]string{"answer": text})
+					c["text"] = string(b)
+				}
+			}
+			whole["choices"] = resp.Choices
+			out, _ = json.Marshal(whole)
+		}
+		for k, v := range got.Header() {
+			w.Header()[k] = v
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(got.Code)
+		w.Write(out)
+	})
+}
+
 // take returns the bodies received since the last take.
 func (b *bodies) take() []string {
 	b.mu.Lock()
@@ -51,16 +88,49 @@ func (b *bodies) take() []string {
 // max_seq_len and generate.api tokens, the first requests trajflow
 // validate sends (--send) are byte for byte those the run sends: the
 // same /tokenize bodies, and the same token-id prompts on /completions
-// with max_tokens capped to the room each row's route leaves.
+// with max_tokens capped to the room each row's route leaves. The
+// client's decorators change none of it: with generate.cache,
+// generate.rate_limit and a structured-output schema
+// (params.response_format json_schema) validate walks the same build
+// steps and sends the same bytes, and writes nothing to the cache.
 func TestValidateSendsWhatRunSends(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		sets []string
+		// decorated adds generate.cache (validate must leave it empty) and
+		// a server whose replies are JSON objects.
+		decorated bool
+	}{
+		{name: "routes"},
+		{
+			name: "decorated",
+			sets: []string{
+				"generate.rate_limit.requests_per_minute=6000",
+				"generate.params.response_format={type: json_schema, json_schema: {name: answer, schema: {type: object}}}",
+			},
+			decorated: true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) { validateSendsWhatRunSends(t, tt.sets, tt.decorated) })
+	}
+}
+
+func validateSendsWhatRunSends(t *testing.T, sets []string, decorated bool) {
 	defer leak.Check(t)()
 	s := sim.New(sim.Options{Seed: 5, Model: "sim"})
 	defer s.Close()
 	rec := &bodies{h: s.Handler()}
+	if decorated {
+		rec.h = jsonReplies(rec.h)
+	}
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
 
 	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	if decorated {
+		sets = append(sets, "generate.cache="+cache)
+	}
 	tasks := filepath.Join(dir, "tasks.jsonl")
 	var rows strings.Builder
 	for i, route := range []string{"short", "long", "short", "long"} {
@@ -78,14 +148,19 @@ func TestValidateSendsWhatRunSends(t *testing.T) {
     long: {name: math, answer_field: expected_answer, max_seq_len: 400}
 `
 	limits := map[string]int{"short": 100, "long": 400}
-	cfg := routedConfig(t, tasks, env,
-		"generate.endpoints=["+srv.URL+"/v1]", "generate.api=tokens", "generate.params.max_tokens=1000")
+	cfg := routedConfig(t, tasks, env, append([]string{
+		"generate.endpoints=[" + srv.URL + "/v1]", "generate.api=tokens", "generate.params.max_tokens=1000"}, sets...)...)
 
 	var out bytes.Buffer
 	if err := runner.Validate(context.Background(), cfg, runner.ValidateOptions{Rows: 4, Send: true, Out: &out}); err != nil {
 		t.Fatalf("Validate: %v\n%s", err, &out)
 	}
 	validated := rec.take()
+	if decorated {
+		if entries, _ := os.ReadDir(cache); len(entries) > 0 {
+			t.Errorf("validate wrote %d entries into generate.cache %s", len(entries), cache)
+		}
+	}
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,54 +210,5 @@ func TestValidateSendsWhatRunSends(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "sent: ") {
 		t.Errorf("the report does not say what the server answered:\n%s", &out)
-	}
-}
-
-// Build gives a caller the run's components to drive itself: a row read,
-// rendered, expanded, reset and generated through them resolves as in a
-// run; a bad config builds nothing.
-func TestBuild(t *testing.T) {
-	defer leak.Check(t)()
-	cfg := quickstart(t)
-	b, err := runner.Build(context.Background(), cfg, runner.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	task, err := b.Source.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Env.RouteTask(task); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Template.Render(task); err != nil {
-		t.Fatal(err)
-	}
-	r := b.Expander.Expand(task, 0)[0]
-	if err := b.Stepper.Reset(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Generator.Turn(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Stepper.Step(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Status != pipeline.StatusOK || r.NumTurns != 1 || len(r.Messages) < 2 {
-		t.Errorf("status %s, %d turns, %d messages (error %q)", r.Status, r.NumTurns, len(r.Messages), r.Error)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	bad := quickstart(t, "env.name=nope")
-	if _, err := runner.Build(ctx, bad, runner.BuildOptions{}); err == nil || !strings.Contains(err.Error(), "env.name") {
-		t.Fatalf("Build of a bad config: %v, want an env.name problem", err)
-	}
-	if _, err := os.Stat(bad.Output.Dir); err == nil {
-		if entries, _ := os.ReadDir(bad.Output.Dir); len(entries) > 0 {
-			t.Errorf("Build wrote into %s", bad.Output.Dir)
-		}
 	}
 }

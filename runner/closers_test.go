@@ -2,14 +2,8 @@ package runner
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/trajflow/trajflow/pipeline"
 )
 
 // The closers' errors are the run's: each one closeChecked adds is joined,
@@ -19,64 +13,14 @@ func TestCleanupJoinsTheClosersErrors(t *testing.T) {
 	var order []string
 	r := &run{}
 	r.closeChecked(func() error { order = append(order, "a"); return errA })
-	r.closers = append(r.closers, func() { order = append(order, "plain") })
+	r.closers.add(func() { order = append(order, "plain") })
 	r.closeChecked(func() error { order = append(order, "ok"); return nil })
 	r.closeChecked(func() error { order = append(order, "b"); return errB })
 	r.cleanup()
-	if !errors.Is(r.closeErr, errA) || !errors.Is(r.closeErr, errB) {
-		t.Fatalf("closeErr %v, want both failures", r.closeErr)
+	if !errors.Is(r.closers.err, errA) || !errors.Is(r.closers.err, errB) {
+		t.Fatalf("closeErr %v, want both failures", r.closers.err)
 	}
 	if got := strings.Join(order, ","); got != "b,ok,plain,a" {
 		t.Fatalf("closers ran %s", got)
-	}
-}
-
-// inputs.jsonl is buffered: lines a full disk refused surface at Close,
-// not silently.
-func TestInputsCloseReportsAFullDisk(t *testing.T) {
-	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skip("no /dev/full:", err)
-	}
-	w := &inputsWriter{path: "/dev/full", written: -1}
-	task := &pipeline.Task{Index: 0, Source: "t.jsonl:1", Messages: []pipeline.Message{{Role: "user", Content: "1+1"}}}
-	if err := w.write(task, nil); err != nil {
-		t.Fatalf("write: %v (the line should fit the buffer)", err)
-	}
-	err := w.Close()
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), InputsFile) {
-		t.Fatalf("Close: %v, want ENOSPC naming %s", err, InputsFile)
-	}
-}
-
-// The output directory's lock holds the pid, keeps a second run out, and
-// its release reports a failure (here: released twice).
-func TestLockDirReleaseReportsItsErrors(t *testing.T) {
-	dir := t.TempDir()
-	release, err := lockDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, LockFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(os.Getpid()) {
-		t.Fatalf("lock file holds %q, want the pid %d", got, os.Getpid())
-	}
-	if _, err := lockDir(dir); err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second lock: %v, want in use", err)
-	}
-	if err := release(); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	if err := release(); err == nil || !strings.Contains(err.Error(), LockFile) {
-		t.Fatalf("second release: %v, want an error naming %s", err, LockFile)
-	}
-	again, err := lockDir(dir)
-	if err != nil {
-		t.Fatalf("lock after release: %v", err)
-	}
-	if err := again(); err != nil {
-		t.Fatal(err)
 	}
 }

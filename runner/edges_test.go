@@ -21,6 +21,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/collate"
 	"github.com/trajflow/trajflow/stages/generate"
 )
@@ -54,7 +55,7 @@ func simHTTP(t *testing.T, o sim.Options) string {
 func allRows(t *testing.T, dir string) []*pipeline.Rollout {
 	t.Helper()
 	var out []*pipeline.Rollout
-	for _, sub := range []string{runner.DataDir, runner.FilteredDir, runner.ErrorsDir} {
+	for _, sub := range []string{schema.DataDir, schema.FilteredDir, schema.ErrorsDir} {
 		if _, err := os.Stat(filepath.Join(dir, sub)); err != nil {
 			continue
 		}
@@ -101,7 +102,7 @@ func TestContextLengthFirstTurn(t *testing.T) {
 			t.Fatalf("%s: class %q error %q", r, r.ErrorClass, r.Error)
 		}
 	}
-	failures, rerr := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.FailuresFile))
+	failures, rerr := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.FailuresFile))
 	if rerr != nil || strings.Count(string(failures), `"context_length"`) != 20 {
 		t.Fatalf("failures.jsonl: %v\n%s", rerr, failures)
 	}
@@ -209,8 +210,8 @@ func TestGroupOverRecordLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := readBack(t, cfg.Output.Dir, runner.DataDir)
-	errs := readBack(t, cfg.Output.Dir, runner.ErrorsDir)
+	data := readBack(t, cfg.Output.Dir, schema.DataDir)
+	errs := readBack(t, cfg.Output.Dir, schema.ErrorsDir)
 	if len(data) == 0 || len(errs) == 0 || len(data)+len(errs) != 160 {
 		t.Fatalf("%d data rows, %d error rows (limit %d of sizes %v)", len(data), len(errs), limit, sizes)
 	}
@@ -227,7 +228,7 @@ func TestGroupOverRecordLimit(t *testing.T) {
 	if sum.ErrorClasses[runner.ClassTooLarge] != len(errs) || sum.Errors != int64(len(errs)) || sum.OK != int64(len(data)) {
 		t.Fatalf("summary %+v, %d error rows", sum, len(errs))
 	}
-	failures, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.FailuresFile))
+	failures, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.FailuresFile))
 	if strings.Count(string(failures), runner.ClassTooLarge) != len(errs) {
 		t.Fatalf("failures.jsonl:\n%s", failures)
 	}
@@ -270,7 +271,7 @@ func TestCancelledTokensAccounted(t *testing.T) {
 			ServerTokens            *int64 `json:"server_tokens"`
 		} `json:"last_run"`
 	}
-	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,12 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
@@ -48,8 +50,8 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 	}
 	// Groups with a failed member go to errors/, the rest to data/: every
 	// rollout is in exactly one of them.
-	data := readBack(t, cfg.Output.Dir, runner.DataDir)
-	rows := append(data, readBack(t, cfg.Output.Dir, runner.ErrorsDir)...)
+	data := readBack(t, cfg.Output.Dir, schema.DataDir)
+	rows := append(data, readBack(t, cfg.Output.Dir, schema.ErrorsDir)...)
 	if len(rows) != 240 {
 		t.Fatalf("%d rows, want 240", len(rows))
 	}
@@ -84,7 +86,7 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 		t.Fatalf("%d requests for 240 rollouts at most %d attempts each", n, attempts)
 	}
 	// The failures file lists every errored rollout.
-	b, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.FailuresFile))
+	b, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.FailuresFile))
 	if lines := strings.Count(string(b), "\n"); lines != errs {
 		t.Fatalf("failures file has %d lines for %d errors", lines, errs)
 	}
@@ -103,7 +105,7 @@ func TestSampleRetriesRecoverFailedRollouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var retried int
-	for _, r := range append(readBack(t, cfg.Output.Dir, runner.DataDir), readBack(t, cfg.Output.Dir, runner.FilteredDir)...) {
+	for _, r := range append(readBack(t, cfg.Output.Dir, schema.DataDir), readBack(t, cfg.Output.Dir, schema.FilteredDir)...) {
 		if r.Status == pipeline.StatusError {
 			t.Fatalf("%s: still failed after %d retries", r, r.Retries)
 		}
@@ -155,7 +157,7 @@ func TestInteropOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// NeMo Gym-shaped JSONL.
-	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.JSONLDir, "rollouts-*.jsonl"))
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "rollouts-*.jsonl"))
 	if len(paths) != 1 {
 		t.Fatalf("jsonl files %v", paths)
 	}
@@ -201,7 +203,7 @@ func TestInteropOutputs(t *testing.T) {
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if paths, _ = filepath.Glob(filepath.Join(cfg.Output.Dir, runner.JSONLDir, "rollouts-*.jsonl")); len(paths) != 2 {
+	if paths, _ = filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "rollouts-*.jsonl")); len(paths) != 2 {
 		t.Fatalf("jsonl files after resume: %v", paths)
 	}
 }

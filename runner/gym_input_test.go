@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/runner/resume"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // TestTaskIndexDedupRun runs rows with copies under source.task_index:
@@ -31,7 +33,7 @@ func TestTaskIndexDedupRun(t *testing.T) {
 	if sum.Tasks != 3 || sum.Rows != 12 {
 		t.Fatalf("summary %+v, want 3 tasks of 4 rollouts", sum)
 	}
-	rs := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rs := readBack(t, cfg.Output.Dir, schema.DataDir)
 	want := map[int64]string{0: "What is 1 + 1?", 1: "What is 2 + 2?", 2: "What is 3 + 4?"}
 	for _, r := range rs {
 		if !strings.Contains(string(r.Task.Raw), want[r.Task.Index]) {
@@ -41,7 +43,7 @@ func TestTaskIndexDedupRun(t *testing.T) {
 	clean := keys(rs)
 
 	// Drop the last committed file; the resume redoes it under the same indexes.
-	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.DataDir, "part-*.parquet"))
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, "part-*.parquet"))
 	os.Remove(paths[len(paths)-1])
 	sum, err = run(t, cfg, runner.Options{})
 	if err != nil {
@@ -50,7 +52,7 @@ func TestTaskIndexDedupRun(t *testing.T) {
 	if sum.Resumed == 0 {
 		t.Fatalf("summary %+v: nothing resumed", sum)
 	}
-	if got := keys(readBack(t, cfg.Output.Dir, runner.DataDir)); !slices.Equal(got, clean) {
+	if got := keys(readBack(t, cfg.Output.Dir, schema.DataDir)); !slices.Equal(got, clean) {
 		t.Fatalf("resumed keys %v, want %v", got, clean)
 	}
 }
@@ -76,7 +78,7 @@ func TestRowSeedKept(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got [2][]int64
-			for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+			for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
 				got[r.Task.Index] = append(got[r.Task.Index], r.Seed)
 			}
 			for i := range got {
@@ -90,15 +92,15 @@ func TestRowSeedKept(t *testing.T) {
 }
 
 // readInputs reads OUTPUT/inputs.jsonl.
-func readInputs(t *testing.T, dir string) []runner.Input {
+func readInputs(t *testing.T, dir string) []resume.Input {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, runner.InputsFile))
+	b, err := os.ReadFile(filepath.Join(dir, schema.InputsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []runner.Input
+	var out []resume.Input
 	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		var in runner.Input
+		var in resume.Input
 		if err := json.Unmarshal([]byte(line), &in); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
@@ -139,11 +141,11 @@ func TestMaterializedInputs(t *testing.T) {
 
 	// Drop committed work and tear the last line; the resume renders those
 	// tasks again but writes none twice.
-	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.DataDir, "part-*.parquet"))
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, "part-*.parquet"))
 	for _, p := range paths[len(paths)/2:] {
 		os.Remove(p)
 	}
-	f, _ := os.OpenFile(filepath.Join(cfg.Output.Dir, runner.InputsFile), os.O_APPEND|os.O_WRONLY, 0)
+	f, _ := os.OpenFile(filepath.Join(cfg.Output.Dir, schema.InputsFile), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"task_index": 3, "mess`)
 	f.Close()
 	sum, err := run(t, cfg, runner.Options{})

@@ -21,6 +21,7 @@ import (
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/stages/generate"
 )
@@ -136,7 +137,7 @@ func TestImageRowsOverHTTP(t *testing.T) {
 				}
 			}
 			// Read back with Arrow's Parquet reader.
-			rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+			rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 			if len(rows) != n {
 				t.Fatalf("%d rows", len(rows))
 			}
@@ -159,12 +160,12 @@ func TestImageRowsOverHTTP(t *testing.T) {
 					}
 					continue
 				}
-				data, ext, err := images.Lookup(filepath.Join(cfg.Output.Dir, runner.ImagesDir), got)
+				data, ext, err := images.Lookup(filepath.Join(cfg.Output.Dir, schema.ImagesDir), got)
 				if err != nil || ext != "png" || !bytes.Equal(data, orig) {
 					t.Errorf("%s: %s resolves to %d bytes (%s, %v), want the row's %d", r, got, len(data), ext, err, len(orig))
 				}
 			}
-			files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.ImagesDir, "*"))
+			files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.ImagesDir, "*"))
 			if mode == "reference" && len(files) != len(urls) || mode == "inline" && len(files) != 0 {
 				t.Errorf("%d image files", len(files))
 			}
@@ -181,7 +182,7 @@ func TestImageRowsRefusedInTokensMode(t *testing.T) {
 	if !errors.Is(err, runner.ErrNothingGenerated) {
 		t.Fatalf("err %v", err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.ErrorsDir)
+	rows := readBack(t, cfg.Output.Dir, schema.ErrorsDir)
 	if len(rows) != 8 || sum.ErrorClasses[generate.ClassImageUnsupported] != 8 {
 		t.Fatalf("%d error rows, summary %+v", len(rows), sum)
 	}
@@ -232,7 +233,7 @@ func TestImagesStepwise(t *testing.T) {
 		}
 		got := map[string]float64{}
 		sum := 0.0
-		for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+		for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
 			got[fmt.Sprint(r.Task.Index, "/", r.RolloutIndex)] = r.Reward
 			sum += r.Reward
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs/httpenv"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // A run against a NeMo Gym-shaped resources server on the simulator with a
@@ -110,7 +111,7 @@ run: {progress: 0}
 	if incomplete == 0 {
 		t.Fatal("no reply was cut: max_tokens 2 should cut the simulator's replies")
 	}
-	b, err := os.ReadFile(filepath.Join(out, runner.ServerAggregateMetricsFile))
+	b, err := os.ReadFile(filepath.Join(out, schema.ServerAggregateMetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestNeMoGymExampleParams(t *testing.T) {
 		}
 		rows[int64(i)] = row
 	}
-	files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.JSONLDir, "*.jsonl"))
+	files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "*.jsonl"))
 	if len(files) != 1 {
 		t.Fatalf("jsonl files %v", files)
 	}
@@ -227,7 +228,7 @@ run: {progress: 0}
 	if err == nil || !strings.Contains(err.Error(), "aggregate metrics") || !strings.Contains(err.Error(), "500") {
 		t.Fatalf("run: %v, want the failed /aggregate_metrics", err)
 	}
-	if sum == nil || sum.OK != 2 || len(readBack(t, out, runner.DataDir)) != 2 {
+	if sum == nil || sum.OK != 2 || len(readBack(t, out, schema.DataDir)) != 2 {
 		t.Fatalf("summary %+v: the rows are not committed", sum)
 	}
 }

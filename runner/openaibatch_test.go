@@ -236,7 +236,7 @@ func TestOpenAIBatchFilesInAndOut(t *testing.T) {
 		}
 	}
 	// The Parquet rows are the same requests.
-	for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+	for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
 		if r.Reward != 0 || r.NumTurns != 1 {
 			t.Fatalf("%s: reward %v, %d turns: want one generation with no environment", r, r.Reward, r.NumTurns)
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 )
@@ -26,20 +27,20 @@ func TestRunPolicyVersions(t *testing.T) {
 			var opts runner.Options
 			var gate *groups.Staleness
 			if tt.version > 0 {
-				opts.Policy = generate.NewPolicy(tt.version)
+				opts.Continuous = &runner.Continuous{Policy: generate.NewPolicy(tt.version)}
 			}
 			if tt.gate {
 				var err error
-				gate, err = groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 4}, opts.Policy)
+				gate, err = groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 4}, opts.Continuous.Policy)
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts.Staleness = gate
+				opts.Continuous.Staleness = gate
 			}
 			if _, err := run(t, cfg, opts); err != nil {
 				t.Fatal(err)
 			}
-			rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+			rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 			if len(rows) != 48 {
 				t.Fatalf("%d rows", len(rows))
 			}
@@ -91,10 +92,10 @@ func TestRunStalenessPaces(t *testing.T) {
 			}
 		}
 	}()
-	if _, err := run(t, cfg, runner.Options{Policy: pol, Staleness: gate}); err != nil {
+	if _, err := run(t, cfg, runner.Options{Continuous: &runner.Continuous{Policy: pol, Staleness: gate}}); err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	perVersion := map[int64]int{}
 	for _, r := range rows {
 		perVersion[r.AdmittedVersion]++

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/generate"
 )
 
@@ -21,7 +22,7 @@ func TestPromptMaxTokensRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if len(rows) != 6 || sum.OK != 6 {
 		t.Fatalf("%d rows, summary %+v", len(rows), sum)
 	}
@@ -40,7 +41,7 @@ func TestPromptMaxTokensRun(t *testing.T) {
 	if !errors.Is(err, runner.ErrNothingGenerated) {
 		t.Fatalf("err %v", err)
 	}
-	rows = readBack(t, cfg.Output.Dir, runner.ErrorsDir)
+	rows = readBack(t, cfg.Output.Dir, schema.ErrorsDir)
 	if len(rows) != 6 || sum.Errors != 6 || sum.ErrorClasses[generate.ClassPromptTooLong] != 6 {
 		t.Fatalf("%d error rows, summary %+v", len(rows), sum)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // nemoGym is the NeMo Gym example's config (math and a subprocess env,
@@ -63,7 +64,7 @@ func TestRoutesPerRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if len(rows) != 28 || sum.OK != 28 {
 		t.Fatalf("%d rows, summary %+v", len(rows), sum)
 	}
@@ -129,13 +130,13 @@ func TestRouteBadRow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.RejectsFile))
+			b, _ := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
 			for _, want := range tc.rejects {
 				if !strings.Contains(string(b), want) {
 					t.Errorf("rejects lack %q:\n%s", want, b)
 				}
 			}
-			if rows := readBack(t, cfg.Output.Dir, runner.DataDir); len(rows) != 2 || rows[0].Env != "math" {
+			if rows := readBack(t, cfg.Output.Dir, schema.DataDir); len(rows) != 2 || rows[0].Env != "math" {
 				t.Errorf("%d rows", len(rows))
 			}
 		})
@@ -183,8 +184,8 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
-	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 		t.Errorf("too plain a run to test: %+v", got.nemo)
 	}
 
-	b, err = os.ReadFile(filepath.Join(cfg.Output.Dir, runner.AggregateMetricsFile))
+	b, err = os.ReadFile(filepath.Join(cfg.Output.Dir, schema.AggregateMetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestNeMoRLExampleMetrics(t *testing.T) {
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	var n, maxT, natural float64
 	for _, r := range rows {
 		n++
@@ -341,7 +342,7 @@ func TestNeMoRLExampleMetrics(t *testing.T) {
 			natural++
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,21 +9,22 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/runner/build"
+	"github.com/trajflow/trajflow/runner/commit"
+	"github.com/trajflow/trajflow/runner/resume"
+	"github.com/trajflow/trajflow/runner/runstats"
 	"github.com/trajflow/trajflow/schema"
 
-	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
-	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
@@ -32,6 +33,24 @@ import (
 	"github.com/trajflow/trajflow/stages/loop"
 	"github.com/trajflow/trajflow/storage"
 )
+
+// Snapshot, Summary, HostedStats, EndpointLoad and ServerLoad are a run's
+// figures (see runstats): its progress at one moment, what it did, the
+// hosted-API features' figures, each endpoint's load.
+type (
+	Snapshot     = runstats.Snapshot
+	Summary      = runstats.Summary
+	HostedStats  = runstats.HostedStats
+	EndpointLoad = runstats.EndpointLoad
+	ServerLoad   = runstats.ServerLoad
+)
+
+// FormatCost shows a cost as the summary and the progress line do.
+func FormatCost(v float64) string { return runstats.FormatCost(v) }
+
+// ErrNothingGenerated: the run resolved rollouts but no kept rollout
+// generated a token (runstats.ErrNothingGenerated).
+var ErrNothingGenerated = runstats.ErrNothingGenerated
 
 // Version is trajflow's version, written into every output file.
 var Version = "0.1.0"
@@ -65,15 +84,24 @@ type Options struct {
 	// takes the shard from (see sources.Shard.Resolve). Default
 	// os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Continuous holds what only a continuous service (trajflow serve)
+	// sets: nil for a run that ends.
+	Continuous *Continuous
+}
+
+// Continuous are the settings of a run that a long-running service drives
+// (trajflow serve): its demand, the trainer's policy and staleness, and
+// what it hears of the run. Every field may be nil.
+type Continuous struct {
 	// Policy is the fleet's policy version and the pause that brackets a
 	// weight update, passed to the generate stage; nil: version 0, never
 	// paused.
 	Policy *generate.Policy
-	// Supply, when set, makes the run continuous (trajflow serve): its
-	// target of kept groups replaces groups.target and grows as Raise asks
-	// for more; when it is met the run waits for more rather than ending,
-	// and groups in flight count toward the next demand. Such a run ends
-	// when its context is cancelled or its input runs out.
+	// Supply, when set, makes the run continuous: its target of kept
+	// groups replaces groups.target and grows as Raise asks for more; when
+	// it is met the run waits for more rather than ending, and groups in
+	// flight count toward the next demand. Such a run ends when its
+	// context is cancelled or its input runs out.
 	Supply *groups.Supply
 	// OnCommit, when set, hears of each data file committed (on object
 	// storage: once uploaded) with its path and row count.
@@ -88,6 +116,18 @@ type Options struct {
 	// reason stale). The caller builds it, with the trainer's batch size
 	// and max_staleness, and reads its counters.
 	Staleness *groups.Staleness
+	// Checked tells Run that the caller checked the config with Check
+	// and these options before it started anything of its own (serve
+	// does): the config step does not check it again.
+	Checked bool
+}
+
+// continuous is opts.Continuous, or none.
+func (o Options) continuous() Continuous {
+	if o.Continuous != nil {
+		return *o.Continuous
+	}
+	return Continuous{}
 }
 
 // lookupEnv is opts.LookupEnv or os.LookupEnv.
@@ -97,20 +137,6 @@ func (o Options) lookupEnv() func(string) (string, bool) {
 	}
 	return os.LookupEnv
 }
-
-// Output layout under output.dir: the names schema defines, kept here for
-// embedders that name the parts of a run's output through this package.
-const (
-	DataDir      = schema.DataDir      // kept groups
-	FilteredDir  = schema.FilteredDir  // dropped groups (output.filtered)
-	StepsDir     = schema.StepsDir     // step rows of the kept groups (output.steps)
-	SurplusDir   = schema.SurplusDir   // groups finished after the target (groups.on_target: drain)
-	JSONLDir     = schema.JSONLDir     // NeMo Gym-shaped copies of the kept rows (output.jsonl)
-	RejectsFile  = schema.RejectsFile  // input rows that could not be rendered
-	FailuresFile = schema.FailuresFile // every rollout that resolved as an error
-	ErrorsDir    = schema.ErrorsDir    // groups with a member that resolved as an error
-	ImagesDir    = schema.ImagesDir    // bytes of the rows' data-URL images (output.images: reference)
-)
 
 // Run runs the pipeline the config describes and returns its summary. The
 // summary is returned with the error too, where the run got far enough to
@@ -127,9 +153,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	// may serve several runs at once.
 	own := *cfg
 	cfg = &own
-	if opts.Stderr == nil {
-		opts.Stderr = io.Discard
-	}
 	// Record batches are built on an allocator that recycles the buffers
 	// the sinks release: a batch every few groups would otherwise allocate,
 	// zero and garbage-collect all its buffers anew.
@@ -139,45 +162,34 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	} else {
 		batchAlloc = opts.Alloc
 	}
-	if err := Check(cfg, opts); err != nil {
-		return nil, err
-	}
-	// A sharded run works in its shard's directory under the root
-	// (ShardDir); the root keeps what every shard shares.
-	if err := cfg.ResolveShard(opts.lookupEnv()); err != nil {
-		return nil, err
-	}
-	root := cfg.Output.Dir
-	if cfg.Source.Shard.Sharded() {
-		cfg.Output.Dir = ShardDir(root, cfg.Source.Shard.Index, cfg.Source.Shard.Count)
-	}
-	red := cfg.Redactor()
-	opts.Stderr = red.Writer(opts.Stderr)
-	r := &run{cfg: cfg, root: root, opts: opts, stats: newStats(), batchAlloc: batchAlloc, red: red, stopper: newStopper(ctx)}
+	// root is output.dir as given: a sharded run works in its shard's
+	// directory under it (ShardDir, in the output step).
+	r := &run{cfg: cfg, root: cfg.Output.Dir, opts: opts, batchAlloc: batchAlloc, stopper: newStopper(ctx)}
+	r.stats = r.newTracker()
 	defer r.stopper.release()
 	defer func() {
 		// What the closers failed to flush, close or release is an error
 		// of the run's too.
 		r.cleanup()
-		err = errors.Join(err, r.closeErr)
+		err = errors.Join(err, r.closers.err)
 	}()
 	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.Output.OpenAIBatch {
 		// Likewise OpenAI Batch files without their part.
-		if err := pairBatchFiles(cfg.Output.Dir); err != nil {
+		if err := commit.PairBatchFiles(cfg.Output.Dir); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.Output.Steps {
 		// A crash between a commit's two renames left a steps file
 		// without its trajectories: they were never committed.
-		if err := parquet.PairSteps(filepath.Join(cfg.Output.Dir, DataDir), filepath.Join(cfg.Output.Dir, StepsDir)); err != nil {
+		if err := parquet.PairSteps(filepath.Join(cfg.Output.Dir, schema.DataDir), filepath.Join(cfg.Output.Dir, schema.StepsDir)); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	done, err := r.loadCommitted(ctx)
+	done, err := resume.Load(ctx, cfg, resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.built.SourcePath})
 	if err != nil {
 		return nil, err
 	}
@@ -191,10 +203,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 		err = errors.Join(err, serr)
 	}
 	if r.stopper.hard.Err() == nil {
-		if merr := r.writeMetrics(r.stopper.hard); merr != nil {
+		if merr := r.stats.WriteMetrics(r.stopper.hard); merr != nil {
 			err = errors.Join(err, merr)
 		}
-		if aerr := r.writeAggregate(r.stopper.hard); aerr != nil {
+		if aerr := runstats.WriteAggregate(r.stopper.hard, r.cfg.Output.Dir, r.built.Envs); aerr != nil {
 			// As Gym's rollout collection, whose raise_for_status on
 			// /aggregate_metrics fails the command: the committed rows
 			// stay.
@@ -202,15 +214,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 		}
 		// On object storage, metrics.json and the side files go up last.
 		if r.remote.mirror != nil {
-			if ierr := r.inputs.flush(); ierr != nil {
+			if ierr := r.side.inputs.Flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
-			if perr := r.commit.pushFinal(r.stopper.hard); perr != nil {
+			if perr := r.commit.PushFinal(r.stopper.hard); perr != nil {
 				err = errors.Join(err, perr)
 			}
 		}
 	}
-	sum := r.summary(err)
+	sum := r.stats.Summary(err)
 	return sum, err
 }
 
@@ -220,42 +232,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 // (unless opts.Env replaces them) and the templates. The error is a
 // *config.ValidationError whose lines name where each key was set.
 func Check(cfg *config.Config, opts Options) error {
-	var p pipeline.Problems
-	p.Section("", cfg.Validate())
-	if cfg.Source.Shard.Auto {
-		if _, err := cfg.Source.Shard.Resolve(opts.lookupEnv()); err != nil {
-			p.Section("source", err)
-		}
-	}
-	if opts.Env == nil {
-		// Every route's environment and options, before anything starts.
-		for _, rs := range cfg.Env.RouteSpecs() {
-			p.Section("", envs.Validate(rs.Config.Name, routeOptions(rs)))
-		}
-	}
-	return cfg.Locate(p.Err())
+	return build.Check(cfg, opts.Env, opts.lookupEnv())
 }
 
-// MetricsFile holds the run's aggregate metrics, computed from the
-// committed data files (the same as `trajflow stats OUTPUT`).
-const MetricsFile = schema.MetricsFile
-
-// writeMetrics computes the metrics of everything committed in the data
-// directory, this run's and earlier runs' alike.
-func (r *run) writeMetrics(ctx context.Context) error {
-	dir := filepath.Join(r.cfg.Output.Dir, DataDir)
-	if files, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(files) == 0 {
-		return nil
-	}
-	m, err := analyze.Stats(ctx, []string{r.cfg.Output.Dir}, nil, analyze.StatsOptions{Allocator: r.opts.Alloc})
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	m.LastRun = r.runTokens()
-	if err := m.WriteFile(filepath.Join(r.cfg.Output.Dir, MetricsFile)); err != nil {
-		return err
-	}
-	return writeAggregateMetrics(filepath.Join(r.cfg.Output.Dir, AggregateMetricsFile), m)
+// buildOptions are the build steps' options of a run with opts.
+func (o Options) buildOptions() build.Options {
+	c := o.continuous()
+	return build.Options{Client: o.Client, Env: o.Env, Stderr: o.Stderr, LookupEnv: o.LookupEnv, Policy: c.Policy, Checked: c.Checked}
 }
 
 // ShardDir is the output directory of shard index of count under a
@@ -268,54 +251,89 @@ type run struct {
 	cfg *config.Config
 	// root is the output directory the config named: cfg.Output.Dir
 	// itself, or for a sharded run the directory of its shards.
-	root  string
-	opts  Options
-	stats *stats
+	root string
+	opts Options
+	// stats follows the run: counters, progress, metrics, summary.
+	stats *runstats.Tracker
 	// batchAlloc is the collators' allocator.
 	batchAlloc memory.Allocator
-	// red removes the config's secrets from rollout errors and logs.
-	red *config.Redactor
 
-	closers []func()
-	// built are the run's components (Build): client, generator,
+	closers closers
+	// built are the run's components (build.Steps): client, generator,
 	// environments, template, source, expander.
-	built *Built
-	// closeErr joins the errors of the closers added by closeChecked.
-	closeErr error
-	// envs are the run's environments by route (one without routes).
-	envs    map[string]envs.Env
-	rejects *lines.Writer
-	// inputs is OUTPUT/inputs.jsonl: each task's rendered request, once.
-	inputs *inputsWriter
+	built *build.Components
 	// commit is the commit path: the output directories' writers, step
 	// rows, images, interop sinks and the upload to object storage.
-	commit *committer
-	ctl    *groups.Controller
-	loop   *loop.Loop
-	graph  *pipeline.Graph
-	// prom and scraper are the run's Prometheus metrics
-	// (run.metrics_addr) and the poller of the endpoints' own metrics;
-	// nil when off.
-	prom    *promMetrics
-	scraper *scraper
-	done    *committed
+	commit *commit.Committer
+	// side are the side files: the rejects, the failures, and
+	// OUTPUT/inputs.jsonl (each task's rendered request, once).
+	side struct {
+		rejects, failures *lines.Writer
+		inputs            *resume.Inputs
+	}
+	// flow is the graph and the stages the stop and the progress reach:
+	// the groups controller and the loop.
+	flow struct {
+		graph *pipeline.Graph
+		ctl   *groups.Controller
+		loop  *loop.Loop
+	}
+	done    *resume.Committed
 	stopper *stopper
 	// remote is the object storage side of an s3:// output.dir or
-	// source.path; sourcePath is the local copy of source.path.
-	remote     remote
-	sourcePath string
-
-	failures *lines.Writer
-	files    []string
-	started  time.Time
-	// srv is the endpoints' own token counter over the run.
-	srv serverCount
+	// source.path.
+	remote remote
 }
 
-// provision builds every component, in order; cleanup undoes what was built
-// even when a later step fails.
+// provision walks the build steps (build.Steps) with the run's hooks: its
+// output step makes the output directory, and the components follow.
+// Then it opens the failures log and the interop sinks. cleanup undoes
+// what was built even when a later step fails.
 func (r *run) provision(ctx context.Context) error {
+	h := build.Hooks{
+		Output:        r.provisionOutput,
+		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
+		OnReject:      r.reject,
+		OnInvalidUTF8: r.invalidUTF8,
+		SourcePath:    r.localSource,
+		// The run's Prometheus metrics, when the output step serves them.
+		OnAttempt: r.stats.Attempt,
+		WrapEnv:   r.stats.WrapEnv,
+	}
+	r.built = build.New(r.cfg, r.opts.buildOptions(), h)
+	r.opts.Stderr = r.built.Stderr
+	if err := r.built.Walk(ctx, build.RunStep); err != nil {
+		return err
+	}
+	if r.built.HTTP() != nil {
+		// The endpoints' own metrics: their load for the live view and
+		// Prometheus, their token counters for the summary.
+		r.stats.Scrape(r.cfg.Generate.Endpoints)
+	}
+	r.side.failures = lines.New(filepath.Join(r.cfg.Output.Dir, schema.FailuresFile))
+	r.closeChecked(r.side.failures.Close)
+	// What is not committed is dropped at the end: the open files of the
+	// writers and the interop sinks.
+	r.closeChecked(r.commit.Abort)
+	return r.commit.OpenInterop(r.cfg, r.opts.Alloc)
+}
+
+// provisionOutput is the run's output step: it resolves the shard, makes
+// the output directory (on object storage, its staging mirror), takes its
+// lock, removes what a crashed run left half-written, and opens the
+// committer, the rejects and inputs files and the Prometheus endpoint.
+// The components built by the later steps are closed before what it
+// opened.
+func (r *run) provisionOutput(ctx context.Context) error {
 	cfg := r.cfg
+	// A sharded run works in its shard's directory under the root
+	// (ShardDir); the root keeps what every shard shares.
+	if err := cfg.ResolveShard(r.opts.lookupEnv()); err != nil {
+		return err
+	}
+	if cfg.Source.Shard.Sharded() {
+		cfg.Output.Dir = ShardDir(r.root, cfg.Source.Shard.Index, cfg.Source.Shard.Count)
+	}
 	if err := r.provisionRoot(ctx); err != nil {
 		return err
 	}
@@ -327,81 +345,31 @@ func (r *run) provision(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	unlock, err := lockDir(cfg.Output.Dir)
+	unlock, err := resume.LockDir(cfg.Output.Dir)
 	if err != nil {
 		return err
 	}
 	r.closeChecked(unlock)
 	// What a crashed run left half-written goes before anything is read.
-	for _, dest := range outputDirs {
-		if err := parquet.RemoveStale(filepath.Join(cfg.Output.Dir, dest), ""); err != nil {
-			return err
-		}
-	}
-	r.commit = r.newCommitter()
-	if cfg.Output.OpenAIBatch {
-		b, err := newBatchFiles(cfg.Output.Dir)
-		if err != nil {
-			return err
-		}
-		r.commit.batch = b
-	}
-	if cfg.Output.Images == "reference" {
-		dir := filepath.Join(cfg.Output.Dir, ImagesDir)
-		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
-		for _, f := range stale {
-			if err := os.Remove(f); err != nil {
-				return err
-			}
-		}
-		r.commit.images = images.New(dir)
-	}
-	r.rejects = lines.New(filepath.Join(cfg.Output.Dir, RejectsFile))
-	r.closeChecked(r.rejects.Close)
-	if r.inputs, err = openInputs(filepath.Join(cfg.Output.Dir, InputsFile)); err != nil {
+	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.stats.Committed, Upload: r.upload()}); err != nil {
 		return err
 	}
-	r.closeChecked(r.inputs.Close)
+	r.side.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
+	r.closeChecked(r.side.rejects.Close)
+	if r.side.inputs, err = resume.OpenInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
+		return err
+	}
+	r.closeChecked(r.side.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
-		r.prom = newPromMetrics(r.snapshot)
-		if r.opts.Collector != nil {
-			if err := r.prom.reg.Register(r.opts.Collector); err != nil {
-				return fmt.Errorf("run.metrics_addr: %w", err)
-			}
-		}
-		stop, err := r.prom.serve(ctx, cfg.Run.MetricsAddr)
+		stop, err := r.stats.ServeMetrics(ctx, cfg.Run.MetricsAddr, r.opts.continuous().Collector)
 		if err != nil {
 			return err
 		}
-		r.closers = append(r.closers, stop)
+		r.closers.add(stop)
 	}
-
-	hooks := Hooks{
-		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
-		OnReject:      r.reject,
-		OnInvalidUTF8: r.invalidUTF8,
-		SourcePath:    r.localSource,
-	}
-	if r.prom != nil {
-		hooks.OnAttempt = r.prom.attempt
-		hooks.WrapEnv = func(env envs.Env) envs.Env { return timedEnv{Env: env, steps: r.prom.envStep} }
-	}
-	b, err := build(ctx, cfg, BuildOptions{Options: r.opts, Hooks: hooks})
-	if err != nil {
-		return err
-	}
-	r.closeChecked(b.Close)
-	r.built = b
-	r.envs, r.sourcePath = b.Envs, b.SourcePath
-	if b.http != nil {
-		// The endpoints' own metrics: their load for the live view and
-		// Prometheus, their token counters for the summary.
-		r.scraper = newScraper(cfg.Generate.Endpoints)
-	}
-
-	r.failures = lines.New(filepath.Join(cfg.Output.Dir, FailuresFile))
-	r.closeChecked(r.failures.Close)
-	return r.provisionInterop()
+	// The components the later steps build close first.
+	r.closeChecked(r.built.Close)
+	return nil
 }
 
 // parquetOptions are the options of every Parquet writer of the run.
@@ -428,20 +396,20 @@ func (r *run) parquetOptions() parquet.Options {
 		CommitMetadata: func() map[string]string {
 			// The tasks of the file being committed were rendered, so their
 			// lines of inputs.jsonl are written before the file is visible.
-			if err := r.inputs.flush(); err != nil {
+			if err := r.side.inputs.Flush(); err != nil {
 				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
 			}
 			id, _ := json.Marshal(r.built.Source.Identity())
-			return map[string]string{KeySource: string(id)}
+			return map[string]string{schema.KeySource: string(id)}
 		},
 	}
-	maps.Copy(opts.Metadata, r.priceMetadata())
+	maps.Copy(opts.Metadata, r.stats.PriceMetadata())
 	return opts
 }
 
 func (r *run) cleanup() {
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		r.closers[i]()
+	for i := len(r.closers.fns) - 1; i >= 0; i-- {
+		r.closers.fns[i]()
 	}
 }
 
@@ -451,13 +419,13 @@ func (r *run) execute(parent context.Context) error {
 	cfg := r.cfg
 	ctx := r.stopper.hard
 	g := pipeline.NewGraph()
-	r.graph = g
-	r.serverBaseline(ctx)
-	r.started = time.Now()
-	stopProgress := r.progress(ctx)
+	r.flow.graph = g
+	r.stats.ServerBaseline(ctx)
+	r.stats.Start()
+	stopProgress := r.stats.Progress(ctx)
 	defer stopProgress()
 
-	r.ctl = r.newController()
+	r.flow.ctl = r.newController()
 	r.sourceStage(g).
 		Via(r.templateStage(g)).
 		Via(r.repeatStage(g)).
@@ -469,7 +437,7 @@ func (r *run) execute(parent context.Context) error {
 	go r.watch(parent, r.opts.Abort, watched)
 	defer close(watched)
 	err := g.Run(ctx)
-	r.serverFinal(ctx)
+	r.stats.ServerFinal(ctx)
 	if err != nil {
 		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
 			// The stop overran run.grace, or was aborted.
@@ -487,10 +455,10 @@ func (r *run) execute(parent context.Context) error {
 	if err := r.checkErrorRate(true); err != nil {
 		return err
 	}
-	if err := r.checkGenerated(); err != nil {
+	if err := r.stats.CheckGenerated(); err != nil {
 		return err
 	}
-	if kept, short := r.ctl.ShortOfTarget(); short {
+	if kept, short := r.flow.ctl.ShortOfTarget(); short {
 		return fmt.Errorf("%w: kept %d of %d groups; the kept groups are committed", ErrShortOfData, kept, cfg.Groups.Target)
 	}
 	return nil
@@ -502,54 +470,64 @@ type routed struct {
 	dest  string
 }
 
-// batch is a record batch for one output directory, or (commit) the
-// commit timer's mark: the sinks commit their open files. It releases its
-// record when the graph drops it unconsumed.
-type batch struct {
-	dest   string
-	rec    arrow.Record
-	commit bool
-	// groups are the groups rec holds, when their step rows are written
-	// (output.steps, data directory).
-	groups []*pipeline.Group
-}
-
-func (b batch) Release() {
-	if b.rec != nil {
-		b.rec.Release()
+// upload is the committer's upload to object storage (an s3://
+// output.dir's mirror); nil for a local output directory.
+func (r *run) upload() func(ctx context.Context) error {
+	if r.remote.mirror == nil {
+		return nil
 	}
-}
-
-// newCommitter is the run's commit path (committer) in output.dir: its
-// writers take parquetOptions, its data files count in the summary, and
-// on object storage each commit is uploaded.
-func (r *run) newCommitter() *committer {
-	cfg := r.cfg
-	c := &committer{dir: cfg.Output.Dir, options: r.parquetOptions, hooks: commitHooks{committed: r.countCommitted}}
-	if cfg.Output.Steps {
-		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
-			return parquet.NewStepWriter(filepath.Join(cfg.Output.Dir, StepsDir), cfg.Output.Parquet.Compression, metadata)
+	return func(ctx context.Context) error {
+		if _, err := r.remote.mirror.Push(ctx); err != nil {
+			return build.StoreError("output.dir", r.remote.url.String(), err)
 		}
+		return nil
 	}
-	if r.remote.mirror != nil {
-		c.hooks.upload = func(ctx context.Context) error {
-			if _, err := r.remote.mirror.Push(ctx); err != nil {
-				return storeError("output.dir", r.remote.url.String(), err)
+}
+
+// ErrConfigChanged and ErrSchemaVersion are returned when the output
+// directory holds work of another config, or files of another schema
+// version (resume.ErrConfigChanged, resume.ErrSchemaVersion).
+var (
+	ErrConfigChanged = resume.ErrConfigChanged
+	ErrSchemaVersion = resume.ErrSchemaVersion
+)
+
+// newTracker is the run's runstats.Tracker, reading the run's parts as
+// they are built.
+func (r *run) newTracker() *runstats.Tracker {
+	return runstats.New(r.cfg, runstats.Inputs{
+		Progress: r.opts.Progress, Stderr: r.opts.Stderr, Alloc: r.opts.Alloc,
+		Hosted: r.hostedStats, HTTP: r.httpClient,
+		Source: func() sources.Reader {
+			if r.built == nil {
+				return nil
 			}
-			return nil
-		}
-	}
-	return c
-}
-
-// countCommitted counts a committed data file in the summary.
-func (r *run) countCommitted(path string, rows int) {
-	r.files = append(r.files, r.displayPath(path))
-	r.stats.written.Add(int64(rows))
-	r.stats.filesCommitted.Add(1)
-	if r.opts.OnCommit != nil {
-		r.opts.OnCommit(path, rows)
-	}
+			return r.built.Source
+		},
+		Requests: func() (cancelled, estimate int64) {
+			if r.built == nil || r.built.Generator == nil {
+				return 0, 0
+			}
+			st := r.built.Generator.Requests()
+			return st.Cancelled, st.CancelledTokensEstimate
+		},
+		Busy: func() (int, int) {
+			if r.flow.loop == nil {
+				return 0, 0
+			}
+			return r.flow.loop.Busy()
+		},
+		Queues: func() map[string]int {
+			if r.flow.graph == nil {
+				return nil
+			}
+			return r.flow.graph.QueueDepths()
+		},
+		Display:     r.displayPath,
+		Stop:        r.stopper.err,
+		EarlierKept: func() int { return r.done.Kept },
+		OnCommit:    r.opts.continuous().OnCommit,
+	})
 }
 
 // ErrShortOfData is returned when the input ran out before groups.target

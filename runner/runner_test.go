@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
-	"github.com/trajflow/trajflow/readback"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +17,11 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/trajflow/trajflow/envs/builtin" // the environments the tests run
+	"github.com/trajflow/trajflow/readback"
+
 	"github.com/apache/arrow/go/v17/arrow/memory"
+
 	"github.com/trajflow/trajflow/config"
 	mathenv "github.com/trajflow/trajflow/envs/math"
 	"github.com/trajflow/trajflow/inference/sim"
@@ -83,7 +85,7 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if len(rows) != 200 || sum.Rows != 200 || sum.OK != 200 || sum.Dispatched != 200 {
 		t.Fatalf("read %d rows; summary %+v", len(rows), sum)
 	}
@@ -119,7 +121,7 @@ func TestQuickstartEndToEnd(t *testing.T) {
 		t.Fatalf("mean reward %g, summary says %g", mean, sum.MeanReward)
 	}
 	// Whole groups per file: every file holds all 4 rollouts of its tasks.
-	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.DataDir, "part-*.parquet"))
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, "part-*.parquet"))
 	if len(paths) < 3 {
 		t.Fatalf("%d files; want rotation", len(paths))
 	}
@@ -179,7 +181,7 @@ func TestGenerateOverHTTP(t *testing.T) {
 	srv.Close() // waits for the handlers, so every response is recorded
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if len(rows) != 80 || sum.OK != 80 {
 		t.Fatalf("%d rows, summary %+v", len(rows), sum)
 	}
@@ -223,7 +225,7 @@ func TestBadRows(t *testing.T) {
 		if sum.Rejected != 2 || sum.Rows != 8 {
 			t.Fatalf("summary %+v", sum)
 		}
-		b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.RejectsFile))
+		b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,14 +242,14 @@ func TestResumeRedoesOnlyUncommittedWork(t *testing.T) {
 	if _, err := run(t, clean, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	want := readBack(t, clean.Output.Dir, runner.DataDir)
+	want := readBack(t, clean.Output.Dir, schema.DataDir)
 
 	// A run whose last files never got committed: drop them.
 	cfg := quickstart(t, "source.limit=60", "output.batch_rows=8", "output.file_rows=8")
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, runner.DataDir, "part-*.parquet"))
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, "part-*.parquet"))
 	for _, p := range paths[len(paths)/2:] {
 		os.Remove(p)
 	}
@@ -258,7 +260,7 @@ func TestResumeRedoesOnlyUncommittedWork(t *testing.T) {
 	if sum.Resumed == 0 || sum.Tasks != 60 || sum.Rows >= int64(len(want)) {
 		t.Fatalf("summary %+v", sum)
 	}
-	got := readBack(t, cfg.Output.Dir, runner.DataDir)
+	got := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if !slices.Equal(keys(got), keys(want)) {
 		t.Fatalf("resumed keys differ from a clean run's: %d vs %d rows", len(got), len(want))
 	}
@@ -290,7 +292,7 @@ func TestDynamicSamplingStopsAtTarget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+			rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 			groups := map[int64][]float64{}
 			for _, r := range rows {
 				groups[r.Task.Index] = append(groups[r.Task.Index], r.Reward)
@@ -311,7 +313,7 @@ func TestDynamicSamplingStopsAtTarget(t *testing.T) {
 				t.Fatalf("accounting: %+v", sum)
 			}
 			if onTarget == "drain" {
-				if _, err := os.Stat(filepath.Join(cfg.Output.Dir, runner.SurplusDir)); err != nil && sum.Dropped["over_target"] > 0 {
+				if _, err := os.Stat(filepath.Join(cfg.Output.Dir, schema.SurplusDir)); err != nil && sum.Dropped["over_target"] > 0 {
 					t.Fatalf("surplus groups but no surplus dir: %v", err)
 				}
 			}
@@ -330,7 +332,7 @@ func TestRerunAfterTargetReached(t *testing.T) {
 			if _, err := run(t, cfg, runner.Options{}); err != nil {
 				t.Fatal(err)
 			}
-			before := keys(readBack(t, cfg.Output.Dir, runner.DataDir))
+			before := keys(readBack(t, cfg.Output.Dir, schema.DataDir))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			sum, err := runner.Run(ctx, cfg, runner.Options{})
@@ -343,7 +345,7 @@ func TestRerunAfterTargetReached(t *testing.T) {
 			if want := "target: already reached by earlier runs (20 kept groups committed, target 20); nothing to do"; !strings.Contains(sum.String(), want) {
 				t.Fatalf("summary lacks %q:\n%s", want, sum)
 			}
-			if after := keys(readBack(t, cfg.Output.Dir, runner.DataDir)); !slices.Equal(before, after) {
+			if after := keys(readBack(t, cfg.Output.Dir, schema.DataDir)); !slices.Equal(before, after) {
 				t.Fatalf("rerun changed the data: %d rows before, %d after", len(before), len(after))
 			}
 		})
@@ -356,7 +358,7 @@ func TestDataRunsOutBeforeTarget(t *testing.T) {
 	if !errors.Is(err, runner.ErrShortOfData) {
 		t.Fatalf("got %v", err)
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if sum.Kept == 0 || len(rows) != sum.Kept*4 || !strings.Contains(err.Error(), fmt.Sprintf("kept %d of 500", sum.Kept)) {
 		t.Fatalf("kept %d, %d rows, %v", sum.Kept, len(rows), err)
 	}
@@ -368,8 +370,8 @@ func TestResampleDroppedTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := readBack(t, cfg.Output.Dir, runner.DataDir)
-	dropped := readBack(t, cfg.Output.Dir, runner.FilteredDir)
+	kept := readBack(t, cfg.Output.Dir, schema.DataDir)
+	dropped := readBack(t, cfg.Output.Dir, schema.FilteredDir)
 	attempts := map[int64]int{}
 	for _, r := range append(kept, dropped...) {
 		attempts[r.Task.Index] = max(attempts[r.Task.Index], r.Attempt)
@@ -422,7 +424,7 @@ func TestFileRotationByBytes(t *testing.T) {
 	if len(sum.Files) < 3 {
 		t.Fatalf("%d files; file_bytes should rotate", len(sum.Files))
 	}
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if len(rows) != 160 {
 		t.Fatalf("%d rows", len(rows))
 	}
@@ -437,7 +439,7 @@ func TestOneRunPerOutputDirectory(t *testing.T) {
 		_, err := runner.Run(ctx, cfg, runner.Options{})
 		done <- err
 	}()
-	lock := filepath.Join(cfg.Output.Dir, runner.LockFile)
+	lock := filepath.Join(cfg.Output.Dir, schema.LockFile)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if b, _ := os.ReadFile(lock); len(b) > 0 {
 			break
@@ -466,7 +468,7 @@ func TestOneRunPerOutputDirectory(t *testing.T) {
 func TestStaleTempFilesRemoved(t *testing.T) {
 	cfg := quickstart(t, "source.limit=4")
 	var stale []string
-	for _, dest := range []string{runner.DataDir, runner.FilteredDir, runner.SurplusDir} {
+	for _, dest := range []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir} {
 		os.MkdirAll(filepath.Join(cfg.Output.Dir, dest), 0o755)
 		p := filepath.Join(cfg.Output.Dir, dest, ".part-00007.parquet.tmp")
 		os.WriteFile(p, []byte("half a file"), 0o644)
@@ -490,7 +492,7 @@ func TestResumeRefusesV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dest := range []string{runner.DataDir, runner.FilteredDir, runner.SurplusDir} {
+	for _, dest := range []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir} {
 		t.Run(dest, func(t *testing.T) {
 			cfg := quickstart(t, "source.limit=8")
 			path := filepath.Join(cfg.Output.Dir, dest, "part-00000.parquet")
@@ -505,7 +507,7 @@ func TestResumeRefusesV1(t *testing.T) {
 			if !errors.Is(err, runner.ErrSchemaVersion) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("got %v, want an error with %q", err, want)
 			}
-			for _, d := range []string{runner.DataDir, runner.FilteredDir, runner.SurplusDir} {
+			for _, d := range []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir} {
 				files, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, d, "*.parquet"))
 				if d == dest && len(files) == 1 {
 					continue

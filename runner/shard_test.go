@@ -38,7 +38,7 @@ func TestShardAutoFromSlurm(t *testing.T) {
 	if !strings.Contains(sum.String(), "shard: 2 of 4 (SLURM_ARRAY_TASK_ID=2, SLURM_ARRAY_TASK_COUNT=4)") {
 		t.Errorf("summary does not name the shard:\n%s", sum)
 	}
-	rs := readBack(t, dir, runner.DataDir)
+	rs := readBack(t, dir, schema.DataDir)
 	if len(rs) != 10*4 { // tasks 2, 6, ..., 38, four samples each
 		t.Errorf("%d rows, want 40", len(rs))
 	}
@@ -47,19 +47,19 @@ func TestShardAutoFromSlurm(t *testing.T) {
 			t.Fatalf("row of task %d in shard 2 of 4", r.Task.Index)
 		}
 	}
-	for _, f := range []string{runner.MetricsFile, ".trajflow.lock"} {
+	for _, f := range []string{schema.MetricsFile, ".trajflow.lock"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("the shard has no %s: %v", f, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(root, runner.DataDir)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(root, schema.DataDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the root holds a data directory: %v", err)
 	}
 	// The fingerprint's key is the root's, shared by every shard.
-	if _, err := os.Stat(filepath.Join(root, runner.SecretKeyFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(root, schema.SecretKeyFile)); err != nil {
 		t.Errorf("no key at the root: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, runner.SecretKeyFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, schema.SecretKeyFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a key in the shard's directory: %v", err)
 	}
 }
@@ -73,7 +73,7 @@ func TestExplicitShardWritesUnderItsPrefix(t *testing.T) {
 	if want := runner.ShardDir(cfg.Output.Dir, 1, 3); sum.Dir != want {
 		t.Errorf("dir %s, want %s", sum.Dir, want)
 	}
-	if got := len(readBack(t, sum.Dir, runner.DataDir)); got != 4*4 {
+	if got := len(readBack(t, sum.Dir, schema.DataDir)); got != 4*4 {
 		t.Errorf("%d rows, want 16", got)
 	}
 }
@@ -200,7 +200,7 @@ func TestShardStatusAfterInterrupt(t *testing.T) {
 	if st := status(); st["complete"] != true || st["index"] != 1.0 || st["count"] != 2.0 {
 		t.Errorf("status after the rerun: %v", st)
 	}
-	if got := len(readBack(t, dir, runner.DataDir)); got != 20*4 {
+	if got := len(readBack(t, dir, schema.DataDir)); got != 20*4 {
 		t.Errorf("%d rows, want 80", got)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/reugn/go-streams"
+
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/commit"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/collate"
@@ -24,7 +26,7 @@ import (
 // read from the input (less those a resumed run already committed) and
 // dropped tasks sampled again.
 func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
-	cfg, ctl := r.cfg, r.ctl
+	cfg, ctl := r.cfg, r.flow.ctl
 	resample := cfg.Groups.Resample == "same_task"
 	return pipeline.NewSource(g, "source", 16, func(ctx context.Context, emit func(groups.Job) error) error {
 		for {
@@ -51,10 +53,10 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 					continue
 				}
 				ctl.ReadDone(t)
-				r.stats.tasks.Add(1)
-				skip, attempt := r.done.skip(t.Index, cfg.Groups.MaxAttempts, resample)
+				r.stats.Read()
+				skip, attempt := r.done.Skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
-					r.stats.skipped.Add(1)
+					r.stats.Resumed()
 					ctl.Abandon(t)
 					continue
 				}
@@ -89,7 +91,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 		}
 		if err != nil {
-			r.ctl.Abandon(j.Task)
+			r.flow.ctl.Abandon(j.Task)
 			r.staleAbandon()
 			if r.cfg.Source.OnBadRow != "skip" {
 				// Stop admitting, commit what finished.
@@ -98,7 +100,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 			}
 			return nil, r.reject(sources.Reject{Where: j.Task.Source, Raw: j.Task.Raw, Reason: err.Error()})
 		}
-		if err := r.inputs.write(j.Task, r.cfg.Generate.Params); err != nil {
+		if err := r.side.inputs.Write(j.Task, r.cfg.Generate.Params); err != nil {
 			return nil, err
 		}
 		return []groups.Job{j}, nil
@@ -109,7 +111,7 @@ func (r *run) templateStage(g *pipeline.Graph) streams.Flow {
 func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 	return pipeline.NewStage(g, "repeat", 1, r.cfg.Repeat.N, func(ctx context.Context, j groups.Job) ([]*pipeline.Rollout, error) {
 		rs := r.built.Expander.Expand(j.Task, j.Attempt)
-		r.stats.dispatched.Add(int64(len(rs)))
+		r.stats.Dispatched(len(rs))
 		return rs, nil
 	})
 }
@@ -118,7 +120,7 @@ func (r *run) repeatStage(g *pipeline.Graph) streams.Flow {
 func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 	cfg := r.cfg
 	step := r.built.Stepper
-	r.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
+	r.flow.loop = loop.New(g, "loop", r.built.Generator, step, loop.Options{
 		GenWorkers: cfg.Generate.Concurrency, EnvWorkers: cfg.Env.TotalConcurrency(), MaxInflight: cfg.Groups.MaxRollouts,
 		Timeout: cfg.Env.Timeout.D(), TimeoutOf: step.Timeout, Buffer: 64,
 		SampleRetries: cfg.Groups.SampleRetries,
@@ -128,7 +130,7 @@ func (r *run) loopStage(g *pipeline.Graph) streams.Flow {
 			return fresh
 		},
 	})
-	return r.loop
+	return r.flow.loop
 }
 
 // groupsStage waits for each group's n rollouts, applies the keep rule,
@@ -142,46 +144,30 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	// resumed run redoes it (run.resume_errors), so data/ holds every
 	// rollout at most once.
 	rule.DropErrors = true
+	routing := groups.Routing{Config: cfg.Groups, Filtered: cfg.Output.Filtered, Steps: cfg.Output.Steps}
 	// decide routes each decided group to its output directory.
 	decide := func(ds []groups.Decision) ([]routed, error) {
 		var out []routed
 		for _, d := range ds {
-			gr := d.Group
-			switch d.Verdict {
-			case groups.Surplus:
-				groups.MarkSurplus(gr)
-			case groups.KeepUnfiltered:
-				groups.MarkUnfiltered(gr)
-			}
-			r.stats.group(gr)
-			switch {
-			case d.Verdict == groups.Keep || d.Verdict == groups.KeepUnfiltered:
-				if cfg.Output.Steps {
-					groups.StepStats(gr, groups.StepParamsOf(cfg.Groups))
-				}
-				out = append(out, routed{gr, DataDir})
-			case d.Verdict == groups.Surplus && cfg.Groups.OnTarget == "drain":
-				out = append(out, routed{gr, SurplusDir})
-			case gr.FilterReason == groups.ReasonError:
-				out = append(out, routed{gr, ErrorsDir})
-			case cfg.Output.Filtered:
-				out = append(out, routed{gr, FilteredDir})
-			default:
+			dest, ok := routing.Route(d)
+			r.stats.Group(d.Group)
+			if !ok {
 				continue
 			}
 			// The bytes are on disk before the rows that name them go
 			// to the sinks.
-			if err := r.commit.externalize(gr); err != nil {
+			if err := r.commit.Externalize(d.Group); err != nil {
 				return nil, err
 			}
+			out = append(out, routed{d.Group, dest})
 		}
 		return out, nil
 	}
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
-		ro.Error = r.red.String(ro.Error) // servers and environments may echo a URL or a key
-		r.stats.resolve(ro)
+		ro.Error = r.built.Red.String(ro.Error) // servers and environments may echo a URL or a key
+		r.stats.Resolve(ro)
 		if ro.Status == pipeline.StatusError {
-			if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
+			if err := r.side.failures.Write(lines.FailureOf(ro)); err != nil {
 				return nil, err
 			}
 			_ = r.checkErrorRate(false) // best effort: not final; over the limit it stops the run itself
@@ -194,8 +180,8 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		text := texts.done(gr.Key)
 		if r.cutOff(gr) {
 			// Unfinished work of a stop: not committed, redone on resume.
-			r.stats.cutOff(gr)
-			r.ctl.CutOff()
+			r.stats.CutOff(gr)
+			r.flow.ctl.CutOff()
 			r.staleAbandon()
 			return nil, nil
 		}
@@ -204,17 +190,17 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 		}
 		rule.Apply(gr)
 		requeue := r.staleDone(gr)
-		ds, err := decide(r.ctl.GroupDone(gr, ro.Task))
+		ds, err := decide(r.flow.ctl.GroupDone(gr, ro.Task))
 		if requeue {
-			r.ctl.Requeue(groups.Job{Task: ro.Task, Attempt: gr.Key.Attempt + 1})
+			r.flow.ctl.Requeue(groups.Job{Task: ro.Task, Attempt: gr.Key.Attempt + 1})
 		}
 		return ds, err
 	}).OnFlush(func(ctx context.Context) ([]routed, error) {
-		out, held := r.ctl.Flush()
+		out, held := r.flow.ctl.Flush()
 		for _, gr := range held {
 			// Finished, but behind a task a stop cut off (groups.order:
 			// task): not committed, redone on resume.
-			r.stats.cutOff(gr)
+			r.stats.CutOff(gr)
 		}
 		return decide(out)
 	})
@@ -223,32 +209,28 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 // collateStage turns each directory's groups into record batches.
 func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	collators := map[string]*collate.Collator{}
-	// pending are the groups buffered in a collator whose step rows and
-	// NeMo Gym lines (output.steps, output.jsonl: data directory) or
-	// OpenAI Batch lines (output.openai_batch, every directory) go with
-	// its next record.
+	// pending are the groups buffered in a collator whose step rows
+	// (output.steps, data directory) or OpenAI Batch lines
+	// (output.openai_batch, every directory) go with its next record.
 	pending := map[string][]*pipeline.Group{}
-	keeps := func(dest string) bool {
-		return dest == DataDir && (r.cfg.Output.Steps || r.cfg.Output.JSONL) || r.cfg.Output.OpenAIBatch
-	}
 	take := func(dest string) []*pipeline.Group {
 		gs := pending[dest]
 		delete(pending, dest)
 		return gs
 	}
-	r.closers = append(r.closers, func() {
+	r.closers.add(func() {
 		for _, c := range collators {
 			c.Release()
 		}
 	})
-	stage := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]batch, error) {
+	stage := pipeline.NewStage(g, "collate", 1, 2, func(ctx context.Context, rg routed) ([]commit.Batch, error) {
 		c := collators[rg.dest]
 		if c == nil {
 			c = collate.New(r.batchAlloc, r.cfg.Output.Collate.BatchRows)
 			c.SetBytes(0, maxRecordBytes)
 			collators[rg.dest] = c
 		}
-		var out []batch
+		var out []commit.Batch
 		if !c.Fits(rg.group) {
 			if c.Rows() == 0 {
 				// failTooLarge cut what it could; the task's own row is
@@ -258,22 +240,22 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			}
 			// The buffered rows go first: a record never holds more text
 			// than an Arrow column can.
-			out = append(out, batch{dest: rg.dest, rec: c.Flush(), groups: take(rg.dest)})
+			out = append(out, commit.Batch{Dest: rg.dest, Rec: c.Flush(), Groups: take(rg.dest)})
 		}
-		if keeps(rg.dest) {
+		if commit.Keeps(r.cfg, rg.dest) {
 			pending[rg.dest] = append(pending[rg.dest], rg.group)
 		}
 		if rec := c.Add(rg.group); rec != nil {
-			out = append(out, batch{dest: rg.dest, rec: rec, groups: take(rg.dest)})
+			out = append(out, commit.Batch{Dest: rg.dest, Rec: rec, Groups: take(rg.dest)})
 		}
 		return out, nil
 	})
-	flush := func(ctx context.Context) ([]batch, error) {
-		var out []batch
-		for _, dest := range outputDirs {
+	flush := func(ctx context.Context) ([]commit.Batch, error) {
+		var out []commit.Batch
+		for _, dest := range commit.Dirs {
 			if c := collators[dest]; c != nil {
 				if rec := c.Flush(); rec != nil {
-					out = append(out, batch{dest: dest, rec: rec, groups: take(dest)})
+					out = append(out, commit.Batch{Dest: dest, Rec: rec, Groups: take(dest)})
 				}
 			}
 		}
@@ -282,26 +264,16 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 	// output.commit_interval: on the timer, the partial batches go out and
 	// the sinks commit their open files, so that a kill -9 loses at most
 	// that much finished work.
-	return stage.OnFlush(flush).OnTick(r.cfg.Output.Parquet.CommitInterval.D(), func(ctx context.Context) ([]batch, error) {
+	return stage.OnFlush(flush).OnTick(r.cfg.Output.Parquet.CommitInterval.D(), func(ctx context.Context) ([]commit.Batch, error) {
 		out, err := flush(ctx)
-		return append(out, batch{commit: true}), err
+		return append(out, commit.Batch{Commit: true}), err
 	})
 }
 
-// sinkStage hands each batch to the committer: written to its
-// directory's Parquet writer (and the kept rows to the interop sinks),
-// committed on the commit timer's mark, and everything at the end.
+// sinkStage hands each batch to the committer (commit.Committer.Take):
+// written to its directory's Parquet writer (and the kept rows to the
+// interop sinks), committed on the commit timer's mark, and everything
+// at the end.
 func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
-	return pipeline.NewSink(g, "parquet", 2, func(ctx context.Context, b batch) error {
-		if b.commit {
-			return r.commit.commit(ctx)
-		}
-		defer b.rec.Release()
-		return r.commit.write(ctx, b.dest, b.rec, b.groups)
-	}, func(ctx context.Context) error {
-		return r.commit.close(ctx)
-	})
+	return pipeline.NewSink(g, "parquet", 2, r.commit.Take, r.commit.Close)
 }
-
-// outputDirs are the directories of Parquet output, in commit order.
-var outputDirs = []string{DataDir, FilteredDir, SurplusDir, ErrorsDir}

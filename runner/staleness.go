@@ -7,11 +7,11 @@ import (
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
-// admitStale waits for the staleness gate (Options.Staleness) to admit
+// admitStale waits for the staleness gate (Continuous.Staleness) to admit
 // j's group. It reports false when the run stops (or ctx ends) first: the
 // group is given back to the controller.
 func (r *run) admitStale(ctx context.Context, j groups.Job) bool {
-	st := r.opts.Staleness
+	st := r.opts.continuous().Staleness
 	if st == nil {
 		return true
 	}
@@ -25,7 +25,7 @@ func (r *run) admitStale(ctx context.Context, j groups.Job) bool {
 		}
 	}()
 	if _, err := st.Admit(actx); err != nil {
-		r.ctl.Abandon(j.Task)
+		r.flow.ctl.Abandon(j.Task)
 		return false
 	}
 	return true
@@ -35,7 +35,7 @@ func (r *run) admitStale(ctx context.Context, j groups.Job) bool {
 // its keep rule, and applies the gate's on_stale to it; requeue is true
 // when its task is to be sampled again.
 func (r *run) staleDone(g *pipeline.Group) (requeue bool) {
-	st := r.opts.Staleness
+	st := r.opts.continuous().Staleness
 	if st == nil {
 		return false
 	}
@@ -47,7 +47,7 @@ func (r *run) staleDone(g *pipeline.Group) (requeue bool) {
 // staleAbandon ends the place of a group admitted that will not finish
 // (its row was rejected, a stop cut it off).
 func (r *run) staleAbandon() {
-	if st := r.opts.Staleness; st != nil {
+	if st := r.opts.continuous().Staleness; st != nil {
 		st.Done(false)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/readback"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // exchange is one request the server received and what it answered.
@@ -221,7 +222,7 @@ func TestStepRows(t *testing.T) {
 				prompts = sentPrompts(x)
 			}
 			checkSteps(t, cfg.Output.Dir, sent, prompts, 0.5, 1)
-			for _, r := range readBack(t, cfg.Output.Dir, runner.DataDir) {
+			for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
 				empty := len(r.PromptTokenIDs) == 0 && len(r.ResponseTokenIDs) == 0 && len(r.LossMask) == 0
 				if empty != stepwise || r.CompletionTokens == 0 {
 					t.Fatalf("%s: %d prompt ids, %d response ids, %d completion tokens (step-wise %v: the training view is empty exactly then)",
@@ -259,8 +260,8 @@ func sentPrompts(x *exchanges) map[string]string {
 // the returns are computed, as verl-agent charges it.
 func checkSteps(t *testing.T, dir string, sent map[string][]int32, prompts map[string]string, penalty, gamma float64) {
 	t.Helper()
-	dataFiles, _ := filepath.Glob(filepath.Join(dir, runner.DataDir, "part-*.parquet"))
-	stepFiles, _ := filepath.Glob(filepath.Join(dir, runner.StepsDir, "part-*.parquet"))
+	dataFiles, _ := filepath.Glob(filepath.Join(dir, schema.DataDir, "part-*.parquet"))
+	stepFiles, _ := filepath.Glob(filepath.Join(dir, schema.StepsDir, "part-*.parquet"))
 	if len(dataFiles) < 2 || len(stepFiles) != len(dataFiles) {
 		t.Fatalf("%d data files, %d steps files: want pairs (and more than one)", len(dataFiles), len(stepFiles))
 	}
@@ -361,7 +362,7 @@ func TestGridExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Close()
-	if sum.Steps != filepath.Join(cfg.Output.Dir, runner.StepsDir) || !strings.Contains(sum.String(), "step rows: "+sum.Steps) {
+	if sum.Steps != filepath.Join(cfg.Output.Dir, schema.StepsDir) || !strings.Contains(sum.String(), "step rows: "+sum.Steps) {
 		t.Fatalf("summary names steps %q:\n%s", sum.Steps, sum)
 	}
 	sent := map[string][]int32{}
@@ -379,7 +380,7 @@ func TestGridExample(t *testing.T) {
 		}
 	}
 	checkSteps(t, cfg.Output.Dir, sent, sentPrompts(x), 0.1, 0.95)
-	steps, err := readback.Steps(filepath.Join(cfg.Output.Dir, runner.StepsDir))
+	steps, err := readback.Steps(filepath.Join(cfg.Output.Dir, schema.StepsDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/build"
 )
 
 // Why a run stops before its input ends. Each is returned wrapped, with
@@ -18,10 +17,10 @@ import (
 var (
 	// ErrInterrupted: the run's context was cancelled (a signal). It also
 	// matches context.Canceled.
-	ErrInterrupted error = interrupted{}
+	ErrInterrupted = build.ErrInterrupted
 	// ErrEndpoint: the inference endpoints cannot serve the run: the check
 	// before the run failed, or the circuit breaker opened during it.
-	ErrEndpoint = errors.New("the inference endpoints cannot serve the run")
+	ErrEndpoint = build.ErrEndpoint
 	// ErrErrorRate: the share of error rollouts exceeded run.max_error_rate.
 	ErrErrorRate = errors.New("too many rollouts failed")
 	// ErrAborted: Options.Abort was closed (a second signal): the run
@@ -31,11 +30,6 @@ var (
 	// committed by then is dropped.
 	ErrGraceExceeded = errors.New("the stop took longer than run.grace")
 )
-
-type interrupted struct{}
-
-func (interrupted) Error() string        { return "interrupted" }
-func (interrupted) Is(target error) bool { return target == context.Canceled }
 
 // errorRateMin is the number of resolved rollouts from which
 // run.max_error_rate is checked while the run goes; the end of a run checks
@@ -126,8 +120,8 @@ func (r *run) stop(cause error, drain bool) {
 		s.mu.Unlock()
 		close(s.began)
 		fmt.Fprintf(r.opts.Stderr, "trajflow: stopping: %v; committing finished groups (within run.grace, %s)\n", cause, grace)
-		if r.ctl != nil {
-			r.ctl.Stop()
+		if r.flow.ctl != nil {
+			r.flow.ctl.Stop()
 		}
 		if !drain {
 			r.cancelInFlight()
@@ -138,8 +132,8 @@ func (r *run) stop(cause error, drain bool) {
 // cancelInFlight cancels every rollout in the loop and every one still to
 // come: they resolve as cancelled.
 func (r *run) cancelInFlight() {
-	if r.loop != nil {
-		r.loop.Stop()
+	if r.flow.loop != nil {
+		r.flow.loop.Stop()
 	}
 }
 
@@ -167,43 +161,14 @@ func (r *run) cutOff(g *pipeline.Group) bool {
 // for.
 func (r *run) checkErrorRate(final bool) error {
 	limit := r.cfg.Run.ErrorRateLimit()
-	s := r.stats
-	errs := s.errored.Load()
-	done := s.ok.Load() + s.filtered.Load() + errs
+	errs, done := r.stats.Failed()
 	if done == 0 || (!final && done < errorRateMin) || float64(errs) <= limit*float64(done) {
 		return nil
 	}
 	err := fmt.Errorf("%w: %d of %d rollouts failed (%.0f%%, over run.max_error_rate %g)%s; the finished groups are committed, and a rerun redoes the failed ones",
-		ErrErrorRate, errs, done, 100*float64(errs)/float64(done), limit, s.topErrors())
+		ErrErrorRate, errs, done, 100*float64(errs)/float64(done), limit, r.stats.TopErrors())
 	if !final {
 		r.fail(err)
 	}
 	return err
-}
-
-// topErrors names the most frequent error classes, for a message.
-func (s *stats) topErrors() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	type kv struct {
-		k string
-		v int
-	}
-	var all []kv
-	for k, v := range s.errClasses {
-		all = append(all, kv{k, v})
-	}
-	if len(all) == 0 {
-		return ""
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
-	var parts []string
-	for _, e := range all[:min(3, len(all))] {
-		parts = append(parts, fmt.Sprintf("%s=%d", e.k, e.v))
-	}
-	msg := "; by class: " + strings.Join(parts, ", ")
-	if s.lastError != "" {
-		msg += "; last: " + s.lastError
-	}
-	return msg
 }

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
+
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/leak"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // checkCommitted reads data/ back and checks that it holds whole groups of
@@ -27,7 +29,7 @@ import (
 // that metrics.json was written; it returns the rows.
 func checkCommitted(t *testing.T, cfg *config.Config, sum *runner.Summary) []*pipeline.Rollout {
 	t.Helper()
-	rows := readBack(t, cfg.Output.Dir, runner.DataDir)
+	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
 	if sum != nil && int64(len(rows)) != sum.Rows {
 		t.Fatalf("%d rows committed, summary says %d", len(rows), sum.Rows)
 	}
@@ -50,7 +52,7 @@ func checkCommitted(t *testing.T, cfg *config.Config, sum *runner.Summary) []*pi
 		}
 	}
 	if len(rows) > 0 {
-		if _, err := os.Stat(filepath.Join(cfg.Output.Dir, runner.MetricsFile)); err != nil {
+		if _, err := os.Stat(filepath.Join(cfg.Output.Dir, schema.MetricsFile)); err != nil {
 			t.Fatalf("metrics.json: %v", err)
 		}
 	}
@@ -204,7 +206,7 @@ func TestErrorRateStopsAndResumeRedoesErrors(t *testing.T) {
 	}
 	accounted(t, sum)
 	checkCommitted(t, cfg, sum)
-	errRows := readBack(t, cfg.Output.Dir, runner.ErrorsDir)
+	errRows := readBack(t, cfg.Output.Dir, schema.ErrorsDir)
 	if len(errRows) == 0 {
 		t.Fatal("no rows in errors/")
 	}
@@ -270,7 +272,7 @@ func TestEndpointRefusingTheKeyFailsFast(t *testing.T) {
 	if !errors.Is(err, runner.ErrEndpoint) || !strings.Contains(err.Error(), "API key was refused") || sum != nil {
 		t.Fatalf("401 everywhere: got %v (summary %+v)", err, sum)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(cfg.Output.Dir, runner.DataDir)); len(entries) > 0 {
+	if entries, _ := os.ReadDir(filepath.Join(cfg.Output.Dir, schema.DataDir)); len(entries) > 0 {
 		t.Fatalf("the failed check left %d entries in data/", len(entries))
 	}
 

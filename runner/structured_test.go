@@ -15,6 +15,7 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // promptServer is an OpenAI-shaped server that answers each request for
@@ -69,12 +70,12 @@ func TestStructuredOutputNeverOK(t *testing.T) {
 		return fmt.Sprintf(`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, b)
 	})
 	input, _ := writeBatchInput(t, t.TempDir(), 30)
-	schema := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer], properties: {answer: {type: integer}}}}}`
-	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+schema, "generate.invalid_retries=1")
+	format := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer], properties: {answer: {type: integer}}}}}`
+	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+format, "generate.invalid_retries=1")
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	rows := append(readBack(t, cfg.Output.Dir, runner.DataDir), readBack(t, cfg.Output.Dir, runner.ErrorsDir)...)
+	rows := append(readBack(t, cfg.Output.Dir, schema.DataDir), readBack(t, cfg.Output.Dir, schema.ErrorsDir)...)
 	var ok, invalid int
 	for _, r := range rows {
 		if r.Task.Fields == nil {
@@ -127,8 +128,8 @@ func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
 			b, b, 100+i, 10+i%7, (i%2)*64)
 	})
 	input, _ := writeBatchInput(t, t.TempDir(), 60)
-	schema := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer]}}}`
-	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+schema,
+	format := `{type: json_schema, json_schema: {name: a, schema: {type: object, required: [answer]}}}`
+	cfg := batchConfig(t, input, hs.URL, "generate.params.response_format="+format,
 		"generate.price={input_per_mtok: 2.5, cached_input_per_mtok: 1.25, output_per_mtok: 10}")
 	sum, err := run(t, cfg, runner.Options{})
 	if err != nil {
@@ -144,8 +145,8 @@ func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
 		}
 		return c, discarded
 	}
-	data := readBack(t, cfg.Output.Dir, runner.DataDir)
-	all := append(data, readBack(t, cfg.Output.Dir, runner.ErrorsDir)...)
+	data := readBack(t, cfg.Output.Dir, schema.DataDir)
+	all := append(data, readBack(t, cfg.Output.Dir, schema.ErrorsDir)...)
 	want, discarded := cost(all)
 	if !sum.Priced || want == 0 || discarded == 0 || math.Abs(sum.Cost-want) > 1e-12 {
 		t.Fatalf("summary cost %v (priced %v), price × row tokens %v (%d replies thrown away)", sum.Cost, sum.Priced, want, discarded)
@@ -159,7 +160,7 @@ func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
 			PricedRows int     `json:"priced_rows"`
 		} `json:"cost"`
 	}
-	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, runner.MetricsFile))
+	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

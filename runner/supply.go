@@ -3,23 +3,23 @@ package runner
 import "github.com/trajflow/trajflow/stages/groups"
 
 // newController is the run's dynamic-sampling controller: groups.target's,
-// or, for a continuous run (Options.Supply), one that follows the supply's
+// or, for a continuous run (Continuous.Supply), one that follows the supply's
 // demand with the generation slots kept full.
 func (r *run) newController() *groups.Controller {
 	cfg := r.cfg
 	gc := cfg.Groups
-	if r.opts.Supply != nil {
+	if r.opts.continuous().Supply != nil {
 		// A continuous run's budget is bounded as a target's is: no more
 		// groups in flight than the generation slots serve at once.
 		gc.Target = max(gc.Target, 1)
 	}
-	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.kept, func() {
+	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
-			r.loop.Stop()
+			r.flow.loop.Stop()
 		}
 	})
-	if r.opts.Supply != nil {
-		ctl.Follow(r.opts.Supply)
+	if r.opts.continuous().Supply != nil {
+		ctl.Follow(r.opts.continuous().Supply)
 	}
 	return ctl
 }

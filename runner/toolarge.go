@@ -63,28 +63,13 @@ func (r *run) failTooLarge(gr *pipeline.Group, n int64) error {
 		return nil
 	}
 	msg := fmt.Sprintf("the group's rows hold %d bytes of text, more than one record batch can (%d): its texts are cut to %d bytes", n, maxRecordBytes, keepOfTooLarge)
-	s := r.stats
 	for _, ro := range gr.Rollouts {
-		switch ro.Status {
-		case pipeline.StatusOK:
-			s.ok.Add(-1)
-			s.errored.Add(1)
-		case pipeline.StatusError:
-			s.mu.Lock()
-			s.errClasses[ro.ErrorClass]--
-			if s.errClasses[ro.ErrorClass] <= 0 {
-				delete(s.errClasses, ro.ErrorClass)
-			}
-			s.mu.Unlock()
-		default:
+		if ro.Status != pipeline.StatusOK && ro.Status != pipeline.StatusError {
 			continue
 		}
+		r.stats.Refail(ro, ClassTooLarge, msg)
 		ro.Status, ro.ErrorClass, ro.Error = pipeline.StatusError, ClassTooLarge, msg
-		s.mu.Lock()
-		s.errClasses[ClassTooLarge]++
-		s.lastError = msg
-		s.mu.Unlock()
-		if err := r.failures.Write(lines.FailureOf(ro)); err != nil {
+		if err := r.side.failures.Write(lines.FailureOf(ro)); err != nil {
 			return err
 		}
 	}

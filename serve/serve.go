@@ -226,9 +226,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	ropts := runner.Options{
 		Stderr: opts.Stderr, Client: opts.Client, Env: opts.Env, Abort: opts.Abort,
 		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
-		Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
-		Progress:  s.setSnapshot,
-		Collector: collector{s},
+		Continuous: &runner.Continuous{
+			Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
+			Collector: collector{s}, Checked: true,
+		},
+		Progress: s.setSnapshot,
 	}
 	runDone := make(chan error, 1)
 	go func() {

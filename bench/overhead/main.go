@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/trajflow/trajflow/inference"
 	"io"
 	"net/http"
 	"os"
@@ -28,6 +27,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/schema"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
 	"github.com/trajflow/trajflow/config"
@@ -165,7 +167,7 @@ func measure(ctx context.Context, dir string, tasks, n, conc int, logprobs bool,
 	if err != nil {
 		return nil, err
 	}
-	if pipe.ParquetBytes, err = dirBytes(filepath.Join(cfg.Output.Dir, runner.DataDir)); err != nil {
+	if pipe.ParquetBytes, err = dirBytes(filepath.Join(cfg.Output.Dir, schema.DataDir)); err != nil {
 		return nil, err
 	}
 	if pipe.Rollouts != len(reqs) {

@@ -29,6 +29,7 @@ import (
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 func main() { harness.Main(run) }
@@ -374,7 +375,7 @@ func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, 
 	if err != nil {
 		return row, err
 	}
-	c, err := harness.ReadCommitted(ctx, filepath.Join(cfg.Output.Dir, runner.DataDir))
+	c, err := harness.ReadCommitted(ctx, filepath.Join(cfg.Output.Dir, schema.DataDir))
 	if err != nil {
 		return row, err
 	}

@@ -363,7 +363,7 @@ func runContinuous(ctx context.Context, o options, srv *harness.SimHTTP, cfg *co
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		sum, runErr = runner.Run(rctx, cfg, runner.Options{Client: hc, Policy: pol, Staleness: gate})
+		sum, runErr = runner.Run(rctx, cfg, runner.Options{Client: hc, Continuous: &runner.Continuous{Policy: pol, Staleness: gate}})
 		if runErr != nil {
 			cancel()
 		}
@@ -472,7 +472,7 @@ func runReference(ctx context.Context, o options, srv *harness.SimHTTP, cfg *con
 // verify checks that dir holds exactly want kept groups, none with zero
 // reward std.
 func verify(ctx context.Context, dir string, want int) error {
-	c, err := harness.ReadCommitted(ctx, filepath.Join(dir, runner.DataDir))
+	c, err := harness.ReadCommitted(ctx, filepath.Join(dir, schema.DataDir))
 	if err != nil {
 		return err
 	}
@@ -488,7 +488,7 @@ func verify(ctx context.Context, dir string, want int) error {
 // min_policy_version: 0, 1, 2 or more.
 func staleness(ctx context.Context, dir string, k int) ([3]int, error) {
 	var out [3]int
-	paths, err := filepath.Glob(filepath.Join(dir, runner.DataDir, schema.PartGlob))
+	paths, err := filepath.Glob(filepath.Join(dir, schema.DataDir, schema.PartGlob))
 	if err != nil {
 		return out, err
 	}

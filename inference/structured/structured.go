@@ -92,31 +92,11 @@ func CheckParams(params map[string]any) error {
 }
 
 // Wrap returns a client that checks the replies of client as cfg says.
-// The result implements inference.Tokenizer and inference.Detokenizer
-// where client does.
+// The result implements inference.Tokenizer, inference.Detokenizer and
+// inference.ContextLimiter where client does (inference.Decorate).
 func Wrap(client inference.Client, cfg Config) inference.Client {
 	c := &checker{next: client, retries: cfg.Retries(), onLength: slices.Contains(cfg.RetryOn, "length"), schemas: map[string]*compiled{}}
-	tok, isTok := client.(inference.Tokenizer)
-	det, isDet := client.(inference.Detokenizer)
-	switch {
-	case isTok && isDet:
-		return struct {
-			*checker
-			inference.Tokenizer
-			inference.Detokenizer
-		}{c, tok, det}
-	case isTok:
-		return struct {
-			*checker
-			inference.Tokenizer
-		}{c, tok}
-	case isDet:
-		return struct {
-			*checker
-			inference.Detokenizer
-		}{c, det}
-	}
-	return c
+	return inference.Decorate(c, client)
 }
 
 type checker struct {

@@ -23,7 +23,7 @@ import (
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/readback"
-	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // badHarness holds what the bad-input cases share: a scratch directory, a
@@ -416,7 +416,7 @@ for line in sys.stdin:
 			},
 			want: []string{"bad rows skipped: 1"},
 			check: func(t *testing.T) {
-				b, err := os.ReadFile(filepath.Join(h.out, runner.RejectsFile))
+				b, err := os.ReadFile(filepath.Join(h.out, schema.RejectsFile))
 				if err != nil || !strings.Contains(string(b), "t.jsonl:2") || len(b) > 8<<10 {
 					t.Errorf("rejects.jsonl (%d bytes, %v) lacks t.jsonl:2 or holds the whole line", len(b), err)
 				}
@@ -438,7 +438,7 @@ for line in sys.stdin:
 			},
 			want: []string{"rejects"},
 			check: func(t *testing.T) {
-				b, err := os.ReadFile(filepath.Join(h.out, runner.RejectsFile))
+				b, err := os.ReadFile(filepath.Join(h.out, schema.RejectsFile))
 				if err != nil || !strings.Contains(string(b), "t.jsonl:3") {
 					t.Errorf("rejects.jsonl lacks t.jsonl:3 (%v):\n%s", err, b)
 				}
@@ -569,7 +569,7 @@ for line in sys.stdin:
 			},
 			want: []string{"errors by class: env=2"},
 			check: func(t *testing.T) {
-				rows := readRows(t, filepath.Join(h.out, runner.ErrorsDir))
+				rows := readRows(t, filepath.Join(h.out, schema.ErrorsDir))
 				var big, nan bool
 				for _, r := range rows {
 					big = big || strings.Contains(r.Error, "reward: 1e+308 is out of range")
@@ -621,7 +621,7 @@ for line in sys.stdin:
 			want: []string{"no kept rollout generated a token", "context_length=24"},
 			check: func(t *testing.T) {
 				noEmptyOK(t, h.out)
-				b, err := os.ReadFile(filepath.Join(h.out, runner.FailuresFile))
+				b, err := os.ReadFile(filepath.Join(h.out, schema.FailuresFile))
 				if err != nil || strings.Count(string(b), `"error_class":"context_length"`) != 24 {
 					t.Errorf("failures.jsonl (%v):\n%s", err, b)
 				}
@@ -652,7 +652,7 @@ for line in sys.stdin:
 			want: []string{"output.dir", "/proc/trajflow-out"}},
 		{cat: catOutput, name: "output.dir locked by another run", code: cli.ExitFailed, onGood: true,
 			args: func() []string {
-				f, err := os.OpenFile(filepath.Join(h.out, runner.LockFile), os.O_CREATE|os.O_RDWR, 0o644)
+				f, err := os.OpenFile(filepath.Join(h.out, schema.LockFile), os.O_CREATE|os.O_RDWR, 0o644)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -758,10 +758,10 @@ for line in sys.stdin:
 // noEmptyOK fails when a committed data row is ok with 0 generated tokens.
 func noEmptyOK(t *testing.T, out string) {
 	t.Helper()
-	if files, _ := filepath.Glob(filepath.Join(out, runner.DataDir, "*.parquet")); len(files) == 0 {
+	if files, _ := filepath.Glob(filepath.Join(out, schema.DataDir, "*.parquet")); len(files) == 0 {
 		return
 	}
-	for _, r := range readRows(t, filepath.Join(out, runner.DataDir)) {
+	for _, r := range readRows(t, filepath.Join(out, schema.DataDir)) {
 		if r.Status == pipeline.StatusOK && r.CompletionTokens == 0 {
 			t.Errorf("%s: an ok row with 0 generated tokens", r)
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/trajflow/trajflow/cmd/trajflow/report"
 	"github.com/trajflow/trajflow/internal/metrics"
-	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )
@@ -93,7 +92,7 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var also, failures []string
 	runMetrics := ""
 	if st.IsDir() {
-		runMetrics = filepath.Join(output, runner.MetricsFile)
+		runMetrics = filepath.Join(output, schema.MetricsFile)
 		also, failures = report.Also(output), report.FailureLogs(output)
 		if _, err := reportShards("report", []string{output}, &namedWriter{stderr, &f}); err != nil {
 			fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))

@@ -1,4 +1,4 @@
-package runner
+package resume
 
 import (
 	"bufio"
@@ -17,11 +17,7 @@ import (
 	"github.com/trajflow/trajflow/schema"
 )
 
-// InputsFile holds each task's rendered request once (NeMo Gym's
-// _materialized_inputs.jsonl), appended as tasks are rendered.
-const InputsFile = schema.InputsFile
-
-// Input is one line of InputsFile: a task's first request as rendered.
+// Input is one line of schema.InputsFile: a task's first request as rendered.
 type Input struct {
 	TaskIndex int64              `json:"task_index"`
 	Source    string             `json:"source"`
@@ -33,10 +29,10 @@ type Input struct {
 	Params map[string]any `json:"params,omitempty"`
 }
 
-// inputsWriter appends Input lines, each task index once across resumes:
+// Inputs appends Input lines, each task index once across resumes:
 // the indexes a file already holds are read when it is opened, and a last
 // line a crash cut short is cut off.
-type inputsWriter struct {
+type Inputs struct {
 	path string
 	mu   sync.Mutex
 	f    *os.File
@@ -48,16 +44,16 @@ type inputsWriter struct {
 	written int64
 }
 
-// openInputs reads what the file at path already holds (none: a new
+// OpenInputs reads what the file at path already holds (none: a new
 // file, created on the first line).
-func openInputs(path string) (*inputsWriter, error) {
-	w := &inputsWriter{path: path, written: -1}
+func OpenInputs(path string) (*Inputs, error) {
+	w := &Inputs{path: path, written: -1}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return w, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", InputsFile, err)
+		return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
 	br := bufio.NewReader(f)
@@ -68,7 +64,7 @@ func openInputs(path string) (*inputsWriter, error) {
 			break // a last line without its newline was cut short
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", InputsFile, err)
+			return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 		}
 		var in struct {
 			TaskIndex *int64 `json:"task_index"`
@@ -81,14 +77,14 @@ func openInputs(path string) (*inputsWriter, error) {
 	}
 	if st, err := f.Stat(); err == nil && st.Size() > good {
 		if err := os.Truncate(path, good); err != nil {
-			return nil, fmt.Errorf("%s: %w", InputsFile, err)
+			return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 		}
 	}
 	return w, nil
 }
 
-// write appends the task's rendered request unless the file holds it.
-func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
+// Write appends the task's rendered request unless the file holds it.
+func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if t.Index <= w.written {
@@ -101,7 +97,7 @@ func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 	}
 	b, err := json.Marshal(Input{TaskIndex: t.Index, Source: t.Source, Env: t.Env, Messages: t.Messages, Tools: t.Tools, Params: red})
 	if err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	if w.f == nil {
 		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -111,26 +107,26 @@ func (w *inputsWriter) write(t *pipeline.Task, params map[string]any) error {
 		w.f, w.bw = f, bufio.NewWriterSize(f, 64<<10)
 	}
 	if _, err := w.bw.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
 }
 
-// flush writes the buffered lines to the file.
-func (w *inputsWriter) flush() error {
+// Flush writes the buffered lines to the file.
+func (w *Inputs) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.bw == nil {
 		return nil
 	}
 	if err := w.bw.Flush(); err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
 }
 
 // Close closes the file, if one was opened.
-func (w *inputsWriter) Close() error {
+func (w *Inputs) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.f == nil {
@@ -142,7 +138,7 @@ func (w *inputsWriter) Close() error {
 	}
 	w.f, w.bw = nil, nil
 	if err != nil {
-		return fmt.Errorf("%s: %w", InputsFile, err)
+		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
 }

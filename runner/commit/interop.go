@@ -1,9 +1,12 @@
-package runner
+package commit
 
 import (
 	"fmt"
-	"github.com/trajflow/trajflow/config"
 	"path/filepath"
+
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/trajflow/trajflow/config"
 
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
@@ -18,16 +21,13 @@ type namedSink struct {
 	sink sinks.Sink
 }
 
-// provisionInterop opens the optional interop sinks of the kept rows
-// (NeMo Gym JSONL and an Arrow IPC stream) for the committer, which
-// writes the kept rows to them and closes or aborts them.
-func (r *run) provisionInterop() error {
-	cfg := r.cfg
-	// What is not committed is dropped at the end: the open files of the
-	// writers and the interop sinks.
-	r.closeChecked(r.commit.abort)
+// OpenInterop opens the optional interop sinks of the kept rows (NeMo
+// Gym JSONL and an Arrow IPC stream), which the committer writes the kept
+// rows to and closes or aborts with its writers. alloc is the Arrow
+// stream's allocator.
+func (c *Committer) OpenInterop(cfg *config.Config, alloc memory.Allocator) error {
 	if cfg.Output.JSONL {
-		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
+		f, err := jsonl.CreateNext(filepath.Join(cfg.Output.Dir, schema.JSONLDir), schema.JSONLPrefix, schema.JSONLExt)
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
@@ -35,14 +35,14 @@ func (r *run) provisionInterop() error {
 		// secret is written redacted.
 		params, _ := config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)).(map[string]any)
 		f.Overrides(params, cfg.Repeat.SeedConfigured())
-		r.commit.interop = append(r.commit.interop, namedSink{"output.jsonl", f})
+		c.interop = append(c.interop, namedSink{"output.jsonl", f})
 	}
 	if cfg.Output.ArrowStream != "" {
-		w, err := arrowipc.Create(cfg.Output.ArrowStream, schema.Schema(), r.opts.Alloc)
+		w, err := arrowipc.Create(cfg.Output.ArrowStream, schema.Schema(), alloc)
 		if err != nil {
 			return fmt.Errorf("output.arrow_stream: %w", err)
 		}
-		r.commit.interop = append(r.commit.interop, namedSink{"output.arrow_stream", w})
+		c.interop = append(c.interop, namedSink{"output.arrow_stream", w})
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package runner
+package runstats
 
 import (
 	"context"
-	"github.com/trajflow/trajflow/internal/metrics"
 	"time"
+
+	"github.com/trajflow/trajflow/internal/metrics"
 )
 
 // serverCount is the endpoints' own generation-token counter over the
@@ -18,8 +19,8 @@ type serverCount struct {
 	known     bool
 }
 
-// serverBaseline reads the endpoints' counters before the first request.
-func (r *run) serverBaseline(ctx context.Context) {
+// ServerBaseline reads the endpoints' counters before the first request.
+func (r *Tracker) ServerBaseline(ctx context.Context) {
 	if r.scraper == nil {
 		return
 	}
@@ -30,10 +31,10 @@ func (r *run) serverBaseline(ctx context.Context) {
 	r.srv.start, r.srv.ok = r.scraper.generated()
 }
 
-// serverFinal reads the endpoints' counters after the last request, once
+// ServerFinal reads the endpoints' counters after the last request, once
 // they hold no request (a cancelled request leaves the server a moment
 // after the client gives it up), waiting at most a couple of seconds.
-func (r *run) serverFinal(ctx context.Context) {
+func (r *Tracker) ServerFinal(ctx context.Context) {
 	if r.scraper == nil || !r.srv.ok {
 		return
 	}
@@ -58,19 +59,9 @@ func (r *run) serverFinal(ctx context.Context) {
 	}
 }
 
-// requests are the generate stage's request counts (zero before it is
-// built).
-func (r *run) requests() (cancelled, estimate int64) {
-	if r.built == nil || r.built.Generator == nil {
-		return 0, 0
-	}
-	st := r.built.Generator.Requests()
-	return st.Cancelled, st.CancelledTokensEstimate
-}
-
 // runTokens are the run's token figures for metrics.json.
-func (r *run) runTokens() *metrics.RunTokens {
-	t := &metrics.RunTokens{CompletionTokens: r.stats.completionTokens.Load()}
+func (r *Tracker) runTokens() *metrics.RunTokens {
+	t := &metrics.RunTokens{CompletionTokens: r.completionTokens.Load()}
 	t.CancelledRequests, t.CancelledTokensEstimate = r.requests()
 	if r.srv.known {
 		n := r.srv.generated

@@ -1,4 +1,4 @@
-package runner
+package commit
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -20,7 +21,7 @@ import (
 // of a directory's open part go to its two staged files, which are
 // renamed into place as the part commits, before the part (whose rename
 // commits them all), and dropped when it is aborted. A resume removes the
-// files left without their part (pairBatchFiles), so that every committed
+// files left without their part (PairBatchFiles), so that every committed
 // row has exactly one line.
 type batchFiles struct {
 	dir  string // OUTPUT/openai_batch
@@ -119,6 +120,10 @@ func (b *batchFiles) commit(dest, final string) error {
 		}
 		p.files[k] = nil
 	}
+	// The renames survive a crash before the part's own.
+	if err := durable.SyncDir(b.dir); err != nil {
+		return fmt.Errorf("output.openai_batch: %w", err)
+	}
 	return nil
 }
 
@@ -162,10 +167,10 @@ func partNumber(name string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
-// pairBatchFiles removes from OUTPUT/openai_batch the staged files of a
+// PairBatchFiles removes from OUTPUT/openai_batch the staged files of a
 // run that stopped, and the files whose part was never committed (a crash
 // between the two renames of a commit): their rows are redone.
-func pairBatchFiles(outDir string) error {
+func PairBatchFiles(outDir string) error {
 	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {

@@ -1,4 +1,4 @@
-package runner
+package resume
 
 import (
 	"context"
@@ -17,30 +17,16 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sources"
 )
 
-// KeyConfig is the Parquet metadata key holding the canonical JSON of the
-// config's semantic keys, so that a refused resume can name what changed.
-const KeyConfig = schema.KeyConfig
-
-// KeySource is the Parquet metadata key holding the identity of the input
-// (sources.Identity as JSON) as far as it was read when the file was
-// committed.
-const KeySource = schema.KeySource
-
-// SecretKeyFile holds, in the output directory, the random key of the
-// keyed hash that stands for secret config values in the fingerprint
-// (config.UseSecretKey). It never leaves the directory; without it a
-// resume sees every secret as changed.
-const SecretKeyFile = schema.SecretKeyFile
-
-// secretKey reads the output directory's key, creating it on first use.
-func secretKey(dir string) ([]byte, error) {
-	path := filepath.Join(dir, SecretKeyFile)
+// SecretKey reads the output directory's key, creating it on first use.
+func SecretKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, schema.SecretKeyFile)
 	if b, err := os.ReadFile(path); err == nil {
 		key, derr := hex.DecodeString(strings.TrimSpace(string(b)))
 		if derr != nil || len(key) < 16 {
@@ -60,7 +46,7 @@ func secretKey(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, SecretKeyFile+".tmp-*")
+	tmp, err := os.CreateTemp(dir, schema.SecretKeyFile+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
@@ -77,23 +63,24 @@ func secretKey(dir string) ([]byte, error) {
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return secretKey(dir)
+			return SecretKey(dir)
 		}
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
 	return key, nil
 }
 
-// committed is the work a previous run of the same output directory
+// Committed is the work a previous run of the same output directory
 // committed: per task, its last committed attempt and whether it was kept.
-type committed struct {
+type Committed struct {
 	// source is the input identity that covers the most bytes among the
 	// committed files (nil when none recorded one).
 	source *sources.Identity
 	tasks  map[int64]taskState
-	kept   int // kept groups
-	rows   int64
-	files  int
+	// Kept counts the kept groups.
+	Kept  int
+	rows  int64
+	files int
 }
 
 type taskState struct {
@@ -101,9 +88,9 @@ type taskState struct {
 	kept    bool
 }
 
-// skip decides, for a task read from the input, whether its work is done
+// Skip decides, for a task read from the input, whether its work is done
 // and otherwise which attempt to sample.
-func (c *committed) skip(taskIndex int64, maxAttempts int, resample bool) (skip bool, attempt int) {
+func (c *Committed) Skip(taskIndex int64, maxAttempts int, resample bool) (skip bool, attempt int) {
 	st, ok := c.tasks[taskIndex]
 	switch {
 	case !ok:
@@ -126,18 +113,29 @@ var ErrConfigChanged = errors.New("the output directory holds work of a differen
 // directory (DuckDB, pyarrow) and trajflow merge refuse.
 var ErrSchemaVersion = errors.New("the output directory holds files of another schema version")
 
-// loadCommitted reads the keys of the part files in the data and filtered
+// Options are Load's settings.
+type Options struct {
+	// AllowConfigChange resumes work committed under a config whose
+	// semantic keys differ, or from another input.
+	AllowConfigChange bool
+	// SourcePath is the local path of the run's input, checked against the
+	// input the committed files were read from.
+	SourcePath string
+}
+
+// Load reads the keys of the part files in cfg's data and filtered
 // directories (and errors, with run.resume_errors: keep), checks that they
-// were produced by this config, and that every part file (surplus and
-// errors too) is in the schema version this run writes.
-func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
-	c := &committed{tasks: map[int64]taskState{}}
-	fp, _ := r.cfg.Fingerprint()
+// were produced by this config (its fingerprint, keyed with the output's
+// secret key) and its input, and that every part file (surplus and errors
+// too) is in the schema version this run writes.
+func Load(ctx context.Context, cfg *config.Config, opts Options) (*Committed, error) {
+	c := &Committed{tasks: map[int64]taskState{}}
+	fp, _ := cfg.Fingerprint()
 	// Groups with a failed member (errors/) are not done: a rerun redoes
 	// them, unless run.resume_errors is keep.
-	keepErrors := r.cfg.Run.ResumeErrors == "keep"
-	for _, dest := range []string{DataDir, FilteredDir, SurplusDir, ErrorsDir} {
-		paths, err := filepath.Glob(filepath.Join(r.cfg.Output.Dir, dest, schema.PartGlob))
+	keepErrors := cfg.Run.ResumeErrors == "keep"
+	for _, dest := range []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir} {
+		paths, err := filepath.Glob(filepath.Join(cfg.Output.Dir, dest, schema.PartGlob))
 		if err != nil {
 			return nil, err
 		}
@@ -146,20 +144,20 @@ func (r *run) loadCommitted(ctx context.Context) (*committed, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if dest == SurplusDir || dest == ErrorsDir && !keepErrors {
+			if dest == schema.SurplusDir || dest == schema.ErrorsDir && !keepErrors {
 				if err := checkVersion(p); err != nil {
 					return nil, err
 				}
 				continue
 			}
-			if err := r.readCommitted(ctx, p, dest == DataDir, fp, c); err != nil {
+			if err := c.read(ctx, cfg, opts, p, dest == schema.DataDir, fp); err != nil {
 				return nil, err
 			}
 			c.files++
 		}
 	}
-	if c.source != nil && !r.opts.AllowConfigChange {
-		if err := sources.Verify(r.sourcePath, *c.source); err != nil {
+	if c.source != nil && !opts.AllowConfigChange {
+		if err := sources.Verify(opts.SourcePath, *c.source); err != nil {
 			if !errors.Is(err, sources.ErrOtherInput) {
 				return nil, fmt.Errorf("resume: %w", err)
 			}
@@ -197,7 +195,8 @@ func fileVersion(f *pqread.File, path string) error {
 	return nil
 }
 
-func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp string, c *committed) error {
+// read adds the groups of the part file at path to c.
+func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, path string, kept bool, fp string) error {
 	f, err := pqread.Open(path, memory.NewGoAllocator(), 64<<10)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
@@ -209,10 +208,10 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 	meta := f.Metadata()
 	if got, ok := meta[schema.KeyConfigFingerprint]; !ok || got != fp {
 		var diffs []string
-		if stored, ok := meta[KeyConfig]; ok {
-			diffs, _ = r.cfg.DiffSemantic(stored)
+		if stored, ok := meta[schema.KeyConfig]; ok {
+			diffs, _ = cfg.DiffSemantic(stored)
 		}
-		if !r.opts.AllowConfigChange {
+		if !opts.AllowConfigChange {
 			msg := "no fingerprint recorded"
 			if len(diffs) > 0 {
 				msg = "changed keys: " + strings.Join(diffs, "; ")
@@ -220,21 +219,23 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 			return fmt.Errorf("%w: %s (%s); use another output.dir, or --allow-config-change to resume anyway", ErrConfigChanged, path, msg)
 		}
 	}
-	if v, ok := meta[KeySource]; ok {
+	if v, ok := meta[schema.KeySource]; ok {
 		var id sources.Identity
 		if err := json.Unmarshal([]byte(v), &id); err != nil {
-			return fmt.Errorf("resume: %s: %s is unreadable: %w", path, KeySource, err)
+			return fmt.Errorf("resume: %s: %s is unreadable: %w", path, schema.KeySource, err)
 		}
 		if c.source == nil || id.Bytes > c.source.Bytes {
 			c.source = &id
 		}
 	}
-	cols, err := f.Fields("task_index", "attempt")
+	columns := schema.Columns()
+	taskIndex, attempt := columns[schema.ColTaskIndex].Name, columns[schema.ColAttempt].Name
+	cols, err := f.Fields(taskIndex, attempt)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	seen := map[pipeline.GroupKey]bool{}
-	errType := fmt.Errorf("resume: %s: task_index or attempt has an unexpected type", path)
+	errType := fmt.Errorf("resume: %s: %s or %s has an unexpected type", path, taskIndex, attempt)
 	err = f.Records(ctx, cols, func(rec arrow.Record) error {
 		tasks, ok1 := rec.Column(0).(*array.Int64)
 		attempts, ok2 := rec.Column(1).(*array.Int32)
@@ -249,7 +250,7 @@ func (r *run) readCommitted(ctx context.Context, path string, kept bool, fp stri
 			}
 			seen[k] = true
 			if kept {
-				c.kept++
+				c.Kept++
 			}
 			if st, ok := c.tasks[k.TaskIndex]; !ok || k.Attempt > st.attempt || kept {
 				c.tasks[k.TaskIndex] = taskState{attempt: max(k.Attempt, st.attempt), kept: kept || st.kept}

@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"encoding/json"
@@ -41,9 +41,9 @@ func prices(g interface {
 	return &metrics.Prices{InputPerMTok: in, CachedInputPerMTok: cached, OutputPerMTok: out}
 }
 
-// priceMetadata is the Parquet metadata of the run's prices
+// PriceMetadata is the Parquet metadata of the run's prices
 // (schema.KeyPrice), nil without a price.
-func (r *run) priceMetadata() map[string]string {
+func (r *Tracker) PriceMetadata() map[string]string {
 	p := prices(r.cfg.Generate.Price, r.cfg.Generate.API)
 	if p == nil {
 		return nil
@@ -55,22 +55,22 @@ func (r *run) priceMetadata() map[string]string {
 // costNow is the cost of the requests resolved so far (not those answered
 // from generate.cache: nothing was sent for them), what the cache's
 // answers would have cost, and whether the run has a price.
-func (r *run) costNow() (cost, saved float64, ok bool) {
+func (r *Tracker) costNow() (cost, saved float64, ok bool) {
 	p := prices(r.cfg.Generate.Price, r.cfg.Generate.API)
 	if p == nil {
 		return 0, 0, false
 	}
 	hit := r.hostedStats().CacheHitTokens
-	return max(p.Cost(r.stats.billed.load().Sub(hit)), 0), p.Cost(hit), true
+	return max(p.Cost(r.billed.load().Sub(hit)), 0), p.Cost(hit), true
 }
 
 // inputFraction is the share of the input read so far, when the source
 // knows it.
-func (r *run) inputFraction() (float64, bool) {
-	if r.built == nil {
+func (r *Tracker) inputFraction() (float64, bool) {
+	if r.in.Source == nil {
 		return 0, false
 	}
-	f, ok := r.built.Source.(sources.Fractioner)
+	f, ok := r.in.Source().(sources.Fractioner)
 	if !ok {
 		return 0, false
 	}

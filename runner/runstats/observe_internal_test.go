@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"strings"
@@ -32,7 +32,7 @@ func TestParseServerMetrics(t *testing.T) {
 func TestPrometheusCost(t *testing.T) {
 	gather := func(s Snapshot) map[string]float64 {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(newPromMetrics(func() Snapshot { return s }))
+		reg.MustRegister(newPrometheus(func() Snapshot { return s }))
 		fams, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package runner
+package build
 
 import (
 	"context"
@@ -20,21 +20,15 @@ import (
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/repeat"
 	"github.com/trajflow/trajflow/stages/template"
-	"github.com/trajflow/trajflow/storage"
 )
 
-// BuildOptions are the settings of Build.
-type BuildOptions struct {
-	// Options are a run's options: Client and Env replace the config's
-	// endpoints and environment as they do for Run.
-	Options
-	// Hooks observe the components built.
-	Hooks Hooks
-}
-
-// Hooks let the caller of Build observe the components it builds; every
-// one may be nil.
+// Hooks let the caller of the build steps take part in them and observe
+// the components built; every one may be nil.
 type Hooks struct {
+	// Output is the output step: Run makes its output directory there
+	// (the shard's directory, the lock, the committer); Validate checks
+	// an s3:// output.dir's bucket and writes nothing.
+	Output func(ctx context.Context) error
 	// OnBreak is called when the HTTP client's circuit breaker opens (Run
 	// stops the run).
 	OnBreak func(error)
@@ -43,34 +37,40 @@ type Hooks struct {
 	// WrapEnv wraps each route's environment before the Stepper gets it
 	// (Run times the steps for its metrics).
 	WrapEnv func(envs.Env) envs.Env
+	// OnEnvStart hears of each route's environment as it starts or fails
+	// to (Validate's report).
+	OnEnvStart func(route string, err error)
 	// OnReject and OnInvalidUTF8 receive the source's bad rows with
 	// source.on_bad_row: skip, and the fields it repaired.
 	OnReject      func(sources.Reject) error
 	OnInvalidUTF8 func(where string)
 	// SourcePath returns the local path of source.path (Run downloads an
-	// s3:// one into its staging directory). nil: Build downloads an
-	// s3:// source.path into a temporary directory it removes on Close.
+	// s3:// one into its staging directory). nil: an s3:// source.path is
+	// downloaded into a temporary directory removed on Close.
 	SourcePath func(ctx context.Context) (string, error)
 }
 
-// Built are the components of a run, built from its config in one place:
-// the inference client, the generate stage, the environments and their
-// Stepper, the template, the source and the repeat expander. Run builds
-// its graph of them and Validate renders its first requests with them, so
-// that what validate shows is what a run sends. A long-lived caller
-// builds them once and closes them when done.
-type Built struct {
+// Components are a run's components, built from its config in one place
+// by the build steps: the inference client, the generate stage, the
+// environments and their Stepper, the template, the source and the repeat
+// expander. Run builds its graph of them and Validate renders its first
+// requests with them, so that what validate shows is what a run sends.
+type Components struct {
 	cfg   *config.Config
 	opts  Options
 	hooks Hooks
+	// Red removes the config's secrets from errors and logs; Stderr is
+	// Options.Stderr writing through it.
+	Red    *config.Redactor
+	Stderr io.Writer
 	// Client is the inference client: Options.Client, the simulator of
 	// sim:// endpoints, or the HTTP client of the endpoints, wrapped by
-	// the structured-output check (structured.Wrap).
+	// the decorators of generate.* (decorate).
 	Client inference.Client
 	// Generator is the generate stage, checked against the endpoints.
 	Generator *generate.Generator
 	// Envs are the environments by route (one, under env.name, without
-	// routes), wrapped by Hooks.WrapEnv; Stepper steps rollouts on them.
+	// routes), wrapped by hooks.WrapEnv; Stepper steps rollouts on them.
 	Envs    map[string]envs.Env
 	Stepper *envstep.Stepper
 	// Template renders the rows' prompts; Expander expands a task into
@@ -89,70 +89,143 @@ type Built struct {
 	closers []func() error
 }
 
-// Build checks cfg (Check) and builds its components in order: the
-// inference client (the endpoints checked: openai.Preflight and, with
-// generate.api tokens, the generate stage's Check), the environments, the
-// template, the source and the expander. On an error what was built is
-// closed. The caller closes the result.
-func Build(ctx context.Context, cfg *config.Config, opts BuildOptions) (*Built, error) {
-	if err := Check(cfg, opts.Options); err != nil {
-		return nil, err
-	}
-	return build(ctx, cfg, opts)
+// Options are the settings of the build steps that are not part of the
+// config.
+type Options struct {
+	// Client, when set, is the inference client: the config's endpoints
+	// are not contacted. Env, when set, is every route's environment.
+	Client inference.Client
+	Env    envs.Env
+	// Stderr receives warnings; nil discards them.
+	Stderr io.Writer
+	// LookupEnv reads the variables source.shard: auto takes the shard
+	// from (default os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	// Policy is passed to the generate stage.
+	Policy *generate.Policy
+	// Checked skips the config step's check: the caller checked.
+	Checked bool
+	// Dry is validate's walk: nothing is written (the Batch API is
+	// checked, its state not opened; generate.cache is not opened, so a
+	// request is sent rather than answered from it).
+	Dry bool
 }
 
-// build is Build without the config check (Run checks before it resolves
-// the shard).
-func build(ctx context.Context, cfg *config.Config, opts BuildOptions) (*Built, error) {
-	b := newBuilt(cfg, opts)
-	err := b.buildAll(ctx)
-	if err != nil {
-		return nil, errors.Join(err, b.Close())
-	}
-	return b, nil
+// ErrEndpoint: the inference endpoints cannot serve the run: the check
+// at start-up failed, or the HTTP client's circuit breaker opened.
+var ErrEndpoint = errors.New("the inference endpoints cannot serve the run")
+
+// Step is one named step of building a run.
+type Step struct {
+	Name string
+	do   func(c *Components, ctx context.Context) error
+	// Wrap, when set, is the error a run wraps the step's error in (the
+	// command's exit status); validate reports the error as it is.
+	Wrap error
 }
 
-func newBuilt(cfg *config.Config, opts BuildOptions) *Built {
-	return &Built{cfg: cfg, opts: opts.Options, hooks: opts.Hooks}
+// Steps are the steps a run, validate and serve (through the run) walk,
+// in this order: the config checked before anything exists; the output
+// directory; the inference client, checked (preflight) before any data is
+// read, replaced by the Batch API client, and decorated (rate limits,
+// the structured-output check, the cache); the generate stage, checked
+// against the server (a server that cannot do what generate.api needs
+// fails here rather than in every rollout); the environments; the
+// template; the source; the expander.
+var Steps = []Step{
+	{Name: "config", do: (*Components).check},
+	{Name: "output", do: (*Components).output},
+	{Name: "client", do: (*Components).openClient},
+	{Name: "preflight", do: (*Components).preflight, Wrap: ErrEndpoint},
+	{Name: "batch", do: (*Components).openBatch, Wrap: ErrEndpoint},
+	{Name: "decorate", do: (*Components).decorate},
+	{Name: "generator", do: (*Components).newGenerator},
+	{Name: "envs", do: (*Components).startEnvs},
+	{Name: "template", do: (*Components).newTemplate},
+	{Name: "source", do: (*Components).openSource},
+	{Name: "expander", do: (*Components).newExpander},
 }
 
-func (b *Built) buildAll(ctx context.Context) error {
-	if err := b.openClient(); err != nil {
-		return err
+// New prepares the build steps of cfg: nothing is built yet. The
+// redactor is made once here; Stderr writes through it.
+func New(cfg *config.Config, opts Options, h Hooks) *Components {
+	red := cfg.Redactor()
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
 	}
-	// Fail fast: a broken endpoint set-up stops the run before any data
-	// is read, instead of filling the output with error rows.
-	if err := b.preflight(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrEndpoint, err)
+	opts.Stderr = red.Writer(opts.Stderr)
+	return &Components{cfg: cfg, opts: opts, hooks: h, Red: red, Stderr: opts.Stderr}
+}
+
+// Walk runs the build steps in order through visit, which runs the step
+// (do) and decides what its error means: a run stops at the first
+// (RunStep), validate reports it and goes on. What was built is closed by
+// Close, also after an error.
+func (c *Components) Walk(ctx context.Context, visit func(s Step, do func() error) error) error {
+	for _, s := range Steps {
+		if err := visit(s, func() error { return s.do(c, ctx) }); err != nil {
+			return err
+		}
 	}
-	if err := b.openBatch(ctx); err != nil {
-		return err
-	}
-	if err := b.decorate(); err != nil {
-		return err
-	}
-	// A server that cannot do what generate.api needs fails here, at
-	// start-up, rather than in every rollout.
-	if err := b.newGenerator(ctx); err != nil {
-		return err
-	}
-	if err := b.startEnvs(nil); err != nil {
-		return err
-	}
-	if err := b.newTemplate(); err != nil {
-		return err
-	}
-	if err := b.openSource(ctx); err != nil {
-		return err
-	}
-	b.newExpander()
 	return nil
 }
 
-// Close closes what Build started, in reverse order: the source, the
+// RunStep is a run's visit of a build step: the step's error stops the
+// walk, wrapped in the step's error class.
+func RunStep(s Step, do func() error) error {
+	err := do()
+	if err != nil && s.Wrap != nil {
+		err = fmt.Errorf("%w: %w", s.Wrap, err)
+	}
+	return err
+}
+
+// check is the config step: every problem a run would meet (Check),
+// unless the caller checked already (Options.Checked).
+func (c *Components) check(context.Context) error {
+	if c.opts.Checked {
+		return nil
+	}
+	return Check(c.cfg, c.opts.Env, c.opts.LookupEnv)
+}
+
+// Check reports every problem of the config that a run would meet,
+// without creating anything: every section's keys, the shard of
+// source.shard: auto, the environment's name and options (unless env
+// replaces them) and the templates. The error is a
+// *config.ValidationError whose lines name where each key was set.
+func Check(cfg *config.Config, env envs.Env, lookupEnv func(string) (string, bool)) error {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	var p pipeline.Problems
+	p.Section("", cfg.Validate())
+	if cfg.Source.Shard.Auto {
+		if _, err := cfg.Source.Shard.Resolve(lookupEnv); err != nil {
+			p.Section("source", err)
+		}
+	}
+	if env == nil {
+		// Every route's environment and options, before anything starts.
+		for _, rs := range cfg.Env.RouteSpecs() {
+			p.Section("", envs.Validate(rs.Config.Name, routeOptions(rs)))
+		}
+	}
+	return cfg.Locate(p.Err())
+}
+
+// output is the output step (hooks.Output).
+func (c *Components) output(ctx context.Context) error {
+	if c.hooks.Output == nil {
+		return nil
+	}
+	return c.hooks.Output(ctx)
+}
+
+// Close closes what the build steps started, in reverse order: the source, the
 // environments (an embedder's Options.Env is its own to close), the
 // client. It returns every error met.
-func (b *Built) Close() error {
+func (b *Components) Close() error {
 	var errs []error
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		errs = append(errs, b.closers[i]())
@@ -164,7 +237,7 @@ func (b *Built) Close() error {
 // openClient sets Client: Options.Client, the simulator of sim://
 // endpoints, or the HTTP client of the endpoints (not contacted yet),
 // wrapped by the structured-output check (inference/structured).
-func (b *Built) openClient() error {
+func (b *Components) openClient(context.Context) error {
 	cfg := b.cfg
 	switch {
 	case b.opts.Client != nil:
@@ -186,7 +259,7 @@ func (b *Built) openClient() error {
 
 // httpOptions are the HTTP client's options: the key from
 // generate.api_key_env, and the hooks.
-func (b *Built) httpOptions() openai.HTTPOptions {
+func (b *Components) httpOptions() openai.HTTPOptions {
 	key := ""
 	if b.cfg.Generate.APIKeyEnv != "" {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
@@ -196,17 +269,17 @@ func (b *Built) httpOptions() openai.HTTPOptions {
 		KeepBody: b.cfg.Output.OpenAIBatch}
 }
 
-// httpEndpoints reports whether the client is the config's HTTP client
+// HTTPEndpoints reports whether the client is the config's HTTP client
 // (not an embedder's, not the simulator).
-func (b *Built) httpEndpoints() bool {
+func (b *Components) HTTPEndpoints() bool {
 	return b.opts.Client == nil && !strings.HasPrefix(b.cfg.Generate.Endpoints[0], "sim://")
 }
 
 // preflight checks each HTTP endpoint: reachable, the key accepted, the
 // model served (openai.Preflight). The simulator and an embedder's client
 // need none.
-func (b *Built) preflight(ctx context.Context) error {
-	if !b.httpEndpoints() {
+func (b *Components) preflight(ctx context.Context) error {
+	if !b.HTTPEndpoints() {
 		return nil
 	}
 	return openai.Preflight(ctx, b.cfg.Generate.Config, b.httpOptions())
@@ -231,7 +304,7 @@ func generatorOptions(cfg *config.Config) (generate.Options, error) {
 
 // newGenerator sets Generator and checks the server can do what
 // generate.api needs (generate.Generator.Check).
-func (b *Built) newGenerator(ctx context.Context) error {
+func (b *Components) newGenerator(ctx context.Context) error {
 	gopts, err := generatorOptions(b.cfg)
 	if err != nil {
 		return err
@@ -249,10 +322,11 @@ func (b *Built) newGenerator(ctx context.Context) error {
 }
 
 // startEnvs starts every route's environment (Options.Env for each, when
-// set) and sets Envs and Stepper. started, when set, hears of each route
-// as it starts or fails to. On an error the environments started are
+// set) and sets Envs and Stepper. hooks.OnEnvStart, when set, hears of
+// each route as it starts or fails to. On an error the environments started are
 // closed by Close.
-func (b *Built) startEnvs(started func(route string, err error)) error {
+func (b *Components) startEnvs(context.Context) error {
+	started := b.hooks.OnEnvStart
 	b.Envs = map[string]envs.Env{}
 	for _, rs := range b.cfg.Env.RouteSpecs() {
 		env := b.opts.Env
@@ -290,7 +364,7 @@ func routeOptions(rs envstep.RouteSpec) envs.Options {
 }
 
 // newTemplate sets Template from the prompt section.
-func (b *Built) newTemplate() error {
+func (b *Components) newTemplate(context.Context) error {
 	t, err := template.New(b.cfg.Prompt)
 	if err != nil {
 		return err
@@ -301,17 +375,18 @@ func (b *Built) newTemplate() error {
 
 // openSource sets Source and SourcePath: the input, downloaded first when
 // source.path is an s3:// URL.
-func (b *Built) openSource(ctx context.Context) error {
+func (b *Components) openSource(ctx context.Context) error {
 	local := b.hooks.SourcePath
 	if local == nil {
+		// An object is read from a temporary download.
 		local = func(ctx context.Context) (string, error) {
-			if !storage.IsURL(b.cfg.Source.Path) {
-				return b.cfg.Source.Path, nil
-			}
-			// An object is read from a temporary download.
-			r := &run{cfg: b.cfg}
-			b.closers = append(b.closers, func() error { r.cleanup(); return nil })
-			return r.localSource(ctx)
+			return FetchSource(ctx, b.cfg.Source.Path, func() (string, error) {
+				dir, err := os.MkdirTemp("", "trajflow-staging-")
+				if err == nil {
+					b.closers = append(b.closers, func() error { _ = os.RemoveAll(dir); return nil }) // best effort: a temporary directory
+				}
+				return dir, err
+			})
 		}
 	}
 	path, err := local(ctx)
@@ -320,11 +395,7 @@ func (b *Built) openSource(ctx context.Context) error {
 	}
 	srcCfg := b.cfg.Source
 	srcCfg.Path = path
-	stderr := b.opts.Stderr
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	src, err := openSource(ctx, srcCfg, sources.Options{OnReject: b.hooks.OnReject, OnInvalidUTF8: b.hooks.OnInvalidUTF8}, stderr)
+	src, err := openSource(ctx, srcCfg, sources.Options{OnReject: b.hooks.OnReject, OnInvalidUTF8: b.hooks.OnInvalidUTF8}, b.opts.Stderr)
 	if err != nil {
 		return err
 	}
@@ -334,9 +405,10 @@ func (b *Built) openSource(ctx context.Context) error {
 }
 
 // newExpander sets Expander from the repeat section.
-func (b *Built) newExpander() {
+func (b *Components) newExpander(context.Context) error {
 	cfg := b.cfg
 	b.Expander = repeat.New(cfg.Repeat, cfg.Run.ID, cfg.Env.Name, cfg.Generate.Model).WithParams(cfg.Generate.Params)
+	return nil
 }
 
 // newSim is the in-process simulator behind sim:// endpoints.

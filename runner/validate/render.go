@@ -1,4 +1,4 @@
-package runner
+package validate
 
 import (
 	"context"

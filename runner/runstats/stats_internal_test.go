@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // A group a stop cuts off leaves the error count and the errors by class
 // in agreement: both forget its error members.
 func TestCutOffKeepsCountsConsistent(t *testing.T) {
-	s := newStats()
+	s := NewCounters()
 	var cut, kept pipeline.Group
 	for i, st := range []pipeline.Status{pipeline.StatusError, pipeline.StatusError, pipeline.StatusOK, pipeline.StatusError} {
 		r := &pipeline.Rollout{Status: st}
@@ -19,14 +19,14 @@ func TestCutOffKeepsCountsConsistent(t *testing.T) {
 				r.ErrorClass = "timeout"
 			}
 		}
-		s.resolve(r)
+		s.Resolve(r)
 		if i < 3 {
 			cut.Rollouts = append(cut.Rollouts, r)
 		} else {
 			kept.Rollouts = append(kept.Rollouts, r)
 		}
 	}
-	s.cutOff(&cut)
+	s.CutOff(&cut)
 	sum := 0
 	for _, n := range s.errClasses {
 		sum += n

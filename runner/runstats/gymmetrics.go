@@ -1,20 +1,13 @@
-package runner
+package runstats
 
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/internal/metrics"
-	"github.com/trajflow/trajflow/schema"
 )
-
-// AggregateMetricsFile is NeMo Gym's aggregate-metrics layout
-// (rollout_collection.py's _aggregate_metrics.json): one entry per
-// environment (Gym's agent), with its metrics.
-const AggregateMetricsFile = schema.AggregateMetricsFile
 
 // gymAgentMetrics is one entry of AggregateMetricsFile.
 type gymAgentMetrics struct {
@@ -60,25 +53,7 @@ func writeAggregateMetrics(path string, m *metrics.Metrics) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".aggregate_metrics.*.tmp")
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name()) // best effort: a temporary file, not output
+	if err := durable.WriteFile(path, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("metrics: %s: %w", path, err)
 	}
 	return nil

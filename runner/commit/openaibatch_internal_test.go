@@ -1,4 +1,4 @@
-package runner
+package commit
 
 import (
 	"os"
@@ -15,7 +15,7 @@ import (
 func TestPairBatchFiles(t *testing.T) {
 	out := t.TempDir()
 	dir := filepath.Join(out, schema.OpenAIBatchDir)
-	for _, d := range []string{dir, filepath.Join(out, DataDir), filepath.Join(out, ErrorsDir)} {
+	for _, d := range []string{dir, filepath.Join(out, schema.DataDir), filepath.Join(out, schema.ErrorsDir)} {
 		os.MkdirAll(d, 0o755)
 	}
 	touch := func(p string) {
@@ -23,24 +23,24 @@ func TestPairBatchFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	touch(filepath.Join(out, DataDir, schema.PartName(1)))
-	touch(filepath.Join(out, ErrorsDir, schema.PartName(0)))
+	touch(filepath.Join(out, schema.DataDir, schema.PartName(1)))
+	touch(filepath.Join(out, schema.ErrorsDir, schema.PartName(0)))
 	keep := []string{
-		schema.OpenAIBatchName(schema.OpenAIBatchOutput, DataDir, 1),
-		schema.OpenAIBatchName(schema.OpenAIBatchErrors, DataDir, 1),
-		schema.OpenAIBatchName(schema.OpenAIBatchErrors, ErrorsDir, 0),
+		schema.OpenAIBatchName(schema.OpenAIBatchOutput, schema.DataDir, 1),
+		schema.OpenAIBatchName(schema.OpenAIBatchErrors, schema.DataDir, 1),
+		schema.OpenAIBatchName(schema.OpenAIBatchErrors, schema.ErrorsDir, 0),
 		"notes.txt",
 	}
 	drop := []string{
-		schema.OpenAIBatchName(schema.OpenAIBatchOutput, DataDir, 2),
-		schema.OpenAIBatchName(schema.OpenAIBatchErrors, ErrorsDir, 1),
-		schema.OpenAIBatchName(schema.OpenAIBatchOutput, FilteredDir, 0),
+		schema.OpenAIBatchName(schema.OpenAIBatchOutput, schema.DataDir, 2),
+		schema.OpenAIBatchName(schema.OpenAIBatchErrors, schema.ErrorsDir, 1),
+		schema.OpenAIBatchName(schema.OpenAIBatchOutput, schema.FilteredDir, 0),
 		".output-data.jsonl.tmp",
 	}
 	for _, n := range append(slices.Clone(keep), drop...) {
 		touch(filepath.Join(dir, n))
 	}
-	if err := pairBatchFiles(out); err != nil {
+	if err := PairBatchFiles(out); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -53,7 +53,7 @@ func TestPairBatchFiles(t *testing.T) {
 	if !slices.Equal(got, keep) {
 		t.Fatalf("left %v, want %v", got, keep)
 	}
-	if err := pairBatchFiles(t.TempDir()); err != nil {
+	if err := PairBatchFiles(t.TempDir()); err != nil {
 		t.Fatalf("no openai_batch directory: %v", err)
 	}
 }
@@ -64,8 +64,8 @@ func TestBatchFileOf(t *testing.T) {
 		n          int
 		ok         bool
 	}{
-		{schema.OpenAIBatchName(schema.OpenAIBatchOutput, DataDir, 12), DataDir, 12, true},
-		{schema.OpenAIBatchName(schema.OpenAIBatchErrors, SurplusDir, 0), SurplusDir, 0, true},
+		{schema.OpenAIBatchName(schema.OpenAIBatchOutput, schema.DataDir, 12), schema.DataDir, 12, true},
+		{schema.OpenAIBatchName(schema.OpenAIBatchErrors, schema.SurplusDir, 0), schema.SurplusDir, 0, true},
 		{"output-00001.jsonl", "", 0, false},
 		{"output-data-x.jsonl", "", 0, false},
 		{"rollouts-00001.jsonl", "", 0, false},

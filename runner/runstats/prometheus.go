@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"context"
@@ -10,15 +10,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
-// promMetrics are the run's Prometheus metrics (run.metrics_addr): the
+// Prometheus are the run's Prometheus metrics (run.metrics_addr): the
 // counters of a Snapshot, read at each scrape, and the latency histograms
 // fed as requests and environment steps finish.
-type promMetrics struct {
+type Prometheus struct {
 	reg      *prometheus.Registry
 	request  *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
@@ -26,8 +27,8 @@ type promMetrics struct {
 	snapshot func() Snapshot
 }
 
-func newPromMetrics(snapshot func() Snapshot) *promMetrics {
-	m := &promMetrics{
+func newPrometheus(snapshot func() Snapshot) *Prometheus {
+	m := &Prometheus{
 		reg: prometheus.NewRegistry(),
 		request: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "trajflow_request_duration_seconds",
@@ -49,8 +50,8 @@ func newPromMetrics(snapshot func() Snapshot) *promMetrics {
 	return m
 }
 
-// attempt records one HTTP attempt (openai.HTTPOptions.OnAttempt).
-func (m *promMetrics) attempt(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
+// Attempt records one HTTP attempt (openai.HTTPOptions.OnAttempt).
+func (m *Prometheus) Attempt(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
 	outcome := "ok"
 	if err != nil {
 		outcome = err.Class
@@ -86,14 +87,14 @@ var (
 )
 
 // Describe implements prometheus.Collector for the snapshot's metrics.
-func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *Prometheus) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range append(snapshotDescs, hostedDescs...) {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector: one snapshot per scrape.
-func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
+func (m *Prometheus) Collect(ch chan<- prometheus.Metric) {
 	s := m.snapshot()
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
@@ -146,7 +147,7 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 
 // serve listens on addr and serves /metrics until ctx ends. The listener
 // is open when serve returns, so a bad address fails the run at once.
-func (m *promMetrics) serve(ctx context.Context, addr string) (stop func(), err error) {
+func (m *Prometheus) serve(ctx context.Context, addr string) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("run.metrics_addr: %w", err)
@@ -169,19 +170,19 @@ func (m *promMetrics) serve(ctx context.Context, addr string) (stop func(), err 
 	}, nil
 }
 
-// timedEnv observes the duration of every environment call.
-type timedEnv struct {
+// TimedEnv observes the duration of every environment call.
+type TimedEnv struct {
 	envs.Env
 	steps prometheus.Observer
 }
 
-func (e timedEnv) Reset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, error) {
+func (e TimedEnv) Reset(ctx context.Context, r *pipeline.Rollout) (*envs.Reset, error) {
 	start := time.Now()
 	defer func() { e.steps.Observe(time.Since(start).Seconds()) }()
 	return e.Env.Reset(ctx, r)
 }
 
-func (e timedEnv) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
+func (e TimedEnv) Step(ctx context.Context, r *pipeline.Rollout, action pipeline.Message) (*envs.Step, error) {
 	start := time.Now()
 	defer func() { e.steps.Observe(time.Since(start).Seconds()) }()
 	return e.Env.Step(ctx, r, action)

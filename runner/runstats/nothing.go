@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"errors"
@@ -29,11 +29,11 @@ func generated(r *pipeline.Rollout) bool {
 	return false
 }
 
-// checkGenerated returns ErrNothingGenerated, with what the rollouts
+// CheckGenerated returns ErrNothingGenerated, with what the rollouts
 // resolved as, when this run resolved rollouts and none of its kept
 // rollouts generated a token (nor, with no group kept, any rollout).
-func (r *run) checkGenerated() error {
-	s := r.stats
+func (r *Tracker) CheckGenerated() error {
+	s := r.Counters
 	resolved := s.ok.Load() + s.errored.Load() + s.filtered.Load()
 	if resolved == 0 || s.keptGenerated.Load() > 0 {
 		return nil

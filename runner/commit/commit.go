@@ -1,20 +1,24 @@
-package runner
+package commit
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/apache/arrow/go/v17/arrow"
+
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
 )
 
-// committer is a run's commit path, in one place: the Parquet writer of
+// Committer is a run's commit path, in one place: the Parquet writer of
 // each output directory, the step rows committed with each data file
 // (output.steps), the data-URL images stored before the rows that name
 // them (output.images: reference), the interop sinks of the kept rows
@@ -22,20 +26,20 @@ import (
 // wrote to object storage. The order is fixed:
 //
 //   - a group's images are on disk before its rows reach a sink
-//     (externalize, in the groups stage);
+//     (Externalize, in the groups stage);
 //   - a data file's step rows are written before its rows, and the steps
 //     file is renamed into place before the data file, whose rename
 //     commits both (a resume removes a steps file left without its data
 //     file);
-//   - the directories commit in outputDirs order;
+//   - the directories commit in Dirs order;
 //   - on object storage the upload follows every write, commit and close,
 //     and storage.Mirror.Push sends the side files first and the data
 //     part files last; a data file counts as committed once uploaded.
-type committer struct {
+type Committer struct {
 	// dir is the (local) output directory.
 	dir string
-	// options returns the options of a new Parquet writer.
-	options func() parquet.Options
+	// options are the options of every Parquet writer, made once.
+	options parquet.Options
 	// steps writes the kept groups' step rows; nil without output.steps.
 	steps *parquet.StepWriter
 	// stepsOpen opens steps with the data writer (output.steps).
@@ -46,12 +50,12 @@ type committer struct {
 	// images stores data-URL images by reference; nil with output.images
 	// inline.
 	images *images.Store
-	// interop are the optional sinks of the kept rows.
+	// interop are the optional sinks of the kept rows (OpenInterop).
 	interop []namedSink
 	// batch writes OpenAI's Batch output and error files beside each
 	// directory's parts (output.openai_batch); nil without.
 	batch *batchFiles
-	hooks commitHooks
+	hooks Hooks
 
 	// dirty is set when a file was committed locally and is not uploaded
 	// yet; pending are the data files among them, counted once uploaded.
@@ -59,14 +63,102 @@ type committer struct {
 	pending []committedFile
 }
 
-// commitHooks are what the run hears of, and adds to, each commit.
-type commitHooks struct {
-	// committed counts a data file in the summary once it is committed
-	// (on object storage: once uploaded).
-	committed func(path string, rows int)
-	// upload sends what changed locally to object storage; nil for a
+// Hooks are what the run hears of, and adds to, each commit.
+type Hooks struct {
+	// Committed hears of a data file once it is committed (on object
+	// storage: once uploaded); it may be nil.
+	Committed func(path string, rows int)
+	// Upload sends what changed locally to object storage; nil for a
 	// local output directory.
-	upload func(ctx context.Context) error
+	Upload func(ctx context.Context) error
+}
+
+// Dirs are the directories of Parquet output, in commit order.
+var Dirs = []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir}
+
+// Open makes the commit path of cfg's output directory, which exists and
+// whose lock the caller holds. It first removes what a crashed run left
+// half-written (the Parquet directories' temporary files, staged images);
+// popts are the options of every Parquet writer. The interop sinks are
+// opened later (OpenInterop); the caller closes (Close) or aborts (Abort)
+// the result.
+func Open(cfg *config.Config, popts parquet.Options, h Hooks) (*Committer, error) {
+	dir := cfg.Output.Dir
+	for _, dest := range Dirs {
+		if err := parquet.RemoveStale(filepath.Join(dir, dest), ""); err != nil {
+			return nil, err
+		}
+	}
+	c := &Committer{dir: dir, options: popts, hooks: h}
+	if cfg.Output.Steps {
+		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
+			return parquet.NewStepWriter(filepath.Join(dir, schema.StepsDir), cfg.Output.Parquet.Compression, metadata)
+		}
+	}
+	if cfg.Output.OpenAIBatch {
+		b, err := newBatchFiles(dir)
+		if err != nil {
+			return nil, err
+		}
+		c.batch = b
+	}
+	if cfg.Output.Images == "reference" {
+		images, err := openImages(filepath.Join(dir, schema.ImagesDir))
+		if err != nil {
+			return nil, err
+		}
+		c.images = images
+	}
+	return c, nil
+}
+
+// openImages is the image store of dir, without the staged files a
+// crashed run left.
+func openImages(dir string) (*images.Store, error) {
+	stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil {
+			return nil, err
+		}
+	}
+	return images.New(dir), nil
+}
+
+// Batch is a record batch for one output directory, or (Commit) the
+// commit timer's mark: the writers commit their open files. It releases
+// its record when the graph drops it unconsumed.
+type Batch struct {
+	Dest   string
+	Rec    arrow.Record
+	Commit bool
+	// Groups are the groups Rec holds, when their step rows or OpenAI
+	// Batch lines go with it (Keeps).
+	Groups []*pipeline.Group
+}
+
+// Release releases the batch's record.
+func (b Batch) Release() {
+	if b.Rec != nil {
+		b.Rec.Release()
+	}
+}
+
+// Keeps reports whether a batch of dest carries its groups: their step
+// rows and NeMo Gym lines (output.steps, output.jsonl: data directory) or
+// OpenAI Batch lines (output.openai_batch, every directory) are written
+// with it.
+func Keeps(cfg *config.Config, dest string) bool {
+	return dest == schema.DataDir && (cfg.Output.Steps || cfg.Output.JSONL) || cfg.Output.OpenAIBatch
+}
+
+// Take hands a batch to its directory's writer (Write), or on the commit
+// timer's mark commits every open file (Commit); it releases the record.
+func (c *Committer) Take(ctx context.Context, b Batch) error {
+	if b.Commit {
+		return c.Commit(ctx)
+	}
+	defer b.Rec.Release()
+	return c.Write(ctx, b.Dest, b.Rec, b.Groups)
 }
 
 // committedFile is a data file committed in the staging directory.
@@ -75,9 +167,9 @@ type committedFile struct {
 	rows int
 }
 
-// externalize stores the images of a group's messages and points the
+// Externalize stores the images of a group's messages and points the
 // messages at them, before the group's rows go to the sinks.
-func (c *committer) externalize(g *pipeline.Group) error {
+func (c *Committer) Externalize(g *pipeline.Group) error {
 	if c.images == nil {
 		return nil
 	}
@@ -91,13 +183,13 @@ func (c *committer) externalize(g *pipeline.Group) error {
 
 // writer returns the Parquet writer of an output directory, opening it on
 // first use.
-func (c *committer) writer(dest string) (*parquet.Writer, error) {
+func (c *Committer) writer(dest string) (*parquet.Writer, error) {
 	if w := c.writers[dest]; w != nil {
 		return w, nil
 	}
-	popts := c.options()
+	popts := c.options
 	popts.OnCommit = func(path string, rows int) { c.onCommit(dest, path, rows) }
-	if dest == DataDir && c.stepsOpen != nil {
+	if dest == schema.DataDir && c.stepsOpen != nil {
 		sw, err := c.stepsOpen(popts.Metadata)
 		if err != nil {
 			return nil, err
@@ -141,29 +233,28 @@ func (c *committer) writer(dest string) (*parquet.Writer, error) {
 }
 
 // onCommit hears of each file a writer committed.
-func (c *committer) onCommit(dest, path string, rows int) {
+func (c *Committer) onCommit(dest, path string, rows int) {
 	c.dirty = true
-	if dest != DataDir {
+	if dest != schema.DataDir {
 		return
 	}
-	if c.hooks.upload != nil {
-		// Committed once uploaded (upload counts it then).
+	if c.hooks.Upload != nil {
+		// Committed once uploaded (push counts it then).
 		c.pending = append(c.pending, committedFile{path, rows})
 		return
 	}
-	c.hooks.committed(path, rows)
+	c.committed(path, rows)
 }
 
-// write writes a record batch to its directory's writer: for the data
-// directory the interop sinks get it (or its groups) first, then its
-// groups' step rows (a commit the record triggers takes them along), then
-// the data writer.
-func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, groups []*pipeline.Group) error {
+// Write writes a record batch to its directory's writer: for the data
+// directory the interop sinks get it (or its groups) first, then its groups' step rows
+// (a commit the record triggers takes them along), then the data writer.
+func (c *Committer) Write(ctx context.Context, dest string, rec arrow.Record, groups []*pipeline.Group) error {
 	w, err := c.writer(dest)
 	if err != nil {
 		return err
 	}
-	if dest == DataDir {
+	if dest == schema.DataDir {
 		for _, s := range c.interop {
 			// A sink that takes groups gets the record's groups (carried
 			// with output.jsonl), not the record.
@@ -196,10 +287,10 @@ func (c *committer) write(ctx context.Context, dest string, rec arrow.Record, gr
 	return c.push(ctx)
 }
 
-// commit commits every directory's open file (the commit timer), in
+// Commit commits every directory's open file (the commit timer), in
 // order, and uploads them.
-func (c *committer) commit(ctx context.Context) error {
-	for _, dest := range outputDirs {
+func (c *Committer) Commit(ctx context.Context) error {
+	for _, dest := range Dirs {
 		if w := c.writers[dest]; w != nil {
 			if err := w.Commit(ctx); err != nil {
 				return err
@@ -209,15 +300,15 @@ func (c *committer) commit(ctx context.Context) error {
 	return c.push(ctx)
 }
 
-// close closes the interop sinks, then commits and closes every
+// Close closes the interop sinks, then commits and closes every
 // directory's writer, in order, and uploads what they wrote.
-func (c *committer) close(ctx context.Context) error {
+func (c *Committer) Close(ctx context.Context) error {
 	for _, s := range c.interop {
 		if err := s.sink.Close(ctx); err != nil {
 			return fmt.Errorf("%s: %w", s.key, err)
 		}
 	}
-	for _, dest := range outputDirs {
+	for _, dest := range Dirs {
 		if w := c.writers[dest]; w != nil {
 			if err := w.Close(ctx); err != nil {
 				return err
@@ -227,10 +318,10 @@ func (c *committer) close(ctx context.Context) error {
 	return c.push(ctx)
 }
 
-// abort drops what is not committed: the open files of the writers (in
+// Abort drops what is not committed: the open files of the writers (in
 // reverse order), the steps file, the interop sinks' staged output. It
 // returns every error met: a file it could not remove is left behind.
-func (c *committer) abort() error {
+func (c *Committer) Abort() error {
 	var errs []error
 	for i := len(c.opened) - 1; i >= 0; i-- {
 		errs = append(errs, c.opened[i].Abort())
@@ -248,27 +339,34 @@ func (c *committer) abort() error {
 
 // push uploads what was committed since the last upload, and counts the
 // data files among it.
-func (c *committer) push(ctx context.Context) error {
-	if c.hooks.upload == nil || !c.dirty {
+func (c *Committer) push(ctx context.Context) error {
+	if c.hooks.Upload == nil || !c.dirty {
 		return nil
 	}
-	if err := c.hooks.upload(ctx); err != nil {
+	if err := c.hooks.Upload(ctx); err != nil {
 		return err
 	}
 	c.dirty = false
 	for _, f := range c.pending {
-		c.hooks.committed(f.path, f.rows)
+		c.committed(f.path, f.rows)
 	}
 	c.pending = nil
 	return nil
 }
 
-// pushFinal uploads every file that changed locally (metrics.json, the
+// PushFinal uploads every file that changed locally (metrics.json, the
 // side files) at the end of the run.
-func (c *committer) pushFinal(ctx context.Context) error {
-	if c.hooks.upload == nil {
+func (c *Committer) PushFinal(ctx context.Context) error {
+	if c.hooks.Upload == nil {
 		return nil
 	}
 	c.dirty = true
 	return c.push(ctx)
+}
+
+// committed tells the hook of a committed data file.
+func (c *Committer) committed(path string, rows int) {
+	if c.hooks.Committed != nil {
+		c.hooks.Committed(path, rows)
+	}
 }

@@ -1,4 +1,4 @@
-package runner
+package build
 
 import (
 	"context"
@@ -8,6 +8,15 @@ import (
 
 	"github.com/trajflow/trajflow/sources"
 )
+
+// ErrInterrupted: the run's context was cancelled (a signal). It also
+// matches context.Canceled.
+var ErrInterrupted error = interrupted{}
+
+type interrupted struct{}
+
+func (interrupted) Error() string        { return "interrupted" }
+func (interrupted) Is(target error) bool { return target == context.Canceled }
 
 // sourceWaitNote is how long opening the source may take before the run
 // says what it waits for (a named pipe's writer).

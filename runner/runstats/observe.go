@@ -1,14 +1,15 @@
-package runner
+package runstats
 
 import (
 	"context"
-	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/trajflow/trajflow/pipeline"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -134,9 +135,9 @@ func (s Snapshot) Rate() (rollouts, tokens float64) {
 	return float64(s.Resolved()) / secs, float64(s.CompletionTokens) / secs
 }
 
-// snapshot reads the run's counters now. Safe while the run goes.
-func (r *run) snapshot() Snapshot {
-	st := r.stats
+// Snapshot reads the run's counters now. Safe while the run goes.
+func (r *Tracker) Snapshot() Snapshot {
+	st := r.Counters
 	s := Snapshot{
 		TasksRead: st.tasks.Load(), TaskLimit: r.cfg.Source.Limit,
 		Dispatched: st.dispatched.Load(), OK: st.ok.Load(), Errors: st.errored.Load(),
@@ -161,11 +162,11 @@ func (r *run) snapshot() Snapshot {
 	s.GroupsFinished, s.GroupsKept = st.groups, st.kept
 	s.Dropped, s.ErrorClasses = maps.Clone(st.dropped), maps.Clone(st.errClasses)
 	st.mu.Unlock()
-	if l := r.loop; l != nil {
-		s.InGeneration, s.InEnvironment = l.Busy()
+	if r.in.Busy != nil {
+		s.InGeneration, s.InEnvironment = r.in.Busy()
 	}
-	if g := r.graph; g != nil {
-		s.Queues = g.QueueDepths()
+	if r.in.Queues != nil {
+		s.Queues = r.in.Queues()
 	}
 	s.Hosted = r.hostedStats()
 	if c := r.httpClient(); c != nil {

@@ -1,4 +1,4 @@
-package runner
+package runstats
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
-// stats counts a run's work as it goes. Counters are read by the progress
+// Counters count a run's work as it goes. Counters are read by the progress
 // line while the pipeline writes them.
-type stats struct {
+type Counters struct {
 	tasks, rejected, skipped, dispatched, written atomic.Int64
 	filesCommitted                                atomic.Int64
 	// invalidUTF8 counts input rows whose invalid UTF-8 was replaced.
@@ -48,12 +48,13 @@ type stats struct {
 	lastError  string
 }
 
-func newStats() *stats {
-	return &stats{dropped: map[string]int{}, errClasses: map[string]int{}}
+// NewCounters are a run's counters, at zero.
+func NewCounters() *Counters {
+	return &Counters{dropped: map[string]int{}, errClasses: map[string]int{}}
 }
 
-// resolve counts a rollout that left the loop.
-func (s *stats) resolve(r *pipeline.Rollout) {
+// Resolve counts a rollout that left the loop.
+func (s *Counters) Resolve(r *pipeline.Rollout) {
 	s.completionTokens.Add(int64(r.CompletionTokens))
 	s.billed.add(r)
 	switch r.Status {
@@ -73,8 +74,8 @@ func (s *stats) resolve(r *pipeline.Rollout) {
 	}
 }
 
-// group counts a finished group after its keep rule ran.
-func (s *stats) group(g *pipeline.Group) {
+// Group counts a finished group after its keep rule ran.
+func (s *Counters) Group(g *pipeline.Group) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.groups++
@@ -104,9 +105,9 @@ func (s *stats) group(g *pipeline.Group) {
 	}
 }
 
-// cutOff counts a group a stop cut off: it is not committed, so each of
+// CutOff counts a group a stop cut off: it is not committed, so each of
 // its members, whatever it resolved as, counts as cancelled.
-func (s *stats) cutOff(g *pipeline.Group) {
+func (s *Counters) CutOff(g *pipeline.Group) {
 	for _, r := range g.Rollouts {
 		switch r.Status {
 		case pipeline.StatusOK:
@@ -126,10 +127,10 @@ func (s *stats) cutOff(g *pipeline.Group) {
 	}
 }
 
-// progress reports the run's progress every run.progress until stopped:
+// Progress reports the run's progress every run.progress until stopped:
 // to Options.Progress when set (once more when stopped), else as a line on
 // stderr. It also polls the endpoints' own metrics when asked to.
-func (r *run) progress(ctx context.Context) (stop func()) {
+func (r *Tracker) Progress(ctx context.Context) (stop func()) {
 	every := r.cfg.Run.Progress.D()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -151,10 +152,10 @@ func (r *run) progress(ctx context.Context) (stop func()) {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					if r.opts.Progress != nil {
-						r.opts.Progress(r.snapshot())
+					if r.in.Progress != nil {
+						r.in.Progress(r.Snapshot())
 					} else {
-						fmt.Fprintln(r.opts.Stderr, r.progressLine())
+						fmt.Fprintln(r.in.Stderr, r.progressLine())
 					}
 				}
 			}
@@ -163,20 +164,20 @@ func (r *run) progress(ctx context.Context) (stop func()) {
 	return func() {
 		cancel()
 		wg.Wait()
-		if r.opts.Progress != nil {
-			r.opts.Progress(r.snapshot())
+		if r.in.Progress != nil {
+			r.in.Progress(r.Snapshot())
 		}
 	}
 }
 
-func (r *run) progressLine() string {
-	s := r.stats
+func (r *Tracker) progressLine() string {
+	s := r.Counters
 	el := time.Since(r.started)
 	resolved := s.ok.Load() + s.errored.Load() + s.cancelled.Load()
 	rate := float64(resolved) / el.Seconds()
 	line := fmt.Sprintf("trajflow: %s tasks read %d, rollouts done %d/%d, errors %d, rows committed %d, %.1f rollouts/s",
 		el.Round(time.Second), s.tasks.Load(), resolved, s.dispatched.Load(), s.errored.Load(), s.written.Load(), rate)
-	snap := r.snapshot()
+	snap := r.Snapshot()
 	if snap.CancelledRequests > 0 {
 		line += fmt.Sprintf(", cancelled in flight %d (~%d tokens)", snap.CancelledRequests, snap.CancelledTokensEstimate)
 	}
@@ -285,18 +286,19 @@ type Summary struct {
 	Hosted HostedStats
 }
 
-func (r *run) summary(err error) *Summary {
+// Summary is what the run did, ended by err (nil: it ran to its end).
+func (r *Tracker) Summary(err error) *Summary {
 	// The estimate of a run stopped early (snapshot takes the lock).
-	proj, projOK := r.snapshot().ProjectedCost()
-	s := r.stats
+	proj, projOK := r.Snapshot().ProjectedCost()
+	s := r.Counters
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := &Summary{
-		RunID: r.cfg.Run.ID, Dir: r.displayPath(r.cfg.Output.Dir), Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
-		Metrics: r.displayPath(existing(filepath.Join(r.cfg.Output.Dir, MetricsFile))),
-		Steps:   r.displayPath(r.stepsDir()),
+		RunID: r.cfg.Run.ID, Dir: r.display(r.cfg.Output.Dir), Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
+		Metrics: r.display(existing(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile))),
+		Steps:   r.display(r.stepsDir()),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
-		Target: r.cfg.Groups.Target, EarlierKept: r.done.kept,
+		Target: r.cfg.Groups.Target, EarlierKept: r.earlierKept(),
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
@@ -306,8 +308,10 @@ func (r *run) summary(err error) *Summary {
 		ServerTokens:     -1,
 		Interrupted:      err != nil,
 	}
-	if cause := r.stopper.err(); cause != nil {
-		sum.Stop = cause.Error()
+	if r.in.Stop != nil {
+		if cause := r.in.Stop(); cause != nil {
+			sum.Stop = cause.Error()
+		}
 	}
 	sum.Hosted = r.hostedStats()
 	sum.CancelledRequests, sum.CancelledTokensEstimate = r.requests()
@@ -381,7 +385,7 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "target: %d kept groups of %d (%d by earlier runs, %d by this run)\n", s.EarlierKept+s.Kept, s.Target, s.EarlierKept, s.Kept)
 	}
 	if s.Rejected > 0 {
-		fmt.Fprintf(&b, "bad rows skipped: %d (see %s/%s)\n", s.Rejected, s.Dir, RejectsFile)
+		fmt.Fprintf(&b, "bad rows skipped: %d (see %s/%s)\n", s.Rejected, s.Dir, schema.RejectsFile)
 	}
 	if s.InvalidUTF8 > 0 {
 		fmt.Fprintf(&b, "input rows with invalid UTF-8: %d (each run of bad bytes replaced by U+FFFD)\n", s.InvalidUTF8)
@@ -409,7 +413,7 @@ func (s *Summary) String() string {
 	if s.Metrics != "" {
 		metrics = s.Metrics
 	}
-	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, DataDir, len(s.Files), metrics)
+	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, schema.DataDir, len(s.Files), metrics)
 	if s.Steps != "" {
 		fmt.Fprintf(&b, "step rows: %s (a steps file beside each data file)\n", s.Steps)
 	}
@@ -418,11 +422,11 @@ func (s *Summary) String() string {
 
 // stepsDir is the steps directory when the run has one with a committed
 // file, else "".
-func (r *run) stepsDir() string {
+func (r *Tracker) stepsDir() string {
 	if !r.cfg.Output.Steps {
 		return ""
 	}
-	dir := filepath.Join(r.cfg.Output.Dir, StepsDir)
+	dir := filepath.Join(r.cfg.Output.Dir, schema.StepsDir)
 	if m, _ := filepath.Glob(filepath.Join(dir, schema.PartGlob)); len(m) == 0 {
 		return ""
 	}
@@ -444,4 +448,11 @@ func existing(path string) string {
 		return ""
 	}
 	return path
+}
+
+func (r *Tracker) earlierKept() int {
+	if r.in.EarlierKept == nil {
+		return 0
+	}
+	return r.in.EarlierKept()
 }

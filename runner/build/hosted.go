@@ -1,0 +1,137 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/cache"
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/inference/ratelimit"
+	"github.com/trajflow/trajflow/inference/structured"
+	"github.com/trajflow/trajflow/runner/runstats"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// hosted holds the decorators of the run's client and the Batch API
+// client, for their figures: the rate limiter, the response cache and the
+// Batch API client; each nil when the config has none.
+type hosted struct {
+	limiter *ratelimit.Limiter
+	cache   *cache.Store
+	batch   *openai.BatchClient
+}
+
+// limiterHook creates the rate limiter of generate.rate_limit (nil
+// without one) and returns the HTTP client's response hook that feeds it
+// every response's x-ratelimit-* and retry-after headers.
+func (b *Components) limiterHook() func(string, int, http.Header) {
+	cfg := b.cfg
+	if !cfg.Generate.RateLimit.Enabled() {
+		return nil
+	}
+	if b.hosted.limiter == nil {
+		b.hosted.limiter = ratelimit.New(cfg.Generate.RateLimit, nil, nil)
+	}
+	lim := b.hosted.limiter
+	return func(_ string, _ int, h http.Header) { lim.Observe(h) }
+}
+
+// openBatch replaces the HTTP client with the Batch API client
+// (generate.api: batch) once the endpoints passed the preflight: its state
+// (the batches submitted) lives in the output directory, so only a run
+// opens it; Validate's walk (dry) only checks the Batch API.
+func (b *Components) openBatch(ctx context.Context) error {
+	cfg := b.cfg
+	if !cfg.Generate.API.Batch() || !b.HTTPEndpoints() {
+		return nil
+	}
+	key := b.httpOptions().APIKey
+	if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, key); err != nil {
+		return err
+	}
+	if b.opts.Dry {
+		return nil
+	}
+	stderr := b.opts.Stderr
+	c, err := openai.NewBatch(ctx, cfg.Generate.Config, cfg.Generate.Batch, openai.BatchOptions{
+		APIKey: key, StateFile: filepath.Join(cfg.Output.Dir, schema.BatchStateFile), RunID: cfg.Run.ID,
+		Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "trajflow: "+format+"\n", args...) },
+	})
+	if err != nil {
+		return err
+	}
+	b.hosted.batch = c
+	b.Client = c
+	b.closers = append(b.closers, c.Close)
+	return nil
+}
+
+// decorate wraps the client in the rate limiter, the structured-output
+// check and the response cache (outermost: a hit spends nothing of the
+// rate limits). Validate's walk (dry) opens no cache: it writes nothing,
+// and sends what it shows rather than answering it from the cache.
+func (b *Components) decorate(context.Context) error {
+	cfg := b.cfg
+	if cfg.Generate.RateLimit.Enabled() {
+		if b.hosted.limiter == nil {
+			b.hosted.limiter = ratelimit.New(cfg.Generate.RateLimit, nil, nil)
+		}
+		b.Client = ratelimit.Wrap(b.Client, b.hosted.limiter)
+	}
+	// Replies are checked against the structured output their request
+	// asks for, and sent again when they fail (generate.invalid_retries):
+	// inside the cache, so that a retry is sent rather than answered with
+	// the reply that failed, and outside the rate limiter, which counts
+	// the retries.
+	b.Client = structured.Wrap(b.Client, cfg.Generate.Structured)
+	if cfg.Generate.Cache != "" && !b.opts.Dry {
+		store, err := cache.Open(cfg.Generate.Cache, cfg.Generate.CacheMaxBytes)
+		if err != nil {
+			return fmt.Errorf("generate.cache: %w", err)
+		}
+		b.hosted.cache = store
+		stderr := b.opts.Stderr
+		var warned atomic.Bool
+		b.Client = cache.New(b.Client, store, cacheKey(cfg.Generate.Model, cfg.Generate.API), func(err error) {
+			if warned.CompareAndSwap(false, true) {
+				fmt.Fprintf(stderr, "trajflow: generate.cache: a response was not stored: %v\n", err)
+			}
+		})
+	}
+	return nil
+}
+
+// cacheKey hashes what a request sends: the model, the endpoint's API,
+// the body as the HTTP client encodes it, and the sample.
+func cacheKey(model string, api inference.API) cache.KeyFunc {
+	api = api.Body() // the Batch API's lines are chat requests
+	return func(req *inference.Request) (cache.Key, error) {
+		r := *req
+		if r.Model == "" {
+			r.Model = model
+		}
+		body, err := openai.EncodeRequest(api, &r)
+		if err != nil {
+			return cache.Key{}, err
+		}
+		endpoint := api
+		if r.PromptTokenIDs != nil {
+			endpoint = inference.APICompletions
+		}
+		return cache.KeyOf([]byte(r.Model), []byte(endpoint), body, []byte(r.Sample)), nil
+	}
+}
+
+// Hosted are the figures of the client's decorators and Batch API client
+// (runstats.HostedOf).
+func (b *Components) Hosted() runstats.HostedStats {
+	return runstats.HostedOf(b.hosted.limiter, b.hosted.cache, b.hosted.batch)
+}
+
+// HTTP is the config's HTTP client, for its endpoints' figures; nil for
+// the simulator or an embedder's client.
+func (b *Components) HTTP() *openai.HTTPClient { return b.http }

@@ -1,0 +1,64 @@
+package resume
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// inputs.jsonl is buffered: lines a full disk refused surface at Close,
+// not silently.
+func TestInputsCloseReportsAFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full:", err)
+	}
+	w := &Inputs{path: "/dev/full", written: -1}
+	task := &pipeline.Task{Index: 0, Source: "t.jsonl:1", Messages: []pipeline.Message{{Role: "user", Content: "1+1"}}}
+	if err := w.Write(task, nil); err != nil {
+		t.Fatalf("write: %v (the line should fit the buffer)", err)
+	}
+	err := w.Close()
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), schema.InputsFile) {
+		t.Fatalf("Close: %v, want ENOSPC naming %s", err, schema.InputsFile)
+	}
+}
+
+// The output directory's lock holds the pid, keeps a second run out, and
+// its release reports a failure (here: released twice).
+func TestLockDirReleaseReportsItsErrors(t *testing.T) {
+	dir := t.TempDir()
+	release, err := LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, schema.LockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("lock file holds %q, want the pid %d", got, os.Getpid())
+	}
+	if _, err := LockDir(dir); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second lock: %v, want in use", err)
+	}
+	if err := release(); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := release(); err == nil || !strings.Contains(err.Error(), schema.LockFile) {
+		t.Fatalf("second release: %v, want an error naming %s", err, schema.LockFile)
+	}
+	again, err := LockDir(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	if err := again(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,60 @@
+package runstats
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/schema"
+)
+
+// WriteAggregate asks each environment (by route) for its run result and
+// writes them next to metrics.json in dir. Nothing is written when no environment is a
+// Finisher or none has anything to say.
+func WriteAggregate(ctx context.Context, dir string, routes map[string]envs.Env) error {
+	names := make([]string, 0, len(routes))
+	for name := range routes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var entries []any
+	for _, name := range names {
+		env := routes[name]
+		if t, ok := env.(TimedEnv); ok {
+			env = t.Env
+		}
+		f, ok := env.(envs.Finisher)
+		if !ok {
+			continue
+		}
+		res, err := f.Finish(ctx)
+		if err != nil {
+			return fmt.Errorf("env %s: aggregate metrics: %w", name, err)
+		}
+		if res == nil {
+			continue
+		}
+		var entry map[string]any
+		if err := json.Unmarshal(res, &entry); err != nil || entry == nil {
+			return fmt.Errorf("env %s: aggregate metrics: not a JSON object: %.200s", name, res)
+		}
+		entry["agent_ref"] = map[string]any{"name": name}
+		entries = append(entries, entry)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	b, err := json.MarshalIndent(entries, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, schema.ServerAggregateMetricsFile)
+	if err := durable.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("aggregate metrics: %w", err)
+	}
+	return nil
+}

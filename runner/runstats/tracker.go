@@ -1,0 +1,153 @@
+package runstats
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/sources"
+)
+
+// Inputs are what a Tracker reads of the run it follows; every function
+// may be nil (nothing to read yet).
+type Inputs struct {
+	// Progress, when set, receives the progress (Options.Progress);
+	// Stderr the plain progress line otherwise.
+	Progress func(Snapshot)
+	Stderr   io.Writer
+	// Alloc is the allocator metrics.json is computed with.
+	Alloc memory.Allocator
+	// Hosted are the client's hosted-API figures; HTTP the config's HTTP
+	// client, for its endpoints' figures.
+	Hosted func() HostedStats
+	HTTP   func() *openai.HTTPClient
+	// Source is the run's input, for the share of it read.
+	Source func() sources.Reader
+	// Requests are the generate stage's cancelled requests and their
+	// estimated tokens.
+	Requests func() (cancelled, estimate int64)
+	// Busy are the rollouts in generation and in the environment now;
+	// Queues the graph's queue depths.
+	Busy   func() (generation, environment int)
+	Queues func() map[string]int
+	// Display shows a path as the user named the output (under an s3://
+	// output.dir).
+	Display func(string) string
+	// Stop is what stopped the run early, nil when nothing did.
+	Stop func() error
+	// EarlierKept are the kept groups earlier runs of the output
+	// directory committed.
+	EarlierKept func() int
+	// OnCommit, when set, hears of each committed data file.
+	OnCommit func(path string, rows int)
+}
+
+// Tracker follows one run: its counters, its progress, the endpoints' own
+// metrics, its Prometheus endpoint, its cost, and at the end its summary
+// and metrics files.
+type Tracker struct {
+	// Counters count the run's work as it goes.
+	*Counters
+	cfg *config.Config
+	in  Inputs
+	// started is when the graph started.
+	started time.Time
+	files   []string
+	// scraper polls the endpoints' own metrics (nil unless HTTP); srv is
+	// their token counter over the run; prom the Prometheus metrics
+	// (run.metrics_addr; nil when off).
+	scraper *scraper
+	srv     serverCount
+	prom    *Prometheus
+}
+
+// New is the tracker of a run of cfg.
+func New(cfg *config.Config, in Inputs) *Tracker {
+	if in.Stderr == nil {
+		in.Stderr = io.Discard
+	}
+	return &Tracker{Counters: NewCounters(), cfg: cfg, in: in}
+}
+
+// Start marks the start of the graph.
+func (r *Tracker) Start() { r.started = time.Now() }
+
+// Scrape polls the endpoints' own metrics from now on (their load for the
+// live view and Prometheus, their token counters for the summary).
+func (r *Tracker) Scrape(endpoints []string) { r.scraper = newScraper(endpoints) }
+
+// Committed counts a committed data file in the summary.
+func (r *Tracker) Committed(path string, rows int) {
+	r.files = append(r.files, r.display(path))
+	r.written.Add(int64(rows))
+	r.filesCommitted.Add(1)
+	if r.in.OnCommit != nil {
+		r.in.OnCommit(path, rows)
+	}
+}
+
+func (r *Tracker) display(p string) string {
+	if r.in.Display == nil {
+		return p
+	}
+	return r.in.Display(p)
+}
+
+func (r *Tracker) hostedStats() HostedStats {
+	if r.in.Hosted == nil {
+		return HostedStats{}
+	}
+	return r.in.Hosted()
+}
+
+func (r *Tracker) httpClient() *openai.HTTPClient {
+	if r.in.HTTP == nil {
+		return nil
+	}
+	return r.in.HTTP()
+}
+
+// requests are the generate stage's request counts (zero before it is
+// built).
+func (r *Tracker) requests() (cancelled, estimate int64) {
+	if r.in.Requests == nil {
+		return 0, 0
+	}
+	return r.in.Requests()
+}
+
+// ServeMetrics serves the run's Prometheus metrics on addr
+// (run.metrics_addr), with extra beside them when set, until stop.
+func (r *Tracker) ServeMetrics(ctx context.Context, addr string, extra prometheus.Collector) (stop func(), err error) {
+	r.prom = newPrometheus(r.Snapshot)
+	if extra != nil {
+		if err := r.prom.reg.Register(extra); err != nil {
+			return nil, fmt.Errorf("run.metrics_addr: %w", err)
+		}
+	}
+	return r.prom.serve(ctx, addr)
+}
+
+// Attempt records one HTTP attempt in the Prometheus metrics, when
+// served (openai.HTTPOptions.OnAttempt).
+func (r *Tracker) Attempt(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
+	if r.prom != nil {
+		r.prom.Attempt(endpoint, took, err, retrying)
+	}
+}
+
+// WrapEnv times env's calls for the Prometheus metrics, when served.
+func (r *Tracker) WrapEnv(env envs.Env) envs.Env {
+	if r.prom == nil {
+		return env
+	}
+	return TimedEnv{Env: env, steps: r.prom.envStep}
+}

@@ -84,9 +84,10 @@ func fillBatchTask(task *pipeline.Task, fields map[string]any) string {
 	if m, ok := fields["method"]; ok && m != "POST" {
 		return fmt.Sprintf("method %v: only POST is sent", m)
 	}
+	chat := false
 	switch u := fields["url"]; u {
 	case BatchURLChat:
-		task.API = "chat"
+		task.API, chat = "chat", true
 	case BatchURLCompletions:
 		task.API = "completions"
 	default:
@@ -104,14 +105,14 @@ func fillBatchTask(task *pipeline.Task, fields map[string]any) string {
 		switch k {
 		case "model", "stream", "stream_options", "messages", "tools":
 		case "prompt":
-			if task.API == "completions" {
+			if !chat {
 				params[k] = v
 			}
 		default:
 			params[k] = v
 		}
 	}
-	if task.API == "chat" {
+	if chat {
 		msgs, err := pipeline.DecodeMessages(body["messages"], "body.messages")
 		if err != nil {
 			return err.Error()

@@ -105,7 +105,7 @@ func TestManifestRefusesAnotherRun(t *testing.T) {
 	if _, err := run(t, sharded(0, 4), runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(root, runner.ManifestFile))
+	b, err := os.ReadFile(filepath.Join(root, schema.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestManifestRefusesAnotherRun(t *testing.T) {
 		cfg  *config.Config
 		want []string
 	}{
-		{"another count", sharded(1, 8), []string{"shard count: 4 → 8", runner.ManifestFile}},
-		{"another config", sharded(2, 4, "repeat.n=2"), []string{"repeat.n", runner.ManifestFile}},
+		{"another count", sharded(1, 8), []string{"shard count: 4 → 8", schema.ManifestFile}},
+		{"another config", sharded(2, 4, "repeat.n=2"), []string{"repeat.n", schema.ManifestFile}},
 		{"not sharded", quickstart(t, "source.limit=8", "output.dir="+root), []string{"run of 4 shards", "not sharded"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,7 +151,7 @@ func TestManifestRefusesAnotherRun(t *testing.T) {
 		t.Errorf("%d shard directories, want the 2 accepted ones", len(entries))
 	}
 	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(root, "shards", e.Name(), runner.ShardStatusFile))
+		b, err := os.ReadFile(filepath.Join(root, "shards", e.Name(), schema.ShardStatusFile))
 		if err != nil || !strings.Contains(string(b), `"complete": true`) {
 			t.Errorf("%s: status %s, %v", e.Name(), b, err)
 		}
@@ -181,7 +181,7 @@ func TestShardStatusAfterInterrupt(t *testing.T) {
 	}
 	dir := runner.ShardDir(cfg.Output.Dir, 1, 2)
 	status := func() map[string]any {
-		b, err := os.ReadFile(filepath.Join(dir, runner.ShardStatusFile))
+		b, err := os.ReadFile(filepath.Join(dir, schema.ShardStatusFile))
 		if err != nil {
 			t.Fatal(err)
 		}

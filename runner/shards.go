@@ -18,13 +18,6 @@ import (
 // manifest its output directory holds (resume.ErrManifest).
 var ErrManifest = resume.ErrManifest
 
-// ManifestFile and ShardStatusFile are a sharded run's manifest at its
-// root and each shard's status (resume.ManifestFile,
-// resume.ShardStatusFile).
-const (
-	ManifestFile    = resume.ManifestFile
-	ShardStatusFile = resume.ShardStatusFile
-)
 
 // provisionRoot makes the run's root ready: its secret key, shared by
 // every shard of a run, and a sharded run's manifest (checkManifest). On
@@ -55,7 +48,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 		return fmt.Errorf("output.dir: %w", err)
 	}
 	r.closers.add(func() { _ = os.RemoveAll(local) }) // best effort: a temporary directory, not output
-	names := []string{schema.SecretKeyFile, resume.ManifestFile}
+	names := []string{schema.SecretKeyFile, schema.ManifestFile}
 	for attempt := 0; attempt < 4; attempt++ {
 		pulled := map[string]bool{}
 		for _, name := range names {
@@ -92,7 +85,7 @@ func (r *run) provisionRoot(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("output.dir %s: its %s and %s kept changing while this run read them", r.root, schema.SecretKeyFile, resume.ManifestFile)
+	return fmt.Errorf("output.dir %s: its %s and %s kept changing while this run read them", r.root, schema.SecretKeyFile, schema.ManifestFile)
 }
 
 // rootFiles reads or makes the secret key and the manifest in dir, the

@@ -13,15 +13,6 @@ import (
 	"github.com/trajflow/trajflow/storage"
 )
 
-// ManifestFile is the run manifest at a sharded run's root: the run's
-// identity (config fingerprint without the shard index, shard count,
-// schema version), written by the first shard to start.
-const ManifestFile = schema.ManifestFile
-
-// ShardStatusFile is written in a shard's directory at the end of each of
-// its runs: whether it read its input to the end.
-const ShardStatusFile = schema.ShardStatusFile
-
 // ErrManifest is returned when a run does not belong to the run whose
 // manifest its output directory holds: another config, shard count or
 // schema version, or an unsharded run on a sharded run's root (or the
@@ -48,9 +39,9 @@ func checkManifest(cfg *config.Config, dir string, opts RootOptions) error {
 	if err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	manifest := filepath.Join(dir, ManifestFile)
+	manifest := filepath.Join(dir, schema.ManifestFile)
 	if dir != opts.Root {
-		manifest = storage.Join(opts.Root, ManifestFile)
+		manifest = storage.Join(opts.Root, schema.ManifestFile)
 	}
 	if !shard.Sharded() {
 		if ok {

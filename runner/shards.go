@@ -18,7 +18,6 @@ import (
 // manifest its output directory holds (resume.ErrManifest).
 var ErrManifest = resume.ErrManifest
 
-
 // provisionRoot makes the run's root ready: its secret key, shared by
 // every shard of a run, and a sharded run's manifest (checkManifest). On
 // object storage the root's two files are read from the bucket into a

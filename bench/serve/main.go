@@ -500,7 +500,7 @@ func staleness(ctx context.Context, dir string, k int) ([3]int, error) {
 		if err != nil {
 			return out, err
 		}
-		cols, err := f.Fields("group_id", "min_policy_version")
+		cols, err := f.Fields(schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColMinPolicyVersion))
 		if err == nil {
 			err = f.Records(ctx, cols, func(rec arrow.Record) error {
 				gid, ok1 := rec.Column(0).(*array.String)

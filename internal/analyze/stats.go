@@ -192,7 +192,7 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 	var gen, total *array.Int64
 	var turnGen *array.List
 	var turnGenVals []int32
-	if idx := rec.Schema().FieldIndices("gen_tokens"); len(idx) > 0 {
+	if idx := rec.Schema().FieldIndices(schema.ColumnName(schema.ColGenTokens)); len(idx) > 0 {
 		gen = rec.Column(idx[0]).(*array.Int64)
 		total = col("total_tokens").(*array.Int64)
 		turnGen = col("turn_gen_tokens").(*array.List)

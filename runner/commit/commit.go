@@ -115,7 +115,7 @@ func Open(cfg *config.Config, popts parquet.Options, h Hooks) (*Committer, error
 // openImages is the image store of dir, without the staged files a
 // crashed run left.
 func openImages(dir string) (*images.Store, error) {
-	stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-image-*"))
+	stale, _ := filepath.Glob(filepath.Join(dir, schema.TempSuffix+"-image-*"))
 	for _, f := range stale {
 		if err := os.Remove(f); err != nil {
 			return nil, err

@@ -70,7 +70,7 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 			}
 			s := p.files[k]
 			if s == nil {
-				tmp := filepath.Join(b.dir, "."+batchKinds[k]+"-"+dest+".jsonl.tmp")
+				tmp := filepath.Join(b.dir, schema.TempName(batchKinds[k]+"-"+dest+schema.JSONLExt))
 				f, err := os.Create(tmp)
 				if err != nil {
 					return fmt.Errorf("output.openai_batch: %w", err)
@@ -181,7 +181,7 @@ func PairBatchFiles(outDir string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") {
+		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, schema.TempSuffix) {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("resume: %w", err)
 			}

@@ -46,7 +46,7 @@ func SecretKey(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, schema.SecretKeyFile+".tmp-*")
+	tmp, err := os.CreateTemp(dir, schema.SecretKeyFile+schema.TempSuffix+"-*")
 	if err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
 )
 
@@ -47,15 +48,15 @@ func New(out io.Writer, schema *arrow.Schema, alloc memory.Allocator) *Writer {
 // Create returns a Writer into the file path, written under a hidden
 // temporary name and put in place by Close (durable.File). Path "-"
 // writes to standard output.
-func Create(path string, schema *arrow.Schema, alloc memory.Allocator) (*Writer, error) {
+func Create(path string, sc *arrow.Schema, alloc memory.Allocator) (*Writer, error) {
 	if path == "-" {
-		return New(os.Stdout, schema, alloc), nil
+		return New(os.Stdout, sc, alloc), nil
 	}
 	dir, name := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
+	tmp := filepath.Join(dir, schema.TempName(name))
 	// A temporary file a crashed writer left is replaced.
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("arrowipc: remove stale %s: %w", tmp, err)
@@ -64,7 +65,7 @@ func Create(path string, schema *arrow.Schema, alloc memory.Allocator) (*Writer,
 	if err != nil {
 		return nil, fmt.Errorf("arrowipc: create %s: %w", tmp, err)
 	}
-	w := New(f, schema, alloc)
+	w := New(f, sc, alloc)
 	w.f, w.final = f, path
 	return w, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sinks"
 )
 
@@ -39,7 +40,7 @@ func CreateNext(dir, prefix, suffix string) (*File, error) {
 		if _, err := os.Stat(final); err == nil {
 			continue
 		}
-		tmp := filepath.Join(dir, "."+filepath.Base(final)+".tmp")
+		tmp := filepath.Join(dir, schema.TempName(filepath.Base(final)))
 		// A temporary file a crashed writer left is replaced.
 		if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("jsonl: remove stale %s: %w", tmp, err)

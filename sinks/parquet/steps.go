@@ -76,7 +76,7 @@ func (w *StepWriter) open() error {
 	// Named as RemoveStale finds it; its final name comes with Commit.
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	tmp := filepath.Join(w.dir, "."+schema.PartPrefix+"-steps-"+hex.EncodeToString(b[:])+".parquet.tmp")
+	tmp := filepath.Join(w.dir, schema.TempName(schema.PartPrefix+"-steps-"+hex.EncodeToString(b[:])+schema.PartExt))
 	f, err := durable.CreateAs(tmp, tmp, 0o644)
 	if err != nil {
 		return fmt.Errorf("parquet: open a steps file in %s: %w", w.dir, err)

@@ -247,7 +247,7 @@ func RemoveStale(dir, prefix string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, "."+prefix+"-") && strings.HasSuffix(name, ".parquet.tmp") {
+		if strings.HasPrefix(name, "."+prefix+"-") && strings.HasSuffix(name, schema.PartExt+schema.TempSuffix) {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("parquet: remove stale %s: %w", filepath.Join(dir, name), err)
 			}
@@ -362,7 +362,7 @@ func rowText(r *row) int {
 
 func (w *Writer) open() error {
 	name := fmt.Sprintf("%s-%05d.parquet", w.opts.Prefix, w.next)
-	tmp := filepath.Join(w.dir, "."+name+".tmp") // the name RemoveStale finds
+	tmp := filepath.Join(w.dir, schema.TempName(name)) // the name RemoveStale finds
 	f, err := durable.CreateAs(tmp, filepath.Join(w.dir, name), 0o644)
 	if err != nil {
 		return fmt.Errorf("parquet: open %s: %w", tmp, err)

@@ -58,7 +58,8 @@ func readPart(ctx context.Context, path string, c *Committed, groups map[string]
 		return err
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
-	cols, err := f.Fields("group_id", "group_reward_std", "kept", "task_index")
+	cols, err := f.Fields(schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColGroupRewardStd),
+		schema.ColumnName(schema.ColKept), schema.ColumnName(schema.ColTaskIndex))
 	if err != nil {
 		return err
 	}

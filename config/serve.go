@@ -49,6 +49,12 @@ type Serve struct {
 	//
 	// Default: abort.
 	PauseMode string `yaml:"pause_mode"`
+	// PauseTimeout, when set, ends a pause (POST /v1/pause) that no
+	// POST /v1/resume ended within it, as a resume would, and logs it: the
+	// trainer that paused the fleet never came back. It counts from the
+	// pause's time in the state file, across restarts. Unset (0): a pause
+	// lasts until a resume.
+	PauseTimeout Duration `yaml:"pause_timeout"`
 	// BufferSteps is how many steps of kept groups the service generates
 	// ahead of the trainers' requests, a step being the size of the
 	// largest request so far, so that the fleet never idles while a
@@ -120,6 +126,9 @@ func (s *Serve) Validate() error {
 		p.Add("max_groups_per_step", "must be > 0, got %d", s.MaxGroupsPerStep)
 	}
 	p.OneOf("pause_mode", s.PauseMode, "abort", "keep")
+	if s.PauseTimeout < 0 {
+		p.Add("pause_timeout", "must be >= 0 (0: a pause lasts until a resume), got %s", s.PauseTimeout.D())
+	}
 	if s.BufferSteps != nil && *s.BufferSteps < 0 {
 		p.Add("buffer_steps", "must be >= 0, got %d", *s.BufferSteps)
 	}

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -41,10 +43,13 @@ var contentTypes = map[string]string{
 }
 
 // apiError is the body of every error answer: the problem and, when one
-// is to blame, the request parameter.
+// is to blame, the request parameter, else a reason (client.Reason*);
+// a 409 of a policy version names the current one.
 type apiError struct {
-	Error     string `json:"error"`
-	Parameter string `json:"parameter,omitempty"`
+	Error         string `json:"error"`
+	Parameter     string `json:"parameter,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -124,28 +129,33 @@ func (h *handler) routes() http.Handler {
 // errors.Is: the status and the parameter to blame. Any other error is a
 // 500.
 var errorAnswers = []struct {
-	err   error
-	code  int
-	param string
+	err           error
+	code          int
+	param, reason string
 }{
-	{errNeverServed, http.StatusNotFound, "step"},
-	{errVersionBelow, http.StatusConflict, "version"},
-	{errPauseMode, http.StatusBadRequest, "mode"},
-	{errEnded, http.StatusServiceUnavailable, ""},
-	{errStopping, http.StatusServiceUnavailable, ""},
+	{errNeverServed, http.StatusNotFound, "step", ""},
+	{errVersionBelow, http.StatusConflict, "version", ""},
+	{errPauseMode, http.StatusBadRequest, "mode", ""},
+	{errEnded, http.StatusServiceUnavailable, "", client.ReasonEnded},
+	{errStopping, http.StatusServiceUnavailable, "", client.ReasonStopping},
 }
 
 // failWith answers an error of the service: its status from errorAnswers,
-// else a 500, logged.
+// else a 500 (reason internal), logged.
 func (h *handler) failWith(w http.ResponseWriter, err error) {
 	for _, a := range errorAnswers {
 		if errors.Is(err, a.err) {
-			fail(w, a.code, a.param, "%v", err)
+			body := apiError{Error: err.Error(), Parameter: a.param, Reason: a.reason}
+			var below *versionBelowError
+			if errors.As(err, &below) {
+				body.PolicyVersion = &below.current
+			}
+			writeJSON(w, a.code, body)
 			return
 		}
 	}
 	h.logf("%v", err)
-	fail(w, http.StatusInternalServerError, "", "%v", err)
+	writeJSON(w, http.StatusInternalServerError, apiError{Error: err.Error(), Reason: client.ReasonInternal})
 }
 
 // auth answers 401 to a request without the bearer token, comparing in
@@ -426,12 +436,13 @@ func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
 }
 
 // ParsePauseMode reads the pause mode of POST /v1/pause from the query
-// (mode=) or the body ({"mode": "..."}); def when neither names one.
+// (mode=) or the body ({"mode": "..."}); def when neither names one. The
+// query may also hold by (see ParseBy).
 func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMode) (generate.PauseMode, *ParamError) {
 	mode := def
 	for k := range query {
-		if k != "mode" {
-			return "", &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want mode", k)}
+		if k != "mode" && k != "by" {
+			return "", &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want mode and by", k)}
 		}
 	}
 	if ms, ok := query["mode"]; ok {
@@ -469,11 +480,42 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	if err := h.s.led.pause(mode); err != nil {
+	by, perr := ParseBy(r.URL.Query(), r.Header, r.RemoteAddr)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	if err := h.s.led.pause(mode, by); err != nil {
 		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "policy_version": h.s.led.version()})
+	h.logf("paused (%s) by %s", mode, by)
+	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "by": by, "policy_version": h.s.led.version()})
+}
+
+// MaxBy bounds the length of a pause's by.
+const MaxBy = 200
+
+// ParseBy reads who asks for a pause: the query's by, else the
+// Trajflow-Client header (client.HeaderClient), else remote (the
+// request's address). by is at most MaxBy bytes of printable UTF-8; the
+// error names the parameter or header and never repeats the value.
+func ParseBy(query map[string][]string, header http.Header, remote string) (string, *ParamError) {
+	name, by := "by", ""
+	if bs, ok := query["by"]; ok {
+		if len(bs) != 1 {
+			return "", &ParamError{"by", "by given more than once"}
+		}
+		by = bs[0]
+	} else if v := header.Get(client.HeaderClient); v != "" {
+		name, by = client.HeaderClient, v
+	} else {
+		return remote, nil
+	}
+	if by == "" || len(by) > MaxBy || !utf8.ValidString(by) || strings.IndexFunc(by, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return "", &ParamError{name, fmt.Sprintf("%s: want 1 to %d bytes of printable UTF-8 (a trainer's name or rank)", name, MaxBy)}
+	}
+	return by, nil
 }
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {

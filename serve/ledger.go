@@ -18,7 +18,8 @@ import (
 var (
 	// errNeverServed: an ack of a step that was never served (404).
 	errNeverServed = errors.New("was never served")
-	// errVersionBelow: a policy version below the current one (409).
+	// errVersionBelow: a policy version below the current one (409); the
+	// error is a *versionBelowError, which names the current version.
 	errVersionBelow = errors.New("policy versions only grow")
 	// errPauseMode: a pause mode other than abort and keep (400).
 	errPauseMode = errors.New("want abort or keep")
@@ -31,6 +32,21 @@ var (
 	// nothing of it was published.
 	errNotRecorded = errors.New("not recorded")
 )
+
+// versionBelowError is a policy version below the current one: it says
+// what the current version is and what a trainer is to do about it.
+type versionBelowError struct {
+	version, current int64
+}
+
+func (e *versionBelowError) Error() string {
+	return fmt.Sprintf("policy version %d is below the current version %d: %v. "+
+		"A trainer restarted from an older checkpoint reads policy_version from GET /v1/status first, "+
+		"then loads weights of version %d or later (or posts %d, a no-op, to go on with the fleet's weights) "+
+		"and, if it paused, resumes (POST /v1/resume)", e.version, e.current, errVersionBelow, e.current, e.current)
+}
+
+func (e *versionBelowError) Unwrap() error { return errVersionBelow }
 
 // ledger is the service's state machine: the steps made and their leases,
 // the queue of kept groups in no step, the trainers waiting for a step,
@@ -49,9 +65,12 @@ type ledger struct {
 	now     func() time.Time
 	persist func(*state) error
 	lease   time.Duration
-	buffer  int              // serve.buffer_steps
-	supply  *groups.Supply   // the run's demand; nil in tests
-	policy  *generate.Policy // published after the state records it
+	// pauseTimeout is serve.pause_timeout: a pause recorded longer ago is
+	// ended by expirePause; 0: never.
+	pauseTimeout time.Duration
+	buffer       int              // serve.buffer_steps
+	supply       *groups.Supply   // the run's demand; nil in tests
+	policy       *generate.Policy // published after the state records it
 
 	// recording serialises the changes the state file records.
 	recording sync.Mutex
@@ -80,10 +99,13 @@ type ledgerConfig struct {
 	// one call at a time.
 	Persist func(*state) error
 	// Now is the clock; default time.Now.
-	Now    func() time.Time
-	Lease  time.Duration
-	Buffer int
-	Supply *groups.Supply
+	Now   func() time.Time
+	Lease time.Duration
+	// PauseTimeout is serve.pause_timeout (0: a pause lasts until a
+	// resume).
+	PauseTimeout time.Duration
+	Buffer       int
+	Supply       *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
 }
@@ -115,7 +137,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		st = &state{Version: stateVersion, Next: 1}
 	}
 	l := &ledger{
-		now: c.Now, persist: c.Persist, lease: c.Lease, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
+		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[int64]time.Time{},
 	}
@@ -434,7 +456,7 @@ func (l *ledger) ack(n int64) (*stepState, error) {
 func (l *ledger) setVersion(v int64) error {
 	err := l.record(func() (*state, error) {
 		if v < l.st.Policy {
-			return nil, fmt.Errorf("policy version %d is below the current version %d: %w", v, l.st.Policy, errVersionBelow)
+			return nil, &versionBelowError{version: v, current: l.st.Policy}
 		}
 		if v == l.st.Policy {
 			return nil, nil
@@ -452,38 +474,73 @@ func (l *ledger) setVersion(v int64) error {
 	return err
 }
 
-// pause pauses the fleet in mode once the state records it: a restarted
-// service comes back paused.
-func (l *ledger) pause(mode generate.PauseMode) error {
+// pause pauses the fleet in mode once the state records it, with when
+// and by whom: a restarted service comes back paused. A pause while paused
+// records its mode, time and by anew (the latest pause is the one
+// serve.pause_timeout counts from).
+func (l *ledger) pause(mode generate.PauseMode, by string) error {
 	if mode != generate.PauseAbort && mode != generate.PauseKeep {
 		return fmt.Errorf("pause mode %q: %w", mode, errPauseMode)
 	}
-	return l.recordPause(string(mode), func() {
+	err := l.record(func() (*state, error) {
+		next := l.st.clone()
+		next.Paused, next.PausedAt, next.PausedBy = string(mode), l.now().UTC(), by
+		return next, nil
+	}, func(*state) {
 		// The mode was checked above.
 		_ = l.policy.Pause(mode)
 	})
+	if err != nil {
+		return fmt.Errorf("recording the pause (%s): %w; a restart would not know it", mode, err)
+	}
+	return nil
 }
 
 // resume lets the fleet go on once the state records it.
 func (l *ledger) resume() error {
-	return l.recordPause("", l.policy.Resume)
-}
-
-// recordPause records the pause mode (empty: not paused), then applies it
-// to the fleet.
-func (l *ledger) recordPause(mode string, apply func()) error {
 	err := l.record(func() (*state, error) {
-		if l.st.Paused == mode {
+		if l.st.Paused == "" {
 			return nil, nil
 		}
-		next := l.st.clone()
-		next.Paused = mode
-		return next, nil
-	}, func(*state) { apply() })
+		return unpaused(l.st), nil
+	}, func(*state) { l.policy.Resume() })
 	if err != nil {
-		return fmt.Errorf("recording the pause (%q): %w; a restart would not know it", mode, err)
+		return fmt.Errorf("recording the resume: %w; a restart would not know it", err)
 	}
 	return nil
+}
+
+// unpaused is st without its pause.
+func unpaused(st *state) *state {
+	next := st.clone()
+	next.Paused, next.PausedAt, next.PausedBy = "", time.Time{}, ""
+	return next
+}
+
+// pauseInfo is a pause: its mode, since when and by whom.
+type pauseInfo struct {
+	Mode  string
+	Since time.Time
+	By    string
+}
+
+// expirePause ends a pause recorded serve.pause_timeout ago or longer
+// (its trainer never resumed), once the state records the resume, and
+// returns it; nil when there is none to end.
+func (l *ledger) expirePause() (*pauseInfo, error) {
+	var ended *pauseInfo
+	err := l.record(func() (*state, error) {
+		st := l.st
+		if l.pauseTimeout <= 0 || st.Paused == "" || l.now().Sub(st.PausedAt) < l.pauseTimeout {
+			return nil, nil
+		}
+		ended = &pauseInfo{Mode: st.Paused, Since: st.PausedAt, By: st.PausedBy}
+		return unpaused(st), nil
+	}, func(*state) { l.policy.Resume() })
+	if err != nil {
+		return nil, fmt.Errorf("recording the end of a pause past serve.pause_timeout: %w", err)
+	}
+	return ended, nil
 }
 
 // version is the policy version the ledger recorded and published.
@@ -503,6 +560,7 @@ func (l *ledger) status(out *client.Status) {
 	out.PolicyVersion = l.st.Policy
 	if l.st.Paused != "" {
 		out.Paused, out.PauseMode = true, l.st.Paused
+		out.PausedSince, out.PausedBy = l.st.PausedAt, l.st.PausedBy
 	}
 	out.QueuedGroups = len(l.queue)
 	out.Waiting = []int{}
@@ -525,6 +583,7 @@ func (l *ledger) status(out *client.Status) {
 		switch {
 		case st.Acked:
 			out.Steps.Acked++
+			out.LastAckedStep = max(out.LastAckedStep, st.Step)
 		case leased && now.Before(exp):
 			out.Steps.Leased++
 			out.Leases = append(out.Leases, client.Lease{Step: st.Step, Expires: exp.UTC()})
@@ -533,6 +592,7 @@ func (l *ledger) status(out *client.Status) {
 		}
 	}
 	sort.Slice(out.Leases, func(i, j int) bool { return out.Leases[i].Step < out.Leases[j].Step })
+	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
 	out.Staleness = map[string]int{}
 	for _, g := range l.queue {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -279,7 +280,7 @@ func TestLedgerVersions(t *testing.T) {
 // A pause and a resume are recorded before the fleet sees them; a mode
 // other than abort and keep is errPauseMode.
 func TestLedgerPauseResume(t *testing.T) {
-	l, _, db := newTestLedger(t, nil)
+	l, clock, db := newTestLedger(t, nil)
 	for _, tt := range []struct {
 		op       string // pause MODE or resume
 		mode     generate.PauseMode
@@ -290,14 +291,17 @@ func TestLedgerPauseResume(t *testing.T) {
 	}{
 		{"resume", "", nil, "", 0, ""},
 		{"pause", generate.PauseAbort, nil, "abort", 1, generate.PauseAbort},
-		{"pause", generate.PauseAbort, nil, "abort", 1, generate.PauseAbort},
-		{"pause", generate.PauseKeep, nil, "keep", 2, generate.PauseKeep},
-		{"pause", "stop", errPauseMode, "keep", 2, generate.PauseKeep},
-		{"resume", "", nil, "", 3, ""},
+		// A pause while paused is recorded anew: its time and by.
+		{"pause", generate.PauseAbort, nil, "abort", 2, generate.PauseAbort},
+		{"pause", generate.PauseKeep, nil, "keep", 3, generate.PauseKeep},
+		{"pause", "stop", errPauseMode, "keep", 3, generate.PauseKeep},
+		{"resume", "", nil, "", 4, ""},
 	} {
+		clock.advance(time.Minute)
+		by := fmt.Sprintf("trainer-%d", db.count())
 		var err error
 		if tt.op == "pause" {
-			err = l.pause(tt.mode)
+			err = l.pause(tt.mode, by)
 		} else {
 			err = l.resume()
 		}
@@ -315,6 +319,120 @@ func TestLedgerPauseResume(t *testing.T) {
 		if tt.writes > 0 && db.last().Paused != tt.paused {
 			t.Fatalf("%s %s: recorded %q, want %q", tt.op, tt.mode, db.last().Paused, tt.paused)
 		}
+		// Since when and by whom: recorded and shown while paused, gone
+		// after the resume.
+		if tt.wantErr == nil {
+			wantBy, wantSince := by, clock.now()
+			if !paused {
+				wantBy, wantSince = "", time.Time{}
+			}
+			if st.PausedBy != wantBy || !st.PausedSince.Equal(wantSince) {
+				t.Fatalf("%s %s: status paused since %v by %q, want %v by %q", tt.op, tt.mode, st.PausedSince, st.PausedBy, wantSince, wantBy)
+			}
+			if last := db.last(); last != nil && (last.PausedBy != wantBy || !last.PausedAt.Equal(wantSince)) {
+				t.Fatalf("%s %s: recorded since %v by %q, want %v by %q", tt.op, tt.mode, last.PausedAt, last.PausedBy, wantSince, wantBy)
+			}
+		}
+	}
+}
+
+// serve.pause_timeout: a pause no resume ended within the timeout is
+// ended by expirePause, recorded, and only then the fleet goes on; a
+// pause renewed meanwhile counts from its new time; a restarted ledger
+// counts from the recorded time; without a timeout a pause lasts.
+func TestLedgerPauseTimeout(t *testing.T) {
+	const timeout = 5 * time.Minute
+	newLedgerWith := func(st *state, clock *fakeClock, db *store, d time.Duration) *ledger {
+		l, err := newLedger(ledgerConfig{State: st, Persist: db.persist, Now: clock.now, Lease: testLease, PauseTimeout: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	clock, db := newFakeClock(), &store{}
+	l := newLedgerWith(nil, clock, db, timeout)
+	if err := l.pause(generate.PauseAbort, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	since := clock.now()
+	steps := []struct {
+		advance time.Duration
+		ends    bool
+	}{
+		{0, false},
+		{timeout - time.Second, false},
+		{time.Second, true}, // exactly the timeout
+		{timeout, false},    // not paused any more
+	}
+	for i, s := range steps {
+		clock.advance(s.advance)
+		writes := db.count()
+		p, err := l.expirePause()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (p != nil) != s.ends {
+			t.Fatalf("step %d: ended %+v, want %v", i, p, s.ends)
+		}
+		paused, _ := l.policy.Paused()
+		if s.ends {
+			if p.Mode != "abort" || p.By != "rank-0" || !p.Since.Equal(since) {
+				t.Fatalf("step %d: ended %+v, want the pause by rank-0 since %v", i, p, since)
+			}
+			if paused || statusOf(l).Paused || db.count() != writes+1 || db.last().Paused != "" {
+				t.Fatalf("step %d: fleet paused %v, status %+v, %d writes (recorded %q)", i, paused, statusOf(l), db.count()-writes, db.last().Paused)
+			}
+		} else if db.count() != writes {
+			t.Fatalf("step %d: %d writes without ending a pause", i, db.count()-writes)
+		}
+	}
+
+	// A pause renewed counts from its new time.
+	if err := l.pause(generate.PauseKeep, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(timeout - time.Second)
+	if err := l.pause(generate.PauseKeep, "rank-1"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(2 * time.Second)
+	if p, _ := l.expirePause(); p != nil {
+		t.Fatalf("a renewed pause ended after %v: %+v", 2*time.Second, p)
+	}
+
+	// A restart counts from the recorded time, not from the start.
+	r := newLedgerWith(db.last(), clock, db, timeout)
+	if paused, _ := r.policy.Paused(); !paused {
+		t.Fatal("restarted unpaused")
+	}
+	clock.advance(timeout)
+	if p, _ := r.expirePause(); p == nil || p.By != "rank-1" {
+		t.Fatalf("restarted: a pause older than the timeout not ended: %+v", p)
+	}
+
+	// A pause the state could not unrecord goes on.
+	if err := r.pause(generate.PauseAbort, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(timeout)
+	db.mu.Lock()
+	db.fail = errors.New("disk full")
+	db.mu.Unlock()
+	if p, err := r.expirePause(); !errors.Is(err, errNotRecorded) || p != nil {
+		t.Fatalf("unrecorded: %+v, %v; want errNotRecorded", p, err)
+	}
+	if paused, _ := r.policy.Paused(); !paused {
+		t.Fatal("the fleet went on though the state still records the pause")
+	}
+
+	// Without a timeout a pause lasts.
+	n := newLedgerWith(nil, clock, &store{}, 0)
+	if err := n.pause(generate.PauseAbort, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(1000 * time.Hour)
+	if p, _ := n.expirePause(); p != nil {
+		t.Fatalf("no timeout: the pause ended: %+v", p)
 	}
 }
 
@@ -345,7 +463,7 @@ func TestLedgerNothingPublishedUnrecorded(t *testing.T) {
 				t.Fatalf("version %d", l.policy.Version())
 			}
 		}},
-		{"pause", func(l *ledger) error { return l.pause(generate.PauseKeep) }, func(t *testing.T, l *ledger) {
+		{"pause", func(l *ledger) error { return l.pause(generate.PauseKeep, "trainer-0") }, func(t *testing.T, l *ledger) {
 			if paused, _ := l.policy.Paused(); paused || statusOf(l).Paused {
 				t.Fatal("paused")
 			}
@@ -404,7 +522,7 @@ func TestLedgerPersistOutsideTheLock(t *testing.T) {
 		t.Fatal("the status waited on the state's write")
 	}
 	// A second change waits for the first to be recorded.
-	go func() { done <- l.pause(generate.PauseAbort) }()
+	go func() { done <- l.pause(generate.PauseAbort, "trainer-0") }()
 	select {
 	case st := <-started:
 		t.Fatalf("a second write (%+v) began before the first ended", st)
@@ -442,7 +560,7 @@ func TestLedgerRestart(t *testing.T) {
 	if err := l.setVersion(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.pause(generate.PauseKeep); err != nil {
+	if err := l.pause(generate.PauseKeep, "trainer-0"); err != nil {
 		t.Fatal(err)
 	}
 

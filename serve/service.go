@@ -68,11 +68,13 @@ type serviceConfig struct {
 	// State is the recorded state (loadState).
 	State *state
 	// Ctx ends when the service stops.
-	Ctx    context.Context
-	Lease  time.Duration
-	Buffer int // serve.buffer_steps
-	MaxK   int // serve.max_groups_per_step
-	Supply *groups.Supply
+	Ctx   context.Context
+	Lease time.Duration
+	// PauseTimeout is serve.pause_timeout.
+	PauseTimeout time.Duration
+	Buffer       int // serve.buffer_steps
+	MaxK         int // serve.max_groups_per_step
+	Supply       *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -89,7 +91,7 @@ func newService(c serviceConfig) (*service, error) {
 		persist = func(st *state) error { return saveState(c.Dir, st) }
 	}
 	led, err := newLedger(ledgerConfig{
-		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, Buffer: c.Buffer, Supply: c.Supply,
+		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Supply: c.Supply,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)

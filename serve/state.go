@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
@@ -28,6 +29,11 @@ type state struct {
 	// Paused is the pause mode while the fleet is paused (POST
 	// /v1/pause), empty otherwise: a restarted service comes back paused.
 	Paused string `json:"paused,omitempty"`
+	// PausedAt and PausedBy are when the pause was recorded and who asked
+	// for it (the request's by, else its remote address); empty when not
+	// paused. serve.pause_timeout counts from PausedAt, across restarts.
+	PausedAt time.Time `json:"paused_since,omitzero"`
+	PausedBy string    `json:"paused_by,omitempty"`
 	// Next is the number of the next step.
 	Next  int64        `json:"next_step"`
 	Steps []*stepState `json:"steps"`

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/serve/client"
 )
@@ -414,4 +416,125 @@ func TestServeKillLoop(t *testing.T) {
 		}
 	}
 	t.Logf("%d steps served over 4 kill -9 cycles, %d kept groups committed", len(steps), len(data))
+}
+
+// TestServeTrainersSurviveRestarts: two trainers, the Go client's loop
+// and examples/serve/grpo_loop.py (pause, policy version, resume each
+// step), go on while serve is killed with kill -9 twice and started again
+// half a second later on the same address: each retries the refused
+// connections and the answers cut short, and finishes its steps; no group
+// reaches a trainer in two steps, and no step is acknowledged that the
+// trainer did not get.
+func TestServeTrainersSurviveRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two kill -9 cycles under two trainers (skipped under -short)")
+	}
+	py, pyErr := exec.LookPath("python3")
+	dir := t.TempDir()
+	tasks := writeTasks(t, dir, 3000, 5)
+	out := filepath.Join(dir, "out")
+	cfg := writeServeConfig(t, dir, tasks, out)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startServe(t, cfg, "--addr", addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const steps = 12
+	progress := make(chan int, steps)
+	type got struct {
+		number int64
+		body   []byte
+	}
+	var trained []got // read once loop has answered
+	loop := make(chan error, 1)
+	go func() {
+		c := client.New(p.url, "")
+		c.Name = "go-trainer"
+		c.Retry = client.Retry{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Deadline: time.Minute}
+		loop <- func() error {
+			for i := range steps {
+				st, err := c.Next(ctx, 3, client.FormatParquet)
+				if err != nil {
+					return fmt.Errorf("step %d of the loop: %w", i, err)
+				}
+				trained = append(trained, got{st.Number, st.Body})
+				time.Sleep(50 * time.Millisecond) // the optimizer
+				if err := c.Ack(ctx, st.Number); err != nil {
+					return fmt.Errorf("ack of step %d: %w", st.Number, err)
+				}
+				progress <- i
+			}
+			return nil
+		}()
+	}()
+	var pyOut bytes.Buffer
+	var pyCmd *exec.Cmd
+	if pyErr == nil {
+		pyCmd = exec.CommandContext(ctx, py, filepath.Join("..", "..", "examples", "serve", "grpo_loop.py"),
+			"--url", p.url, "--steps", "12", "--groups", "2", "--train-seconds", "0.1")
+		pyCmd.Stdout, pyCmd.Stderr = &pyOut, &pyOut
+		if err := pyCmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(after int) {
+		for {
+			select {
+			case i := <-progress:
+				if i >= after {
+					return
+				}
+			case err := <-loop:
+				t.Fatalf("the Go trainer stopped early: %v\nserve: %s", err, p.log())
+			}
+		}
+	}
+	for _, after := range []int{2, 6} {
+		waitFor(after)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+		time.Sleep(500 * time.Millisecond)
+		p = startServe(t, cfg, "--addr", addr)
+	}
+	if err := <-loop; err != nil {
+		t.Fatalf("the Go trainer stopped: %v\nserve: %s", err, p.log())
+	}
+	if pyCmd != nil {
+		if err := pyCmd.Wait(); err != nil || !strings.Contains(pyOut.String(), "ok: 12 steps") {
+			t.Fatalf("grpo_loop.py across the restarts: %v\n%s", err, pyOut.String())
+		}
+	}
+	numbers := map[int64]bool{}
+	inStep := map[groupKey]int64{}
+	for _, g := range trained {
+		if numbers[g.number] {
+			t.Fatalf("step %d reached the trainer twice", g.number)
+		}
+		numbers[g.number] = true
+		path := filepath.Join(dir, fmt.Sprintf("got-%d.parquet", g.number))
+		if err := os.WriteFile(path, g.body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := readFile(t, path, memory.NewGoAllocator())
+		for _, r := range rs {
+			k := groupKey{r.Key().TaskIndex, r.Key().Attempt}
+			if prev, ok := inStep[k]; ok && prev != g.number {
+				t.Fatalf("group %v in steps %d and %d", k, prev, g.number)
+			}
+			inStep[k] = g.number
+		}
+	}
+	st, err := client.New(p.url, "").Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := steps
+	if pyCmd != nil {
+		want += 12
+	}
+	if st.Steps.Acked != want || st.Paused {
+		t.Fatalf("after the loops: steps %+v, paused %v; want %d acknowledged, not paused", st.Steps, st.Paused, want)
+	}
 }

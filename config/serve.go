@@ -23,8 +23,9 @@ const (
 // (docs/serve.md). A run ignores it.
 type Serve struct {
 	// Addr is the host:port the service listens on (the command's
-	// --addr). Any address but loopback requires a bearer token
-	// (token_env).
+	// --addr). Any address but loopback (127.0.0.0/8, [::1], localhost)
+	// requires a bearer token (token_env). An IPv6 address goes in
+	// brackets, quoted in YAML: "[::1]:8700".
 	//
 	// Default: 127.0.0.1:8700.
 	Addr string `yaml:"addr"`

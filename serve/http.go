@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -58,8 +59,16 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// fail answers an error that blames a request parameter: the messages
+// name it and never repeat its value.
 func fail(w http.ResponseWriter, code int, param, format string, args ...any) {
 	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Parameter: param})
+}
+
+// failReason answers an error that blames no parameter, with its reason
+// (client.Reason*).
+func failReason(w http.ResponseWriter, code int, reason, format string, args ...any) {
+	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Reason: reason})
 }
 
 // handler is the service's HTTP API.
@@ -101,7 +110,7 @@ func (h *handler) routes() http.Handler {
 	var paths []string
 	allowed := map[string][]string{}
 	for _, rt := range h.routeTable() {
-		handle := rt.handle
+		handle := limitBody(rt.handle)
 		if !rt.open {
 			handle = h.auth(handle)
 		}
@@ -116,13 +125,28 @@ func (h *handler) routes() http.Handler {
 		allow := strings.Join(allowed[path], ", ")
 		mux.HandleFunc(path, h.auth(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, r.URL.Path, allow)
+			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, path, allow)
 		}))
 	}
+	// The path is not repeated: it may hold anything, a secret included.
 	mux.HandleFunc("/", h.auth(func(w http.ResponseWriter, r *http.Request) {
-		fail(w, http.StatusNotFound, "", "no such endpoint: %s %s (see docs/serve.md)", r.Method, r.URL.Path)
+		failReason(w, http.StatusNotFound, client.ReasonNoSuchEndpoint, "no such endpoint: the paths are /healthz and /v1/... (see docs/serve.md)")
 	}))
 	return mux
+}
+
+// limitBody reads a request's body before its handler, whatever the
+// endpoint: over MaxBody bytes it is a 413 naming body, and the handler
+// reads the body from memory.
+func limitBody(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		next(w, r)
+	}
 }
 
 // errorAnswers are the HTTP answers of the service's errors, matched with
@@ -155,7 +179,18 @@ func (h *handler) failWith(w http.ResponseWriter, err error) {
 		}
 	}
 	h.logf("%v", err)
-	writeJSON(w, http.StatusInternalServerError, apiError{Error: err.Error(), Reason: client.ReasonInternal})
+	failReason(w, http.StatusInternalServerError, client.ReasonInternal, "%v", err)
+}
+
+// bearerToken is the token of an Authorization header of the Bearer
+// scheme, whose name is matched without regard to case (RFC 7235).
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
 }
 
 // auth answers 401 to a request without the bearer token, comparing in
@@ -163,7 +198,7 @@ func (h *handler) failWith(w http.ResponseWriter, err error) {
 func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			got, ok := bearerToken(r.Header.Get("Authorization"))
 			// Digests of equal length: the comparison tells nothing of
 			// the token's length either.
 			gd, wd := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(h.token))
@@ -190,7 +225,7 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 	out := StepQuery{Format: FormatArrow}
 	for k := range q {
 		if k != "groups" && k != "format" {
-			return out, &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want groups and format", k)}
+			return out, &ParamError{paramName(k), "unknown parameter: want groups and format"}
 		}
 	}
 	gs := q["groups"]
@@ -199,7 +234,7 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 	}
 	k, err := strconv.Atoi(gs[0])
 	if err != nil || k <= 0 || k > maxGroups {
-		return out, &ParamError{"groups", fmt.Sprintf("groups %q: want an integer from 1 to %d (serve.max_groups_per_step)", gs[0], maxGroups)}
+		return out, &ParamError{"groups", fmt.Sprintf("groups: want an integer from 1 to %d (serve.max_groups_per_step)", maxGroups)}
 	}
 	out.Groups = k
 	if fs, ok := q["format"]; ok {
@@ -207,7 +242,7 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 			return out, &ParamError{"format", "format given more than once"}
 		}
 		if _, ok := contentTypes[fs[0]]; !ok {
-			return out, &ParamError{"format", fmt.Sprintf("format %q: want arrow, parquet or jsonl", fs[0])}
+			return out, &ParamError{"format", "format: want arrow, parquet or jsonl"}
 		}
 		out.Format = fs[0]
 	}
@@ -257,7 +292,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if st, err = h.s.makeStep(r.Context(), g.fresh); err != nil {
 			h.logf("making a step: %v", err)
-			fail(w, http.StatusInternalServerError, "", "making the step failed: %v", err)
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "making the step failed: %v", err)
 			return
 		}
 		// The step's first answer is made from the records its file was
@@ -294,7 +329,7 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 	if format == FormatParquet {
 		f, err := os.Open(path)
 		if err != nil {
-			fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 			return err
 		}
 		defer func() { _ = f.Close() }() // best effort: read only
@@ -319,13 +354,13 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 	}
 	f, err := pqread.Open(path, h.s.alloc, 4096)
 	if err != nil {
-		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
 	sc, err := f.Schema()
 	if err != nil {
-		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
 	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error {
@@ -363,7 +398,7 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 	raw := r.PathValue("n")
 	n, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || n <= 0 {
-		fail(w, http.StatusBadRequest, "step", "step %q: want a positive step number", raw)
+		fail(w, http.StatusBadRequest, "step", "step: want a positive step number (POST /v1/steps/N/ack)")
 		return
 	}
 	st, err := h.s.led.ack(n)
@@ -380,24 +415,49 @@ type PolicyBody struct {
 }
 
 // ParsePolicyBody parses the body of POST /v1/policy: {"version": v},
-// v >= 0. The error names the parameter.
+// v >= 0. The error names the parameter (the field, for a value of the
+// wrong type) and repeats no value.
 func ParsePolicyBody(b []byte) (int64, *ParamError) {
+	const want = `want a JSON object {"version": N}, N a whole number >= 0`
 	var body PolicyBody
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		return 0, &ParamError{"body", fmt.Sprintf("want a JSON object {\"version\": N}: %v", err)}
+		return 0, bodyError(err, want)
 	}
 	if dec.More() {
-		return 0, &ParamError{"body", "want one JSON object {\"version\": N}"}
+		return 0, &ParamError{"body", "more than one JSON value: " + want}
 	}
 	if body.Version == nil {
-		return 0, &ParamError{"version", "version is required"}
+		return 0, &ParamError{"version", "version is required: " + want}
 	}
 	if *body.Version < 0 {
-		return 0, &ParamError{"version", fmt.Sprintf("version %d: must be >= 0", *body.Version)}
+		return 0, &ParamError{"version", "version: must be >= 0"}
 	}
 	return *body.Version, nil
+}
+
+// bodyError is the ParamError of a JSON body that did not decode: a
+// field of the wrong type names the field, an unknown field the body;
+// neither says a Go type or repeats a value. want says what the body
+// should be.
+func bodyError(err error, want string) *ParamError {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Field != "" {
+		kind, _, _ := strings.Cut(typ.Value, " ") // "number 1.5": the kind alone
+		if kind == "bool" {
+			kind = "boolean"
+		}
+		return &ParamError{typ.Field, fmt.Sprintf("%s: a JSON %s of the wrong type: %s", typ.Field, kind, want)}
+	}
+	if strings.HasPrefix(err.Error(), "json: unknown field ") {
+		return &ParamError{"body", "an unknown field: " + want}
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return &ParamError{"body", fmt.Sprintf("not JSON (at byte %d): %s", syn.Offset, want)}
+	}
+	return &ParamError{"body", "not a JSON object: " + want}
 }
 
 // readBody reads a request body of at most MaxBody bytes.
@@ -442,7 +502,7 @@ func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMo
 	mode := def
 	for k := range query {
 		if k != "mode" && k != "by" {
-			return "", &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want mode and by", k)}
+			return "", &ParamError{paramName(k), "unknown parameter: want mode and by"}
 		}
 	}
 	if ms, ok := query["mode"]; ok {
@@ -455,17 +515,21 @@ func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMo
 		var b struct {
 			Mode *string `json:"mode"`
 		}
-		dec := json.NewDecoder(strings.NewReader(string(body)))
+		const want = `want a JSON object {"mode": "abort"|"keep"} or no body`
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&b); err != nil || dec.More() {
-			return "", &ParamError{"body", "want a JSON object {\"mode\": \"abort\"|\"keep\"} or no body"}
+		if err := dec.Decode(&b); err != nil {
+			return "", bodyError(err, want)
+		}
+		if dec.More() {
+			return "", &ParamError{"body", "more than one JSON value: " + want}
 		}
 		if b.Mode != nil {
 			mode = generate.PauseMode(*b.Mode)
 		}
 	}
 	if mode != generate.PauseAbort && mode != generate.PauseKeep {
-		return "", &ParamError{"mode", fmt.Sprintf("mode %q: want abort or keep", mode)}
+		return "", &ParamError{"mode", "mode: want abort or keep"}
 	}
 	return mode, nil
 }

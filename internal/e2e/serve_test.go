@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,6 +228,27 @@ func TestServeKillRestart(t *testing.T) {
 				t.Fatalf("group %v: %d rows in %s, %d in data/", g, len(rows), sd, len(data[g]))
 			}
 		}
+	}
+	// stats and report read the served steps directly: the served
+	// directory (every step) and a step's folder.
+	for _, tc := range []struct {
+		path string
+		rows int64
+	}{
+		{filepath.Join(out, "served"), int64(4 * len(inStep))},
+		{steps[0], 16},
+	} {
+		st := run(t, "stats", "--json", tc.path)
+		var m struct {
+			Rows int64 `json:"rows"`
+		}
+		if err := json.Unmarshal([]byte(st.stdout), &m); st.code != 0 || err != nil || m.Rows != tc.rows {
+			t.Fatalf("stats %s: exit %d, rows %d (%v), want %d:\n%s%s", tc.path, st.code, m.Rows, err, tc.rows, st.stdout, st.stderr)
+		}
+	}
+	html := filepath.Join(dir, "served.html")
+	if rp := run(t, "report", "-o", html, filepath.Join(out, "served")); rp.code != 0 {
+		t.Fatalf("report of the served directory: exit %d: %s", rp.code, rp.stderr)
 	}
 	// A third start: everything committed and in no step is queued.
 	p = startServe(t, cfg)
@@ -536,5 +558,31 @@ func TestServeTrainersSurviveRestarts(t *testing.T) {
 	}
 	if st.Steps.Acked != want || st.Paused {
 		t.Fatalf("after the loops: steps %+v, paused %v; want %d acknowledged, not paused", st.Steps, st.Paused, want)
+	}
+}
+
+// TestServeAddrFlag: --addr takes an IPv6 loopback address as typed
+// ([::1]:PORT, a loopback address: no token needed), and a bad --addr is
+// blamed on --addr, not on a --set the user never typed.
+func TestServeAddrFlag(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeServeConfig(t, dir, writeTasks(t, dir, 10, 1), filepath.Join(dir, "out"))
+	res := run(t, "serve", cfg, "--addr", "nowhere")
+	if res.code != 2 || !strings.Contains(res.stderr, "--addr nowhere: serve.addr") || strings.Contains(res.stderr, "--set") {
+		t.Fatalf("--addr nowhere: exit %d, stderr %s; want 2 blaming --addr", res.code, res.stderr)
+	}
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		ln.Close()
+	}
+	p := startServe(t, cfg, "--addr", "[::1]:0")
+	if !strings.HasPrefix(p.url, "http://[::1]:") {
+		t.Fatalf("listening on %s, want [::1]", p.url)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := client.New(p.url, "").Status(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -112,6 +112,8 @@ const (
 	ReasonEnded    = "ended"    // 503: no more kept groups will come (the input ran out, or the run failed)
 	ReasonStopping = "stopping" // 503: the service is stopping; a restart serves again
 	ReasonInternal = "internal" // 500: the service failed (the disk, say); see its log
+	// ReasonNoSuchEndpoint: 404, a path the API does not have.
+	ReasonNoSuchEndpoint = "no_such_endpoint"
 )
 
 // Error is an error answer of the service: its HTTP status, its message,

@@ -57,9 +57,9 @@ type Serve struct {
 	// lasts until a resume.
 	PauseTimeout Duration `yaml:"pause_timeout"`
 	// BufferSteps is how many steps of kept groups the service generates
-	// ahead of the trainers' requests, a step being the size of the
-	// largest request so far, so that the fleet never idles while a
-	// trainer trains.
+	// ahead of the trainers' requests, a step being the largest K of the
+	// last 8 requests (a single large request does not set it for good),
+	// so that the fleet never idles while a trainer trains.
 	//
 	// Default: 1.
 	BufferSteps *int `yaml:"buffer_steps"`

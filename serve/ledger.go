@@ -84,7 +84,7 @@ type ledger struct {
 	queue    []*group
 	waiters  []*waiter
 	leases   map[int64]time.Time // a leased step's expiry
-	largest  int                 // the largest groups=K asked for
+	recent   []int               // the K of the last recentRequests requests, oldest first
 	ended    error               // the run ended: no more groups come
 	meta     map[string]string   // the data files' metadata
 	counts   counts
@@ -108,6 +108,27 @@ type ledgerConfig struct {
 	Supply       *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
+}
+
+// recentRequests is how many of the latest requests' K the standing
+// demand follows: a step of serve.buffer_steps is the largest of them.
+const recentRequests = 8
+
+// noteRequest adds a request's K to the recent ones. l.mu is held.
+func (l *ledger) noteRequest(k int) {
+	l.recent = append(l.recent, k)
+	if n := len(l.recent); n > recentRequests {
+		l.recent = slices.Delete(l.recent, 0, n-recentRequests)
+	}
+}
+
+// stepSize is the size of a step of serve.buffer_steps: the largest K of
+// the recent requests (0 before the first). l.mu is held.
+func (l *ledger) stepSize() int {
+	if len(l.recent) == 0 {
+		return 0
+	}
+	return slices.Max(l.recent)
 }
 
 // counts are the service's counters since it started.
@@ -157,12 +178,16 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 			return nil, fmt.Errorf("the recorded pause: %w", err)
 		}
 	}
+	now := l.now()
 	for _, step := range st.Steps {
 		l.steps[step.Step] = step
+		if !step.Acked && now.Before(step.LeasedUntil) {
+			l.leases[step.Step] = step.LeasedUntil
+		}
 		for _, g := range step.Groups {
 			l.assigned[g] = true
 		}
-		l.largest = max(l.largest, len(step.Groups))
+		l.noteRequest(len(step.Groups)) // the recorded steps stand for the requests before the restart
 		l.next = max(l.next, step.Step+1)
 	}
 	return l, nil
@@ -258,11 +283,14 @@ func (l *ledger) expire() {
 	}
 }
 
-// pendingStep is the oldest step of k groups neither acknowledged nor
-// leased: served before, to be served again. l.mu is held, after expire.
-func (l *ledger) pendingStep(k int) *stepState {
+// pendingStep is the oldest step neither acknowledged nor leased: served
+// before, to be served again, whole and under its number, to the next
+// caller whatever K it asks (its answer says its size), so that no step
+// waits for a trainer of its size that may never come back. l.mu is held,
+// after expire.
+func (l *ledger) pendingStep() *stepState {
 	for _, st := range l.st.Steps {
-		if _, leased := l.leases[st.Step]; !st.Acked && !leased && len(st.Groups) == k {
+		if _, leased := l.leases[st.Step]; !st.Acked && !leased {
 			return st
 		}
 	}
@@ -270,15 +298,15 @@ func (l *ledger) pendingStep(k int) *stepState {
 }
 
 // dispatch hands steps to the waiting trainers, first come first served:
-// a step of the same size that is to be served again, else fresh groups
-// from the queue; when the run ended, those that cannot be served are
-// told so. It then sets the run's demand. l.mu is held.
+// a step to be served again, whatever its size, else fresh groups from
+// the queue; when the run ended, those that cannot be served are told
+// so. It then sets the run's demand. l.mu is held.
 func (l *ledger) dispatch() {
 	l.expire()
 	blocked := false
 	kept := l.waiters[:0]
 	for _, w := range l.waiters {
-		if st := l.pendingStep(w.k); st != nil {
+		if st := l.pendingStep(); st != nil {
 			l.leases[st.Step] = l.now().Add(l.lease)
 			l.counts.reserved++
 			w.ch <- grant{step: st}
@@ -307,10 +335,13 @@ func (l *ledger) dispatch() {
 }
 
 // setDemand raises the run's demand to the kept groups that are in steps,
-// those the waiting trainers ask for, and serve.buffer_steps steps of the
-// largest size asked for ahead. l.mu is held.
+// those the waiting trainers ask for, and serve.buffer_steps steps ahead,
+// a step being the largest K of the recent requests (stepSize): a single
+// large request no longer sets the buffer for good. The demand only
+// grows (the run cannot take back what it admitted); a smaller buffer
+// shows as a slower growth. l.mu is held.
 func (l *ledger) setDemand() {
-	want := len(l.assigned) + l.buffer*l.largest
+	want := len(l.assigned) + l.buffer*l.stepSize()
 	for _, w := range l.waiters {
 		want += w.k
 	}
@@ -325,7 +356,7 @@ func (l *ledger) wait(k int) *waiter {
 	w := &waiter{k: k, ch: make(chan grant, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.largest = max(l.largest, k)
+	l.noteRequest(k)
 	l.waiters = append(l.waiters, w)
 	l.dispatch()
 	return w
@@ -398,16 +429,18 @@ func (l *ledger) reserve() int64 {
 }
 
 // recordStep records a new step made of granted groups, leased to its
-// caller: in the state file first, then in the ledger. On an error the
-// caller gives the groups back (unmade).
+// caller until serve.lease from now: in the state file first (the lease
+// too, which a restart keeps), then in the ledger. On an error the caller
+// gives the groups back (unmade).
 func (l *ledger) recordStep(st *stepState) error {
 	err := l.record(func() (*state, error) {
+		st.LeasedUntil = l.now().Add(l.lease).UTC()
 		next := l.st.clone()
 		next.Steps = append(next.Steps, st)
 		return next, nil
 	}, func(*state) {
 		l.steps[st.Step] = st
-		l.leases[st.Step] = l.now().Add(l.lease)
+		l.leases[st.Step] = st.LeasedUntil
 		l.counts.served++
 	})
 	if err != nil {

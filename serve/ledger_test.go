@@ -10,6 +10,7 @@ import (
 
 	"github.com/trajflow/trajflow/serve/client"
 	"github.com/trajflow/trajflow/stages/generate"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // fakeClock is a clock the test moves.
@@ -564,12 +565,19 @@ func TestLedgerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, _, _ := newTestLedger(t, db.last())
+	r, rclock, _ := newTestLedger(t, db.last())
 	if paused, mode := r.policy.Paused(); !paused || mode != generate.PauseKeep || r.policy.Version() != 2 {
 		t.Fatalf("restarted: paused %v (%s), version %d", paused, mode, r.policy.Version())
 	}
+	// Within its recorded lease the step not acknowledged stays leased
+	// (its trainer may go on and acknowledge it); then it is to be served
+	// again.
+	if st := statusOf(r); st.Steps != (client.StepCounts{Made: 2, Acked: 1, Leased: 1}) || len(st.Leases) != 1 || st.Leases[0].Step != b {
+		t.Fatalf("restarted within the lease: steps %+v, leases %+v", st.Steps, st.Leases)
+	}
+	rclock.advance(testLease)
 	if st := statusOf(r); st.Steps != (client.StepCounts{Made: 2, Acked: 1, Pending: 1}) {
-		t.Fatalf("restarted: steps %+v", st.Steps)
+		t.Fatalf("restarted, past the lease: steps %+v", st.Steps)
 	}
 	// The groups of both steps are taken; the queue gets the others.
 	for _, g := range testGroups(0, 4) {
@@ -624,5 +632,58 @@ func TestLedgerWaitCancelEnd(t *testing.T) {
 	}
 	if got := statusOf(l); got.QueuedGroups != 2 || got.Ended == "" || !slices.Equal(got.Waiting, []int{}) {
 		t.Fatalf("status %+v", got)
+	}
+}
+
+// A step to be served again goes to the next caller whatever K it asks,
+// whole and under its number, before any fresh groups: after a restart,
+// a trainer that changed its K still takes the steps left over.
+func TestLedgerPendingAnyK(t *testing.T) {
+	for _, k := range []int{1, 2, 4, 8} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			l, clock, _ := newTestLedger(t, nil)
+			l.enqueue(testGroups(0, 20), nil)
+			first, _ := serveStep(t, l, 4)
+			clock.advance(testLease)
+			g := granted(t, l.wait(k))
+			if g.step == nil || g.step.Step != first || len(g.step.Groups) != 4 {
+				t.Fatalf("K=%d after the lease of a step of 4: %+v, want step %d again", k, g, first)
+			}
+			// The next request gets fresh groups, as many as it asks.
+			g = granted(t, l.wait(k))
+			if g.step != nil || len(g.fresh) != k {
+				t.Fatalf("K=%d then: %+v, want %d fresh groups", k, g, k)
+			}
+		})
+	}
+}
+
+// The standing demand follows the recent requests: serve.buffer_steps
+// steps of the largest K of the last recentRequests requests, not of the
+// largest ever asked.
+func TestLedgerDemandFollowsRecent(t *testing.T) {
+	supply := groups.NewSupply(0)
+	l, err := newLedger(ledgerConfig{Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease, Buffer: 1, Supply: supply})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.enqueue(testGroups(0, 200), nil)
+	steps := []struct {
+		k, times int
+		want     int // the demand after them
+	}{
+		{16, 1, 16 + 16},       // in steps 16, a step of 16 ahead
+		{2, 4, 24 + 16},        // 16 still among the recent
+		{2, 4, 30 + 16},        // the 8th request's; then 16 leaves the recent, and the demand never falls
+		{2, 20, 16 + 28*2 + 2}, // a step of 2 ahead (of 16, largest ever: 88)
+		{4, 1, 76 + 4},         // a larger K counts at once
+	}
+	for i, s := range steps {
+		for range s.times {
+			serveStep(t, l, s.k)
+		}
+		if got := supply.Target(); got != s.want {
+			t.Fatalf("after %d×%d (row %d): demand %d, want %d", s.times, s.k, i, got, s.want)
+		}
 	}
 }

@@ -18,10 +18,10 @@ import (
 const stateVersion = 1
 
 // state is the service's durable state (served/state.json): the steps
-// assembled so far with the groups each holds and whether it was
-// acknowledged, the policy version and whether the fleet is paused.
-// Leases are not part of it: after a restart every step not acknowledged
-// is served again.
+// assembled so far with the groups each holds, whether it was
+// acknowledged and until when its first lease runs, the policy version
+// and whether the fleet is paused. A step served again is leased in
+// memory only: after a restart it is served again at once.
 type state struct {
 	Version int `json:"version"`
 	// Policy is the last policy version set (POST /v1/policy).
@@ -48,6 +48,11 @@ type stepState struct {
 	// under, ascending.
 	Versions []int64 `json:"policy_versions"`
 	Acked    bool    `json:"acked"`
+	// LeasedUntil is when the lease of the step's first serving runs out
+	// (recorded with the step): a restart keeps that lease, so that a
+	// trainer that goes on across the restart acknowledges its step
+	// rather than another trainer getting it too.
+	LeasedUntil time.Time `json:"leased_until,omitzero"`
 }
 
 // groupRef names a group: its task and attempt.

@@ -152,7 +152,9 @@ class ServeClient:
     def next(self, groups, format="jsonl"):
         """Takes the next step of `groups` kept groups (format jsonl or
         parquet), waiting until they are ready. The step is leased: ack it
-        once trained on, or it is served again when serve.lease runs out."""
+        once trained on, or it is served again when serve.lease runs out.
+        A step served again comes whole whatever `groups` asks: step.groups
+        says its size."""
         q = urllib.parse.urlencode({"groups": groups, "format": format})
         headers, body = self._retry(lambda: self._request("GET", "/v1/steps/next?" + q, timeout=self.next_timeout))
         versions = [int(v) for v in headers.get("Trajflow-Policy-Versions", "").split(",") if v]

@@ -142,8 +142,9 @@ func groupsIn(t *testing.T, ds dataset) map[groupKey][]*pipeline.Rollout {
 }
 
 // TestServeKillRestart: a serve killed with kill -9 and started again
-// serves the step it had served and not seen acknowledged again, whole and
-// under its number; no rollout is in data/ twice, every group served is in
+// keeps the lease of the step it had served and not seen acknowledged,
+// then serves it again, whole and under its number; no rollout is in
+// data/ twice, every group served is in
 // data/, no group is in two steps, and every committed kept group is in a
 // step or queued. SIGTERM stops it as a run stops (exit 130).
 func TestServeKillRestart(t *testing.T) {
@@ -154,7 +155,7 @@ func TestServeKillRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	p := startServe(t, cfg)
+	p := startServe(t, cfg, "--set", "serve.lease=1s")
 	c := client.New(p.url, "")
 	first, err := c.Next(ctx, 4, client.FormatParquet)
 	if err != nil {
@@ -174,8 +175,22 @@ func TestServeKillRestart(t *testing.T) {
 	}
 	<-p.done
 
-	p = startServe(t, cfg)
+	p = startServe(t, cfg, "--set", "serve.lease=1s")
 	c = client.New(p.url, "")
+	// The step's lease was recorded with it: served again once it runs
+	// out.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Steps.Pending == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the recorded lease never ran out: %+v", st.Steps)
+		}
+	}
 	again, err := c.Next(ctx, 4, client.FormatParquet)
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +266,7 @@ func TestServeKillRestart(t *testing.T) {
 		t.Fatalf("report of the served directory: exit %d: %s", rp.code, rp.stderr)
 	}
 	// A third start: everything committed and in no step is queued.
-	p = startServe(t, cfg)
+	p = startServe(t, cfg, "--set", "serve.lease=1s")
 	st, err := client.New(p.url, "").Status(ctx)
 	if err != nil {
 		t.Fatal(err)

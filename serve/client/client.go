@@ -287,7 +287,9 @@ func (s *Step) Release() {
 // has them; format is arrow (""), parquet or jsonl. The step is leased to
 // this caller: acknowledge it with Ack once trained on, or it is served
 // again when serve.lease runs out. A step whose answer a restart of the
-// service cut short is served again to the retry.
+// service cut short is served again to the retry. A step served again
+// (its lease ran out, or the service restarted) comes whole whatever k
+// asks: Step.Groups says its size.
 func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) {
 	if format == "" {
 		format = FormatArrow

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -28,13 +29,16 @@ import (
 
 // The response headers and formats of a step (see the client package).
 const (
-	HeaderStep     = client.HeaderStep
-	HeaderVersions = client.HeaderVersions
-	HeaderGroups   = client.HeaderGroups
-	HeaderRows     = client.HeaderRows
-	FormatArrow    = client.FormatArrow
-	FormatParquet  = client.FormatParquet
-	FormatJSONL    = client.FormatJSONL
+	HeaderRank       = client.HeaderRank
+	HeaderWorld      = client.HeaderWorld
+	HeaderStepGroups = client.HeaderStepGroups
+	HeaderStep       = client.HeaderStep
+	HeaderVersions   = client.HeaderVersions
+	HeaderGroups     = client.HeaderGroups
+	HeaderRows       = client.HeaderRows
+	FormatArrow      = client.FormatArrow
+	FormatParquet    = client.FormatParquet
+	FormatJSONL      = client.FormatJSONL
 )
 
 var contentTypes = map[string]string{
@@ -160,6 +164,7 @@ var errorAnswers = []struct {
 	{errNeverServed, http.StatusNotFound, "step", ""},
 	{errVersionBelow, http.StatusConflict, "version", ""},
 	{errPauseMode, http.StatusBadRequest, "mode", ""},
+	{errWorld, http.StatusBadRequest, "world", ""},
 	{errEnded, http.StatusServiceUnavailable, "", client.ReasonEnded},
 	{errStopping, http.StatusServiceUnavailable, "", client.ReasonStopping},
 }
@@ -212,20 +217,56 @@ func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// StepQuery is a parsed GET /v1/steps/next query.
+// StepQuery is a parsed GET /v1/steps/next query. World is 0 for a step
+// served whole; else the step is cut into World slices and Rank's is
+// served.
 type StepQuery struct {
-	Groups int
-	Format string
+	Groups      int
+	Format      string
+	Rank, World int
+}
+
+// MaxWorld bounds world=W.
+const MaxWorld = 1024
+
+// ParseRank parses the rank and world query parameters (both or
+// neither): world from 1 to MaxWorld, rank from 0 to world-1. Neither:
+// 0, 0. The error names the parameter and repeats no value.
+func ParseRank(q map[string][]string) (rank, world int, perr *ParamError) {
+	rs, hasRank := q["rank"]
+	ws, hasWorld := q["world"]
+	switch {
+	case !hasRank && !hasWorld:
+		return 0, 0, nil
+	case !hasWorld:
+		return 0, 0, &ParamError{"world", "world=W is required with rank (the number of data-parallel ranks)"}
+	case !hasRank:
+		return 0, 0, &ParamError{"rank", "rank=R is required with world (this rank, 0 to world-1)"}
+	case len(ws) != 1:
+		return 0, 0, &ParamError{"world", "world given more than once"}
+	case len(rs) != 1:
+		return 0, 0, &ParamError{"rank", "rank given more than once"}
+	}
+	world, err := strconv.Atoi(ws[0])
+	if err != nil || world < 1 || world > MaxWorld {
+		return 0, 0, &ParamError{"world", fmt.Sprintf("world: want an integer from 1 to %d", MaxWorld)}
+	}
+	rank, err = strconv.Atoi(rs[0])
+	if err != nil || rank < 0 || rank >= world {
+		return 0, 0, &ParamError{"rank", "rank: want an integer from 0 to world-1"}
+	}
+	return rank, world, nil
 }
 
 // ParseStepQuery parses the query of GET /v1/steps/next: groups (1 to
-// maxGroups) and format (arrow, the default, parquet or jsonl). The error
-// names the parameter.
+// maxGroups), format (arrow, the default, parquet or jsonl), and rank and
+// world (ParseRank; world at most groups, the format arrow or jsonl). The
+// error names the parameter.
 func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamError) {
 	out := StepQuery{Format: FormatArrow}
 	for k := range q {
-		if k != "groups" && k != "format" {
-			return out, &ParamError{paramName(k), "unknown parameter: want groups and format"}
+		if k != "groups" && k != "format" && k != "rank" && k != "world" {
+			return out, &ParamError{paramName(k), "unknown parameter: want groups, format, rank and world"}
 		}
 	}
 	gs := q["groups"]
@@ -245,6 +286,16 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 			return out, &ParamError{"format", "format: want arrow, parquet or jsonl"}
 		}
 		out.Format = fs[0]
+	}
+	var perr *ParamError
+	if out.Rank, out.World, perr = ParseRank(q); perr != nil {
+		return out, perr
+	}
+	if out.World > out.Groups {
+		return out, &ParamError{"world", "world: at most groups (every rank's slice holds whole groups, one at least)"}
+	}
+	if out.World > 0 && out.Format == FormatParquet {
+		return out, &ParamError{"format", "format parquet serves whole steps: a rank's slice is arrow or jsonl"}
 	}
 	return out, nil
 }
@@ -271,7 +322,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	wt := h.s.led.wait(q.Groups)
+	wt := h.s.led.wait(q.Groups, q.Rank, q.World)
 	var g grant
 	select {
 	case g = <-wt.ch:
@@ -290,7 +341,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	st := g.step
 	if st == nil {
 		var err error
-		if st, err = h.s.makeStep(r.Context(), g.fresh); err != nil {
+		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
 			h.logf("making a step: %v", err)
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "making the step failed: %v", err)
 			return
@@ -310,12 +361,29 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set(HeaderStep, strconv.FormatInt(st.Step, 10))
 	hd.Set(HeaderVersions, strings.Join(vs, ","))
-	hd.Set(HeaderGroups, strconv.Itoa(len(st.Groups)))
-	hd.Set(HeaderRows, strconv.Itoa(st.Rows))
+	groups, rows := len(st.Groups), st.Rows
+	var keep map[groupRef]bool // a rank's slice; nil: the whole step
+	fresh := g.fresh
+	if st.World > 0 {
+		keep = map[groupRef]bool{}
+		rows = 0
+		slice := partition(st.GroupTokens, st.World)[q.Rank]
+		for _, i := range slice {
+			keep[st.Groups[i]] = true
+			rows += st.GroupRows[i]
+		}
+		groups = len(slice)
+		fresh = slices.DeleteFunc(slices.Clone(fresh), func(gr *group) bool { return !keep[gr.ref] })
+		hd.Set(HeaderRank, strconv.Itoa(q.Rank))
+		hd.Set(HeaderWorld, strconv.Itoa(st.World))
+		hd.Set(HeaderStepGroups, strconv.Itoa(len(st.Groups)))
+	}
+	hd.Set(HeaderGroups, strconv.Itoa(groups))
+	hd.Set(HeaderRows, strconv.Itoa(rows))
 	hd.Set("Content-Type", contentTypes[q.Format])
 	// The step is leased whatever becomes of this answer: one that does
 	// not arrive is served again when the lease runs out.
-	if err := h.answerStep(r.Context(), w, st.Step, q.Format, g.fresh); err != nil {
+	if err := h.answerStep(r.Context(), w, st.Step, q.Format, fresh, keep); err != nil {
 		h.logf("sending step %d: %v", st.Step, err)
 	}
 }
@@ -324,7 +392,9 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 // part file as it is; an Arrow or JSONL answer is encoded from the
 // records of fresh (the groups the step was just made of) when they share
 // one schema, else from the part file read back (a step served again).
-func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group) error {
+// keep, when not nil, is a rank's slice: the groups answered (fresh holds
+// those alone; Parquet is never asked for).
+func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group, keep map[groupRef]bool) error {
 	path := h.s.stepFile(n)
 	if format == FormatParquet {
 		f, err := os.Open(path)
@@ -364,7 +434,26 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 		return err
 	}
 	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error {
-		return f.Records(ctx, nil, fn)
+		if keep == nil {
+			return f.Records(ctx, nil, fn)
+		}
+		return f.Records(ctx, nil, func(rec arrow.Record) error {
+			parts, err := keepGroups(rec, keep)
+			if err != nil {
+				return fmt.Errorf("step %d: %w", n, err)
+			}
+			defer func() {
+				for _, p := range parts {
+					p.Release()
+				}
+			}()
+			for _, p := range parts {
+				if err := fn(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 }
 
@@ -401,12 +490,29 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "step", "step: want a positive step number (POST /v1/steps/N/ack)")
 		return
 	}
-	st, err := h.s.led.ack(n)
+	q := r.URL.Query()
+	for k := range q {
+		if k != "rank" && k != "world" {
+			fail(w, http.StatusBadRequest, paramName(k), "unknown parameter: want rank and world, or none")
+			return
+		}
+	}
+	rank, world, perr := ParseRank(q)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	st, err := h.s.led.ack(n, rank, world)
 	if err != nil {
 		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"step": st.Step, "acked": true})
+	answer := map[string]any{"step": st.Step, "acked": st.Acked}
+	if st.World > 0 {
+		answer["ranks_acked"] = st.RanksAcked
+		answer["world"] = st.World
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 // PolicyBody is the body of POST /v1/policy.

@@ -31,6 +31,9 @@ var (
 	// errNotRecorded: a change the state file could not record (500);
 	// nothing of it was published.
 	errNotRecorded = errors.New("not recorded")
+	// errWorld: an ack's world that is not the one its step was served
+	// to (400).
+	errWorld = errors.New("not the step's world")
 )
 
 // versionBelowError is a policy version below the current one: it says
@@ -83,10 +86,12 @@ type ledger struct {
 	queued   map[groupRef]*group
 	queue    []*group
 	waiters  []*waiter
-	leases   map[int64]time.Time // a leased step's expiry
-	recent   []int               // the K of the last recentRequests requests, oldest first
-	ended    error               // the run ended: no more groups come
-	meta     map[string]string   // the data files' metadata
+	leases   map[slot]time.Time // a leased step's (or rank's slice's) expiry
+	handed   map[slot]bool      // the slots served since the start
+	making   map[int]int        // by world (> 0): the steps granted and not yet recorded or given back
+	recent   []int              // the K of the last recentRequests requests, oldest first
+	ended    error              // the run ended: no more groups come
+	meta     map[string]string  // the data files' metadata
 	counts   counts
 }
 
@@ -136,10 +141,19 @@ type counts struct {
 	served, reserved, acked, expired int64
 }
 
-// waiter is a trainer waiting for a step of k groups.
+// slot is what a lease holds: a step served whole (rank 0, world 0), or
+// one rank's slice of a step served to a data-parallel job of world
+// ranks.
+type slot struct {
+	step int64
+	rank int
+}
+
+// waiter is a trainer waiting for a step of k groups: the whole step
+// (world 0), or rank's slice of a step for world ranks.
 type waiter struct {
-	k  int
-	ch chan grant // buffered: dispatch never blocks
+	k, rank, world int
+	ch             chan grant // buffered: dispatch never blocks
 }
 
 // grant is what a waiter gets: fresh groups to make a new step of, a step
@@ -160,7 +174,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 	l := &ledger{
 		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
-		queued: map[groupRef]*group{}, leases: map[int64]time.Time{},
+		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -182,7 +196,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 	for _, step := range st.Steps {
 		l.steps[step.Step] = step
 		if !step.Acked && now.Before(step.LeasedUntil) {
-			l.leases[step.Step] = step.LeasedUntil
+			l.leases[slot{step.Step, step.LeasedRank}] = step.LeasedUntil
 		}
 		for _, g := range step.Groups {
 			l.assigned[g] = true
@@ -283,14 +297,20 @@ func (l *ledger) expire() {
 	}
 }
 
-// pendingStep is the oldest step neither acknowledged nor leased: served
-// before, to be served again, whole and under its number, to the next
-// caller whatever K it asks (its answer says its size), so that no step
-// waits for a trainer of its size that may never come back. l.mu is held,
-// after expire.
-func (l *ledger) pendingStep() *stepState {
+// pendingStep is the oldest step a waiter is to be served before any new
+// one. Served whole (world 0): a step neither acknowledged nor leased,
+// served before, to be served again, whole and under its number, whatever
+// K the waiter asks (its answer says its size), so that no step waits for
+// a trainer of its size that may never come back. To rank r of world W:
+// a step made for world W whose slice r is neither acknowledged nor
+// leased (a step another rank took first, or a slice whose lease ran
+// out). l.mu is held, after expire.
+func (l *ledger) pendingStep(w *waiter) *stepState {
 	for _, st := range l.st.Steps {
-		if _, leased := l.leases[st.Step]; !st.Acked && !leased {
+		if st.Acked || st.World != w.world || slices.Contains(st.RanksAcked, w.rank) {
+			continue
+		}
+		if _, leased := l.leases[slot{st.Step, w.rank}]; !leased {
 			return st
 		}
 	}
@@ -306,10 +326,20 @@ func (l *ledger) dispatch() {
 	blocked := false
 	kept := l.waiters[:0]
 	for _, w := range l.waiters {
-		if st := l.pendingStep(); st != nil {
-			l.leases[st.Step] = l.now().Add(l.lease)
-			l.counts.reserved++
+		if st := l.pendingStep(w); st != nil {
+			s := slot{st.Step, w.rank}
+			l.leases[s] = l.now().Add(l.lease)
+			if l.handed[s] || st.World == 0 {
+				l.counts.reserved++
+			}
+			l.handed[s] = true
 			w.ch <- grant{step: st}
+			continue
+		}
+		if w.world > 0 && l.making[w.world] > 0 {
+			// Another rank's step for this world is being made: this
+			// rank takes its slice of it, not a step of its own.
+			kept = append(kept, w)
 			continue
 		}
 		if !blocked && len(l.queue) >= w.k {
@@ -318,6 +348,9 @@ func (l *ledger) dispatch() {
 			for _, g := range fresh {
 				delete(l.queued, g.ref)
 				l.assigned[g.ref] = true
+			}
+			if w.world > 0 {
+				l.making[w.world]++
 			}
 			w.ch <- grant{fresh: fresh}
 			continue
@@ -350,10 +383,11 @@ func (l *ledger) setDemand() {
 	}
 }
 
-// wait registers a trainer asking for a step of k groups and returns its
-// waiter; cancel takes it back.
-func (l *ledger) wait(k int) *waiter {
-	w := &waiter{k: k, ch: make(chan grant, 1)}
+// wait registers a trainer asking for a step of k groups (world 0: whole;
+// else rank's slice of a step for world ranks) and returns its waiter;
+// cancel takes it back.
+func (l *ledger) wait(k, rank, world int) *waiter {
+	w := &waiter{k: k, rank: rank, world: world, ch: make(chan grant, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.noteRequest(k)
@@ -371,26 +405,42 @@ func (l *ledger) cancel(w *waiter) {
 	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	select {
 	case g := <-w.ch:
-		l.giveBack(g)
+		l.giveBack(g, w.rank)
+		if g.step == nil && len(g.fresh) > 0 {
+			l.madeFor(w.world)
+		}
 	default:
 	}
 	l.dispatch()
 }
 
-// unmade returns fresh groups whose step could not be made to the head of
-// the queue.
-func (l *ledger) unmade(fresh []*group) {
+// unmade returns fresh groups whose step (for world, 0: whole) could not
+// be made to the head of the queue.
+func (l *ledger) unmade(fresh []*group, world int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.giveBack(grant{fresh: fresh})
+	l.giveBack(grant{fresh: fresh}, 0)
+	l.madeFor(world)
 	l.dispatch()
 }
 
-// giveBack returns a grant not served; l.mu is held.
-func (l *ledger) giveBack(g grant) {
+// madeFor records that a step granted to a rank of world was made or
+// given back: the world's other ranks may then be served. l.mu is held.
+func (l *ledger) madeFor(world int) {
+	if world > 0 {
+		if l.making[world]--; l.making[world] <= 0 {
+			delete(l.making, world)
+		}
+	}
+}
+
+// giveBack returns a grant to rank not served; l.mu is held.
+func (l *ledger) giveBack(g grant, rank int) {
 	if g.step != nil {
-		delete(l.leases, g.step.Step)
-		l.counts.reserved--
+		delete(l.leases, slot{g.step.Step, rank})
+		if g.step.World == 0 {
+			l.counts.reserved--
+		}
 	}
 	for _, gr := range g.fresh {
 		delete(l.assigned, gr.ref)
@@ -429,9 +479,10 @@ func (l *ledger) reserve() int64 {
 }
 
 // recordStep records a new step made of granted groups, leased to its
-// caller until serve.lease from now: in the state file first (the lease
-// too, which a restart keeps), then in the ledger. On an error the caller
-// gives the groups back (unmade).
+// caller (st.LeasedRank's slice, for a step of a world) until serve.lease
+// from now: in the state file first (the lease too, which a restart
+// keeps), then in the ledger. On an error the caller gives the groups
+// back (unmade).
 func (l *ledger) recordStep(st *stepState) error {
 	err := l.record(func() (*state, error) {
 		st.LeasedUntil = l.now().Add(l.lease).UTC()
@@ -440,8 +491,15 @@ func (l *ledger) recordStep(st *stepState) error {
 		return next, nil
 	}, func(*state) {
 		l.steps[st.Step] = st
-		l.leases[st.Step] = st.LeasedUntil
+		s := slot{st.Step, st.LeasedRank}
+		l.leases[s] = st.LeasedUntil
+		l.handed[s] = true
 		l.counts.served++
+		if st.World > 0 {
+			// The world's other ranks waiting take their slices now.
+			l.madeFor(st.World)
+			l.dispatch()
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("recording step %d: %w", st.Step, err)
@@ -450,8 +508,10 @@ func (l *ledger) recordStep(st *stepState) error {
 }
 
 // ack completes step n: acknowledged once and for all (a repeated ack is
-// a no-op), recorded before it returns.
-func (l *ledger) ack(n int64) (*stepState, error) {
+// a no-op), recorded before it returns. With a world (> 0) it
+// acknowledges rank's slice of a step served to that world, and the step
+// is complete once every rank's is; world 0 acknowledges the whole step.
+func (l *ledger) ack(n int64, rank, world int) (*stepState, error) {
 	var acked *stepState
 	err := l.record(func() (*state, error) {
 		st := l.steps[n]
@@ -459,11 +519,20 @@ func (l *ledger) ack(n int64) (*stepState, error) {
 			return nil, fmt.Errorf("step %d %w", n, errNeverServed)
 		}
 		acked = st
-		if st.Acked {
+		if world > 0 && st.World != world {
+			return nil, fmt.Errorf("step %d was served to a world of %d ranks (0: whole), not %d: %w", n, st.World, world, errWorld)
+		}
+		if st.Acked || world > 0 && slices.Contains(st.RanksAcked, rank) {
 			return nil, nil
 		}
 		done := *st
-		done.Acked = true
+		if world > 0 {
+			done.RanksAcked = append(slices.Clone(st.RanksAcked), rank)
+			slices.Sort(done.RanksAcked)
+			done.Acked = len(done.RanksAcked) == world
+		} else {
+			done.Acked = true
+		}
 		acked = &done
 		next := l.st.clone()
 		for i, s := range next.Steps {
@@ -474,8 +543,15 @@ func (l *ledger) ack(n int64) (*stepState, error) {
 		return next, nil
 	}, func(*state) {
 		l.steps[n] = acked
-		delete(l.leases, n)
-		l.counts.acked++
+		delete(l.leases, slot{n, rank})
+		if acked.Acked {
+			for s := range l.leases {
+				if s.step == n {
+					delete(l.leases, s)
+				}
+			}
+			l.counts.acked++
+		}
 	})
 	if errors.Is(err, errNotRecorded) {
 		err = fmt.Errorf("recording the ack of step %d: %w", n, err)
@@ -610,21 +686,36 @@ func (l *ledger) status(out *client.Status) {
 		}
 	}
 	out.Leases = []client.Lease{}
+	leased := map[int64]bool{}
+	for s, exp := range l.leases {
+		if now.Before(exp) {
+			leased[s.step] = true
+			lease := client.Lease{Step: s.step, Expires: exp.UTC()}
+			if st := l.steps[s.step]; st != nil && st.World > 0 {
+				lease.Rank = &s.rank
+			}
+			out.Leases = append(out.Leases, lease)
+		}
+	}
 	for _, st := range l.st.Steps {
 		out.Steps.Made++
-		exp, leased := l.leases[st.Step]
 		switch {
 		case st.Acked:
 			out.Steps.Acked++
 			out.LastAckedStep = max(out.LastAckedStep, st.Step)
-		case leased && now.Before(exp):
+		case leased[st.Step]:
 			out.Steps.Leased++
-			out.Leases = append(out.Leases, client.Lease{Step: st.Step, Expires: exp.UTC()})
 		default:
 			out.Steps.Pending++
 		}
 	}
-	sort.Slice(out.Leases, func(i, j int) bool { return out.Leases[i].Step < out.Leases[j].Step })
+	sort.Slice(out.Leases, func(i, j int) bool {
+		a, b := out.Leases[i], out.Leases[j]
+		if a.Step != b.Step || a.Rank == nil || b.Rank == nil {
+			return a.Step < b.Step
+		}
+		return *a.Rank < *b.Rank
+	})
 	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
 	out.Staleness = map[string]int{}

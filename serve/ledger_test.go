@@ -107,7 +107,7 @@ func granted(t testing.TB, w *waiter) grant {
 // served again.
 func serveStep(t *testing.T, l *ledger, k int) (int64, bool) {
 	t.Helper()
-	g := granted(t, l.wait(k))
+	g := granted(t, l.wait(k, 0, 0))
 	if g.err != nil {
 		t.Fatal(g.err)
 	}
@@ -155,7 +155,7 @@ func TestLedgerLeaseAckExpiry(t *testing.T) {
 				t.Fatalf("first step %d (again %v), want 1", first, again)
 			}
 			if tt.ack {
-				if _, err := l.ack(first); err != nil {
+				if _, err := l.ack(first, 0, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -198,7 +198,7 @@ func TestLedgerStatusDoesNotExpire(t *testing.T) {
 		}
 	}
 	l.mu.Lock()
-	_, still := l.leases[n]
+	_, still := l.leases[slot{n, 0}]
 	counted := l.counts.expired
 	l.mu.Unlock()
 	if !still || counted != 0 {
@@ -208,7 +208,7 @@ func TestLedgerStatusDoesNotExpire(t *testing.T) {
 	l.tick()
 	st := statusOf(l)
 	l.mu.Lock()
-	_, still = l.leases[n]
+	_, still = l.leases[slot{n, 0}]
 	l.mu.Unlock()
 	if still || st.Expired != 1 || st.Steps.Pending != 1 {
 		t.Fatalf("after the tick: lease kept %v, status %+v", still, st)
@@ -230,7 +230,7 @@ func TestLedgerAck(t *testing.T) {
 		{n, nil, 2},
 		{n, nil, 2},
 	} {
-		st, err := l.ack(tt.step)
+		st, err := l.ack(tt.step, 0, 0)
 		if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 			t.Fatalf("ack %d: %v, want %v", tt.step, err, tt.wantErr)
 		}
@@ -447,14 +447,14 @@ func TestLedgerNothingPublishedUnrecorded(t *testing.T) {
 		check  func(t *testing.T, l *ledger)
 	}{
 		{"step", func(l *ledger) error {
-			g := granted(t, l.wait(2))
+			g := granted(t, l.wait(2, 0, 0))
 			return l.recordStep(&stepState{Step: l.reserve(), Groups: []groupRef{g.fresh[0].ref, g.fresh[1].ref}})
 		}, func(t *testing.T, l *ledger) {
 			if st := statusOf(l); st.Steps.Made != 1 || st.Served != 1 {
 				t.Fatalf("status %+v", st)
 			}
 		}},
-		{"ack", func(l *ledger) error { _, err := l.ack(1); return err }, func(t *testing.T, l *ledger) {
+		{"ack", func(l *ledger) error { _, err := l.ack(1, 0, 0); return err }, func(t *testing.T, l *ledger) {
 			if st := statusOf(l); st.Steps.Acked != 0 || st.Acked != 0 || st.Steps.Leased != 1 {
 				t.Fatalf("status %+v", st)
 			}
@@ -555,7 +555,7 @@ func TestLedgerRestart(t *testing.T) {
 	l.enqueue(testGroups(0, 6), nil)
 	a, _ := serveStep(t, l, 2)
 	b, _ := serveStep(t, l, 2)
-	if _, err := l.ack(a); err != nil {
+	if _, err := l.ack(a, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.setVersion(2); err != nil {
@@ -604,7 +604,7 @@ func TestLedgerRestart(t *testing.T) {
 // a request that cannot be served is told so (errEnded).
 func TestLedgerWaitCancelEnd(t *testing.T) {
 	l, _, _ := newTestLedger(t, nil)
-	first, second := l.wait(3), l.wait(1)
+	first, second := l.wait(3, 0, 0), l.wait(1, 0, 0)
 	l.enqueue(testGroups(0, 2), nil)
 	select {
 	case g := <-second.ch:
@@ -626,7 +626,7 @@ func TestLedgerWaitCancelEnd(t *testing.T) {
 		t.Fatalf("second: %+v, want task 0 (back at the head of the queue)", g2.fresh)
 	}
 	l.end(nil)
-	g3 := granted(t, l.wait(5))
+	g3 := granted(t, l.wait(5, 0, 0))
 	if !errors.Is(g3.err, errEnded) {
 		t.Fatalf("after the end: %v, want errEnded", g3.err)
 	}
@@ -645,12 +645,12 @@ func TestLedgerPendingAnyK(t *testing.T) {
 			l.enqueue(testGroups(0, 20), nil)
 			first, _ := serveStep(t, l, 4)
 			clock.advance(testLease)
-			g := granted(t, l.wait(k))
+			g := granted(t, l.wait(k, 0, 0))
 			if g.step == nil || g.step.Step != first || len(g.step.Groups) != 4 {
 				t.Fatalf("K=%d after the lease of a step of 4: %+v, want step %d again", k, g, first)
 			}
 			// The next request gets fresh groups, as many as it asks.
-			g = granted(t, l.wait(k))
+			g = granted(t, l.wait(k, 0, 0))
 			if g.step != nil || len(g.fresh) != k {
 				t.Fatalf("K=%d then: %+v, want %d fresh groups", k, g, k)
 			}

@@ -53,6 +53,18 @@ type stepState struct {
 	// trainer that goes on across the restart acknowledges its step
 	// rather than another trainer getting it too.
 	LeasedUntil time.Time `json:"leased_until,omitzero"`
+	// LeasedRank is the rank whose slice LeasedUntil leases (a step of a
+	// world).
+	LeasedRank int `json:"leased_rank,omitempty"`
+	// World is the number of data-parallel ranks the step is served to,
+	// each its slice (partition); 0: served whole. GroupTokens and
+	// GroupRows are its groups' tokens and rows, which the slices are
+	// cut by; RanksAcked the ranks that acknowledged their slice (the
+	// step is Acked once every rank did).
+	World       int     `json:"world,omitempty"`
+	GroupTokens []int64 `json:"group_tokens,omitempty"`
+	GroupRows   []int   `json:"group_rows,omitempty"`
+	RanksAcked  []int   `json:"ranks_acked,omitempty"`
 }
 
 // groupRef names a group: its task and attempt.

@@ -56,11 +56,14 @@ class ServeError(Exception):
 class Step:
     """One training step as served."""
 
-    def __init__(self, number, versions, groups, rows_count, fmt, body):
+    def __init__(self, number, versions, groups, rows_count, fmt, body, rank=None, world=None, step_groups=None):
         self.number = number  # acknowledge it with ServeClient.ack
         self.versions = versions  # policy versions of its tokens, ascending
-        self.groups = groups
+        self.groups = groups  # a rank's slice: the slice's groups and rows
         self.rows_count = rows_count
+        self.rank = rank  # next(rank=, world=): this slice's rank and world
+        self.world = world
+        self.step_groups = step_groups if step_groups is not None else groups  # the whole step's groups
         self.format = fmt
         self.body = body  # the raw body
         self.rows = None  # jsonl: one dict per row
@@ -149,15 +152,25 @@ class ServeClient:
         with resp:
             return resp.headers, resp.read()
 
-    def next(self, groups, format="jsonl"):
+    def next(self, groups, format="jsonl", rank=None, world=None):
         """Takes the next step of `groups` kept groups (format jsonl or
         parquet), waiting until they are ready. The step is leased: ack it
         once trained on, or it is served again when serve.lease runs out.
         A step served again comes whole whatever `groups` asks: step.groups
-        says its size."""
-        q = urllib.parse.urlencode({"groups": groups, "format": format})
+        says its size.
+
+        With rank and world (a data-parallel job: torchrun's RANK and
+        WORLD_SIZE) every rank gets a disjoint slice of the same step of
+        `groups` groups, whole groups balanced by tokens (format jsonl);
+        each acks its slice with ack(step.number, rank, world), and the
+        step is done once every rank has."""
+        params = {"groups": groups, "format": format}
+        if rank is not None or world is not None:
+            params.update(rank=rank, world=world)
+        q = urllib.parse.urlencode(params)
         headers, body = self._retry(lambda: self._request("GET", "/v1/steps/next?" + q, timeout=self.next_timeout))
         versions = [int(v) for v in headers.get("Trajflow-Policy-Versions", "").split(",") if v]
+        opt = lambda name: int(headers[name]) if headers.get(name) else None  # noqa: E731
         return Step(
             int(headers["Trajflow-Step"]),
             versions,
@@ -165,11 +178,16 @@ class ServeClient:
             int(headers.get("Trajflow-Rows", 0)),
             format,
             body,
+            opt("Trajflow-Rank"),
+            opt("Trajflow-World"),
+            opt("Trajflow-Step-Groups"),
         )
 
-    def ack(self, step):
-        """Acknowledges a step (idempotent)."""
-        return self._json("POST", f"/v1/steps/{int(step)}/ack")
+    def ack(self, step, rank=None, world=None):
+        """Acknowledges a step (idempotent); with rank and world, that
+        rank's slice of it."""
+        q = f"?rank={int(rank)}&world={int(world)}" if rank is not None or world is not None else ""
+        return self._json("POST", f"/v1/steps/{int(step)}/ack{q}")
 
     def set_policy(self, version):
         """Weights of this version are live on the fleet."""

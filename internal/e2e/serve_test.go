@@ -601,3 +601,46 @@ func TestServeAddrFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServePythonRanks runs examples/serve/ddp_loop.py as two ranks of a
+// data-parallel job (RANK, WORLD_SIZE, as torchrun sets them) against a
+// trajflow serve process: each rank gets its slice of every step, and the
+// steps are acknowledged once both ranks acknowledged theirs.
+func TestServePythonRanks(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 is not installed; .ci/run installs it")
+		}
+		t.Skip("python3 not installed")
+	}
+	dir := t.TempDir()
+	cfg := writeServeConfig(t, dir, writeTasks(t, dir, 400, 3), filepath.Join(dir, "out"))
+	p := startServe(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const world, steps = 2, 3
+	outs := make([]bytes.Buffer, world)
+	cmds := make([]*exec.Cmd, world)
+	for rank := range world {
+		cmds[rank] = exec.CommandContext(ctx, py, filepath.Join("..", "..", "examples", "serve", "ddp_loop.py"),
+			"--url", p.url, "--steps", fmt.Sprint(steps), "--groups", "4", "--train-seconds", "0.05")
+		cmds[rank].Env = append(os.Environ(), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("WORLD_SIZE=%d", world))
+		cmds[rank].Stdout, cmds[rank].Stderr = &outs[rank], &outs[rank]
+		if err := cmds[rank].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for rank, cmd := range cmds {
+		if err := cmd.Wait(); err != nil || !strings.Contains(outs[rank].String(), fmt.Sprintf("rank %d: ok: %d steps", rank, steps)) {
+			t.Fatalf("rank %d: %v\n%s\nserve: %s", rank, err, outs[rank].String(), p.log())
+		}
+	}
+	st, err := client.New(p.url, "").Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != steps || st.Steps.Made != steps || st.PolicyVersion != steps || st.Paused {
+		t.Fatalf("after the ranks: steps %+v, policy v%d, paused %v; want %d steps made and acknowledged", st.Steps, st.PolicyVersion, st.Paused, steps)
+	}
+}

@@ -32,6 +32,12 @@ const (
 	HeaderVersions = "Trajflow-Policy-Versions" // its tokens' policy versions, ascending, comma-separated
 	HeaderGroups   = "Trajflow-Groups"          // its groups
 	HeaderRows     = "Trajflow-Rows"            // its rows (trajectories)
+	// A rank's slice of a step (rank and world asked): the rank, the
+	// world, and the groups of the whole step (Groups and Rows count
+	// the slice's).
+	HeaderRank       = "Trajflow-Rank"
+	HeaderWorld      = "Trajflow-World"
+	HeaderStepGroups = "Trajflow-Step-Groups"
 )
 
 // The formats of a step's body.
@@ -97,9 +103,11 @@ type StepCounts struct {
 	Pending int `json:"pending"`
 }
 
-// Lease is one leased step and when its lease runs out.
+// Lease is one leased step (Rank's slice, for a step served to the ranks
+// of a data-parallel job) and when its lease runs out.
 type Lease struct {
 	Step    int64     `json:"step"`
+	Rank    *int      `json:"rank,omitempty"`
 	Expires time.Time `json:"expires"`
 }
 
@@ -264,8 +272,12 @@ type Step struct {
 	Number int64
 	// Versions are the policy versions of its tokens, ascending.
 	Versions []int64
-	// Groups and Rows count its groups and rows.
+	// Groups and Rows count its groups and rows (a rank's slice: the
+	// slice's).
 	Groups, Rows int
+	// Rank and World are the slice's (NextRank); StepGroups the groups
+	// of the whole step. World 0: the whole step.
+	Rank, World, StepGroups int
 	// Format is the body's format.
 	Format string
 	// Records are the step's rows as Arrow records (format arrow); the
@@ -294,16 +306,33 @@ func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) 
 	if format == "" {
 		format = FormatArrow
 	}
+	return c.nextStep(ctx, url.Values{"groups": {strconv.Itoa(k)}, "format": {format}})
+}
+
+// NextRank takes rank's slice of the next step of k groups for a
+// data-parallel job of world ranks: every rank gets a disjoint slice of
+// the same step (whole groups, balanced by tokens; Step.Number is the
+// same). format is arrow ("") or jsonl. Acknowledge it with AckRank: the
+// step is complete once every rank acknowledged its slice.
+func (c *Client) NextRank(ctx context.Context, k, rank, world int, format string) (*Step, error) {
+	if format == "" {
+		format = FormatArrow
+	}
+	return c.nextStep(ctx, url.Values{"groups": {strconv.Itoa(k)}, "format": {format},
+		"rank": {strconv.Itoa(rank)}, "world": {strconv.Itoa(world)}})
+}
+
+func (c *Client) nextStep(ctx context.Context, q url.Values) (*Step, error) {
 	var st *Step
 	err := c.retry(ctx, func() (err error) {
-		st, err = c.next(ctx, k, format)
+		st, err = c.next(ctx, q)
 		return err
 	})
 	return st, err
 }
 
-func (c *Client) next(ctx context.Context, k int, format string) (*Step, error) {
-	q := url.Values{"groups": {strconv.Itoa(k)}, "format": {format}}
+func (c *Client) next(ctx context.Context, q url.Values) (*Step, error) {
+	format := q.Get("format")
 	resp, err := c.do(ctx, http.MethodGet, "/v1/steps/next?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
@@ -316,6 +345,12 @@ func (c *Client) next(ctx context.Context, k int, format string) (*Step, error) 
 	}
 	st.Groups, _ = strconv.Atoi(h.Get(HeaderGroups))
 	st.Rows, _ = strconv.Atoi(h.Get(HeaderRows))
+	st.Rank, _ = strconv.Atoi(h.Get(HeaderRank))
+	st.World, _ = strconv.Atoi(h.Get(HeaderWorld))
+	st.StepGroups = st.Groups
+	if v := h.Get(HeaderStepGroups); v != "" {
+		st.StepGroups, _ = strconv.Atoi(v)
+	}
 	if v := h.Get(HeaderVersions); v != "" {
 		for _, s := range strings.Split(v, ",") {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
@@ -364,6 +399,13 @@ func (c *Client) next(ctx context.Context, k int, format string) (*Step, error) 
 // step twice is harmless.
 func (c *Client) Ack(ctx context.Context, n int64) error {
 	return c.call(ctx, http.MethodPost, fmt.Sprintf("/v1/steps/%d/ack", n), nil, nil)
+}
+
+// AckRank acknowledges rank's slice of step n (NextRank): the step is
+// done, never served again, once every rank of world acknowledged its
+// slice. Acking twice is harmless.
+func (c *Client) AckRank(ctx context.Context, n int64, rank, world int) error {
+	return c.call(ctx, http.MethodPost, fmt.Sprintf("/v1/steps/%d/ack?rank=%d&world=%d", n, rank, world), nil, nil)
 }
 
 // SetPolicy tells the service that weights of version v are live on the

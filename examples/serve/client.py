@@ -15,8 +15,9 @@ policy_version is the fleet's (post that or a later one), last_acked_step
 the last step trained on. Every call is retried while the service restarts
 (connection refused or reset, a 502, 503 or 504 but a 503 whose reason is
 "ended"), waiting a random time between w/2 and w, w doubling from
-retry_initial to retry_max seconds, for retry_deadline seconds in all
-(None: no retries); every call is safe to retry.
+retry_initial to retry_max seconds, for at most retry_deadline seconds
+from the call's first failure (None: no retries); every call is safe to
+retry.
 """
 
 import http.client
@@ -101,8 +102,9 @@ class ServeClient:
 
     def _retry(self, call):
         """Runs call until it succeeds, fails with an error not retried, or
-        retry_deadline seconds have passed (then the last error is raised)."""
-        start = time.monotonic()
+        retry_deadline seconds have passed since its first failure (then the
+        last error is raised)."""
+        start = None
         wait = self.retry_initial
         while True:
             try:
@@ -120,6 +122,8 @@ class ServeClient:
                         or isinstance(e.reason, TimeoutError)):
                     raise
                 err = e
+            if start is None:
+                start = time.monotonic()
             d = random.uniform(wait / 2, wait)
             if time.monotonic() - start + d > self.retry_deadline:
                 raise err

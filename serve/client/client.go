@@ -165,8 +165,9 @@ type Client struct {
 // (a proxy before the service), a 503 but one whose reason is
 // ReasonEnded. Each wait is drawn at random from [w/2, w] (jitter, so
 // that a fleet of trainers does not come back at once), w doubling from
-// Initial to Max; retries stop once Deadline has passed since the call
-// began, and the last error is returned. The zero value is the defaults.
+// Initial to Max; retries stop once Deadline has passed since the call's
+// first failure (a Next that waited long for its step still gets its
+// retries), and the last error is returned. The zero value is the defaults.
 // Every call is safe to retry: an ack, a policy version, a pause or a
 // resume sent twice is one; a step whose answer was lost is served again
 // (after a restart, or when its lease runs out).
@@ -175,8 +176,8 @@ type Retry struct {
 	Initial time.Duration
 	// Max bounds a wait; default 5s.
 	Max time.Duration
-	// Deadline bounds the retries of one call; default 5m. Negative: no
-	// retries.
+	// Deadline bounds the retries of one call, from its first failure;
+	// default 5m. Negative: no retries.
 	Deadline time.Duration
 	// OnRetry, when set, hears each error retried and the wait before the
 	// next try (a trainer logs it).
@@ -230,15 +231,19 @@ func Retryable(err error) bool {
 var errCut = errors.New("the answer was cut short")
 
 // retry runs try until it succeeds, fails with an error Retryable does
-// not retry, ctx ends, or c.Retry.Deadline has passed.
+// not retry, ctx ends, or c.Retry.Deadline has passed since the first
+// failure.
 func (c *Client) retry(ctx context.Context, try func() error) error {
 	r := c.Retry.withDefaults()
-	start := time.Now()
+	var start time.Time
 	wait := r.Initial
 	for {
 		err := try()
 		if err == nil || r.Deadline < 0 || !Retryable(err) || ctx.Err() != nil {
 			return err
+		}
+		if start.IsZero() {
+			start = time.Now()
 		}
 		d := wait/2 + rand.N(wait/2+1)
 		if time.Since(start)+d > r.Deadline {

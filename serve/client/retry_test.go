@@ -217,3 +217,21 @@ func TestClientName(t *testing.T) {
 		t.Fatalf("Trajflow-Client %q, want rank-3", got)
 	}
 }
+
+// TestRetryDeadlineFromFirstFailure: Retry.Deadline counts from a call's
+// first failure, not from its start: a request that waited long for its
+// step still gets its retries.
+func TestRetryDeadlineFromFirstFailure(t *testing.T) {
+	slow503 := func(w http.ResponseWriter) {
+		time.Sleep(200 * time.Millisecond) // the wait for a step
+		errorAnswer(503, "", client.ReasonStopping)(w)
+	}
+	s := &scripted{answers: []func(http.ResponseWriter){slow503, okAnswer}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := client.New(srv.URL, "")
+	c.Retry = client.Retry{Initial: time.Millisecond, Max: time.Millisecond, Deadline: 100 * time.Millisecond}
+	if err := c.Ack(context.Background(), 1); err != nil || s.calls != 2 {
+		t.Fatalf("%v after %d calls, want success after a retry", err, s.calls)
+	}
+}

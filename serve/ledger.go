@@ -375,7 +375,16 @@ func (l *ledger) dispatch() {
 // shows as a slower growth. l.mu is held.
 func (l *ledger) setDemand() {
 	want := len(l.assigned) + l.buffer*l.stepSize()
+	worlds := map[int]bool{}
 	for _, w := range l.waiters {
+		if w.world > 0 {
+			// The ranks of a world waiting share one step: counted once,
+			// and not at all while one is being made.
+			if worlds[w.world] || l.making[w.world] > 0 {
+				continue
+			}
+			worlds[w.world] = true
+		}
 		want += w.k
 	}
 	if l.supply != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // partition cuts whole groups into world slices balanced by tokens, the
@@ -159,5 +161,24 @@ func TestLedgerRanksAtOnce(t *testing.T) {
 	}
 	if g := granted(t, l.wait(4, 0, 3)); g.step == nil || g.step.Step != st.Step {
 		t.Fatalf("rank 0 again: %+v, want its slice of step %d", g, st.Step)
+	}
+}
+
+// The ranks of a world waiting for one step count once in the demand.
+func TestLedgerRanksDemand(t *testing.T) {
+	supply := groups.NewSupply(0)
+	l, err := newLedger(ledgerConfig{Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease, Supply: supply})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rank := range 4 {
+		l.wait(8, rank, 4)
+	}
+	if got := supply.Target(); got != 8 {
+		t.Fatalf("4 ranks waiting for a step of 8: demand %d, want 8", got)
+	}
+	l.wait(2, 0, 0)
+	if got := supply.Target(); got != 10 {
+		t.Fatalf("and a whole step of 2: demand %d, want 10", got)
 	}
 }

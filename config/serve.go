@@ -23,8 +23,9 @@ const (
 // (docs/serve.md). A run ignores it.
 type Serve struct {
 	// Addr is the host:port the service listens on (the command's
-	// --addr). Any address but loopback requires a bearer token
-	// (token_env).
+	// --addr). Any address but loopback (127.0.0.0/8, [::1], localhost)
+	// requires a bearer token (token_env). An IPv6 address goes in
+	// brackets, quoted in YAML: "[::1]:8700".
 	//
 	// Default: 127.0.0.1:8700.
 	Addr string `yaml:"addr"`
@@ -49,10 +50,16 @@ type Serve struct {
 	//
 	// Default: abort.
 	PauseMode string `yaml:"pause_mode"`
+	// PauseTimeout, when set, ends a pause (POST /v1/pause) that no
+	// POST /v1/resume ended within it, as a resume would, and logs it: the
+	// trainer that paused the fleet never came back. It counts from the
+	// pause's time in the state file, across restarts. Unset (0): a pause
+	// lasts until a resume.
+	PauseTimeout Duration `yaml:"pause_timeout"`
 	// BufferSteps is how many steps of kept groups the service generates
-	// ahead of the trainers' requests, a step being the size of the
-	// largest request so far, so that the fleet never idles while a
-	// trainer trains.
+	// ahead of the trainers' requests, a step being the largest K of the
+	// last 8 requests (a single large request does not set it for good),
+	// so that the fleet never idles while a trainer trains.
 	//
 	// Default: 1.
 	BufferSteps *int `yaml:"buffer_steps"`
@@ -120,6 +127,9 @@ func (s *Serve) Validate() error {
 		p.Add("max_groups_per_step", "must be > 0, got %d", s.MaxGroupsPerStep)
 	}
 	p.OneOf("pause_mode", s.PauseMode, "abort", "keep")
+	if s.PauseTimeout < 0 {
+		p.Add("pause_timeout", "must be >= 0 (0: a pause lasts until a resume), got %s", s.PauseTimeout.D())
+	}
 	if s.BufferSteps != nil && *s.BufferSteps < 0 {
 		p.Add("buffer_steps", "must be >= 0, got %d", *s.BufferSteps)
 	}

@@ -59,11 +59,11 @@ func testStep(tb testing.TB, groups, n, payload int) (*service, *stepState, []*g
 	if err := s.loadFile(ctx, filepath.Join(data, schema.PartName(0))); err != nil {
 		tb.Fatal(err)
 	}
-	g := granted(tb, s.led.wait(groups))
+	g := granted(tb, s.led.wait(groups, 0, 0))
 	if g.err != nil || len(g.fresh) != groups {
 		tb.Fatalf("grant %+v", g)
 	}
-	st, err := s.makeStep(ctx, g.fresh)
+	st, err := s.makeStep(ctx, g.fresh, 0, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -119,10 +119,10 @@ func TestAnswerFromRecordsEqualsFile(t *testing.T) {
 	ctx := context.Background()
 	for _, format := range []string{FormatArrow, FormatJSONL} {
 		fromRecs, fromFile := &buffer{discard: discard{http.Header{}}}, &buffer{discard: discard{http.Header{}}}
-		if err := h.answerStep(ctx, fromRecs, st.Step, format, fresh); err != nil {
+		if err := h.answerStep(ctx, fromRecs, st.Step, format, fresh, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.answerStep(ctx, fromFile, st.Step, format, nil); err != nil {
+		if err := h.answerStep(ctx, fromFile, st.Step, format, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		a, b := fromRecs.String(), fromFile.String()
@@ -158,7 +158,7 @@ func BenchmarkAnswerStep(b *testing.B) {
 		}{{"records", fresh}, {"file", nil}} {
 			b.Run(format+"/"+src.name, func(b *testing.B) {
 				for b.Loop() {
-					if err := h.answerStep(ctx, &discard{http.Header{}}, st.Step, format, src.fresh); err != nil {
+					if err := h.answerStep(ctx, &discard{http.Header{}}, st.Step, format, src.fresh, nil); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -23,6 +23,11 @@
 // choose a status (errorAnswers), and the API's routes, with the 405s of
 // their other methods, come from one table (routeTable).
 //
+// A step asked for by the ranks of a data-parallel job (rank, world) is
+// one step cut into slices (slice.go: whole groups, balanced by tokens,
+// the same cut every time); a lease holds a slot, a whole step or one
+// rank's slice, and the step is acknowledged once every slice is.
+//
 // The HTTP handlers are in http.go; the Go client and the API's wire
 // types are in package serve/client.
 package serve

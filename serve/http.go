@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -10,8 +11,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -25,13 +29,16 @@ import (
 
 // The response headers and formats of a step (see the client package).
 const (
-	HeaderStep     = client.HeaderStep
-	HeaderVersions = client.HeaderVersions
-	HeaderGroups   = client.HeaderGroups
-	HeaderRows     = client.HeaderRows
-	FormatArrow    = client.FormatArrow
-	FormatParquet  = client.FormatParquet
-	FormatJSONL    = client.FormatJSONL
+	HeaderRank       = client.HeaderRank
+	HeaderWorld      = client.HeaderWorld
+	HeaderStepGroups = client.HeaderStepGroups
+	HeaderStep       = client.HeaderStep
+	HeaderVersions   = client.HeaderVersions
+	HeaderGroups     = client.HeaderGroups
+	HeaderRows       = client.HeaderRows
+	FormatArrow      = client.FormatArrow
+	FormatParquet    = client.FormatParquet
+	FormatJSONL      = client.FormatJSONL
 )
 
 var contentTypes = map[string]string{
@@ -41,10 +48,13 @@ var contentTypes = map[string]string{
 }
 
 // apiError is the body of every error answer: the problem and, when one
-// is to blame, the request parameter.
+// is to blame, the request parameter, else a reason (client.Reason*);
+// a 409 of a policy version names the current one.
 type apiError struct {
-	Error     string `json:"error"`
-	Parameter string `json:"parameter,omitempty"`
+	Error         string `json:"error"`
+	Parameter     string `json:"parameter,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -53,8 +63,16 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// fail answers an error that blames a request parameter: the messages
+// name it and never repeat its value.
 func fail(w http.ResponseWriter, code int, param, format string, args ...any) {
 	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Parameter: param})
+}
+
+// failReason answers an error that blames no parameter, with its reason
+// (client.Reason*).
+func failReason(w http.ResponseWriter, code int, reason, format string, args ...any) {
+	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Reason: reason})
 }
 
 // handler is the service's HTTP API.
@@ -96,7 +114,7 @@ func (h *handler) routes() http.Handler {
 	var paths []string
 	allowed := map[string][]string{}
 	for _, rt := range h.routeTable() {
-		handle := rt.handle
+		handle := limitBody(rt.handle)
 		if !rt.open {
 			handle = h.auth(handle)
 		}
@@ -111,41 +129,73 @@ func (h *handler) routes() http.Handler {
 		allow := strings.Join(allowed[path], ", ")
 		mux.HandleFunc(path, h.auth(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, r.URL.Path, allow)
+			fail(w, http.StatusMethodNotAllowed, "method", "%s %s: use %s", r.Method, path, allow)
 		}))
 	}
+	// The path is not repeated: it may hold anything, a secret included.
 	mux.HandleFunc("/", h.auth(func(w http.ResponseWriter, r *http.Request) {
-		fail(w, http.StatusNotFound, "", "no such endpoint: %s %s (see docs/serve.md)", r.Method, r.URL.Path)
+		failReason(w, http.StatusNotFound, client.ReasonNoSuchEndpoint, "no such endpoint: the paths are /healthz and /v1/... (see docs/serve.md)")
 	}))
 	return mux
+}
+
+// limitBody reads a request's body before its handler, whatever the
+// endpoint: over MaxBody bytes it is a 413 naming body, and the handler
+// reads the body from memory.
+func limitBody(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		next(w, r)
+	}
 }
 
 // errorAnswers are the HTTP answers of the service's errors, matched with
 // errors.Is: the status and the parameter to blame. Any other error is a
 // 500.
 var errorAnswers = []struct {
-	err   error
-	code  int
-	param string
+	err           error
+	code          int
+	param, reason string
 }{
-	{errNeverServed, http.StatusNotFound, "step"},
-	{errVersionBelow, http.StatusConflict, "version"},
-	{errPauseMode, http.StatusBadRequest, "mode"},
-	{errEnded, http.StatusServiceUnavailable, ""},
-	{errStopping, http.StatusServiceUnavailable, ""},
+	{errNeverServed, http.StatusNotFound, "step", ""},
+	{errVersionBelow, http.StatusConflict, "version", ""},
+	{errPauseMode, http.StatusBadRequest, "mode", ""},
+	{errWorld, http.StatusBadRequest, "world", ""},
+	{errEnded, http.StatusServiceUnavailable, "", client.ReasonEnded},
+	{errStopping, http.StatusServiceUnavailable, "", client.ReasonStopping},
 }
 
 // failWith answers an error of the service: its status from errorAnswers,
-// else a 500, logged.
+// else a 500 (reason internal), logged.
 func (h *handler) failWith(w http.ResponseWriter, err error) {
 	for _, a := range errorAnswers {
 		if errors.Is(err, a.err) {
-			fail(w, a.code, a.param, "%v", err)
+			body := apiError{Error: err.Error(), Parameter: a.param, Reason: a.reason}
+			var below *versionBelowError
+			if errors.As(err, &below) {
+				body.PolicyVersion = &below.current
+			}
+			writeJSON(w, a.code, body)
 			return
 		}
 	}
 	h.logf("%v", err)
-	fail(w, http.StatusInternalServerError, "", "%v", err)
+	failReason(w, http.StatusInternalServerError, client.ReasonInternal, "%v", err)
+}
+
+// bearerToken is the token of an Authorization header of the Bearer
+// scheme, whose name is matched without regard to case (RFC 7235).
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
 }
 
 // auth answers 401 to a request without the bearer token, comparing in
@@ -153,7 +203,7 @@ func (h *handler) failWith(w http.ResponseWriter, err error) {
 func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			got, ok := bearerToken(r.Header.Get("Authorization"))
 			// Digests of equal length: the comparison tells nothing of
 			// the token's length either.
 			gd, wd := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(h.token))
@@ -167,20 +217,56 @@ func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// StepQuery is a parsed GET /v1/steps/next query.
+// StepQuery is a parsed GET /v1/steps/next query. World is 0 for a step
+// served whole; else the step is cut into World slices and Rank's is
+// served.
 type StepQuery struct {
-	Groups int
-	Format string
+	Groups      int
+	Format      string
+	Rank, World int
+}
+
+// MaxWorld bounds world=W.
+const MaxWorld = 1024
+
+// ParseRank parses the rank and world query parameters (both or
+// neither): world from 1 to MaxWorld, rank from 0 to world-1. Neither:
+// 0, 0. The error names the parameter and repeats no value.
+func ParseRank(q map[string][]string) (rank, world int, perr *ParamError) {
+	rs, hasRank := q["rank"]
+	ws, hasWorld := q["world"]
+	switch {
+	case !hasRank && !hasWorld:
+		return 0, 0, nil
+	case !hasWorld:
+		return 0, 0, &ParamError{"world", "world=W is required with rank (the number of data-parallel ranks)"}
+	case !hasRank:
+		return 0, 0, &ParamError{"rank", "rank=R is required with world (this rank, 0 to world-1)"}
+	case len(ws) != 1:
+		return 0, 0, &ParamError{"world", "world given more than once"}
+	case len(rs) != 1:
+		return 0, 0, &ParamError{"rank", "rank given more than once"}
+	}
+	world, err := strconv.Atoi(ws[0])
+	if err != nil || world < 1 || world > MaxWorld {
+		return 0, 0, &ParamError{"world", fmt.Sprintf("world: want an integer from 1 to %d", MaxWorld)}
+	}
+	rank, err = strconv.Atoi(rs[0])
+	if err != nil || rank < 0 || rank >= world {
+		return 0, 0, &ParamError{"rank", "rank: want an integer from 0 to world-1"}
+	}
+	return rank, world, nil
 }
 
 // ParseStepQuery parses the query of GET /v1/steps/next: groups (1 to
-// maxGroups) and format (arrow, the default, parquet or jsonl). The error
-// names the parameter.
+// maxGroups), format (arrow, the default, parquet or jsonl), and rank and
+// world (ParseRank; world at most groups, the format arrow or jsonl). The
+// error names the parameter.
 func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamError) {
 	out := StepQuery{Format: FormatArrow}
 	for k := range q {
-		if k != "groups" && k != "format" {
-			return out, &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want groups and format", k)}
+		if k != "groups" && k != "format" && k != "rank" && k != "world" {
+			return out, &ParamError{paramName(k), "unknown parameter: want groups, format, rank and world"}
 		}
 	}
 	gs := q["groups"]
@@ -189,7 +275,7 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 	}
 	k, err := strconv.Atoi(gs[0])
 	if err != nil || k <= 0 || k > maxGroups {
-		return out, &ParamError{"groups", fmt.Sprintf("groups %q: want an integer from 1 to %d (serve.max_groups_per_step)", gs[0], maxGroups)}
+		return out, &ParamError{"groups", fmt.Sprintf("groups: want an integer from 1 to %d (serve.max_groups_per_step)", maxGroups)}
 	}
 	out.Groups = k
 	if fs, ok := q["format"]; ok {
@@ -197,9 +283,19 @@ func ParseStepQuery(q map[string][]string, maxGroups int) (StepQuery, *ParamErro
 			return out, &ParamError{"format", "format given more than once"}
 		}
 		if _, ok := contentTypes[fs[0]]; !ok {
-			return out, &ParamError{"format", fmt.Sprintf("format %q: want arrow, parquet or jsonl", fs[0])}
+			return out, &ParamError{"format", "format: want arrow, parquet or jsonl"}
 		}
 		out.Format = fs[0]
+	}
+	var perr *ParamError
+	if out.Rank, out.World, perr = ParseRank(q); perr != nil {
+		return out, perr
+	}
+	if out.World > out.Groups {
+		return out, &ParamError{"world", "world: at most groups (every rank's slice holds whole groups, one at least)"}
+	}
+	if out.World > 0 && out.Format == FormatParquet {
+		return out, &ParamError{"format", "format parquet serves whole steps: a rank's slice is arrow or jsonl"}
 	}
 	return out, nil
 }
@@ -226,7 +322,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	wt := h.s.led.wait(q.Groups)
+	wt := h.s.led.wait(q.Groups, q.Rank, q.World)
 	var g grant
 	select {
 	case g = <-wt.ch:
@@ -245,9 +341,9 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	st := g.step
 	if st == nil {
 		var err error
-		if st, err = h.s.makeStep(r.Context(), g.fresh); err != nil {
+		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
 			h.logf("making a step: %v", err)
-			fail(w, http.StatusInternalServerError, "", "making the step failed: %v", err)
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "making the step failed: %v", err)
 			return
 		}
 		// The step's first answer is made from the records its file was
@@ -265,12 +361,29 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set(HeaderStep, strconv.FormatInt(st.Step, 10))
 	hd.Set(HeaderVersions, strings.Join(vs, ","))
-	hd.Set(HeaderGroups, strconv.Itoa(len(st.Groups)))
-	hd.Set(HeaderRows, strconv.Itoa(st.Rows))
+	groups, rows := len(st.Groups), st.Rows
+	var keep map[groupRef]bool // a rank's slice; nil: the whole step
+	fresh := g.fresh
+	if st.World > 0 {
+		keep = map[groupRef]bool{}
+		rows = 0
+		slice := partition(st.GroupTokens, st.World)[q.Rank]
+		for _, i := range slice {
+			keep[st.Groups[i]] = true
+			rows += st.GroupRows[i]
+		}
+		groups = len(slice)
+		fresh = slices.DeleteFunc(slices.Clone(fresh), func(gr *group) bool { return !keep[gr.ref] })
+		hd.Set(HeaderRank, strconv.Itoa(q.Rank))
+		hd.Set(HeaderWorld, strconv.Itoa(st.World))
+		hd.Set(HeaderStepGroups, strconv.Itoa(len(st.Groups)))
+	}
+	hd.Set(HeaderGroups, strconv.Itoa(groups))
+	hd.Set(HeaderRows, strconv.Itoa(rows))
 	hd.Set("Content-Type", contentTypes[q.Format])
 	// The step is leased whatever becomes of this answer: one that does
 	// not arrive is served again when the lease runs out.
-	if err := h.answerStep(r.Context(), w, st.Step, q.Format, g.fresh); err != nil {
+	if err := h.answerStep(r.Context(), w, st.Step, q.Format, fresh, keep); err != nil {
 		h.logf("sending step %d: %v", st.Step, err)
 	}
 }
@@ -279,12 +392,14 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 // part file as it is; an Arrow or JSONL answer is encoded from the
 // records of fresh (the groups the step was just made of) when they share
 // one schema, else from the part file read back (a step served again).
-func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group) error {
+// keep, when not nil, is a rank's slice: the groups answered (fresh holds
+// those alone; Parquet is never asked for).
+func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group, keep map[groupRef]bool) error {
 	path := h.s.stepFile(n)
 	if format == FormatParquet {
 		f, err := os.Open(path)
 		if err != nil {
-			fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 			return err
 		}
 		defer func() { _ = f.Close() }() // best effort: read only
@@ -309,17 +424,36 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 	}
 	f, err := pqread.Open(path, h.s.alloc, 4096)
 	if err != nil {
-		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
 	sc, err := f.Schema()
 	if err != nil {
-		fail(w, http.StatusInternalServerError, "", "reading step %d: %v", n, err)
+		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
 	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error {
-		return f.Records(ctx, nil, fn)
+		if keep == nil {
+			return f.Records(ctx, nil, fn)
+		}
+		return f.Records(ctx, nil, func(rec arrow.Record) error {
+			parts, err := keepGroups(rec, keep)
+			if err != nil {
+				return fmt.Errorf("step %d: %w", n, err)
+			}
+			defer func() {
+				for _, p := range parts {
+					p.Release()
+				}
+			}()
+			for _, p := range parts {
+				if err := fn(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 }
 
@@ -353,15 +487,32 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 	raw := r.PathValue("n")
 	n, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || n <= 0 {
-		fail(w, http.StatusBadRequest, "step", "step %q: want a positive step number", raw)
+		fail(w, http.StatusBadRequest, "step", "step: want a positive step number (POST /v1/steps/N/ack)")
 		return
 	}
-	st, err := h.s.led.ack(n)
+	q := r.URL.Query()
+	for k := range q {
+		if k != "rank" && k != "world" {
+			fail(w, http.StatusBadRequest, paramName(k), "unknown parameter: want rank and world, or none")
+			return
+		}
+	}
+	rank, world, perr := ParseRank(q)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	st, err := h.s.led.ack(n, rank, world)
 	if err != nil {
 		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"step": st.Step, "acked": true})
+	answer := map[string]any{"step": st.Step, "acked": st.Acked}
+	if st.World > 0 {
+		answer["ranks_acked"] = st.RanksAcked
+		answer["world"] = st.World
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 // PolicyBody is the body of POST /v1/policy.
@@ -370,24 +521,49 @@ type PolicyBody struct {
 }
 
 // ParsePolicyBody parses the body of POST /v1/policy: {"version": v},
-// v >= 0. The error names the parameter.
+// v >= 0. The error names the parameter (the field, for a value of the
+// wrong type) and repeats no value.
 func ParsePolicyBody(b []byte) (int64, *ParamError) {
+	const want = `want a JSON object {"version": N}, N a whole number >= 0`
 	var body PolicyBody
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		return 0, &ParamError{"body", fmt.Sprintf("want a JSON object {\"version\": N}: %v", err)}
+		return 0, bodyError(err, want)
 	}
 	if dec.More() {
-		return 0, &ParamError{"body", "want one JSON object {\"version\": N}"}
+		return 0, &ParamError{"body", "more than one JSON value: " + want}
 	}
 	if body.Version == nil {
-		return 0, &ParamError{"version", "version is required"}
+		return 0, &ParamError{"version", "version is required: " + want}
 	}
 	if *body.Version < 0 {
-		return 0, &ParamError{"version", fmt.Sprintf("version %d: must be >= 0", *body.Version)}
+		return 0, &ParamError{"version", "version: must be >= 0"}
 	}
 	return *body.Version, nil
+}
+
+// bodyError is the ParamError of a JSON body that did not decode: a
+// field of the wrong type names the field, an unknown field the body;
+// neither says a Go type or repeats a value. want says what the body
+// should be.
+func bodyError(err error, want string) *ParamError {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Field != "" {
+		kind, _, _ := strings.Cut(typ.Value, " ") // "number 1.5": the kind alone
+		if kind == "bool" {
+			kind = "boolean"
+		}
+		return &ParamError{typ.Field, fmt.Sprintf("%s: a JSON %s of the wrong type: %s", typ.Field, kind, want)}
+	}
+	if strings.HasPrefix(err.Error(), "json: unknown field ") {
+		return &ParamError{"body", "an unknown field: " + want}
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return &ParamError{"body", fmt.Sprintf("not JSON (at byte %d): %s", syn.Offset, want)}
+	}
+	return &ParamError{"body", "not a JSON object: " + want}
 }
 
 // readBody reads a request body of at most MaxBody bytes.
@@ -426,12 +602,13 @@ func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
 }
 
 // ParsePauseMode reads the pause mode of POST /v1/pause from the query
-// (mode=) or the body ({"mode": "..."}); def when neither names one.
+// (mode=) or the body ({"mode": "..."}); def when neither names one. The
+// query may also hold by (see ParseBy).
 func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMode) (generate.PauseMode, *ParamError) {
 	mode := def
 	for k := range query {
-		if k != "mode" {
-			return "", &ParamError{paramName(k), fmt.Sprintf("unknown parameter %q: want mode", k)}
+		if k != "mode" && k != "by" {
+			return "", &ParamError{paramName(k), "unknown parameter: want mode and by"}
 		}
 	}
 	if ms, ok := query["mode"]; ok {
@@ -444,17 +621,21 @@ func ParsePauseMode(query map[string][]string, body []byte, def generate.PauseMo
 		var b struct {
 			Mode *string `json:"mode"`
 		}
-		dec := json.NewDecoder(strings.NewReader(string(body)))
+		const want = `want a JSON object {"mode": "abort"|"keep"} or no body`
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&b); err != nil || dec.More() {
-			return "", &ParamError{"body", "want a JSON object {\"mode\": \"abort\"|\"keep\"} or no body"}
+		if err := dec.Decode(&b); err != nil {
+			return "", bodyError(err, want)
+		}
+		if dec.More() {
+			return "", &ParamError{"body", "more than one JSON value: " + want}
 		}
 		if b.Mode != nil {
 			mode = generate.PauseMode(*b.Mode)
 		}
 	}
 	if mode != generate.PauseAbort && mode != generate.PauseKeep {
-		return "", &ParamError{"mode", fmt.Sprintf("mode %q: want abort or keep", mode)}
+		return "", &ParamError{"mode", "mode: want abort or keep"}
 	}
 	return mode, nil
 }
@@ -469,11 +650,42 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	if err := h.s.led.pause(mode); err != nil {
+	by, perr := ParseBy(r.URL.Query(), r.Header, r.RemoteAddr)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	if err := h.s.led.pause(mode, by); err != nil {
 		h.failWith(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "policy_version": h.s.led.version()})
+	h.logf("paused (%s) by %s", mode, by)
+	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "mode": mode, "by": by, "policy_version": h.s.led.version()})
+}
+
+// MaxBy bounds the length of a pause's by.
+const MaxBy = 200
+
+// ParseBy reads who asks for a pause: the query's by, else the
+// Trajflow-Client header (client.HeaderClient), else remote (the
+// request's address). by is at most MaxBy bytes of printable UTF-8; the
+// error names the parameter or header and never repeats the value.
+func ParseBy(query map[string][]string, header http.Header, remote string) (string, *ParamError) {
+	name, by := "by", ""
+	if bs, ok := query["by"]; ok {
+		if len(bs) != 1 {
+			return "", &ParamError{"by", "by given more than once"}
+		}
+		by = bs[0]
+	} else if v := header.Get(client.HeaderClient); v != "" {
+		name, by = client.HeaderClient, v
+	} else {
+		return remote, nil
+	}
+	if by == "" || len(by) > MaxBy || !utf8.ValidString(by) || strings.IndexFunc(by, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return "", &ParamError{name, fmt.Sprintf("%s: want 1 to %d bytes of printable UTF-8 (a trainer's name or rank)", name, MaxBy)}
+	}
+	return by, nil
 }
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {

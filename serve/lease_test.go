@@ -209,13 +209,14 @@ func TestServeToken(t *testing.T) {
 
 // TestServeRestart: after a stop and a start on the same output, the
 // policy version is the one set, the acknowledged step is not served
-// again, the one not acknowledged is (whole, under its number), and the
-// next step holds groups of neither.
+// again, the one not acknowledged stays leased for what is left of its
+// recorded lease and is then served again (whole, under its number), and
+// the next step holds groups of neither.
 func TestServeRestart(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := start(t, testConfig(t, out), serve.Options{})
+	s := start(t, testConfig(t, out, "serve.lease=2s"), serve.Options{})
 	c := client.New(s.url, "")
 	acked, err := c.Next(ctx, 3, "")
 	if err != nil {
@@ -235,14 +236,22 @@ func TestServeRestart(t *testing.T) {
 	}
 	s.stop(t)
 
-	s = start(t, testConfig(t, out), serve.Options{})
+	s = start(t, testConfig(t, out, "serve.lease=2s"), serve.Options{})
 	c = client.New(s.url, "")
 	st, err := c.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.PolicyVersion != 4 || st.Steps.Made != 2 || st.Steps.Acked != 1 || st.Steps.Pending != 1 {
+	if st.PolicyVersion != 4 || st.Steps.Made != 2 || st.Steps.Acked != 1 || st.Steps.Leased+st.Steps.Pending != 1 {
 		t.Fatalf("restarted: version %d, steps %+v", st.PolicyVersion, st.Steps)
+	}
+	for deadline := time.Now().Add(30 * time.Second); st.Steps.Pending != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the recorded lease never ran out: %+v", st.Steps)
+		}
+		if st, err = c.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	again, err := c.Next(ctx, 3, "")
 	if err != nil {

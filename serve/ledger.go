@@ -18,7 +18,8 @@ import (
 var (
 	// errNeverServed: an ack of a step that was never served (404).
 	errNeverServed = errors.New("was never served")
-	// errVersionBelow: a policy version below the current one (409).
+	// errVersionBelow: a policy version below the current one (409); the
+	// error is a *versionBelowError, which names the current version.
 	errVersionBelow = errors.New("policy versions only grow")
 	// errPauseMode: a pause mode other than abort and keep (400).
 	errPauseMode = errors.New("want abort or keep")
@@ -30,7 +31,25 @@ var (
 	// errNotRecorded: a change the state file could not record (500);
 	// nothing of it was published.
 	errNotRecorded = errors.New("not recorded")
+	// errWorld: an ack's world that is not the one its step was served
+	// to (400).
+	errWorld = errors.New("not the step's world")
 )
+
+// versionBelowError is a policy version below the current one: it says
+// what the current version is and what a trainer is to do about it.
+type versionBelowError struct {
+	version, current int64
+}
+
+func (e *versionBelowError) Error() string {
+	return fmt.Sprintf("policy version %d is below the current version %d: %v. "+
+		"A trainer restarted from an older checkpoint reads policy_version from GET /v1/status first, "+
+		"then loads weights of version %d or later (or posts %d, a no-op, to go on with the fleet's weights) "+
+		"and, if it paused, resumes (POST /v1/resume)", e.version, e.current, errVersionBelow, e.current, e.current)
+}
+
+func (e *versionBelowError) Unwrap() error { return errVersionBelow }
 
 // ledger is the service's state machine: the steps made and their leases,
 // the queue of kept groups in no step, the trainers waiting for a step,
@@ -49,9 +68,12 @@ type ledger struct {
 	now     func() time.Time
 	persist func(*state) error
 	lease   time.Duration
-	buffer  int              // serve.buffer_steps
-	supply  *groups.Supply   // the run's demand; nil in tests
-	policy  *generate.Policy // published after the state records it
+	// pauseTimeout is serve.pause_timeout: a pause recorded longer ago is
+	// ended by expirePause; 0: never.
+	pauseTimeout time.Duration
+	buffer       int              // serve.buffer_steps
+	supply       *groups.Supply   // the run's demand; nil in tests
+	policy       *generate.Policy // published after the state records it
 
 	// recording serialises the changes the state file records.
 	recording sync.Mutex
@@ -64,10 +86,12 @@ type ledger struct {
 	queued   map[groupRef]*group
 	queue    []*group
 	waiters  []*waiter
-	leases   map[int64]time.Time // a leased step's expiry
-	largest  int                 // the largest groups=K asked for
-	ended    error               // the run ended: no more groups come
-	meta     map[string]string   // the data files' metadata
+	leases   map[slot]time.Time // a leased step's (or rank's slice's) expiry
+	handed   map[slot]bool      // the slots served since the start
+	making   map[int]int        // by world (> 0): the steps granted and not yet recorded or given back
+	recent   []int              // the K of the last recentRequests requests, oldest first
+	ended    error              // the run ended: no more groups come
+	meta     map[string]string  // the data files' metadata
 	counts   counts
 }
 
@@ -80,12 +104,36 @@ type ledgerConfig struct {
 	// one call at a time.
 	Persist func(*state) error
 	// Now is the clock; default time.Now.
-	Now    func() time.Time
-	Lease  time.Duration
-	Buffer int
-	Supply *groups.Supply
+	Now   func() time.Time
+	Lease time.Duration
+	// PauseTimeout is serve.pause_timeout (0: a pause lasts until a
+	// resume).
+	PauseTimeout time.Duration
+	Buffer       int
+	Supply       *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
+}
+
+// recentRequests is how many of the latest requests' K the standing
+// demand follows: a step of serve.buffer_steps is the largest of them.
+const recentRequests = 8
+
+// noteRequest adds a request's K to the recent ones. l.mu is held.
+func (l *ledger) noteRequest(k int) {
+	l.recent = append(l.recent, k)
+	if n := len(l.recent); n > recentRequests {
+		l.recent = slices.Delete(l.recent, 0, n-recentRequests)
+	}
+}
+
+// stepSize is the size of a step of serve.buffer_steps: the largest K of
+// the recent requests (0 before the first). l.mu is held.
+func (l *ledger) stepSize() int {
+	if len(l.recent) == 0 {
+		return 0
+	}
+	return slices.Max(l.recent)
 }
 
 // counts are the service's counters since it started.
@@ -93,10 +141,19 @@ type counts struct {
 	served, reserved, acked, expired int64
 }
 
-// waiter is a trainer waiting for a step of k groups.
+// slot is what a lease holds: a step served whole (rank 0, world 0), or
+// one rank's slice of a step served to a data-parallel job of world
+// ranks.
+type slot struct {
+	step int64
+	rank int
+}
+
+// waiter is a trainer waiting for a step of k groups: the whole step
+// (world 0), or rank's slice of a step for world ranks.
 type waiter struct {
-	k  int
-	ch chan grant // buffered: dispatch never blocks
+	k, rank, world int
+	ch             chan grant // buffered: dispatch never blocks
 }
 
 // grant is what a waiter gets: fresh groups to make a new step of, a step
@@ -115,9 +172,9 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		st = &state{Version: stateVersion, Next: 1}
 	}
 	l := &ledger{
-		now: c.Now, persist: c.Persist, lease: c.Lease, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
+		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
-		queued: map[groupRef]*group{}, leases: map[int64]time.Time{},
+		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -135,12 +192,16 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 			return nil, fmt.Errorf("the recorded pause: %w", err)
 		}
 	}
+	now := l.now()
 	for _, step := range st.Steps {
 		l.steps[step.Step] = step
+		if !step.Acked && now.Before(step.LeasedUntil) {
+			l.leases[slot{step.Step, step.LeasedRank}] = step.LeasedUntil
+		}
 		for _, g := range step.Groups {
 			l.assigned[g] = true
 		}
-		l.largest = max(l.largest, len(step.Groups))
+		l.noteRequest(len(step.Groups)) // the recorded steps stand for the requests before the restart
 		l.next = max(l.next, step.Step+1)
 	}
 	return l, nil
@@ -236,11 +297,20 @@ func (l *ledger) expire() {
 	}
 }
 
-// pendingStep is the oldest step of k groups neither acknowledged nor
-// leased: served before, to be served again. l.mu is held, after expire.
-func (l *ledger) pendingStep(k int) *stepState {
+// pendingStep is the oldest step a waiter is to be served before any new
+// one. Served whole (world 0): a step neither acknowledged nor leased,
+// served before, to be served again, whole and under its number, whatever
+// K the waiter asks (its answer says its size), so that no step waits for
+// a trainer of its size that may never come back. To rank r of world W:
+// a step made for world W whose slice r is neither acknowledged nor
+// leased (a step another rank took first, or a slice whose lease ran
+// out). l.mu is held, after expire.
+func (l *ledger) pendingStep(w *waiter) *stepState {
 	for _, st := range l.st.Steps {
-		if _, leased := l.leases[st.Step]; !st.Acked && !leased && len(st.Groups) == k {
+		if st.Acked || st.World != w.world || slices.Contains(st.RanksAcked, w.rank) {
+			continue
+		}
+		if _, leased := l.leases[slot{st.Step, w.rank}]; !leased {
 			return st
 		}
 	}
@@ -248,18 +318,28 @@ func (l *ledger) pendingStep(k int) *stepState {
 }
 
 // dispatch hands steps to the waiting trainers, first come first served:
-// a step of the same size that is to be served again, else fresh groups
-// from the queue; when the run ended, those that cannot be served are
-// told so. It then sets the run's demand. l.mu is held.
+// a step to be served again, whatever its size, else fresh groups from
+// the queue; when the run ended, those that cannot be served are told
+// so. It then sets the run's demand. l.mu is held.
 func (l *ledger) dispatch() {
 	l.expire()
 	blocked := false
 	kept := l.waiters[:0]
 	for _, w := range l.waiters {
-		if st := l.pendingStep(w.k); st != nil {
-			l.leases[st.Step] = l.now().Add(l.lease)
-			l.counts.reserved++
+		if st := l.pendingStep(w); st != nil {
+			s := slot{st.Step, w.rank}
+			l.leases[s] = l.now().Add(l.lease)
+			if l.handed[s] || st.World == 0 {
+				l.counts.reserved++
+			}
+			l.handed[s] = true
 			w.ch <- grant{step: st}
+			continue
+		}
+		if w.world > 0 && l.making[w.world] > 0 {
+			// Another rank's step for this world is being made: this
+			// rank takes its slice of it, not a step of its own.
+			kept = append(kept, w)
 			continue
 		}
 		if !blocked && len(l.queue) >= w.k {
@@ -268,6 +348,9 @@ func (l *ledger) dispatch() {
 			for _, g := range fresh {
 				delete(l.queued, g.ref)
 				l.assigned[g.ref] = true
+			}
+			if w.world > 0 {
+				l.making[w.world]++
 			}
 			w.ch <- grant{fresh: fresh}
 			continue
@@ -285,11 +368,23 @@ func (l *ledger) dispatch() {
 }
 
 // setDemand raises the run's demand to the kept groups that are in steps,
-// those the waiting trainers ask for, and serve.buffer_steps steps of the
-// largest size asked for ahead. l.mu is held.
+// those the waiting trainers ask for, and serve.buffer_steps steps ahead,
+// a step being the largest K of the recent requests (stepSize): a single
+// large request no longer sets the buffer for good. The demand only
+// grows (the run cannot take back what it admitted); a smaller buffer
+// shows as a slower growth. l.mu is held.
 func (l *ledger) setDemand() {
-	want := len(l.assigned) + l.buffer*l.largest
+	want := len(l.assigned) + l.buffer*l.stepSize()
+	worlds := map[int]bool{}
 	for _, w := range l.waiters {
+		if w.world > 0 {
+			// The ranks of a world waiting share one step: counted once,
+			// and not at all while one is being made.
+			if worlds[w.world] || l.making[w.world] > 0 {
+				continue
+			}
+			worlds[w.world] = true
+		}
 		want += w.k
 	}
 	if l.supply != nil {
@@ -297,13 +392,14 @@ func (l *ledger) setDemand() {
 	}
 }
 
-// wait registers a trainer asking for a step of k groups and returns its
-// waiter; cancel takes it back.
-func (l *ledger) wait(k int) *waiter {
-	w := &waiter{k: k, ch: make(chan grant, 1)}
+// wait registers a trainer asking for a step of k groups (world 0: whole;
+// else rank's slice of a step for world ranks) and returns its waiter;
+// cancel takes it back.
+func (l *ledger) wait(k, rank, world int) *waiter {
+	w := &waiter{k: k, rank: rank, world: world, ch: make(chan grant, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.largest = max(l.largest, k)
+	l.noteRequest(k)
 	l.waiters = append(l.waiters, w)
 	l.dispatch()
 	return w
@@ -318,26 +414,42 @@ func (l *ledger) cancel(w *waiter) {
 	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	select {
 	case g := <-w.ch:
-		l.giveBack(g)
+		l.giveBack(g, w.rank)
+		if g.step == nil && len(g.fresh) > 0 {
+			l.madeFor(w.world)
+		}
 	default:
 	}
 	l.dispatch()
 }
 
-// unmade returns fresh groups whose step could not be made to the head of
-// the queue.
-func (l *ledger) unmade(fresh []*group) {
+// unmade returns fresh groups whose step (for world, 0: whole) could not
+// be made to the head of the queue.
+func (l *ledger) unmade(fresh []*group, world int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.giveBack(grant{fresh: fresh})
+	l.giveBack(grant{fresh: fresh}, 0)
+	l.madeFor(world)
 	l.dispatch()
 }
 
-// giveBack returns a grant not served; l.mu is held.
-func (l *ledger) giveBack(g grant) {
+// madeFor records that a step granted to a rank of world was made or
+// given back: the world's other ranks may then be served. l.mu is held.
+func (l *ledger) madeFor(world int) {
+	if world > 0 {
+		if l.making[world]--; l.making[world] <= 0 {
+			delete(l.making, world)
+		}
+	}
+}
+
+// giveBack returns a grant to rank not served; l.mu is held.
+func (l *ledger) giveBack(g grant, rank int) {
 	if g.step != nil {
-		delete(l.leases, g.step.Step)
-		l.counts.reserved--
+		delete(l.leases, slot{g.step.Step, rank})
+		if g.step.World == 0 {
+			l.counts.reserved--
+		}
 	}
 	for _, gr := range g.fresh {
 		delete(l.assigned, gr.ref)
@@ -376,17 +488,27 @@ func (l *ledger) reserve() int64 {
 }
 
 // recordStep records a new step made of granted groups, leased to its
-// caller: in the state file first, then in the ledger. On an error the
-// caller gives the groups back (unmade).
+// caller (st.LeasedRank's slice, for a step of a world) until serve.lease
+// from now: in the state file first (the lease too, which a restart
+// keeps), then in the ledger. On an error the caller gives the groups
+// back (unmade).
 func (l *ledger) recordStep(st *stepState) error {
 	err := l.record(func() (*state, error) {
+		st.LeasedUntil = l.now().Add(l.lease).UTC()
 		next := l.st.clone()
 		next.Steps = append(next.Steps, st)
 		return next, nil
 	}, func(*state) {
 		l.steps[st.Step] = st
-		l.leases[st.Step] = l.now().Add(l.lease)
+		s := slot{st.Step, st.LeasedRank}
+		l.leases[s] = st.LeasedUntil
+		l.handed[s] = true
 		l.counts.served++
+		if st.World > 0 {
+			// The world's other ranks waiting take their slices now.
+			l.madeFor(st.World)
+			l.dispatch()
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("recording step %d: %w", st.Step, err)
@@ -395,8 +517,10 @@ func (l *ledger) recordStep(st *stepState) error {
 }
 
 // ack completes step n: acknowledged once and for all (a repeated ack is
-// a no-op), recorded before it returns.
-func (l *ledger) ack(n int64) (*stepState, error) {
+// a no-op), recorded before it returns. With a world (> 0) it
+// acknowledges rank's slice of a step served to that world, and the step
+// is complete once every rank's is; world 0 acknowledges the whole step.
+func (l *ledger) ack(n int64, rank, world int) (*stepState, error) {
 	var acked *stepState
 	err := l.record(func() (*state, error) {
 		st := l.steps[n]
@@ -404,11 +528,20 @@ func (l *ledger) ack(n int64) (*stepState, error) {
 			return nil, fmt.Errorf("step %d %w", n, errNeverServed)
 		}
 		acked = st
-		if st.Acked {
+		if world > 0 && st.World != world {
+			return nil, fmt.Errorf("step %d was served to a world of %d ranks (0: whole), not %d: %w", n, st.World, world, errWorld)
+		}
+		if st.Acked || world > 0 && slices.Contains(st.RanksAcked, rank) {
 			return nil, nil
 		}
 		done := *st
-		done.Acked = true
+		if world > 0 {
+			done.RanksAcked = append(slices.Clone(st.RanksAcked), rank)
+			slices.Sort(done.RanksAcked)
+			done.Acked = len(done.RanksAcked) == world
+		} else {
+			done.Acked = true
+		}
 		acked = &done
 		next := l.st.clone()
 		for i, s := range next.Steps {
@@ -419,8 +552,15 @@ func (l *ledger) ack(n int64) (*stepState, error) {
 		return next, nil
 	}, func(*state) {
 		l.steps[n] = acked
-		delete(l.leases, n)
-		l.counts.acked++
+		delete(l.leases, slot{n, rank})
+		if acked.Acked {
+			for s := range l.leases {
+				if s.step == n {
+					delete(l.leases, s)
+				}
+			}
+			l.counts.acked++
+		}
 	})
 	if errors.Is(err, errNotRecorded) {
 		err = fmt.Errorf("recording the ack of step %d: %w", n, err)
@@ -434,7 +574,7 @@ func (l *ledger) ack(n int64) (*stepState, error) {
 func (l *ledger) setVersion(v int64) error {
 	err := l.record(func() (*state, error) {
 		if v < l.st.Policy {
-			return nil, fmt.Errorf("policy version %d is below the current version %d: %w", v, l.st.Policy, errVersionBelow)
+			return nil, &versionBelowError{version: v, current: l.st.Policy}
 		}
 		if v == l.st.Policy {
 			return nil, nil
@@ -452,38 +592,73 @@ func (l *ledger) setVersion(v int64) error {
 	return err
 }
 
-// pause pauses the fleet in mode once the state records it: a restarted
-// service comes back paused.
-func (l *ledger) pause(mode generate.PauseMode) error {
+// pause pauses the fleet in mode once the state records it, with when
+// and by whom: a restarted service comes back paused. A pause while paused
+// records its mode, time and by anew (the latest pause is the one
+// serve.pause_timeout counts from).
+func (l *ledger) pause(mode generate.PauseMode, by string) error {
 	if mode != generate.PauseAbort && mode != generate.PauseKeep {
 		return fmt.Errorf("pause mode %q: %w", mode, errPauseMode)
 	}
-	return l.recordPause(string(mode), func() {
+	err := l.record(func() (*state, error) {
+		next := l.st.clone()
+		next.Paused, next.PausedAt, next.PausedBy = string(mode), l.now().UTC(), by
+		return next, nil
+	}, func(*state) {
 		// The mode was checked above.
 		_ = l.policy.Pause(mode)
 	})
+	if err != nil {
+		return fmt.Errorf("recording the pause (%s): %w; a restart would not know it", mode, err)
+	}
+	return nil
 }
 
 // resume lets the fleet go on once the state records it.
 func (l *ledger) resume() error {
-	return l.recordPause("", l.policy.Resume)
-}
-
-// recordPause records the pause mode (empty: not paused), then applies it
-// to the fleet.
-func (l *ledger) recordPause(mode string, apply func()) error {
 	err := l.record(func() (*state, error) {
-		if l.st.Paused == mode {
+		if l.st.Paused == "" {
 			return nil, nil
 		}
-		next := l.st.clone()
-		next.Paused = mode
-		return next, nil
-	}, func(*state) { apply() })
+		return unpaused(l.st), nil
+	}, func(*state) { l.policy.Resume() })
 	if err != nil {
-		return fmt.Errorf("recording the pause (%q): %w; a restart would not know it", mode, err)
+		return fmt.Errorf("recording the resume: %w; a restart would not know it", err)
 	}
 	return nil
+}
+
+// unpaused is st without its pause.
+func unpaused(st *state) *state {
+	next := st.clone()
+	next.Paused, next.PausedAt, next.PausedBy = "", time.Time{}, ""
+	return next
+}
+
+// pauseInfo is a pause: its mode, since when and by whom.
+type pauseInfo struct {
+	Mode  string
+	Since time.Time
+	By    string
+}
+
+// expirePause ends a pause recorded serve.pause_timeout ago or longer
+// (its trainer never resumed), once the state records the resume, and
+// returns it; nil when there is none to end.
+func (l *ledger) expirePause() (*pauseInfo, error) {
+	var ended *pauseInfo
+	err := l.record(func() (*state, error) {
+		st := l.st
+		if l.pauseTimeout <= 0 || st.Paused == "" || l.now().Sub(st.PausedAt) < l.pauseTimeout {
+			return nil, nil
+		}
+		ended = &pauseInfo{Mode: st.Paused, Since: st.PausedAt, By: st.PausedBy}
+		return unpaused(st), nil
+	}, func(*state) { l.policy.Resume() })
+	if err != nil {
+		return nil, fmt.Errorf("recording the end of a pause past serve.pause_timeout: %w", err)
+	}
+	return ended, nil
 }
 
 // version is the policy version the ledger recorded and published.
@@ -503,6 +678,7 @@ func (l *ledger) status(out *client.Status) {
 	out.PolicyVersion = l.st.Policy
 	if l.st.Paused != "" {
 		out.Paused, out.PauseMode = true, l.st.Paused
+		out.PausedSince, out.PausedBy = l.st.PausedAt, l.st.PausedBy
 	}
 	out.QueuedGroups = len(l.queue)
 	out.Waiting = []int{}
@@ -519,20 +695,37 @@ func (l *ledger) status(out *client.Status) {
 		}
 	}
 	out.Leases = []client.Lease{}
+	leased := map[int64]bool{}
+	for s, exp := range l.leases {
+		if now.Before(exp) {
+			leased[s.step] = true
+			lease := client.Lease{Step: s.step, Expires: exp.UTC()}
+			if st := l.steps[s.step]; st != nil && st.World > 0 {
+				lease.Rank = &s.rank
+			}
+			out.Leases = append(out.Leases, lease)
+		}
+	}
 	for _, st := range l.st.Steps {
 		out.Steps.Made++
-		exp, leased := l.leases[st.Step]
 		switch {
 		case st.Acked:
 			out.Steps.Acked++
-		case leased && now.Before(exp):
+			out.LastAckedStep = max(out.LastAckedStep, st.Step)
+		case leased[st.Step]:
 			out.Steps.Leased++
-			out.Leases = append(out.Leases, client.Lease{Step: st.Step, Expires: exp.UTC()})
 		default:
 			out.Steps.Pending++
 		}
 	}
-	sort.Slice(out.Leases, func(i, j int) bool { return out.Leases[i].Step < out.Leases[j].Step })
+	sort.Slice(out.Leases, func(i, j int) bool {
+		a, b := out.Leases[i], out.Leases[j]
+		if a.Step != b.Step || a.Rank == nil || b.Rank == nil {
+			return a.Step < b.Step
+		}
+		return *a.Rank < *b.Rank
+	})
+	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
 	out.Staleness = map[string]int{}
 	for _, g := range l.queue {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/trajflow/trajflow/serve/client"
 	"github.com/trajflow/trajflow/stages/generate"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // fakeClock is a clock the test moves.
@@ -105,7 +107,7 @@ func granted(t testing.TB, w *waiter) grant {
 // served again.
 func serveStep(t *testing.T, l *ledger, k int) (int64, bool) {
 	t.Helper()
-	g := granted(t, l.wait(k))
+	g := granted(t, l.wait(k, 0, 0))
 	if g.err != nil {
 		t.Fatal(g.err)
 	}
@@ -153,7 +155,7 @@ func TestLedgerLeaseAckExpiry(t *testing.T) {
 				t.Fatalf("first step %d (again %v), want 1", first, again)
 			}
 			if tt.ack {
-				if _, err := l.ack(first); err != nil {
+				if _, err := l.ack(first, 0, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -196,7 +198,7 @@ func TestLedgerStatusDoesNotExpire(t *testing.T) {
 		}
 	}
 	l.mu.Lock()
-	_, still := l.leases[n]
+	_, still := l.leases[slot{n, 0}]
 	counted := l.counts.expired
 	l.mu.Unlock()
 	if !still || counted != 0 {
@@ -206,7 +208,7 @@ func TestLedgerStatusDoesNotExpire(t *testing.T) {
 	l.tick()
 	st := statusOf(l)
 	l.mu.Lock()
-	_, still = l.leases[n]
+	_, still = l.leases[slot{n, 0}]
 	l.mu.Unlock()
 	if still || st.Expired != 1 || st.Steps.Pending != 1 {
 		t.Fatalf("after the tick: lease kept %v, status %+v", still, st)
@@ -228,7 +230,7 @@ func TestLedgerAck(t *testing.T) {
 		{n, nil, 2},
 		{n, nil, 2},
 	} {
-		st, err := l.ack(tt.step)
+		st, err := l.ack(tt.step, 0, 0)
 		if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 			t.Fatalf("ack %d: %v, want %v", tt.step, err, tt.wantErr)
 		}
@@ -279,7 +281,7 @@ func TestLedgerVersions(t *testing.T) {
 // A pause and a resume are recorded before the fleet sees them; a mode
 // other than abort and keep is errPauseMode.
 func TestLedgerPauseResume(t *testing.T) {
-	l, _, db := newTestLedger(t, nil)
+	l, clock, db := newTestLedger(t, nil)
 	for _, tt := range []struct {
 		op       string // pause MODE or resume
 		mode     generate.PauseMode
@@ -290,14 +292,17 @@ func TestLedgerPauseResume(t *testing.T) {
 	}{
 		{"resume", "", nil, "", 0, ""},
 		{"pause", generate.PauseAbort, nil, "abort", 1, generate.PauseAbort},
-		{"pause", generate.PauseAbort, nil, "abort", 1, generate.PauseAbort},
-		{"pause", generate.PauseKeep, nil, "keep", 2, generate.PauseKeep},
-		{"pause", "stop", errPauseMode, "keep", 2, generate.PauseKeep},
-		{"resume", "", nil, "", 3, ""},
+		// A pause while paused is recorded anew: its time and by.
+		{"pause", generate.PauseAbort, nil, "abort", 2, generate.PauseAbort},
+		{"pause", generate.PauseKeep, nil, "keep", 3, generate.PauseKeep},
+		{"pause", "stop", errPauseMode, "keep", 3, generate.PauseKeep},
+		{"resume", "", nil, "", 4, ""},
 	} {
+		clock.advance(time.Minute)
+		by := fmt.Sprintf("trainer-%d", db.count())
 		var err error
 		if tt.op == "pause" {
-			err = l.pause(tt.mode)
+			err = l.pause(tt.mode, by)
 		} else {
 			err = l.resume()
 		}
@@ -315,6 +320,120 @@ func TestLedgerPauseResume(t *testing.T) {
 		if tt.writes > 0 && db.last().Paused != tt.paused {
 			t.Fatalf("%s %s: recorded %q, want %q", tt.op, tt.mode, db.last().Paused, tt.paused)
 		}
+		// Since when and by whom: recorded and shown while paused, gone
+		// after the resume.
+		if tt.wantErr == nil {
+			wantBy, wantSince := by, clock.now()
+			if !paused {
+				wantBy, wantSince = "", time.Time{}
+			}
+			if st.PausedBy != wantBy || !st.PausedSince.Equal(wantSince) {
+				t.Fatalf("%s %s: status paused since %v by %q, want %v by %q", tt.op, tt.mode, st.PausedSince, st.PausedBy, wantSince, wantBy)
+			}
+			if last := db.last(); last != nil && (last.PausedBy != wantBy || !last.PausedAt.Equal(wantSince)) {
+				t.Fatalf("%s %s: recorded since %v by %q, want %v by %q", tt.op, tt.mode, last.PausedAt, last.PausedBy, wantSince, wantBy)
+			}
+		}
+	}
+}
+
+// serve.pause_timeout: a pause no resume ended within the timeout is
+// ended by expirePause, recorded, and only then the fleet goes on; a
+// pause renewed meanwhile counts from its new time; a restarted ledger
+// counts from the recorded time; without a timeout a pause lasts.
+func TestLedgerPauseTimeout(t *testing.T) {
+	const timeout = 5 * time.Minute
+	newLedgerWith := func(st *state, clock *fakeClock, db *store, d time.Duration) *ledger {
+		l, err := newLedger(ledgerConfig{State: st, Persist: db.persist, Now: clock.now, Lease: testLease, PauseTimeout: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	clock, db := newFakeClock(), &store{}
+	l := newLedgerWith(nil, clock, db, timeout)
+	if err := l.pause(generate.PauseAbort, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	since := clock.now()
+	steps := []struct {
+		advance time.Duration
+		ends    bool
+	}{
+		{0, false},
+		{timeout - time.Second, false},
+		{time.Second, true}, // exactly the timeout
+		{timeout, false},    // not paused any more
+	}
+	for i, s := range steps {
+		clock.advance(s.advance)
+		writes := db.count()
+		p, err := l.expirePause()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (p != nil) != s.ends {
+			t.Fatalf("step %d: ended %+v, want %v", i, p, s.ends)
+		}
+		paused, _ := l.policy.Paused()
+		if s.ends {
+			if p.Mode != "abort" || p.By != "rank-0" || !p.Since.Equal(since) {
+				t.Fatalf("step %d: ended %+v, want the pause by rank-0 since %v", i, p, since)
+			}
+			if paused || statusOf(l).Paused || db.count() != writes+1 || db.last().Paused != "" {
+				t.Fatalf("step %d: fleet paused %v, status %+v, %d writes (recorded %q)", i, paused, statusOf(l), db.count()-writes, db.last().Paused)
+			}
+		} else if db.count() != writes {
+			t.Fatalf("step %d: %d writes without ending a pause", i, db.count()-writes)
+		}
+	}
+
+	// A pause renewed counts from its new time.
+	if err := l.pause(generate.PauseKeep, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(timeout - time.Second)
+	if err := l.pause(generate.PauseKeep, "rank-1"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(2 * time.Second)
+	if p, _ := l.expirePause(); p != nil {
+		t.Fatalf("a renewed pause ended after %v: %+v", 2*time.Second, p)
+	}
+
+	// A restart counts from the recorded time, not from the start.
+	r := newLedgerWith(db.last(), clock, db, timeout)
+	if paused, _ := r.policy.Paused(); !paused {
+		t.Fatal("restarted unpaused")
+	}
+	clock.advance(timeout)
+	if p, _ := r.expirePause(); p == nil || p.By != "rank-1" {
+		t.Fatalf("restarted: a pause older than the timeout not ended: %+v", p)
+	}
+
+	// A pause the state could not unrecord goes on.
+	if err := r.pause(generate.PauseAbort, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(timeout)
+	db.mu.Lock()
+	db.fail = errors.New("disk full")
+	db.mu.Unlock()
+	if p, err := r.expirePause(); !errors.Is(err, errNotRecorded) || p != nil {
+		t.Fatalf("unrecorded: %+v, %v; want errNotRecorded", p, err)
+	}
+	if paused, _ := r.policy.Paused(); !paused {
+		t.Fatal("the fleet went on though the state still records the pause")
+	}
+
+	// Without a timeout a pause lasts.
+	n := newLedgerWith(nil, clock, &store{}, 0)
+	if err := n.pause(generate.PauseAbort, "rank-0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(1000 * time.Hour)
+	if p, _ := n.expirePause(); p != nil {
+		t.Fatalf("no timeout: the pause ended: %+v", p)
 	}
 }
 
@@ -328,14 +447,14 @@ func TestLedgerNothingPublishedUnrecorded(t *testing.T) {
 		check  func(t *testing.T, l *ledger)
 	}{
 		{"step", func(l *ledger) error {
-			g := granted(t, l.wait(2))
+			g := granted(t, l.wait(2, 0, 0))
 			return l.recordStep(&stepState{Step: l.reserve(), Groups: []groupRef{g.fresh[0].ref, g.fresh[1].ref}})
 		}, func(t *testing.T, l *ledger) {
 			if st := statusOf(l); st.Steps.Made != 1 || st.Served != 1 {
 				t.Fatalf("status %+v", st)
 			}
 		}},
-		{"ack", func(l *ledger) error { _, err := l.ack(1); return err }, func(t *testing.T, l *ledger) {
+		{"ack", func(l *ledger) error { _, err := l.ack(1, 0, 0); return err }, func(t *testing.T, l *ledger) {
 			if st := statusOf(l); st.Steps.Acked != 0 || st.Acked != 0 || st.Steps.Leased != 1 {
 				t.Fatalf("status %+v", st)
 			}
@@ -345,7 +464,7 @@ func TestLedgerNothingPublishedUnrecorded(t *testing.T) {
 				t.Fatalf("version %d", l.policy.Version())
 			}
 		}},
-		{"pause", func(l *ledger) error { return l.pause(generate.PauseKeep) }, func(t *testing.T, l *ledger) {
+		{"pause", func(l *ledger) error { return l.pause(generate.PauseKeep, "trainer-0") }, func(t *testing.T, l *ledger) {
 			if paused, _ := l.policy.Paused(); paused || statusOf(l).Paused {
 				t.Fatal("paused")
 			}
@@ -404,7 +523,7 @@ func TestLedgerPersistOutsideTheLock(t *testing.T) {
 		t.Fatal("the status waited on the state's write")
 	}
 	// A second change waits for the first to be recorded.
-	go func() { done <- l.pause(generate.PauseAbort) }()
+	go func() { done <- l.pause(generate.PauseAbort, "trainer-0") }()
 	select {
 	case st := <-started:
 		t.Fatalf("a second write (%+v) began before the first ended", st)
@@ -436,22 +555,29 @@ func TestLedgerRestart(t *testing.T) {
 	l.enqueue(testGroups(0, 6), nil)
 	a, _ := serveStep(t, l, 2)
 	b, _ := serveStep(t, l, 2)
-	if _, err := l.ack(a); err != nil {
+	if _, err := l.ack(a, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.setVersion(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.pause(generate.PauseKeep); err != nil {
+	if err := l.pause(generate.PauseKeep, "trainer-0"); err != nil {
 		t.Fatal(err)
 	}
 
-	r, _, _ := newTestLedger(t, db.last())
+	r, rclock, _ := newTestLedger(t, db.last())
 	if paused, mode := r.policy.Paused(); !paused || mode != generate.PauseKeep || r.policy.Version() != 2 {
 		t.Fatalf("restarted: paused %v (%s), version %d", paused, mode, r.policy.Version())
 	}
+	// Within its recorded lease the step not acknowledged stays leased
+	// (its trainer may go on and acknowledge it); then it is to be served
+	// again.
+	if st := statusOf(r); st.Steps != (client.StepCounts{Made: 2, Acked: 1, Leased: 1}) || len(st.Leases) != 1 || st.Leases[0].Step != b {
+		t.Fatalf("restarted within the lease: steps %+v, leases %+v", st.Steps, st.Leases)
+	}
+	rclock.advance(testLease)
 	if st := statusOf(r); st.Steps != (client.StepCounts{Made: 2, Acked: 1, Pending: 1}) {
-		t.Fatalf("restarted: steps %+v", st.Steps)
+		t.Fatalf("restarted, past the lease: steps %+v", st.Steps)
 	}
 	// The groups of both steps are taken; the queue gets the others.
 	for _, g := range testGroups(0, 4) {
@@ -478,7 +604,7 @@ func TestLedgerRestart(t *testing.T) {
 // a request that cannot be served is told so (errEnded).
 func TestLedgerWaitCancelEnd(t *testing.T) {
 	l, _, _ := newTestLedger(t, nil)
-	first, second := l.wait(3), l.wait(1)
+	first, second := l.wait(3, 0, 0), l.wait(1, 0, 0)
 	l.enqueue(testGroups(0, 2), nil)
 	select {
 	case g := <-second.ch:
@@ -500,11 +626,64 @@ func TestLedgerWaitCancelEnd(t *testing.T) {
 		t.Fatalf("second: %+v, want task 0 (back at the head of the queue)", g2.fresh)
 	}
 	l.end(nil)
-	g3 := granted(t, l.wait(5))
+	g3 := granted(t, l.wait(5, 0, 0))
 	if !errors.Is(g3.err, errEnded) {
 		t.Fatalf("after the end: %v, want errEnded", g3.err)
 	}
 	if got := statusOf(l); got.QueuedGroups != 2 || got.Ended == "" || !slices.Equal(got.Waiting, []int{}) {
 		t.Fatalf("status %+v", got)
+	}
+}
+
+// A step to be served again goes to the next caller whatever K it asks,
+// whole and under its number, before any fresh groups: after a restart,
+// a trainer that changed its K still takes the steps left over.
+func TestLedgerPendingAnyK(t *testing.T) {
+	for _, k := range []int{1, 2, 4, 8} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			l, clock, _ := newTestLedger(t, nil)
+			l.enqueue(testGroups(0, 20), nil)
+			first, _ := serveStep(t, l, 4)
+			clock.advance(testLease)
+			g := granted(t, l.wait(k, 0, 0))
+			if g.step == nil || g.step.Step != first || len(g.step.Groups) != 4 {
+				t.Fatalf("K=%d after the lease of a step of 4: %+v, want step %d again", k, g, first)
+			}
+			// The next request gets fresh groups, as many as it asks.
+			g = granted(t, l.wait(k, 0, 0))
+			if g.step != nil || len(g.fresh) != k {
+				t.Fatalf("K=%d then: %+v, want %d fresh groups", k, g, k)
+			}
+		})
+	}
+}
+
+// The standing demand follows the recent requests: serve.buffer_steps
+// steps of the largest K of the last recentRequests requests, not of the
+// largest ever asked.
+func TestLedgerDemandFollowsRecent(t *testing.T) {
+	supply := groups.NewSupply(0)
+	l, err := newLedger(ledgerConfig{Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease, Buffer: 1, Supply: supply})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.enqueue(testGroups(0, 200), nil)
+	steps := []struct {
+		k, times int
+		want     int // the demand after them
+	}{
+		{16, 1, 16 + 16},       // in steps 16, a step of 16 ahead
+		{2, 4, 24 + 16},        // 16 still among the recent
+		{2, 4, 30 + 16},        // the 8th request's; then 16 leaves the recent, and the demand never falls
+		{2, 20, 16 + 28*2 + 2}, // a step of 2 ahead (of 16, largest ever: 88)
+		{4, 1, 76 + 4},         // a larger K counts at once
+	}
+	for i, s := range steps {
+		for range s.times {
+			serveStep(t, l, s.k)
+		}
+		if got := supply.Target(); got != s.want {
+			t.Fatalf("after %d×%d (row %d): demand %d, want %d", s.times, s.k, i, got, s.want)
+		}
 	}
 }

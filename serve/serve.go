@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	defer stopService()
 	s, err := newService(serviceConfig{
 		Dir: dir, State: st, Ctx: sctx,
-		Lease: cfg.Serve.Lease.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
+		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseTimeout.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
 		Supply: groups.NewSupply(0),
 		Parquet: parquet.Options{
 			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	defer s.led.close()
 	if st.Paused != "" {
 		// Paused when it stopped: it stays paused until POST /v1/resume.
-		logf("paused (%s) as when it stopped, at policy version %d: POST /v1/resume to go on", st.Paused, st.Policy)
+		logf("paused (%s) as when it stopped, at policy version %d, since %s by %s: POST /v1/resume to go on", st.Paused, st.Policy, st.PausedAt.Format(time.RFC3339), st.PausedBy)
 	}
 
 	// What earlier runs committed and no step holds is queued first.
@@ -237,7 +237,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		_, err := runner.Run(ctx, cfg, ropts)
 		runDone <- err
 	}()
-	tick := time.NewTicker(max(min(s.led.lease/10, time.Second), 10*time.Millisecond))
+	tickEvery := s.led.lease / 10
+	if pt := cfg.Serve.PauseTimeout.D(); pt > 0 {
+		tickEvery = min(tickEvery, pt/10)
+	}
+	tick := time.NewTicker(max(min(tickEvery, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	var progress <-chan time.Time
 	if opts.Progress != nil {
@@ -271,6 +275,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 			}
 		case <-tick.C:
 			s.led.tick()
+			switch p, err := s.led.expirePause(); {
+			case err != nil:
+				logf("%v", err)
+			case p != nil:
+				logf("resumed: the pause (%s) by %s since %s was not resumed within serve.pause_timeout (%s)", p.Mode, p.By, p.Since.Format(time.RFC3339), cfg.Serve.PauseTimeout.D())
+			}
 		case <-progress:
 			if opts.Progress != nil {
 				opts.Progress(s.snapshot(), s.status())

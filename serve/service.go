@@ -33,6 +33,7 @@ type group struct {
 	recs     []arrow.Record
 	rows     int
 	versions []int64
+	tokens   int64 // groupTokens, which the slices of a step are cut by
 }
 
 func (g *group) release() {
@@ -68,11 +69,13 @@ type serviceConfig struct {
 	// State is the recorded state (loadState).
 	State *state
 	// Ctx ends when the service stops.
-	Ctx    context.Context
-	Lease  time.Duration
-	Buffer int // serve.buffer_steps
-	MaxK   int // serve.max_groups_per_step
-	Supply *groups.Supply
+	Ctx   context.Context
+	Lease time.Duration
+	// PauseTimeout is serve.pause_timeout.
+	PauseTimeout time.Duration
+	Buffer       int // serve.buffer_steps
+	MaxK         int // serve.max_groups_per_step
+	Supply       *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -89,7 +92,7 @@ func newService(c serviceConfig) (*service, error) {
 		persist = func(st *state) error { return saveState(c.Dir, st) }
 	}
 	led, err := newLedger(ledgerConfig{
-		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, Buffer: c.Buffer, Supply: c.Supply,
+		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Supply: c.Supply,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)
@@ -174,6 +177,9 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	for _, g := range fresh {
+		g.tokens = groupTokens(g.recs)
+	}
 	s.led.enqueue(fresh, meta)
 	return nil
 }
@@ -235,27 +241,32 @@ func addVersions(a, vs []int64) []int64 {
 	return a
 }
 
-// makeStep commits granted groups as a new step: its folder written and
-// renamed into place, then the state recording it, before it is served.
-// On an error the groups go back to the head of the queue; on success
-// they are the caller's, to answer from their records and release.
-func (s *service) makeStep(ctx context.Context, fresh []*group) (st *stepState, err error) {
+// makeStep commits granted groups as a new step (for world ranks, rank's
+// slice leased; world 0: served whole): its folder written and renamed
+// into place, then the state recording it, before it is served. On an
+// error the groups go back to the head of the queue; on success they are
+// the caller's, to answer from their records and release.
+func (s *service) makeStep(ctx context.Context, fresh []*group, rank, world int) (st *stepState, err error) {
 	n := s.led.reserve()
-	st = &stepState{Step: n}
+	st = &stepState{Step: n, World: world, LeasedRank: rank}
 	for _, g := range fresh {
 		st.Groups = append(st.Groups, g.ref)
 		st.Rows += g.rows
 		st.Versions = addVersions(st.Versions, g.versions)
+		if world > 0 {
+			st.GroupTokens = append(st.GroupTokens, g.tokens)
+			st.GroupRows = append(st.GroupRows, g.rows)
+		}
 	}
 	if err := s.writeStep(ctx, n, fresh); err != nil {
-		s.led.unmade(fresh)
+		s.led.unmade(fresh, world)
 		return nil, fmt.Errorf("writing step %d: %w", n, err)
 	}
 	if err := s.led.recordStep(st); err != nil {
 		// Best effort: a folder the state does not record is removed at
 		// the next start.
 		_ = os.RemoveAll(filepath.Join(s.dir, schema.ServedStepDir(n)))
-		s.led.unmade(fresh)
+		s.led.unmade(fresh, world)
 		return nil, err
 	}
 	return st, nil

@@ -46,7 +46,7 @@ func TestStatusAndMetricsWhileStateIsWritten(t *testing.T) {
 	defer s.led.close()
 	// Step 1, recorded at the disk's usual speed.
 	s.led.enqueue(testGroups(0, 2), nil)
-	g := granted(t, s.led.wait(2))
+	g := granted(t, s.led.wait(2, 0, 0))
 	if err := s.led.recordStep(&stepState{Step: s.led.reserve(), Groups: []groupRef{g.fresh[0].ref, g.fresh[1].ref}}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
@@ -17,10 +18,10 @@ import (
 const stateVersion = 1
 
 // state is the service's durable state (served/state.json): the steps
-// assembled so far with the groups each holds and whether it was
-// acknowledged, the policy version and whether the fleet is paused.
-// Leases are not part of it: after a restart every step not acknowledged
-// is served again.
+// assembled so far with the groups each holds, whether it was
+// acknowledged and until when its first lease runs, the policy version
+// and whether the fleet is paused. A step served again is leased in
+// memory only: after a restart it is served again at once.
 type state struct {
 	Version int `json:"version"`
 	// Policy is the last policy version set (POST /v1/policy).
@@ -28,6 +29,11 @@ type state struct {
 	// Paused is the pause mode while the fleet is paused (POST
 	// /v1/pause), empty otherwise: a restarted service comes back paused.
 	Paused string `json:"paused,omitempty"`
+	// PausedAt and PausedBy are when the pause was recorded and who asked
+	// for it (the request's by, else its remote address); empty when not
+	// paused. serve.pause_timeout counts from PausedAt, across restarts.
+	PausedAt time.Time `json:"paused_since,omitzero"`
+	PausedBy string    `json:"paused_by,omitempty"`
 	// Next is the number of the next step.
 	Next  int64        `json:"next_step"`
 	Steps []*stepState `json:"steps"`
@@ -42,6 +48,23 @@ type stepState struct {
 	// under, ascending.
 	Versions []int64 `json:"policy_versions"`
 	Acked    bool    `json:"acked"`
+	// LeasedUntil is when the lease of the step's first serving runs out
+	// (recorded with the step): a restart keeps that lease, so that a
+	// trainer that goes on across the restart acknowledges its step
+	// rather than another trainer getting it too.
+	LeasedUntil time.Time `json:"leased_until,omitzero"`
+	// LeasedRank is the rank whose slice LeasedUntil leases (a step of a
+	// world).
+	LeasedRank int `json:"leased_rank,omitempty"`
+	// World is the number of data-parallel ranks the step is served to,
+	// each its slice (partition); 0: served whole. GroupTokens and
+	// GroupRows are its groups' tokens and rows, which the slices are
+	// cut by; RanksAcked the ranks that acknowledged their slice (the
+	// step is Acked once every rank did).
+	World       int     `json:"world,omitempty"`
+	GroupTokens []int64 `json:"group_tokens,omitempty"`
+	GroupRows   []int   `json:"group_rows,omitempty"`
+	RanksAcked  []int   `json:"ranks_acked,omitempty"`
 }
 
 // groupRef names a group: its task and attempt.

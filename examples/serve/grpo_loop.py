@@ -35,7 +35,10 @@ def main():
     args = ap.parse_args()
 
     token = os.environ.get(args.token_env) if args.token_env else None
-    c = ServeClient(args.url, token=token)
+    # Retries while the service restarts, saying so; the status first: the
+    # fleet's policy version is where a restarted trainer goes on from.
+    c = ServeClient(args.url, token=token,
+                    on_retry=lambda e, wait: print(f"retrying in {wait:.1f}s: {e}", file=sys.stderr, flush=True))
     version = c.status()["policy_version"]
     seen = {}
     for _ in range(args.steps):

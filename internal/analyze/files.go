@@ -24,8 +24,10 @@ const DefaultBatchRows = 4096
 // ResolveFiles expands paths into Parquet files: a file stands for itself;
 // a directory for every data/part-*.parquet under it, or, for a sharded
 // run's root, under each of its shards (ROOT/shards/SSSSS-of-NNNNN/data,
-// see Shards), or, when there is neither, every *.parquet directly in it
-// (hidden names skipped). Files are
+// see Shards), or, for trajflow serve's served directory (OUTPUT/served),
+// every served step's step-NNNNNN/part-*.parquet, or, when there is none
+// of these, every *.parquet directly in it (hidden names skipped: a step
+// folder is read so). Files are
 // sorted by name within each directory and listed once. A missing path, or
 // a directory without Parquet files, is an error naming it.
 func ResolveFiles(paths []string) ([]string, error) {
@@ -58,7 +60,7 @@ func ResolveFiles(paths []string) ([]string, error) {
 			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("analyze: %s: no Parquet files (looked for data/part-*.parquet, shards/*/data/part-*.parquet and *.parquet)", p)
+			return nil, fmt.Errorf("analyze: %s: no Parquet files (looked for data/part-*.parquet, shards/*/data/part-*.parquet, step-*/part-*.parquet and *.parquet)", p)
 		}
 		for _, f := range files {
 			add(f)
@@ -95,6 +97,13 @@ func dirFiles(dir string) ([]string, error) {
 				}
 				parts = append(parts, p...)
 			}
+		}
+	}
+	if len(parts) == 0 {
+		// A served directory: its steps, in step order (the names sort so).
+		parts, err = filepath.Glob(filepath.Join(globEscape(dir), schema.ServedStepPrefix+"*", schema.PartGlob))
+		if err != nil {
+			return nil, fmt.Errorf("analyze: %s: %w", dir, err)
 		}
 	}
 	if len(parts) == 0 {

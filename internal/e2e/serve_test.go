@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/serve/client"
@@ -139,8 +142,9 @@ func groupsIn(t *testing.T, ds dataset) map[groupKey][]*pipeline.Rollout {
 }
 
 // TestServeKillRestart: a serve killed with kill -9 and started again
-// serves the step it had served and not seen acknowledged again, whole and
-// under its number; no rollout is in data/ twice, every group served is in
+// keeps the lease of the step it had served and not seen acknowledged,
+// then serves it again, whole and under its number; no rollout is in
+// data/ twice, every group served is in
 // data/, no group is in two steps, and every committed kept group is in a
 // step or queued. SIGTERM stops it as a run stops (exit 130).
 func TestServeKillRestart(t *testing.T) {
@@ -151,7 +155,7 @@ func TestServeKillRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	p := startServe(t, cfg)
+	p := startServe(t, cfg, "--set", "serve.lease=1s")
 	c := client.New(p.url, "")
 	first, err := c.Next(ctx, 4, client.FormatParquet)
 	if err != nil {
@@ -171,8 +175,22 @@ func TestServeKillRestart(t *testing.T) {
 	}
 	<-p.done
 
-	p = startServe(t, cfg)
+	p = startServe(t, cfg, "--set", "serve.lease=1s")
 	c = client.New(p.url, "")
+	// The step's lease was recorded with it: served again once it runs
+	// out.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Steps.Pending == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the recorded lease never ran out: %+v", st.Steps)
+		}
+	}
 	again, err := c.Next(ctx, 4, client.FormatParquet)
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +244,29 @@ func TestServeKillRestart(t *testing.T) {
 			}
 		}
 	}
+	// stats and report read the served steps directly: the served
+	// directory (every step) and a step's folder.
+	for _, tc := range []struct {
+		path string
+		rows int64
+	}{
+		{filepath.Join(out, "served"), int64(4 * len(inStep))},
+		{steps[0], 16},
+	} {
+		st := run(t, "stats", "--json", tc.path)
+		var m struct {
+			Rows int64 `json:"rows"`
+		}
+		if err := json.Unmarshal([]byte(st.stdout), &m); st.code != 0 || err != nil || m.Rows != tc.rows {
+			t.Fatalf("stats %s: exit %d, rows %d (%v), want %d:\n%s%s", tc.path, st.code, m.Rows, err, tc.rows, st.stdout, st.stderr)
+		}
+	}
+	html := filepath.Join(dir, "served.html")
+	if rp := run(t, "report", "-o", html, filepath.Join(out, "served")); rp.code != 0 {
+		t.Fatalf("report of the served directory: exit %d: %s", rp.code, rp.stderr)
+	}
 	// A third start: everything committed and in no step is queued.
-	p = startServe(t, cfg)
+	p = startServe(t, cfg, "--set", "serve.lease=1s")
 	st, err := client.New(p.url, "").Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -414,4 +453,194 @@ func TestServeKillLoop(t *testing.T) {
 		}
 	}
 	t.Logf("%d steps served over 4 kill -9 cycles, %d kept groups committed", len(steps), len(data))
+}
+
+// TestServeTrainersSurviveRestarts: two trainers, the Go client's loop
+// and examples/serve/grpo_loop.py (pause, policy version, resume each
+// step), go on while serve is killed with kill -9 twice and started again
+// half a second later on the same address: each retries the refused
+// connections and the answers cut short, and finishes its steps; no group
+// reaches a trainer in two steps, and no step is acknowledged that the
+// trainer did not get.
+func TestServeTrainersSurviveRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two kill -9 cycles under two trainers (skipped under -short)")
+	}
+	py, pyErr := exec.LookPath("python3")
+	dir := t.TempDir()
+	tasks := writeTasks(t, dir, 3000, 5)
+	out := filepath.Join(dir, "out")
+	cfg := writeServeConfig(t, dir, tasks, out)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startServe(t, cfg, "--addr", addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const steps = 12
+	progress := make(chan int, steps)
+	type got struct {
+		number int64
+		body   []byte
+	}
+	var trained []got // read once loop has answered
+	loop := make(chan error, 1)
+	go func() {
+		c := client.New(p.url, "")
+		c.Name = "go-trainer"
+		c.Retry = client.Retry{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Deadline: time.Minute}
+		loop <- func() error {
+			for i := range steps {
+				st, err := c.Next(ctx, 3, client.FormatParquet)
+				if err != nil {
+					return fmt.Errorf("step %d of the loop: %w", i, err)
+				}
+				trained = append(trained, got{st.Number, st.Body})
+				time.Sleep(50 * time.Millisecond) // the optimizer
+				if err := c.Ack(ctx, st.Number); err != nil {
+					return fmt.Errorf("ack of step %d: %w", st.Number, err)
+				}
+				progress <- i
+			}
+			return nil
+		}()
+	}()
+	var pyOut bytes.Buffer
+	var pyCmd *exec.Cmd
+	if pyErr == nil {
+		pyCmd = exec.CommandContext(ctx, py, filepath.Join("..", "..", "examples", "serve", "grpo_loop.py"),
+			"--url", p.url, "--steps", "12", "--groups", "2", "--train-seconds", "0.1")
+		pyCmd.Stdout, pyCmd.Stderr = &pyOut, &pyOut
+		if err := pyCmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(after int) {
+		for {
+			select {
+			case i := <-progress:
+				if i >= after {
+					return
+				}
+			case err := <-loop:
+				t.Fatalf("the Go trainer stopped early: %v\nserve: %s", err, p.log())
+			}
+		}
+	}
+	for _, after := range []int{2, 6} {
+		waitFor(after)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+		time.Sleep(500 * time.Millisecond)
+		p = startServe(t, cfg, "--addr", addr)
+	}
+	if err := <-loop; err != nil {
+		t.Fatalf("the Go trainer stopped: %v\nserve: %s", err, p.log())
+	}
+	if pyCmd != nil {
+		if err := pyCmd.Wait(); err != nil || !strings.Contains(pyOut.String(), "ok: 12 steps") {
+			t.Fatalf("grpo_loop.py across the restarts: %v\n%s", err, pyOut.String())
+		}
+	}
+	numbers := map[int64]bool{}
+	inStep := map[groupKey]int64{}
+	for _, g := range trained {
+		if numbers[g.number] {
+			t.Fatalf("step %d reached the trainer twice", g.number)
+		}
+		numbers[g.number] = true
+		path := filepath.Join(dir, fmt.Sprintf("got-%d.parquet", g.number))
+		if err := os.WriteFile(path, g.body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := readFile(t, path, memory.NewGoAllocator())
+		for _, r := range rs {
+			k := groupKey{r.Key().TaskIndex, r.Key().Attempt}
+			if prev, ok := inStep[k]; ok && prev != g.number {
+				t.Fatalf("group %v in steps %d and %d", k, prev, g.number)
+			}
+			inStep[k] = g.number
+		}
+	}
+	st, err := client.New(p.url, "").Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := steps
+	if pyCmd != nil {
+		want += 12
+	}
+	if st.Steps.Acked != want || st.Paused {
+		t.Fatalf("after the loops: steps %+v, paused %v; want %d acknowledged, not paused", st.Steps, st.Paused, want)
+	}
+}
+
+// TestServeAddrFlag: --addr takes an IPv6 loopback address as typed
+// ([::1]:PORT, a loopback address: no token needed), and a bad --addr is
+// blamed on --addr, not on a --set the user never typed.
+func TestServeAddrFlag(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeServeConfig(t, dir, writeTasks(t, dir, 10, 1), filepath.Join(dir, "out"))
+	res := run(t, "serve", cfg, "--addr", "nowhere")
+	if res.code != 2 || !strings.Contains(res.stderr, "--addr nowhere: serve.addr") || strings.Contains(res.stderr, "--set") {
+		t.Fatalf("--addr nowhere: exit %d, stderr %s; want 2 blaming --addr", res.code, res.stderr)
+	}
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		ln.Close()
+	}
+	p := startServe(t, cfg, "--addr", "[::1]:0")
+	if !strings.HasPrefix(p.url, "http://[::1]:") {
+		t.Fatalf("listening on %s, want [::1]", p.url)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := client.New(p.url, "").Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServePythonRanks runs examples/serve/ddp_loop.py as two ranks of a
+// data-parallel job (RANK, WORLD_SIZE, as torchrun sets them) against a
+// trajflow serve process: each rank gets its slice of every step, and the
+// steps are acknowledged once both ranks acknowledged theirs.
+func TestServePythonRanks(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 is not installed; .ci/run installs it")
+		}
+		t.Skip("python3 not installed")
+	}
+	dir := t.TempDir()
+	cfg := writeServeConfig(t, dir, writeTasks(t, dir, 400, 3), filepath.Join(dir, "out"))
+	p := startServe(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const world, steps = 2, 3
+	outs := make([]bytes.Buffer, world)
+	cmds := make([]*exec.Cmd, world)
+	for rank := range world {
+		cmds[rank] = exec.CommandContext(ctx, py, filepath.Join("..", "..", "examples", "serve", "ddp_loop.py"),
+			"--url", p.url, "--steps", fmt.Sprint(steps), "--groups", "4", "--train-seconds", "0.05")
+		cmds[rank].Env = append(os.Environ(), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("WORLD_SIZE=%d", world))
+		cmds[rank].Stdout, cmds[rank].Stderr = &outs[rank], &outs[rank]
+		if err := cmds[rank].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for rank, cmd := range cmds {
+		if err := cmd.Wait(); err != nil || !strings.Contains(outs[rank].String(), fmt.Sprintf("rank %d: ok: %d steps", rank, steps)) {
+			t.Fatalf("rank %d: %v\n%s\nserve: %s", rank, err, outs[rank].String(), p.log())
+		}
+	}
+	st, err := client.New(p.url, "").Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != steps || st.Steps.Made != steps || st.PolicyVersion != steps || st.Paused {
+		t.Fatalf("after the ranks: steps %+v, policy v%d, paused %v; want %d steps made and acknowledged", st.Steps, st.PolicyVersion, st.Paused, steps)
+	}
 }

@@ -8,12 +8,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -27,6 +32,12 @@ const (
 	HeaderVersions = "Trajflow-Policy-Versions" // its tokens' policy versions, ascending, comma-separated
 	HeaderGroups   = "Trajflow-Groups"          // its groups
 	HeaderRows     = "Trajflow-Rows"            // its rows (trajectories)
+	// A rank's slice of a step (rank and world asked): the rank, the
+	// world, and the groups of the whole step (Groups and Rows count
+	// the slice's).
+	HeaderRank       = "Trajflow-Rank"
+	HeaderWorld      = "Trajflow-World"
+	HeaderStepGroups = "Trajflow-Step-Groups"
 )
 
 // The formats of a step's body.
@@ -40,10 +51,13 @@ const (
 // leases and policy, and the run's progress.
 type Status struct {
 	// PolicyVersion is the fleet's policy version; Paused and PauseMode
-	// its pause.
-	PolicyVersion int64  `json:"policy_version"`
-	Paused        bool   `json:"paused"`
-	PauseMode     string `json:"pause_mode,omitempty"`
+	// its pause, PausedSince and PausedBy when it was recorded and who
+	// asked for it (its by, else its address).
+	PolicyVersion int64     `json:"policy_version"`
+	Paused        bool      `json:"paused"`
+	PauseMode     string    `json:"pause_mode,omitempty"`
+	PausedSince   time.Time `json:"paused_since,omitzero"`
+	PausedBy      string    `json:"paused_by,omitempty"`
 	// QueuedGroups are the kept groups committed and in no step yet;
 	// Waiting the step sizes the trainers waiting now ask for.
 	QueuedGroups int   `json:"queued_groups"`
@@ -54,6 +68,11 @@ type Status struct {
 	// to be served again; Leases are the leases held.
 	Steps  StepCounts `json:"steps"`
 	Leases []Lease    `json:"leases"`
+	// LastAckedStep is the highest step number acknowledged (0: none);
+	// NextStep the number the next new step gets. A trainer started
+	// afresh or from a checkpoint reads them, and PolicyVersion, first.
+	LastAckedStep int64 `json:"last_acked_step"`
+	NextStep      int64 `json:"next_step"`
 	// Served, Reserved, Expired and Acked count since the service
 	// started: steps made and served, served again, leases run out, acks.
 	Served   int64 `json:"served_total"`
@@ -84,18 +103,36 @@ type StepCounts struct {
 	Pending int `json:"pending"`
 }
 
-// Lease is one leased step and when its lease runs out.
+// Lease is one leased step (Rank's slice, for a step served to the ranks
+// of a data-parallel job) and when its lease runs out.
 type Lease struct {
 	Step    int64     `json:"step"`
+	Rank    *int      `json:"rank,omitempty"`
 	Expires time.Time `json:"expires"`
 }
 
-// Error is an error answer of the service: its HTTP status, its message
-// and the request parameter it names, if any.
+// HeaderClient is the request header naming the caller (Client.Name):
+// the service records it as the by of a pause.
+const HeaderClient = "Trajflow-Client"
+
+// The reasons of the error answers that blame no request parameter.
+const (
+	ReasonEnded    = "ended"    // 503: no more kept groups will come (the input ran out, or the run failed)
+	ReasonStopping = "stopping" // 503: the service is stopping; a restart serves again
+	ReasonInternal = "internal" // 500: the service failed (the disk, say); see its log
+	// ReasonNoSuchEndpoint: 404, a path the API does not have.
+	ReasonNoSuchEndpoint = "no_such_endpoint"
+)
+
+// Error is an error answer of the service: its HTTP status, its message,
+// and the request parameter it names or else its reason (Reason*). A 409
+// of SetPolicy names the service's current PolicyVersion.
 type Error struct {
-	Status    int    `json:"-"`
-	Message   string `json:"error"`
-	Parameter string `json:"parameter,omitempty"`
+	Status        int    `json:"-"`
+	Message       string `json:"error"`
+	Parameter     string `json:"parameter,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -115,12 +152,123 @@ type Client struct {
 	HTTP *http.Client
 	// Alloc is the allocator of the Arrow records of Next; default Go's.
 	Alloc memory.Allocator
+	// Name names this caller to the service (the Trajflow-Client header,
+	// recorded as a pause's by); New sets it to host:pid. A rank of a
+	// data-parallel job is a good name.
+	Name string
+	// Retry is how a call that met a restart of the service is retried.
+	Retry Retry
+}
+
+// Retry is how a call is retried when the service is down or restarting:
+// a connection error (refused, reset, a body cut short), a 502 or 504
+// (a proxy before the service), a 503 but one whose reason is
+// ReasonEnded. Each wait is drawn at random from [w/2, w] (jitter, so
+// that a fleet of trainers does not come back at once), w doubling from
+// Initial to Max; retries stop once Deadline has passed since the call's
+// first failure (a Next that waited long for its step still gets its
+// retries), and the last error is returned. The zero value is the defaults.
+// Every call is safe to retry: an ack, a policy version, a pause or a
+// resume sent twice is one; a step whose answer was lost is served again
+// (after a restart, or when its lease runs out).
+type Retry struct {
+	// Initial is the first wait; default 200ms.
+	Initial time.Duration
+	// Max bounds a wait; default 5s.
+	Max time.Duration
+	// Deadline bounds the retries of one call, from its first failure;
+	// default 5m. Negative: no retries.
+	Deadline time.Duration
+	// OnRetry, when set, hears each error retried and the wait before the
+	// next try (a trainer logs it).
+	OnRetry func(err error, wait time.Duration)
+}
+
+// The defaults of Retry.
+const (
+	DefaultRetryInitial  = 200 * time.Millisecond
+	DefaultRetryMax      = 5 * time.Second
+	DefaultRetryDeadline = 5 * time.Minute
+)
+
+func (r Retry) withDefaults() Retry {
+	if r.Initial <= 0 {
+		r.Initial = DefaultRetryInitial
+	}
+	if r.Max <= 0 {
+		r.Max = DefaultRetryMax
+	}
+	if r.Deadline == 0 {
+		r.Deadline = DefaultRetryDeadline
+	}
+	return r
+}
+
+// Retryable reports whether an error of a call is one Retry retries: a
+// connection error, or an *Error of status 502, 504, or 503 but
+// ReasonEnded.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		switch e.Status {
+		case http.StatusBadGateway, http.StatusGatewayTimeout:
+			return true
+		case http.StatusServiceUnavailable:
+			return e.Reason != ReasonEnded
+		}
+		return false
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) || errors.Is(err, errCut) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// errCut marks a step's body that ended before its end: the connection
+// broke (a restart of the service, say).
+var errCut = errors.New("the answer was cut short")
+
+// retry runs try until it succeeds, fails with an error Retryable does
+// not retry, ctx ends, or c.Retry.Deadline has passed since the first
+// failure.
+func (c *Client) retry(ctx context.Context, try func() error) error {
+	r := c.Retry.withDefaults()
+	var start time.Time
+	wait := r.Initial
+	for {
+		err := try()
+		if err == nil || r.Deadline < 0 || !Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		d := wait/2 + rand.N(wait/2+1)
+		if time.Since(start)+d > r.Deadline {
+			return fmt.Errorf("%w (retried for %s, Retry.Deadline)", err, time.Since(start).Round(time.Millisecond))
+		}
+		if r.OnRetry != nil {
+			r.OnRetry(err, d)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, r.Max)
+	}
 }
 
 // New returns a client of the service at baseURL (http://host:port),
-// sending token as a bearer token when it is not empty.
+// sending token as a bearer token when it is not empty, named host:pid,
+// retrying with the defaults of Retry.
 func New(baseURL, token string) *Client {
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, HTTP: &http.Client{}}
+	host, _ := os.Hostname()
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, HTTP: &http.Client{}, Name: fmt.Sprintf("%s:%d", host, os.Getpid())}
 }
 
 // Step is one training step as served.
@@ -129,8 +277,12 @@ type Step struct {
 	Number int64
 	// Versions are the policy versions of its tokens, ascending.
 	Versions []int64
-	// Groups and Rows count its groups and rows.
+	// Groups and Rows count its groups and rows (a rank's slice: the
+	// slice's).
 	Groups, Rows int
+	// Rank and World are the slice's (NextRank); StepGroups the groups
+	// of the whole step. World 0: the whole step.
+	Rank, World, StepGroups int
 	// Format is the body's format.
 	Format string
 	// Records are the step's rows as Arrow records (format arrow); the
@@ -151,12 +303,41 @@ func (s *Step) Release() {
 // Next takes the next step of k kept groups, waiting until the service
 // has them; format is arrow (""), parquet or jsonl. The step is leased to
 // this caller: acknowledge it with Ack once trained on, or it is served
-// again when serve.lease runs out.
+// again when serve.lease runs out. A step whose answer a restart of the
+// service cut short is served again to the retry. A step served again
+// (its lease ran out, or the service restarted) comes whole whatever k
+// asks: Step.Groups says its size.
 func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) {
 	if format == "" {
 		format = FormatArrow
 	}
-	q := url.Values{"groups": {strconv.Itoa(k)}, "format": {format}}
+	return c.nextStep(ctx, url.Values{"groups": {strconv.Itoa(k)}, "format": {format}})
+}
+
+// NextRank takes rank's slice of the next step of k groups for a
+// data-parallel job of world ranks: every rank gets a disjoint slice of
+// the same step (whole groups, balanced by tokens; Step.Number is the
+// same). format is arrow ("") or jsonl. Acknowledge it with AckRank: the
+// step is complete once every rank acknowledged its slice.
+func (c *Client) NextRank(ctx context.Context, k, rank, world int, format string) (*Step, error) {
+	if format == "" {
+		format = FormatArrow
+	}
+	return c.nextStep(ctx, url.Values{"groups": {strconv.Itoa(k)}, "format": {format},
+		"rank": {strconv.Itoa(rank)}, "world": {strconv.Itoa(world)}})
+}
+
+func (c *Client) nextStep(ctx context.Context, q url.Values) (*Step, error) {
+	var st *Step
+	err := c.retry(ctx, func() (err error) {
+		st, err = c.next(ctx, q)
+		return err
+	})
+	return st, err
+}
+
+func (c *Client) next(ctx context.Context, q url.Values) (*Step, error) {
+	format := q.Get("format")
 	resp, err := c.do(ctx, http.MethodGet, "/v1/steps/next?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
@@ -169,6 +350,12 @@ func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) 
 	}
 	st.Groups, _ = strconv.Atoi(h.Get(HeaderGroups))
 	st.Rows, _ = strconv.Atoi(h.Get(HeaderRows))
+	st.Rank, _ = strconv.Atoi(h.Get(HeaderRank))
+	st.World, _ = strconv.Atoi(h.Get(HeaderWorld))
+	st.StepGroups = st.Groups
+	if v := h.Get(HeaderStepGroups); v != "" {
+		st.StepGroups, _ = strconv.Atoi(v)
+	}
 	if v := h.Get(HeaderVersions); v != "" {
 		for _, s := range strings.Split(v, ",") {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
@@ -179,8 +366,10 @@ func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) 
 		}
 	}
 	if format != FormatArrow {
-		st.Body, err = io.ReadAll(resp.Body)
-		return st, err
+		if st.Body, err = io.ReadAll(resp.Body); err != nil {
+			return nil, fmt.Errorf("trajflow serve: step %d: %w: %w", st.Number, errCut, err)
+		}
+		return st, nil
 	}
 	alloc := c.Alloc
 	if alloc == nil {
@@ -200,6 +389,14 @@ func (c *Client) Next(ctx context.Context, k int, format string) (*Step, error) 
 		st.Release()
 		return nil, fmt.Errorf("trajflow serve: step %d: %w", st.Number, err)
 	}
+	var rows int64
+	for _, rec := range st.Records {
+		rows += rec.NumRows()
+	}
+	if h.Get(HeaderRows) != "" && rows != int64(st.Rows) {
+		st.Release()
+		return nil, fmt.Errorf("trajflow serve: step %d: %d rows of %d: %w", st.Number, rows, st.Rows, errCut)
+	}
 	return st, nil
 }
 
@@ -209,6 +406,13 @@ func (c *Client) Ack(ctx context.Context, n int64) error {
 	return c.call(ctx, http.MethodPost, fmt.Sprintf("/v1/steps/%d/ack", n), nil, nil)
 }
 
+// AckRank acknowledges rank's slice of step n (NextRank): the step is
+// done, never served again, once every rank of world acknowledged its
+// slice. Acking twice is harmless.
+func (c *Client) AckRank(ctx context.Context, n int64, rank, world int) error {
+	return c.call(ctx, http.MethodPost, fmt.Sprintf("/v1/steps/%d/ack?rank=%d&world=%d", n, rank, world), nil, nil)
+}
+
 // SetPolicy tells the service that weights of version v are live on the
 // fleet; versions only grow.
 func (c *Client) SetPolicy(ctx context.Context, v int64) error {
@@ -216,7 +420,8 @@ func (c *Client) SetPolicy(ctx context.Context, v int64) error {
 }
 
 // Pause stops new generation until Resume, for a weight update; mode is
-// abort or keep ("" takes serve.pause_mode).
+// abort or keep ("" takes serve.pause_mode). The service records it with
+// its time and c.Name (GET /v1/status shows both).
 func (c *Client) Pause(ctx context.Context, mode string) error {
 	var body any
 	if mode != "" {
@@ -240,24 +445,29 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 }
 
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	return c.retry(ctx, func() error {
+		var rd io.Reader
+		if b != nil {
+			rd = bytes.NewReader(b)
+		}
+		resp, err := c.do(ctx, method, path, rd)
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
-	}
-	resp, err := c.do(ctx, method, path, rd)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
-	if out == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+		defer func() { _ = resp.Body.Close() }() // best effort: a response body, read
+		if out == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			return err
+		}
+		return json.NewDecoder(resp.Body).Decode(out)
+	})
 }
 
 // do sends a request and turns an error answer into an *Error.
@@ -271,6 +481,9 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.Name != "" {
+		req.Header.Set(HeaderClient, c.Name)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

@@ -22,7 +22,14 @@ func Example() {
 
 	ctx := context.Background()
 	c := client.New(url, "") // a token on a non-loopback address
-	for version := int64(1); version <= 2; version++ {
+	c.Name = "rank-0"        // recorded with a pause
+	// The first call: where the fleet is (a trainer restarted from a
+	// checkpoint goes on from its policy version).
+	start, err := c.Status(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for version := start.PolicyVersion + 1; version <= start.PolicyVersion+2; version++ {
 		step, err := c.Next(ctx, 4, client.FormatArrow)
 		if err != nil {
 			log.Fatal(err)

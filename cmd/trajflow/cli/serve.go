@@ -65,10 +65,10 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 	if code >= 0 {
 		return code
 	}
-	if addr != "" {
-		sets = append(sets, "serve.addr="+addr)
-	}
 	cfg, err := config.Read(path, sets)
+	if err == nil && addr != "" {
+		err = cfg.SetByFlag("serve.addr", addr, "--addr")
+	}
 	if err == nil {
 		err = serve.Check(cfg, serve.Options{})
 	}

@@ -1,0 +1,155 @@
+package serve_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trajflow/trajflow/serve"
+	"github.com/trajflow/trajflow/serve/client"
+)
+
+// jsonlGroups are the groups of a JSONL step body, with their rows and
+// tokens (prompt ids and total_tokens).
+func jsonlGroups(t *testing.T, body []byte) (map[group]int, int64) {
+	t.Helper()
+	out := map[group]int{}
+	var tokens int64
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var row struct {
+			Task    int64   `json:"task_index"`
+			Attempt int64   `json:"attempt"`
+			Prompt  []int32 `json:"prompt_token_ids"`
+			Total   int64   `json:"total_tokens"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		out[group{row.Task, row.Attempt}]++
+		tokens += int64(len(row.Prompt)) + row.Total
+	}
+	return out, tokens
+}
+
+// TestServeRanks: with rank and world each rank of a data-parallel job
+// gets a disjoint slice of the same step, whole groups that together are
+// the step, balanced by tokens; the step is acknowledged once every rank
+// acknowledged its slice; a rank whose lease ran out gets its slice
+// again, read back from the step's file, the same groups.
+func TestServeRanks(t *testing.T) {
+	s := start(t, testConfig(t, t.TempDir(), "serve.lease=1s"), serve.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const world, k = 3, 9
+	slices := make([]*client.Step, world)
+	var wg sync.WaitGroup
+	errs := make(chan error, world)
+	for rank := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := client.New(s.url, "")
+			st, err := c.NextRank(ctx, k, rank, world, client.FormatJSONL)
+			if err != nil {
+				errs <- err
+				return
+			}
+			slices[rank] = st
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	all := map[group]int{}
+	var loads []int64
+	for rank, st := range slices {
+		if st.Number != 1 || st.Rank != rank || st.World != world || st.StepGroups != k {
+			t.Fatalf("rank %d: step %d rank %d world %d of %d groups", rank, st.Number, st.Rank, st.World, st.StepGroups)
+		}
+		gs, tokens := jsonlGroups(t, st.Body)
+		if len(gs) != st.Groups || len(gs) == 0 {
+			t.Fatalf("rank %d: %d groups in the body, header %d", rank, len(gs), st.Groups)
+		}
+		rows := 0
+		for g, n := range gs {
+			if _, dup := all[g]; dup {
+				t.Fatalf("group %v in two ranks' slices", g)
+			}
+			all[g] = n
+			rows += n
+			if n != 4 {
+				t.Fatalf("rank %d: group %v split: %d rows of 4", rank, g, n)
+			}
+		}
+		if rows != st.Rows {
+			t.Fatalf("rank %d: %d rows, header %d", rank, rows, st.Rows)
+		}
+		loads = append(loads, tokens)
+	}
+	if len(all) != k {
+		t.Fatalf("the slices hold %d groups, want the step's %d", len(all), k)
+	}
+	c := client.New(s.url, "")
+	for rank := range world - 1 {
+		if err := c.AckRank(ctx, 1, rank, world); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != 0 {
+		t.Fatalf("acknowledged before the last rank: %+v", st.Steps)
+	}
+	// The last rank's lease runs out: it gets the same slice again, read
+	// back from the file.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if st, err = c.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st.Steps.Leased == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease did not run out: %+v", st.Leases)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	again, err := c.NextRank(ctx, k, world-1, world, client.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Number != 1 || string(again.Body) != string(slices[world-1].Body) {
+		t.Fatalf("served again: step %d, the same bytes %v", again.Number, string(again.Body) == string(slices[world-1].Body))
+	}
+	if err := c.AckRank(ctx, 1, world-1, world); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = c.Status(ctx); err != nil || st.Steps.Acked != 1 {
+		t.Fatalf("after every rank's ack: %+v, %v", st.Steps, err)
+	}
+	// Errors name the parameter.
+	var ce *client.Error
+	for _, tc := range []struct {
+		call  func() error
+		param string
+	}{
+		{func() error { _, err := c.NextRank(ctx, 2, 0, 3, ""); return err }, "world"},
+		{func() error { _, err := c.NextRank(ctx, 4, 2, 2, ""); return err }, "rank"},
+		{func() error { _, err := c.NextRank(ctx, 4, 0, 2, client.FormatParquet); return err }, "format"},
+		{func() error { return c.AckRank(ctx, 1, 0, 2) }, "world"},
+	} {
+		if err := tc.call(); !errors.As(err, &ce) || ce.Status != 400 || ce.Parameter != tc.param {
+			t.Errorf("%v, want a 400 naming %s", err, tc.param)
+		}
+	}
+	t.Logf("slice loads (tokens): %v", loads)
+}

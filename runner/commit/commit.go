@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -113,12 +114,18 @@ func Open(cfg *config.Config, popts parquet.Options, h Hooks) (*Committer, error
 }
 
 // openImages is the image store of dir, without the staged files a
-// crashed run left.
+// crashed run left (schema.IsTemp: internal/durable's .NAME.tmp-RANDOM,
+// and the .tmp-image-RANDOM of earlier versions).
 func openImages(dir string) (*images.Store, error) {
-	stale, _ := filepath.Glob(filepath.Join(dir, schema.TempSuffix+"-image-*"))
-	for _, f := range stale {
-		if err := os.Remove(f); err != nil {
-			return nil, err
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !e.IsDir() && schema.IsTemp(e.Name()) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return images.New(dir), nil

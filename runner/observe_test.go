@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,52 @@ func TestSnapshotETA(t *testing.T) {
 		if ok != tt.ok || got.Round(time.Second) != tt.want {
 			t.Errorf("%+v: ETA %v %v, want %v %v", tt.s, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+// /metrics scraped without pause from the moment it listens, while the
+// build steps after the output step (held up by a slow preflight) build
+// the client, the generator and the source: the statistics read only
+// parts the run has published (go test -race finds a read of a part being
+// built).
+func TestMetricsWhileBuilding(t *testing.T) {
+	s := sim.New(sim.Options{Seed: 3, Preset: "short", Accuracy: 0.5, Model: "sim-math"})
+	defer s.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // the preflight: the walk waits here
+		s.Handler().ServeHTTP(w, r)
+	})
+	mux.Handle("/", s.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	addr := freeAddr(t)
+	cfg := quickstart(t, "source.limit=20", "generate.endpoints=["+srv.URL+"/v1]", "run.metrics_addr="+addr, "run.progress=10ms")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var scrapes atomic.Int64
+	var scraping sync.WaitGroup
+	scraping.Add(1)
+	go func() {
+		defer scraping.Done()
+		for ctx.Err() == nil {
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			scrapes.Add(1)
+		}
+	}()
+	_, err := run(t, cfg, runner.Options{Progress: func(runner.Snapshot) {}})
+	cancel()
+	scraping.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scrapes.Load() < 2 {
+		t.Fatalf("%d scrapes during the run, want 2 or more", scrapes.Load())
 	}
 }

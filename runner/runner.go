@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/runner/build"
@@ -278,6 +279,10 @@ type run struct {
 		ctl   *groups.Controller
 		loop  *loop.Loop
 	}
+	// live is what the statistics read from other goroutines (the
+	// progress ticker, the Prometheus endpoint): published once the build
+	// walk is done, and again once the graph is wired; nil before.
+	live    atomic.Pointer[liveParts]
 	done    *resume.Committed
 	stopper *stopper
 	// remote is the object storage side of an s3:// output.dir or
@@ -305,6 +310,7 @@ func (r *run) provision(ctx context.Context) error {
 	if err := r.built.Walk(ctx, build.RunStep); err != nil {
 		return err
 	}
+	r.live.Store(&liveParts{built: r.built})
 	if r.built.HTTP() != nil {
 		// The endpoints' own metrics: their load for the live view and
 		// Prometheus, their token counters for the summary.
@@ -433,6 +439,7 @@ func (r *run) execute(parent context.Context) error {
 		Via(r.groupsStage(g)).
 		Via(r.collateStage(g)).
 		To(r.sinkStage(g))
+	r.live.Store(&liveParts{built: r.built, graph: g, loop: r.flow.loop})
 	watched := make(chan struct{})
 	go r.watch(parent, r.opts.Abort, watched)
 	defer close(watched)
@@ -462,6 +469,14 @@ func (r *run) execute(parent context.Context) error {
 		return fmt.Errorf("%w: kept %d of %d groups; the kept groups are committed", ErrShortOfData, kept, cfg.Groups.Target)
 	}
 	return nil
+}
+
+// liveParts are the run's parts the statistics read while it runs
+// (run.live).
+type liveParts struct {
+	built *build.Components
+	graph *pipeline.Graph
+	loop  *loop.Loop
 }
 
 // routed is a finished group and the output directory it goes to.
@@ -499,29 +514,30 @@ func (r *run) newTracker() *runstats.Tracker {
 		Progress: r.opts.Progress, Stderr: r.opts.Stderr, Alloc: r.opts.Alloc,
 		Hosted: r.hostedStats, HTTP: r.httpClient,
 		Source: func() sources.Reader {
-			if r.built == nil {
-				return nil
+			if p := r.live.Load(); p != nil {
+				return p.built.Source
 			}
-			return r.built.Source
+			return nil
 		},
 		Requests: func() (cancelled, estimate int64) {
-			if r.built == nil || r.built.Generator == nil {
+			p := r.live.Load()
+			if p == nil || p.built.Generator == nil {
 				return 0, 0
 			}
-			st := r.built.Generator.Requests()
+			st := p.built.Generator.Requests()
 			return st.Cancelled, st.CancelledTokensEstimate
 		},
 		Busy: func() (int, int) {
-			if r.flow.loop == nil {
-				return 0, 0
+			if p := r.live.Load(); p != nil && p.loop != nil {
+				return p.loop.Busy()
 			}
-			return r.flow.loop.Busy()
+			return 0, 0
 		},
 		Queues: func() map[string]int {
-			if r.flow.graph == nil {
-				return nil
+			if p := r.live.Load(); p != nil && p.graph != nil {
+				return p.graph.QueueDepths()
 			}
-			return r.flow.graph.QueueDepths()
+			return nil
 		},
 		Display:     r.displayPath,
 		Stop:        r.stopper.err,

@@ -150,13 +150,16 @@ func (r *Tracker) Snapshot() Snapshot {
 	if f, ok := r.inputFraction(); ok {
 		s.InputFraction = f
 	}
-	if !r.started.IsZero() {
-		s.Elapsed = time.Since(r.started)
+	r.lifeMu.Lock()
+	started, sc, srv := r.started, r.scraper, r.srv
+	r.lifeMu.Unlock()
+	if !started.IsZero() {
+		s.Elapsed = time.Since(started)
 	}
 	s.CancelledRequests, s.CancelledTokensEstimate = r.requests()
 	s.ServerTokens = -1
-	if n, ok := r.scraper.generated(); ok && r.srv.ok && n >= r.srv.start {
-		s.ServerTokens = int64(n - r.srv.start)
+	if n, ok := sc.generated(); ok && srv.ok && n >= srv.start {
+		s.ServerTokens = int64(n - srv.start)
 	}
 	st.mu.Lock()
 	s.GroupsFinished, s.GroupsKept = st.groups, st.kept
@@ -174,7 +177,7 @@ func (r *Tracker) Snapshot() Snapshot {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
 				Endpoint: pipeline.RedactURLs(e.Endpoint), InFlight: e.InFlight, Requests: e.Requests,
 				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
-				Server: r.scraper.load(i),
+				Server: sc.load(i),
 			})
 		}
 	}

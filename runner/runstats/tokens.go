@@ -28,7 +28,10 @@ func (r *Tracker) ServerBaseline(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	r.scraper.poll(ctx)
-	r.srv.start, r.srv.ok = r.scraper.generated()
+	start, ok := r.scraper.generated()
+	r.lifeMu.Lock()
+	r.srv.start, r.srv.ok = start, ok
+	r.lifeMu.Unlock()
 }
 
 // ServerFinal reads the endpoints' counters after the last request, once

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -58,6 +59,10 @@ type Tracker struct {
 	*Counters
 	cfg *config.Config
 	in  Inputs
+	// lifeMu guards what the run's goroutine sets as it starts and the
+	// snapshot reads from others (the progress ticker, the Prometheus
+	// endpoint): started, scraper, and srv's baseline.
+	lifeMu sync.Mutex
 	// started is when the graph started.
 	started time.Time
 	files   []string
@@ -78,11 +83,20 @@ func New(cfg *config.Config, in Inputs) *Tracker {
 }
 
 // Start marks the start of the graph.
-func (r *Tracker) Start() { r.started = time.Now() }
+func (r *Tracker) Start() {
+	r.lifeMu.Lock()
+	r.started = time.Now()
+	r.lifeMu.Unlock()
+}
 
 // Scrape polls the endpoints' own metrics from now on (their load for the
 // live view and Prometheus, their token counters for the summary).
-func (r *Tracker) Scrape(endpoints []string) { r.scraper = newScraper(endpoints) }
+func (r *Tracker) Scrape(endpoints []string) {
+	sc := newScraper(endpoints)
+	r.lifeMu.Lock()
+	r.scraper = sc
+	r.lifeMu.Unlock()
+}
 
 // Committed counts a committed data file in the summary.
 func (r *Tracker) Committed(path string, rows int) {

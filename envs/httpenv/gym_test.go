@@ -358,3 +358,29 @@ func TestGymRowsSentWithOverrides(t *testing.T) {
 		t.Fatal("the row's own params were changed")
 	}
 }
+
+// TestGymAggregateMetricsEveryAttempt: /aggregate_metrics gets every
+// verified attempt, so a (task, rollout) pair tried twice (a dropped
+// group's attempt and its retry) is sent twice, where NeMo Gym, which runs
+// each pair once, sends one answer per pair.
+func TestGymAggregateMetricsEveryAttempt(t *testing.T) {
+	g, srv := newGymResources(t)
+	e := newEnv(t, Config{URL: srv.URL, Protocol: ProtocolNeMoGym})
+	for attempt := range 2 {
+		r := gymRollout(gymRow, 3, 0)
+		r.Attempt = attempt
+		drive(t, e, 2, r, answer("7"))
+	}
+	if _, err := e.Finish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows := g.got("/aggregate_metrics")[0]["verify_responses"].([]any)
+	if len(rows) != 2 {
+		t.Fatalf("%d verify_responses for two attempts of task 3 rollout 0, want 2", len(rows))
+	}
+	for _, r := range rows {
+		if m := r.(map[string]any); m["_ng_task_index"] != 3.0 || m["_ng_rollout_index"] != 0.0 {
+			t.Fatalf("verify_responses %v", rows)
+		}
+	}
+}

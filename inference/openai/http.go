@@ -185,14 +185,15 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	}
 	var path string
 	switch cfg.API {
-	case "", inference.APIChat, inference.APITokens, inference.APIBatch:
+	case "", inference.APIChat, inference.APITokens, inference.APIBatch, inference.APISGLang:
 		// batch: the Batch API client sends batches; this client's chat
-		// requests serve trajflow validate's checks.
+		// requests serve trajflow validate's checks. sglang: token-id
+		// prompts go to the native /generate (sglang.go).
 		path = "/chat/completions"
 	case inference.APICompletions:
 		path = "/completions"
 	default:
-		bad("generate.api", "%q is not one of chat, completions, tokens", cfg.API)
+		bad("generate.api", "%q is not one of chat, completions, tokens, batch, sglang", cfg.API)
 	}
 	if cfg.Model == "" {
 		bad("generate.model", "required")
@@ -329,6 +330,9 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		req = &r
 	}
 	api := c.cfg.API
+	if api == inference.APISGLang && req.API == "" && req.PromptTokenIDs != nil {
+		return c.completeSGLang(ctx, req)
+	}
 	path := c.path
 	switch req.API {
 	case inference.APIChat:

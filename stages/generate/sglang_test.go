@@ -1,0 +1,148 @@
+package generate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/generate"
+)
+
+// nativeRecorder wraps the simulator's HTTP handler and records every
+// /generate request (SGLang's native API): its input_ids, rid and
+// priority, and the output_ids and finish type answered.
+type nativeRecorder struct {
+	h        http.Handler
+	mu       sync.Mutex
+	prompts  [][]int32
+	rids     []string
+	answers  [][]int32
+	finish   []string
+	priority []*int64
+}
+
+func (rec *nativeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/generate" {
+		rec.h.ServeHTTP(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		InputIDs []int32 `json:"input_ids"`
+		RID      string  `json:"rid"`
+		Priority *int64  `json:"priority"`
+	}
+	_ = json.Unmarshal(body, &req)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec.mu.Lock()
+	rec.prompts = append(rec.prompts, req.InputIDs)
+	rec.rids = append(rec.rids, req.RID)
+	rec.priority = append(rec.priority, req.Priority)
+	rec.mu.Unlock()
+	cw := &captured{ResponseWriter: w}
+	rec.h.ServeHTTP(cw, r)
+	var out struct {
+		OutputIDs []int32 `json:"output_ids"`
+		MetaInfo  struct {
+			FinishReason struct {
+				Type string `json:"type"`
+			} `json:"finish_reason"`
+		} `json:"meta_info"`
+	}
+	if json.Unmarshal(cw.buf.Bytes(), &out) == nil {
+		rec.mu.Lock()
+		rec.answers = append(rec.answers, out.OutputIDs)
+		rec.finish = append(rec.finish, out.MetaInfo.FinishReason.Type)
+		rec.mu.Unlock()
+	}
+}
+
+// Under generate.api: sglang a rollout paused mid-generation in abort mode
+// (POST /abort_request) and resumed continues token-in-token-out, as in
+// generate.api: tokens: the continuation's input_ids are the first prompt
+// and the partial output_ids, the row is that and the continuation's
+// output_ids, and each request has its own rid and the request's priority.
+func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
+	srv := slowSim()
+	defer srv.Close()
+	rec := &nativeRecorder{h: srv.Handler()}
+	hs := httptest.NewServer(rec)
+	defer hs.Close()
+	c, err := openai.NewHTTP(inference.Config{Endpoints: []string{hs.URL + "/v1"}, Model: "sim", API: inference.APISGLang, Concurrency: 4, MaxAttempts: 1}, openai.HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pol := generate.NewPolicy(1)
+	g, err := generate.New(c, generate.Options{Model: "sim", API: inference.APISGLang, Policy: pol,
+		Params: map[string]any{"max_tokens": 1500, "logprobs": 1, "priority": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rollout()
+	r.Task.Params = nil
+	done := make(chan error, 1)
+	go func() { done <- g.Turn(context.Background(), r) }()
+	time.Sleep(100 * time.Millisecond) // some tokens in
+	abortUpdate(t, pol, "the partial answer", func() bool { return g.PolicyStats().Continued == 1 }, 2)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "" && r.Status != pipeline.StatusOK {
+		t.Fatalf("rollout %s: %s", r.Status, r.Error)
+	}
+	st := g.PolicyStats()
+	if st.Aborted != 1 || st.Continued != 1 || st.ContinuedTokens == 0 || st.Discarded != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	p, k := int32(len(r.PromptTokenIDs)), int32(st.ContinuedTokens)
+	end := p + int32(len(r.ResponseTokenIDs))
+	want := []pipeline.VersionSpan{span(1, 1, p, p+k), span(2, 2, p+k, end)}
+	if !slices.Equal(r.PolicyVersions, want) {
+		t.Fatalf("spans %v, want %v", r.PolicyVersions, want)
+	}
+	if k < 10 || p+k >= end {
+		t.Fatalf("the pause cut at %d of %d..%d", p+k, p, end)
+	}
+	if len(r.LossMask) != len(r.ResponseTokenIDs) || slices.Contains(r.LossMask, 0) || slices.Contains(r.ResponseLogprobs, 0) {
+		t.Errorf("loss mask or logprobs lost: mask %v", r.LossMask)
+	}
+	if r.CompletionTokens != len(r.ResponseTokenIDs) || r.FinishReason != "stop" {
+		t.Errorf("completion tokens %d of %d, finish %q", r.CompletionTokens, len(r.ResponseTokenIDs), r.FinishReason)
+	}
+	waitFor(t, "the server's record", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.answers) >= 2
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.prompts) != 2 || len(rec.answers) != 2 {
+		t.Fatalf("the server saw %d requests, answered %d", len(rec.prompts), len(rec.answers))
+	}
+	seq := r.Tokens()
+	if !slices.Equal(rec.prompts[0], seq[:p]) || rec.finish[0] != "abort" || !slices.Equal(rec.answers[0], seq[p:p+k]) {
+		t.Errorf("first request: prompt %v answer %v (%s), row %v", rec.prompts[0], rec.answers[0], rec.finish[0], seq[:p+k])
+	}
+	if !slices.Equal(rec.prompts[1], seq[:p+k]) || !slices.Equal(rec.answers[1], seq[p+k:]) || rec.finish[1] != "stop" {
+		t.Errorf("continuation: prompt %v answer %v (%s), row %v", rec.prompts[1], rec.answers[1], rec.finish[1], seq)
+	}
+	if rec.rids[0] == "" || rec.rids[0] == rec.rids[1] {
+		t.Errorf("rids %q", rec.rids)
+	}
+	for i, pr := range rec.priority {
+		if pr == nil || *pr != 3 {
+			t.Errorf("request %d: priority %v, want 3", i, pr)
+		}
+	}
+}

@@ -148,8 +148,8 @@ func TestHistoryWindow(t *testing.T) {
 				if api == "tokens" && !e.tokenize || api == "chat" && !strings.HasSuffix(e.path, "/chat/completions") {
 					continue
 				}
-				if len(e.messages) == 0 || len(e.messages) == 1 && e.messages[0].Content == "Say OK." {
-					continue // the start-up check's probe
+				if len(e.messages) == 0 || e.messages[0].Content == "Say OK." {
+					continue // the start-up check's probes
 				}
 				if len(e.messages) != 2 || e.messages[0].Role != "system" || e.messages[1].Role != "user" {
 					t.Fatalf("request messages %+v, want the system message and one user message", e.messages)

@@ -209,7 +209,7 @@ func (g *Generator) Check(ctx context.Context) error {
 	if len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		return fmt.Errorf("generate.api: %s: %s answered a token-id prompt without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", api, resp.Endpoint)
 	}
-	return nil
+	return g.checkGenerationPrompt(ctx)
 }
 
 // Turn runs one generation for r. Failures resolve r (error, or truncated

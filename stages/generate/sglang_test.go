@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/generate"
 )
@@ -144,5 +146,67 @@ func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
 		if pr == nil || *pr != 3 {
 			t.Errorf("request %d: priority %v, want 3", i, pr)
 		}
+	}
+}
+
+// alwaysGenerationPrompt is a /tokenize that, as SGLang's, renders every
+// conversation with the generation prompt, whatever add_generation_prompt
+// says.
+func alwaysGenerationPrompt(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			var body map[string]any
+			data, _ := io.ReadAll(r.Body)
+			if json.Unmarshal(data, &body) == nil {
+				if _, ok := body["messages"]; ok {
+					body["add_generation_prompt"] = true
+				}
+				data, _ = json.Marshal(body)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(data))
+			r.ContentLength = int64(len(data))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// The start-up check stops a run whose server's /tokenize cannot render a
+// conversation without the generation prompt (SGLang's), unless the
+// observations are tokenized raw; a server that honours it passes.
+func TestCheckGenerationPrompt(t *testing.T) {
+	srv := sim.New(sim.Options{Seed: 7})
+	defer srv.Close()
+	for _, tt := range []struct {
+		name    string
+		always  bool
+		obs     string
+		wantErr bool
+	}{
+		{"honoured", false, "", false},
+		{"always", true, "", true},
+		{"always, template", true, "template", true},
+		{"always, raw", true, "raw", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := srv.Handler()
+			if tt.always {
+				h = alwaysGenerationPrompt(h)
+			}
+			hs := httptest.NewServer(h)
+			defer hs.Close()
+			c, err := openai.NewHTTP(inference.Config{Endpoints: []string{hs.URL + "/v1"}, Model: "sim", API: inference.APISGLang, Concurrency: 1, MaxAttempts: 1}, openai.HTTPOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			g, err := generate.New(c, generate.Options{Model: "sim", API: inference.APISGLang, ObservationTokens: tt.obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = g.Check(context.Background())
+			if tt.wantErr != (err != nil) || err != nil && !strings.Contains(err.Error(), "env.observation_tokens: raw") {
+				t.Fatalf("Check: %v, want an error %v", err, tt.wantErr)
+			}
+		})
 	}
 }

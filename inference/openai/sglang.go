@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
@@ -232,7 +233,11 @@ func (c *HTTPClient) completeSGLang(ctx context.Context, req *inference.Request)
 		return nil, fmt.Errorf("llm: encode /generate body: %w", err)
 	}
 	var resp *inference.Response
-	ep, err := c.do(ctx, req.Affinity, func(ep *endpoint) string { return ep.root + sglangPath }, body, func(data []byte, h http.Header) error {
+	defer c.rids.done(rid)
+	ep, err := c.do(ctx, req.Affinity, func(ep *endpoint) string {
+		c.rids.sent(rid, ep)
+		return ep.root + sglangPath
+	}, body, func(data []byte, h http.Header) error {
 		var err error
 		resp, err = decodeSGLang(data)
 		if err == nil && c.opts.KeepBody {
@@ -256,4 +261,71 @@ func (c *HTTPClient) completeSGLang(ctx context.Context, req *inference.Request)
 	}
 	resp.Endpoint = ep
 	return resp, nil
+}
+
+// ridSet are the rids of the /generate requests in flight, with the
+// endpoint each was last sent to.
+type ridSet struct {
+	mu sync.Mutex
+	m  map[string]*endpoint
+}
+
+func (s *ridSet) sent(rid string, ep *endpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]*endpoint{}
+	}
+	s.m[rid] = ep
+}
+
+func (s *ridSet) done(rid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, rid)
+}
+
+// byEndpoint returns the rids in flight grouped by endpoint.
+func (s *ridSet) byEndpoint() map[*endpoint][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[*endpoint][]string{}
+	for rid, ep := range s.m {
+		out[ep] = append(out[ep], rid)
+	}
+	return out
+}
+
+// abortParallel bounds the POST /abort_request calls of one Abort in
+// flight at once.
+const abortParallel = 16
+
+// abortRIDs is Abort under generate.api: sglang: POST {root}/abort_request
+// {"rid": rid} for each of this client's requests in flight, to the
+// endpoint it went to, so that a pause aborts none of another client's
+// requests on a shared server (abort_all would). SGLang answers 200 for
+// an rid it no longer holds. The error names each call that failed.
+func (c *HTTPClient) abortRIDs(ctx context.Context) error {
+	sem := make(chan struct{}, abortParallel)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for ep, rids := range c.rids.byEndpoint() {
+		for _, rid := range rids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				body, _ := json.Marshal(map[string]string{"rid": rid}) // a string map marshals
+				if err := c.postAbort(ctx, ep, string(body)); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -554,8 +554,8 @@ func hijack(w http.ResponseWriter) (net.Conn, *bufio.ReadWriter, error) {
 // abort is POST /abort_request, SGLang's call: {"abort_all": true} cuts
 // every request in flight short (AbortAll); each answers with the tokens
 // it generated so far and finish_reason "abort". The answer is
-// {"aborted": N}. Aborting one request by id (SGLang's "rid") is not
-// simulated: a body without abort_all is a 400.
+// {"aborted": N}. {"rid": "..."} aborts the /generate requests of that rid
+// alone (AbortRID); a body with neither is a 400.
 func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -570,9 +570,12 @@ func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "abort_request: "+err.Error())
 		return
 	}
-	if !req.AbortAll {
-		writeError(w, http.StatusBadRequest, `abort_request: the simulator aborts only all requests ({"abort_all": true})`)
-		return
+	switch {
+	case req.AbortAll:
+		writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortAll()})
+	case req.RID != "":
+		writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortRID(req.RID)})
+	default:
+		writeError(w, http.StatusBadRequest, `abort_request: want {"abort_all": true} or {"rid": "..."}`)
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortAll()})
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,7 +102,11 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	k, err := s.run(r.Context(), len(in.promptIDs), len(rep.ids))
+	rid := ""
+	if len(req.RID) > 0 {
+		_ = json.Unmarshal(req.RID, &rid) // checked by nativeInputIDs
+	}
+	k, err := s.run(withRID(r.Context(), rid), len(in.promptIDs), len(rep.ids))
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			writeError(w, http.StatusServiceUnavailable, err.Error())
@@ -112,10 +117,6 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 		rep.cut(k)
 	}
 	s.limits.charge(len(in.promptIDs) + len(rep.ids))
-	rid := ""
-	if len(req.RID) > 0 {
-		_ = json.Unmarshal(req.RID, &rid) // checked by nativeInputIDs
-	}
 	if rid == "" {
 		rid = fmt.Sprintf("%016x", key(s.seed, in.promptKey, in.sampleKey, uint64(in.turn)))
 	}
@@ -175,4 +176,43 @@ func nativeInputIDs(req nativeRequest) ([]int32, error) {
 		}
 	}
 	return ids, nil
+}
+
+// ridKey is the context key of a /generate request's rid.
+type ridKey struct{}
+
+// withRID returns ctx carrying rid, which run records with the request's
+// job for AbortRID.
+func withRID(ctx context.Context, rid string) context.Context {
+	return context.WithValue(ctx, ridKey{}, rid)
+}
+
+func ridOf(ctx context.Context) string {
+	rid, _ := ctx.Value(ridKey{}).(string)
+	return rid
+}
+
+// AbortRID cuts the requests in the server whose rid is rid short, as
+// SGLang's POST /abort_request {"rid": rid} does: each answers as AbortAll
+// makes it. It returns the number of requests aborted (0 for an rid the
+// server does not hold, which SGLang ignores too).
+func (s *Server) AbortRID(rid string) int {
+	if rid == "" {
+		return 0
+	}
+	s.mu.Lock()
+	t := s.now()
+	s.model.advance(t)
+	n := 0
+	for j, r := range s.jobs {
+		if r != rid || j.finished || j.cancelled {
+			continue
+		}
+		j.aborted = true
+		s.model.cancel(t, j)
+		n++
+	}
+	s.mu.Unlock()
+	s.poke()
+	return n
 }

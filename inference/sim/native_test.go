@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func postJSON(t *testing.T, url, body string) (int, []byte) {
@@ -149,4 +150,43 @@ func FuzzNativeRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// POST /abort_request {"rid"} cuts that request alone short: it answers
+// with finish_reason abort, the other request of the server finishes.
+func TestNativeAbortByRID(t *testing.T) {
+	_, url := startHTTP(t, Options{Seed: 7, TimeScale: 1, A: time.Millisecond, C: time.Nanosecond, P: time.Nanosecond,
+		Length: LengthModel{Median: 300, Sigma: 0.01, Cap: 2000}})
+	p, _ := json.Marshal(Tokenize("<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"))
+	answers := make(chan nativeAnswer, 2)
+	for _, rid := range []string{"a", "b"} {
+		go func() {
+			resp, err := http.Post(url+"/generate", "application/json", strings.NewReader(fmt.Sprintf(`{"input_ids":%s,"rid":%q,"sampling_params":{"sampling_seed":1}}`, p, rid)))
+			if err != nil {
+				answers <- nativeAnswer{}
+				return
+			}
+			defer resp.Body.Close()
+			var n nativeAnswer
+			_ = json.NewDecoder(resp.Body).Decode(&n)
+			answers <- n
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	st, b := postJSON(t, url+"/abort_request", `{"rid":"a"}`)
+	if st != 200 || string(b) != `{"aborted":1}` {
+		t.Fatalf("abort: %d %s", st, b)
+	}
+	got := map[string]nativeAnswer{}
+	for range 2 {
+		n := <-answers
+		got[n.MetaInfo.ID] = n
+	}
+	a, bb := got["a"], got["b"]
+	if a.MetaInfo.FinishReason.Type != "abort" || len(a.OutputIDs) == 0 || len(a.OutputIDs) >= len(bb.OutputIDs) {
+		t.Fatalf("aborted request: %s with %d ids", a.MetaInfo.FinishReason.Type, len(a.OutputIDs))
+	}
+	if bb.MetaInfo.FinishReason.Type == "abort" {
+		t.Fatalf("the other request was aborted too")
+	}
 }

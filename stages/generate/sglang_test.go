@@ -31,9 +31,17 @@ type nativeRecorder struct {
 	answers  [][]int32
 	finish   []string
 	priority []*int64
+	aborts   []string // the /abort_request bodies
 }
 
 func (rec *nativeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/abort_request" {
+		body, _ := io.ReadAll(r.Body)
+		rec.mu.Lock()
+		rec.aborts = append(rec.aborts, string(body))
+		rec.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	if r.URL.Path != "/generate" {
 		rec.h.ServeHTTP(w, r)
 		return
@@ -73,7 +81,8 @@ func (rec *nativeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (POST /abort_request) and resumed continues token-in-token-out, as in
 // generate.api: tokens: the continuation's input_ids are the first prompt
 // and the partial output_ids, the row is that and the continuation's
-// output_ids, and each request has its own rid and the request's priority.
+// output_ids, each request has its own rid and the request's priority, and
+// the pause aborts the request by its rid.
 func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
 	srv := slowSim()
 	defer srv.Close()
@@ -141,6 +150,11 @@ func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
 	}
 	if rec.rids[0] == "" || rec.rids[0] == rec.rids[1] {
 		t.Errorf("rids %q", rec.rids)
+	}
+	// The pause aborted the request by its rid, not every request of the
+	// server.
+	if want := `{"rid":"` + rec.rids[0] + `"}`; !slices.Equal(rec.aborts, []string{want}) {
+		t.Errorf("abort_request bodies %q, want %q", rec.aborts, want)
 	}
 	for i, pr := range rec.priority {
 		if pr == nil || *pr != 3 {

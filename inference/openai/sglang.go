@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/trajflow/trajflow/inference"
@@ -102,12 +103,77 @@ type sglangResponse struct {
 }
 
 type sglangMeta struct {
-	ID                  string              `json:"id"`
-	FinishReason        json.RawMessage     `json:"finish_reason"`
-	PromptTokens        int                 `json:"prompt_tokens"`
-	CompletionTokens    int                 `json:"completion_tokens"`
-	CachedTokens        int                 `json:"cached_tokens"`
-	OutputTokenLogprobs [][]json.RawMessage `json:"output_token_logprobs"`
+	ID                  string          `json:"id"`
+	FinishReason        json.RawMessage `json:"finish_reason"`
+	PromptTokens        int             `json:"prompt_tokens"`
+	CompletionTokens    int             `json:"completion_tokens"`
+	CachedTokens        int             `json:"cached_tokens"`
+	OutputTokenLogprobs []sglangLogprob `json:"output_token_logprobs"`
+}
+
+// sglangLogprob is one entry of output_token_logprobs: [logprob, token_id,
+// text], the text (null unless return_text_in_logprobs) not read. The
+// logprob is null where SGLang has none (NaN and infinities are written
+// as null).
+type sglangLogprob struct {
+	LP    float64
+	HasLP bool
+	ID    int32
+}
+
+// UnmarshalJSON reads an entry without allocating: encoding/json has
+// checked that data is one JSON value.
+func (e *sglangLogprob) UnmarshalJSON(data []byte) error {
+	rest := bytes.TrimSpace(data)
+	if len(rest) == 0 || rest[0] != '[' {
+		return errors.New("want [logprob, token_id, ...]")
+	}
+	rest = rest[1:]
+	lp, rest, err := scalar(rest)
+	if err != nil {
+		return fmt.Errorf("[0]: %w", err)
+	}
+	if len(rest) == 0 || rest[0] != ',' {
+		return errors.New("want [logprob, token_id, ...], got one item")
+	}
+	id, rest, err := scalar(rest[1:])
+	if err != nil {
+		return fmt.Errorf("[1]: %w", err)
+	}
+	if len(rest) == 0 || rest[0] != ',' && rest[0] != ']' {
+		return errors.New("want [logprob, token_id, ...]")
+	}
+	*e = sglangLogprob{}
+	if string(lp) != "null" {
+		f, err := strconv.ParseFloat(string(lp), 64)
+		if err != nil {
+			return fmt.Errorf("[0]: %q is not a number", lp)
+		}
+		e.LP, e.HasLP = f, true
+	}
+	n, err := strconv.ParseInt(string(id), 10, 32)
+	if err != nil {
+		return fmt.Errorf("[1]: %q is not a token id", id)
+	}
+	e.ID = int32(n)
+	return nil
+}
+
+// scalar splits the JSON number or null at the start of b (after blanks)
+// from what follows it (blanks skipped). Anything else is an error.
+func scalar(b []byte) (v, rest []byte, err error) {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	i := 0
+	for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] >= 'a' && b[i] <= 'z') {
+		i++
+	}
+	if i == 0 {
+		if len(b) == 0 {
+			return nil, nil, errors.New("missing")
+		}
+		return nil, nil, fmt.Errorf("want a number, got %q", b[0])
+	}
+	return b[:i], bytes.TrimLeft(b[i:], " \t\r\n"), nil
 }
 
 // decodeSGLang parses a 2xx /generate body.
@@ -141,22 +207,10 @@ func decodeSGLang(data []byte) (*inference.Response, error) {
 		lps := make([]float32, n)
 		lpIDs := make([]int32, n)
 		for i, e := range m.OutputTokenLogprobs {
-			if len(e) < 2 {
-				return nil, fmt.Errorf("meta_info.output_token_logprobs[%d]: want [logprob, token_id, ...], got %d items", i, len(e))
+			if e.HasLP {
+				lps[i] = float32(max(e.LP, -math.MaxFloat32)) // -inf is spelt as a huge negative number by some servers
 			}
-			var lp *float64
-			if err := json.Unmarshal(e[0], &lp); err != nil {
-				return nil, fmt.Errorf("meta_info.output_token_logprobs[%d][0]: %w", i, err)
-			}
-			if lp != nil {
-				if *lp < -math.MaxFloat32 {
-					*lp = -math.MaxFloat32 // -inf is spelt as a huge negative number by some servers
-				}
-				lps[i] = float32(*lp)
-			}
-			if err := json.Unmarshal(e[1], &lpIDs[i]); err != nil {
-				return nil, fmt.Errorf("meta_info.output_token_logprobs[%d][1]: %w", i, err)
-			}
+			lpIDs[i] = e.ID
 		}
 		switch {
 		case ids == nil:

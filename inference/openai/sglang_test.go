@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -134,6 +135,33 @@ func FuzzDecodeSGLang(f *testing.F) {
 		default:
 			t.Fatalf("finish %q", resp.FinishReason)
 		}
+		// The entries read as encoding/json reads them, generically.
+		var ref struct {
+			MetaInfo struct {
+				OutputTokenLogprobs [][]any `json:"output_token_logprobs"`
+			} `json:"meta_info"`
+		}
+		if err := json.Unmarshal(data, &ref); err != nil {
+			t.Fatalf("decoded, but not generically: %v", err)
+		}
+		for i, e := range ref.MetaInfo.OutputTokenLogprobs {
+			id, ok := e[1].(float64)
+			if !ok || int32(id) != resp.Message.TokenIDs[i] {
+				t.Fatalf("entry %d: %v, decoded id %d", i, e, resp.Message.TokenIDs[i])
+			}
+			switch lp := e[0].(type) {
+			case nil:
+				if resp.Message.Logprobs[i] != 0 {
+					t.Fatalf("entry %d: null logprob decoded as %v", i, resp.Message.Logprobs[i])
+				}
+			case float64:
+				if float32(max(lp, -math.MaxFloat32)) != resp.Message.Logprobs[i] {
+					t.Fatalf("entry %d: logprob %v decoded as %v", i, lp, resp.Message.Logprobs[i])
+				}
+			default:
+				t.Fatalf("entry %d: logprob %v accepted", i, e[0])
+			}
+		}
 	})
 }
 
@@ -191,5 +219,45 @@ func TestSGLangOverHTTP(t *testing.T) {
 	_, err = c2.Complete(context.Background(), &inference.Request{PromptTokenIDs: []int32{1}})
 	if err == nil || !strings.Contains(err.Error(), "generate.api: sglang") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// sglangBody is a /generate answer of n tokens with return_logprob, as
+// SGLang writes it.
+func sglangBody(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"text":"`)
+	for range n {
+		b.WriteString("tok ")
+	}
+	b.WriteString(`","output_ids":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d", 2000+i*53%150000)
+	}
+	b.WriteString(`],"meta_info":{"id":"r","finish_reason":{"type":"length","length":` + fmt.Sprint(n) + `},"prompt_tokens":512,"completion_tokens":` + fmt.Sprint(n) + `,"cached_tokens":256,"output_token_logprobs":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `[%.6f,%d,null]`, -float64(i%97)/13.0, 2000+i*53%150000)
+	}
+	b.WriteString(`],"e2e_latency":1.5}}`)
+	return []byte(b.String())
+}
+
+// BenchmarkDecodeSGLang decodes a 2,048-token /generate answer with
+// logprobs (compare BenchmarkDecodeResponse).
+func BenchmarkDecodeSGLang(b *testing.B) {
+	body := sglangBody(2048)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := decodeSGLang(body)
+		if err != nil || len(resp.Message.Logprobs) != 2048 || len(resp.Message.TokenIDs) != 2048 {
+			b.Fatalf("decode: %v", err)
+		}
 	}
 }

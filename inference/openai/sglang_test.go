@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/sim"
 )
 
 func TestEncodeSGLang(t *testing.T) {
@@ -259,5 +260,44 @@ func BenchmarkDecodeSGLang(b *testing.B) {
 		if err != nil || len(resp.Message.Logprobs) != 2048 || len(resp.Message.TokenIDs) != 2048 {
 			b.Fatalf("decode: %v", err)
 		}
+	}
+}
+
+// Against the simulator's /generate: the ids and logprobs are those of
+// the same token-id prompt on /v1/completions, and a prompt over the
+// context is a context_length error.
+func TestSGLangAgainstSimulator(t *testing.T) {
+	s := sim.New(sim.Options{Seed: 3, Preset: "agent", MaxModelLen: 80})
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	client := func(api inference.API) *HTTPClient {
+		cfg := testConfig(srv.URL + "/v1")
+		cfg.API, cfg.MaxAttempts = api, 1
+		c, err := NewHTTP(cfg, HTTPOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	native, tokens := client(inference.APISGLang), client(inference.APITokens)
+	prompt := sim.Tokenize("<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n")
+	req := &inference.Request{PromptTokenIDs: prompt, Params: map[string]any{"max_tokens": 8, "seed": 4}}
+	a, err := native.Complete(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tokens.Complete(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Message.TokenIDs, b.Message.TokenIDs) || !slices.Equal(a.Message.Logprobs, b.Message.Logprobs) || a.FinishReason != b.FinishReason ||
+		a.PromptTokens != len(prompt) || a.CompletionTokens != len(a.Message.TokenIDs) || string(a.Extra) != string(b.Extra) {
+		t.Fatalf("native %+v\ncompletions %+v", a, b)
+	}
+	_, err = native.Complete(context.Background(), &inference.Request{PromptTokenIDs: prompt, Params: map[string]any{"max_tokens": 100}})
+	if inference.ErrorClass(err) != inference.ClassContextLength {
+		t.Fatalf("over the context: %v (class %s)", err, inference.ErrorClass(err))
 	}
 }

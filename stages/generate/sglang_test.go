@@ -224,3 +224,63 @@ func TestCheckGenerationPrompt(t *testing.T) {
 		})
 	}
 }
+
+// With a /tokenize that always appends the generation prompt (SGLang's),
+// generate.api: sglang with env.observation_tokens: raw passes the
+// start-up check and runs token-in-token-out: the first prompt is the
+// template's rendering, the observation its texts' raw ids, and each
+// /generate request's input_ids and output_ids are the row's sequence.
+func TestSGLangRawObservations(t *testing.T) {
+	srv := sim.New(sim.Options{Seed: 4})
+	defer srv.Close()
+	rec := &nativeRecorder{h: alwaysGenerationPrompt(srv.Handler())}
+	hs := httptest.NewServer(rec)
+	defer hs.Close()
+	c, err := openai.NewHTTP(inference.Config{Endpoints: []string{hs.URL + "/v1"}, Model: "sim", API: inference.APISGLang, Concurrency: 1, MaxAttempts: 1}, openai.HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g, err := generate.New(c, generate.Options{Model: "sim", API: inference.APISGLang, ObservationTokens: "raw", Params: map[string]any{"max_tokens": 5, "seed": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := longRollout(6)
+	if err := g.Turn(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	obs := pipeline.Message{Role: pipeline.RoleUser, Content: "Wrong. Try again.", Turn: 1}
+	r.Messages = append(r.Messages, obs)
+	if err := g.Turn(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status == pipeline.StatusError || r.NumTurns != 2 {
+		t.Fatalf("rollout %s (%d turns): %s", r.Status, r.NumTurns, r.Error)
+	}
+	row := r.Tokens()
+	if want := (sim.Template{}).Render(r.Messages[:1], nil, true); !slices.Equal(r.PromptTokenIDs, want) {
+		t.Fatalf("first prompt %q, want %q", sim.Detokenize(r.PromptTokenIDs, false), sim.Detokenize(want, false))
+	}
+	if span := row[r.Messages[2].TokenStart:r.Messages[2].TokenEnd]; !slices.Equal(span, sim.Tokenize(obs.Content)) {
+		t.Fatalf("observation ids %q", sim.Detokenize(span, false))
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	n := len(rec.prompts)
+	if n < 2 || len(rec.answers) != n {
+		t.Fatalf("%d requests, %d answers", n, len(rec.answers))
+	}
+	// The last two requests are the rollout's turns (the check's probe
+	// came first).
+	for i := n - 2; i < n; i++ {
+		if seq := slices.Concat(rec.prompts[i], rec.answers[i]); !slices.Equal(seq, row[:len(seq)]) {
+			t.Fatalf("request %d: %q is not a prefix of the row %q", i, sim.Detokenize(seq, false), sim.Detokenize(row, false))
+		}
+	}
+	if last := slices.Concat(rec.prompts[n-1], rec.answers[n-1]); len(last) != len(row) {
+		t.Fatalf("the last request holds %d ids, the row %d", len(last), len(row))
+	}
+}

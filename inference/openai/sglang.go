@@ -274,7 +274,7 @@ func sglangFinish(raw json.RawMessage) (string, error) {
 // newRID is a request id for SGLang's "rid": unique per request sent.
 func newRID() string {
 	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
+	_, _ = rand.Read(b[:]) // best effort: crypto/rand.Read never returns an error
 	return "tf-" + hex.EncodeToString(b[:])
 }
 
@@ -371,7 +371,7 @@ func (c *HTTPClient) abortRIDs(ctx context.Context) error {
 				defer wg.Done()
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				body, _ := json.Marshal(map[string]string{"rid": rid}) // a string map marshals
+				body, _ := json.Marshal(map[string]string{"rid": rid}) // best effort: a map of strings always marshals
 				if err := c.postAbort(ctx, ep, string(body)); err != nil {
 					mu.Lock()
 					errs = append(errs, err)

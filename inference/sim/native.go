@@ -104,7 +104,7 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 	}
 	rid := ""
 	if len(req.RID) > 0 {
-		_ = json.Unmarshal(req.RID, &rid) // checked by nativeInputIDs
+		_ = json.Unmarshal(req.RID, &rid) // best effort: nativeInputIDs checked it is a string
 	}
 	k, err := s.run(withRID(r.Context(), rid), len(in.promptIDs), len(rep.ids))
 	if err != nil {
@@ -149,7 +149,7 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data)
+	_, _ = w.Write(data) // best effort: the client may have gone
 }
 
 // nativeInputIDs checks a /generate request and returns its prompt's ids.

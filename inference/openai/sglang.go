@@ -36,7 +36,8 @@ import (
 // the server's root (not /v1).
 const sglangPath = "/generate"
 
-// sglangSampling maps a generate.params key to its SamplingParams field;
+// sglangSampling maps a generate.params key (or a key of its extra_body)
+// to its SamplingParams field;
 // the keys absent here and from sglangDropped go into sampling_params
 // unchanged, so that SGLang names an unknown one in its 400.
 var sglangSampling = map[string]string{
@@ -63,19 +64,27 @@ var sglangDropped = map[string]bool{
 // request (SGLang's "rid", which POST /abort_request takes).
 func encodeSGLang(req *inference.Request, rid string) ([]byte, error) {
 	sp := make(map[string]any, len(req.Params))
-	for k, v := range req.Params {
-		if sglangDropped[k] {
-			continue
-		}
-		if to, ok := sglangSampling[k]; ok {
-			if k == "max_completion_tokens" {
-				if _, has := req.Params["max_tokens"]; has {
-					continue // max_tokens wins, as in the OpenAI bodies
-				}
+	add := func(params map[string]any) {
+		for k, v := range params {
+			if sglangDropped[k] || k == "extra_body" {
+				continue
 			}
-			k = to
+			if to, ok := sglangSampling[k]; ok {
+				if k == "max_completion_tokens" {
+					if _, has := params["max_tokens"]; has {
+						continue // max_tokens wins, as in the OpenAI bodies
+					}
+				}
+				k = to
+			}
+			sp[k] = v
 		}
-		sp[k] = v
+	}
+	add(req.Params)
+	// extra_body's keys are the body's, as an OpenAI SDK sends them; they
+	// win over the top-level ones.
+	if eb, ok := req.Params["extra_body"].(map[string]any); ok {
+		add(eb)
 	}
 	body := map[string]any{
 		"input_ids":       req.PromptTokenIDs,

@@ -34,6 +34,8 @@ func TestEncodeSGLang(t *testing.T) {
 			map[string]any{"top_k": 20.0}, nil},
 		{"unknown kept for the server to name", map[string]any{"frobnicate": 1}, map[string]any{"frobnicate": 1.0}, nil},
 		{"priority top level", map[string]any{"priority": 5, "temperature": 1}, map[string]any{"temperature": 1.0}, map[string]any{"priority": 5.0}},
+		{"extra_body flattened", map[string]any{"top_k": 5, "extra_body": map[string]any{"top_k": 20, "min_p": 0.05, "seed": 9}},
+			map[string]any{"top_k": 20.0, "min_p": 0.05, "sampling_seed": 9.0}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -347,25 +347,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 	if faults {
 		f = s.drawFault()
 	}
-	switch f.kind {
-	case faultStatus:
-		if f.status == http.StatusTooManyRequests || f.status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(s.opts.Faults.RetryAfter.Seconds()))))
-		}
-		writeError(w, f.status, fmt.Sprintf("injected fault: HTTP %d", f.status))
+	if s.injectFault(w, r, f) {
 		return
-	case faultReset:
-		resetConn(w)
-		return
-	case faultMalformed:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, `{"id": "chatcmpl-sim", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "`)
-		return
-	case faultStall:
-		if err := s.stall(r.Context()); err != nil {
-			return
-		}
 	}
 
 	req, err := decodeRequest(body, chat)
@@ -578,4 +561,30 @@ func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusBadRequest, `abort_request: want {"abort_all": true} or {"rid": "..."}`)
 	}
+}
+
+// injectFault acts out f before a request is answered: an error status,
+// a reset connection, a malformed body (each answers the request: true),
+// or a stall before the answer (false: answer it, unless the client went
+// away meanwhile). A truncated body is written by the caller.
+func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, f fault) bool {
+	switch f.kind {
+	case faultStatus:
+		if f.status == http.StatusTooManyRequests || f.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(s.opts.Faults.RetryAfter.Seconds()))))
+		}
+		writeError(w, f.status, fmt.Sprintf("injected fault: HTTP %d", f.status))
+		return true
+	case faultReset:
+		resetConn(w)
+		return true
+	case faultMalformed:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"id": "chatcmpl-sim", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "`)
+		return true
+	case faultStall:
+		return s.stall(r.Context()) != nil
+	}
+	return false
 }

@@ -64,7 +64,8 @@ func nativeParams(raw json.RawMessage) (map[string]any, error) {
 // "completion_tokens", "cached_tokens", "output_token_logprobs" (with
 // return_logprob)}, "sim_trailer"}. A text prompt, a batch of prompts and
 // streaming are refused with a 400 (trajflow sends none); priority is
-// accepted and does not change the schedule. An aborted request
+// accepted and does not change the schedule. Faults (Options.Faults) are
+// drawn as for the OpenAI APIs. An aborted request
 // (POST /abort_request) answers with the tokens it generated and
 // finish_reason {"type": "abort"}. SGLang's errors are {"error":
 // {"message"}} bodies, as writeError writes them.
@@ -75,6 +76,10 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.limits.admit(w) {
+		return
+	}
+	f := s.drawFault()
+	if s.injectFault(w, r, f) {
 		return
 	}
 	var req nativeRequest
@@ -145,6 +150,10 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 	data, err := json.Marshal(out)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if f.kind == faultTruncate {
+		truncate(w, data)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -188,5 +189,44 @@ func TestNativeAbortByRID(t *testing.T) {
 	}
 	if bb.MetaInfo.FinishReason.Type == "abort" {
 		t.Fatalf("the other request was aborted too")
+	}
+}
+
+// Faults are drawn on /generate as on the OpenAI APIs.
+func TestNativeFaults(t *testing.T) {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	body := `{"input_ids":[1,2,3],"sampling_params":{"max_new_tokens":4}}`
+	for _, tt := range []struct {
+		name   string
+		faults Faults
+		check  func(resp *http.Response, data []byte, err error) bool
+	}{
+		{"503", Faults{Errors: map[int]float64{503: 1}}, func(r *http.Response, d []byte, err error) bool {
+			return err == nil && r.StatusCode == 503 && r.Header.Get("Retry-After") != "" && json.Valid(d)
+		}},
+		{"reset", Faults{Reset: 1}, func(_ *http.Response, _ []byte, err error) bool { return err != nil }},
+		{"malformed", Faults{Malformed: 1}, func(r *http.Response, d []byte, err error) bool {
+			return err == nil && r.StatusCode == 200 && !json.Valid(d)
+		}},
+		{"truncate", Faults{Truncate: 1}, func(_ *http.Response, d []byte, err error) bool {
+			return errors.Is(err, io.ErrUnexpectedEOF) && len(d) > 0
+		}},
+		{"stall", Faults{Stall: 1, StallFor: time.Millisecond}, func(r *http.Response, d []byte, err error) bool {
+			return err == nil && r.StatusCode == 200 && json.Valid(d) && strings.Contains(string(d), "output_ids")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.faults.RetryAfter = time.Second
+			_, url := startHTTP(t, Options{Seed: 1, Faults: tt.faults})
+			resp, err := client.Post(url+"/generate", "application/json", strings.NewReader(body))
+			var data []byte
+			if err == nil {
+				data, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			if !tt.check(resp, data, err) {
+				t.Fatalf("response %v, error %v, body %q", resp, err, data)
+			}
+		})
 	}
 }

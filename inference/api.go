@@ -19,23 +19,28 @@ const (
 	// APIBatch sends chat requests through the Batch API (/v1/files and
 	// /v1/batches).
 	APIBatch API = "batch"
+	// APISGLang makes trajflow hold each trajectory's token ids as
+	// APITokens does, and sends the prompts to SGLang's native POST
+	// /generate: input_ids in, output_ids and meta_info logprobs out
+	// (docs/engines.md).
+	APISGLang API = "sglang"
 )
 
 // APIs returns the values of generate.api, the default first.
-func APIs() []API { return []API{APIChat, APICompletions, APITokens, APIBatch} }
+func APIs() []API { return []API{APIChat, APICompletions, APITokens, APIBatch, APISGLang} }
 
 // Valid reports whether a is one of APIs().
 func (a API) Valid() bool {
 	switch a {
-	case APIChat, APICompletions, APITokens, APIBatch:
+	case APIChat, APICompletions, APITokens, APIBatch, APISGLang:
 		return true
 	}
 	return false
 }
 
-// Tokens reports whether a is APITokens: the generate stage holds each
-// trajectory's token ids and sends them as the prompt.
-func (a API) Tokens() bool { return a == APITokens }
+// Tokens reports whether a is APITokens or APISGLang: the generate stage
+// holds each trajectory's token ids and sends them as the prompt.
+func (a API) Tokens() bool { return a == APITokens || a == APISGLang }
 
 // Batch reports whether a is APIBatch: requests wait in Batch API
 // batches, at the provider's batch price.

@@ -23,6 +23,7 @@ func TestAPI(t *testing.T) {
 		{"completions", inference.APICompletions, true, false, false, inference.APICompletions},
 		{"tokens", inference.APITokens, true, true, false, inference.APITokens},
 		{"batch", inference.APIBatch, true, false, true, inference.APIChat},
+		{"sglang", inference.APISGLang, true, true, false, inference.APISGLang},
 		{"responses", "responses", false, false, false, "responses"},
 		{"Chat", "Chat", false, false, false, "Chat"},
 	}
@@ -69,8 +70,8 @@ func hasKey(err error, key string) bool {
 
 func TestAPIsAreValidAndDefaultFirst(t *testing.T) {
 	apis := inference.APIs()
-	if len(apis) != 4 {
-		t.Fatalf("APIs() = %v, want the 4 values of generate.api", apis)
+	if len(apis) != 5 {
+		t.Fatalf("APIs() = %v, want the 5 values of generate.api", apis)
 	}
 	for _, a := range apis {
 		if !a.Valid() {

@@ -25,9 +25,11 @@ type Config struct {
 	// with a text prompt) or tokens (trajflow holds each trajectory's token
 	// ids: POST /tokenize for the prompt and every observation, token-id
 	// prompts on /v1/completions; exact multi-turn training data, see
-	// docs/inference.md), or batch (chat requests through the Batch API:
+	// docs/inference.md), batch (chat requests through the Batch API:
 	// /v1/files and /v1/batches, at the provider's batch price; single-turn
-	// only; see docs/hosted-apis.md).
+	// only; see docs/hosted-apis.md), or sglang (as tokens, with the
+	// token-id prompts sent to SGLang's native POST /generate; see
+	// docs/engines.md).
 	API API `yaml:"api"`
 	// APIKeyEnv names the environment variable holding the API key; its
 	// value is redacted from everything trajflow writes.

@@ -125,11 +125,11 @@ var (
 // TestHistoryWindow: with env.history_length 2 every request is built
 // afresh: the system message and one user message holding the task, at
 // most the last 2 steps (exactly min(steps so far, 2), the latest ones)
-// and the current observation; in chat and in tokens mode (where the
-// step's prompt is what /tokenize rendered).
+// and the current observation; in chat and in tokens and sglang mode
+// (where the step's prompt is what /tokenize rendered), a whole run each.
 func TestHistoryWindow(t *testing.T) {
 	defer leak.Check(t)()
-	for _, api := range []string{"chat", "tokens"} {
+	for _, api := range []string{"chat", "tokens", "sglang"} {
 		t.Run(api, func(t *testing.T) {
 			x, srv := simServer(t, 5)
 			cfg := guessConfig(t, srv.URL, "generate.api="+api, "env.history_length=2", "source.limit=6",
@@ -143,13 +143,22 @@ func TestHistoryWindow(t *testing.T) {
 			if sum.OK == 0 {
 				t.Fatalf("summary %+v", sum)
 			}
+			generated := 0
+			for _, e := range x.ex {
+				if e.path == "/generate" {
+					generated++
+				}
+			}
+			if (api == "sglang") != (generated > 0) {
+				t.Fatalf("api %s: %d requests to /generate", api, generated)
+			}
 			deep, checked := 0, 0
 			for _, e := range x.ex {
-				if api == "tokens" && !e.tokenize || api == "chat" && !strings.HasSuffix(e.path, "/chat/completions") {
+				if api != "chat" && !e.tokenize || api == "chat" && !strings.HasSuffix(e.path, "/chat/completions") {
 					continue
 				}
-				if len(e.messages) == 0 || len(e.messages) == 1 && e.messages[0].Content == "Say OK." {
-					continue // the start-up check's probe
+				if len(e.messages) == 0 || e.messages[0].Content == "Say OK." {
+					continue // the start-up check's probes
 				}
 				if len(e.messages) != 2 || e.messages[0].Role != "system" || e.messages[1].Role != "user" {
 					t.Fatalf("request messages %+v, want the system message and one user message", e.messages)

@@ -10,5 +10,7 @@
 // *inference.Error, probes unhealthy endpoints, and stops with ErrBroken
 // when its circuit breaker opens. Preflight checks every endpoint before a
 // run reads any data. The wire format (chat completions, completions with
-// token ids, logprobs) is in wire.go; docs/inference.md describes the keys.
+// token ids, logprobs) is in wire.go, SGLang's native POST /generate
+// (generate.api: sglang) in sglang.go; docs/inference.md describes the keys
+// and docs/engines.md the engines.
 package openai

@@ -103,6 +103,8 @@ type HTTPClient struct {
 	// maxModelLen is the smallest max_model_len a /tokenize answer
 	// reported; 0: none reported yet.
 	maxModelLen atomic.Int64
+	// rids are generate.api: sglang's requests in flight (sglang.go).
+	rids ridSet
 }
 
 var (
@@ -185,14 +187,15 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	}
 	var path string
 	switch cfg.API {
-	case "", inference.APIChat, inference.APITokens, inference.APIBatch:
+	case "", inference.APIChat, inference.APITokens, inference.APIBatch, inference.APISGLang:
 		// batch: the Batch API client sends batches; this client's chat
-		// requests serve trajflow validate's checks.
+		// requests serve trajflow validate's checks. sglang: token-id
+		// prompts go to the native /generate (sglang.go).
 		path = "/chat/completions"
 	case inference.APICompletions:
 		path = "/completions"
 	default:
-		bad("generate.api", "%q is not one of chat, completions, tokens", cfg.API)
+		bad("generate.api", "%q is not one of chat, completions, tokens, batch, sglang", cfg.API)
 	}
 	if cfg.Model == "" {
 		bad("generate.model", "required")
@@ -329,6 +332,9 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		req = &r
 	}
 	api := c.cfg.API
+	if api == inference.APISGLang && req.API == "" && req.PromptTokenIDs != nil {
+		return c.completeSGLang(ctx, req)
+	}
 	path := c.path
 	switch req.API {
 	case inference.APIChat:
@@ -802,12 +808,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // Abort asks every endpoint to abort the requests in flight, with
 // SGLang's POST /abort_request {"abort_all": true} (the simulator has it
 // too): each aborted request answers with the tokens it generated so far
-// and finish_reason "abort". Endpoints are asked at once; the error names
+// and finish_reason "abort". Under generate.api: sglang it aborts this
+// client's requests alone, by rid (abortRIDs). Endpoints are asked at once; the error names
 // each that did not answer with a 2xx (vLLM has no such call: its
 // requests must be cancelled by the client).
 func (c *HTTPClient) Abort(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err
+	}
+	if c.cfg.API == inference.APISGLang {
+		return c.abortRIDs(ctx)
 	}
 	c.fleet.mu.Lock()
 	eps := slices.Clone(c.fleet.eps)
@@ -828,7 +838,12 @@ func (c *HTTPClient) Abort(ctx context.Context) error {
 var _ inference.Aborter = (*HTTPClient)(nil)
 
 func (c *HTTPClient) abortOne(ctx context.Context, e *endpoint) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.root+"/abort_request", strings.NewReader(`{"abort_all": true}`))
+	return c.postAbort(ctx, e, `{"abort_all": true}`)
+}
+
+// postAbort sends body to e's POST /abort_request.
+func (c *HTTPClient) postAbort(ctx context.Context, e *endpoint, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.root+"/abort_request", strings.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,8 @@ func TestHTTPAbortRequest(t *testing.T) {
 		want   string
 	}{
 		{`{"abort_all": true}`, 200, `{"aborted":0}`},
-		{`{"rid": "x"}`, 400, "abort_all"},
+		{`{"rid": "x"}`, 200, `{"aborted":0}`},
+		{`{}`, 400, "abort_all"},
 		{`not json`, 400, "abort_request"},
 	} {
 		resp, err := http.Post(url+"/abort_request", "application/json", strings.NewReader(tt.body))

@@ -41,6 +41,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("POST /abort_request", s.abort)
+	mux.HandleFunc("POST /generate", s.generateNative) // SGLang's native API (native.go)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /metrics", s.metrics)
@@ -346,25 +347,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 	if faults {
 		f = s.drawFault()
 	}
-	switch f.kind {
-	case faultStatus:
-		if f.status == http.StatusTooManyRequests || f.status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(s.opts.Faults.RetryAfter.Seconds()))))
-		}
-		writeError(w, f.status, fmt.Sprintf("injected fault: HTTP %d", f.status))
+	if s.injectFault(w, r, f) {
 		return
-	case faultReset:
-		resetConn(w)
-		return
-	case faultMalformed:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, `{"id": "chatcmpl-sim", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "`)
-		return
-	case faultStall:
-		if err := s.stall(r.Context()); err != nil {
-			return
-		}
 	}
 
 	req, err := decodeRequest(body, chat)
@@ -553,8 +537,8 @@ func hijack(w http.ResponseWriter) (net.Conn, *bufio.ReadWriter, error) {
 // abort is POST /abort_request, SGLang's call: {"abort_all": true} cuts
 // every request in flight short (AbortAll); each answers with the tokens
 // it generated so far and finish_reason "abort". The answer is
-// {"aborted": N}. Aborting one request by id (SGLang's "rid") is not
-// simulated: a body without abort_all is a 400.
+// {"aborted": N}. {"rid": "..."} aborts the /generate requests of that rid
+// alone (AbortRID); a body with neither is a 400.
 func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -569,9 +553,38 @@ func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "abort_request: "+err.Error())
 		return
 	}
-	if !req.AbortAll {
-		writeError(w, http.StatusBadRequest, `abort_request: the simulator aborts only all requests ({"abort_all": true})`)
-		return
+	switch {
+	case req.AbortAll:
+		writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortAll()})
+	case req.RID != "":
+		writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortRID(req.RID)})
+	default:
+		writeError(w, http.StatusBadRequest, `abort_request: want {"abort_all": true} or {"rid": "..."}`)
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"aborted": s.AbortAll()})
+}
+
+// injectFault acts out f before a request is answered: an error status,
+// a reset connection, a malformed body (each answers the request: true),
+// or a stall before the answer (false: answer it, unless the client went
+// away meanwhile). A truncated body is written by the caller.
+func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, f fault) bool {
+	switch f.kind {
+	case faultStatus:
+		if f.status == http.StatusTooManyRequests || f.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(s.opts.Faults.RetryAfter.Seconds()))))
+		}
+		writeError(w, f.status, fmt.Sprintf("injected fault: HTTP %d", f.status))
+		return true
+	case faultReset:
+		resetConn(w)
+		return true
+	case faultMalformed:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"id": "chatcmpl-sim", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "`)
+		return true
+	case faultStall:
+		return s.stall(r.Context()) != nil
+	}
+	return false
 }

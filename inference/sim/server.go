@@ -24,8 +24,9 @@ type Server struct {
 	start time.Time
 	mu    sync.Mutex
 	model *model
-	// jobs are the requests in the model now (for AbortAll).
-	jobs   map[*job]struct{}
+	// jobs are the requests in the model now (for AbortAll), each with
+	// its SGLang rid ("" when none; AbortRID).
+	jobs   map[*job]string
 	wake   chan struct{}
 	closed chan struct{}
 	once   sync.Once
@@ -55,7 +56,7 @@ func New(opts Options) *Server {
 		start:  time.Now(),
 		wake:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
-		jobs:   map[*job]struct{}{},
+		jobs:   map[*job]string{},
 	}
 	s.limits = newLimits(o.RateLimit)
 	s.batches = newBatchAPI()
@@ -137,7 +138,7 @@ func (s *Server) run(ctx context.Context, prompt, n int) (int, error) {
 	t := s.now()
 	s.model.advance(t)
 	s.model.arrive(t, j)
-	s.jobs[j] = struct{}{}
+	s.jobs[j] = ridOf(ctx)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

@@ -192,20 +192,24 @@ func (g *Generator) Check(ctx context.Context) error {
 		Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
 		TemplateArgs: inference.TemplateArgs(g.opts.Params),
 	})
+	api, where := g.opts.API, "/v1/completions"
+	if api == inference.APISGLang {
+		where = "SGLang's /generate"
+	}
 	if err != nil {
-		return fmt.Errorf("generate.api: tokens: POST /tokenize: %w", err)
+		return fmt.Errorf("generate.api: %s: POST /tokenize: %w", api, err)
 	}
 	if len(ids) == 0 {
-		return errors.New("generate.api: tokens: POST /tokenize returned no tokens; use generate.api: chat")
+		return fmt.Errorf("generate.api: %s: POST /tokenize returned no tokens; use generate.api: chat", api)
 	}
 	resp, err := g.client.Complete(ctx, &inference.Request{Model: g.opts.Model, PromptTokenIDs: ids, Params: map[string]any{"max_tokens": 1}})
 	if err != nil {
-		return fmt.Errorf("generate.api: tokens: a token-id prompt on /v1/completions: %w", err)
+		return fmt.Errorf("generate.api: %s: a token-id prompt on %s: %w", api, where, err)
 	}
 	if len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
-		return fmt.Errorf("generate.api: tokens: %s answered a token-id prompt without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint)
+		return fmt.Errorf("generate.api: %s: %s answered a token-id prompt without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", api, resp.Endpoint)
 	}
-	return nil
+	return g.checkGenerationPrompt(ctx)
 }
 
 // Turn runs one generation for r. Failures resolve r (error, or truncated
@@ -253,7 +257,7 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 		r.Fail(ClassInvalidRequest, fmt.Errorf("%s: %s", rowName(r), r.Task.Invalid))
 		return nil, false, false, nil
 	}
-	if g.opts.API == inference.APITokens || g.opts.API == inference.APICompletions {
+	if g.tokens() || g.opts.API == inference.APICompletions {
 		if i := firstImage(r.Messages); i >= 0 {
 			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
 				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))

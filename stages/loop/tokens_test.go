@@ -53,6 +53,10 @@ func (rec *recorder) record(path string, cw *httptest.ResponseRecorder, body []b
 	if path == "/tokenize" || cw.Code != http.StatusOK {
 		return
 	}
+	if path == "/generate" {
+		rec.recordNative(cw, body)
+		return
+	}
 	var req struct {
 		Seed *int64 `json:"seed"`
 	}
@@ -171,12 +175,12 @@ func isPrefix(p, s []int32) bool { return len(p) <= len(s) && slices.Equal(p, s[
 // mask 1.
 func TestTokensModeIsExact(t *testing.T) {
 	for _, maxTokens := range []int{64, 1024} { // most replies cut; most finished
-		t.Run(fmt.Sprint(maxTokens), func(t *testing.T) { tokensModeIsExact(t, maxTokens) })
+		t.Run(fmt.Sprint(maxTokens), func(t *testing.T) { tokensModeIsExact(t, inference.APITokens, maxTokens) })
 	}
 }
 
-func tokensModeIsExact(t *testing.T, maxTokens int) {
-	out, seqs := runTokens(t, "tokens", 0, maxTokens)
+func tokensModeIsExact(t *testing.T, api inference.API, maxTokens int) {
+	out, seqs := runTokens(t, api, 0, maxTokens)
 	for _, r := range out {
 		if r.TokenContinuityBreaks != 0 {
 			t.Errorf("%s: %d continuity breaks", r, r.TokenContinuityBreaks)

@@ -34,7 +34,7 @@ func (c *Committer) OpenInterop(cfg *config.Config, alloc memory.Allocator) erro
 		// The file is an output like any other: a parameter named like a
 		// secret is written redacted.
 		params, _ := config.RedactValue([]string{"generate", "params"}, map[string]any(cfg.Generate.Params)).(map[string]any)
-		f.Overrides(params, cfg.Repeat.SeedConfigured())
+		f.Overrides(params, cfg.Repeat.AddSeed)
 		c.interop = append(c.interop, namedSink{"output.jsonl", f})
 	}
 	if cfg.Output.ArrowStream != "" {

@@ -74,19 +74,19 @@ func NewLine(r *pipeline.Rollout) (map[string]any, error) {
 type Writer struct {
 	bw  *bufio.Writer
 	enc *json.Encoder
-	// params and sendSeed are the run's request overrides, for rows
+	// params and addSeed are the run's request overrides, for rows
 	// decoded from records (which carry neither).
-	params   map[string]any
-	sendSeed bool
+	params  map[string]any
+	addSeed bool
 }
 
 // Overrides gives the rows Write and WriteGroups write the run's request
-// parameters (generate.params) and says whether their seeds were sent
-// (repeat.seed set, or the row's own seed), so that their
-// responses_create_params are what the requests carried; rows passed to
-// WriteGroup keep their own.
-func (w *Writer) Overrides(params map[string]any, sendSeed bool) {
-	w.params, w.sendSeed = params, sendSeed
+// parameters (generate.params) and says whether their seeds go into their
+// responses_create_params (repeat.add_seed, Gym's num_repeats_add_seed),
+// so that their responses_create_params are what Gym was sent; rows
+// passed to WriteGroup keep their own.
+func (w *Writer) Overrides(params map[string]any, addSeed bool) {
+	w.params, w.addSeed = params, addSeed
 }
 
 // New returns a Writer into out. Close flushes but does not close out.
@@ -129,8 +129,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	}
 	for _, r := range rs {
 		r.ConfigParams = w.params
-		// A row's own seed is in its responses_create_params already.
-		r.NoSeed = !w.sendSeed
+		r.GymSeed = w.addSeed
 	}
 	return w.WriteGroup(ctx, &pipeline.Group{Rollouts: rs})
 }
@@ -187,8 +186,7 @@ func (w *Writer) recorded(r *pipeline.Rollout, tasks map[*pipeline.Task]*pipelin
 	v.Task = t
 	v.Started = time.Time{}
 	v.ConfigParams = w.params
-	// A row's own seed is in its responses_create_params already.
-	v.NoSeed = !w.sendSeed
+	v.GymSeed = w.addSeed
 	v.RunID, v.TrajID, v.Env, v.Model = schema.ValidUTF8(v.RunID), schema.ValidUTF8(v.TrajID), schema.ValidUTF8(v.Env), schema.ValidUTF8(v.Model)
 	v.Status = pipeline.Status(schema.ValidUTF8(string(v.Status)))
 	v.Error, v.ErrorClass, v.FinishReason = schema.ValidUTF8(v.Error), schema.ValidUTF8(v.ErrorClass), schema.ValidUTF8(v.FinishReason)

@@ -138,10 +138,10 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 // the lines Write writes for the record collate makes of gs, byte for
 // byte, from the rollouts themselves (no record is decoded). A line thus
 // holds what the output's row holds: the task is its input row (the task
-// column; not the tools and parameters parsed from it), created_at is 0
-// (the output holds no start time), strings are valid UTF-8 as the string
+// column; not the tools and parameters parsed from it), strings are valid UTF-8 as the string
 // columns hold them, and the request parameters and seeds are the run's
-// (Overrides).
+// (Overrides). One field differs: response.created_at is the rollout's
+// start (the output's columns hold none, so Write writes 0).
 func (w *Writer) WriteGroups(ctx context.Context, gs []*pipeline.Group) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -167,7 +167,7 @@ func (w *Writer) WriteGroups(ctx context.Context, gs []*pipeline.Group) error {
 
 // recorded returns r as its output row holds it (what schema.Rollouts
 // decodes of it), for the fields a line reads: a copy whose task is its
-// index and input row, without a start time, with its strings as the
+// index and input row, with its strings as the
 // string columns hold them and the run's overrides. tasks keeps the
 // reduced task of each task already seen.
 func (w *Writer) recorded(r *pipeline.Rollout, tasks map[*pipeline.Task]*pipeline.Task) *pipeline.Rollout {
@@ -184,7 +184,6 @@ func (w *Writer) recorded(r *pipeline.Rollout, tasks map[*pipeline.Task]*pipelin
 		tasks[r.Task] = t
 	}
 	v.Task = t
-	v.Started = time.Time{}
 	v.ConfigParams = w.params
 	v.GymSeed = w.addSeed
 	v.RunID, v.TrajID, v.Env, v.Model = schema.ValidUTF8(v.RunID), schema.ValidUTF8(v.TrajID), schema.ValidUTF8(v.Env), schema.ValidUTF8(v.Model)

@@ -136,7 +136,7 @@ run: {progress: 0}
 	}
 }
 
-// TestNeMoGymExampleParams runs examples/nemo-gym with a temperature
+// TestNeMoGymExampleParams runs examples/nemo-gym (repeat.add_seed on) with a temperature
 // override and repeat.seed, writing Gym-shaped JSONL: every line's
 // responses_create_params is the row's, with the config's parameters laid
 // over it (temperature replacing the row's own, max_tokens as
@@ -144,7 +144,7 @@ run: {progress: 0}
 // metadata.extra_body, as Gym's rollout collection writes them with
 // num_repeats_add_seed; every line has agent_ref.
 func TestNeMoGymExampleParams(t *testing.T) {
-	cfg := nemoGym(t, "generate.params.temperature=0.25", "repeat.seed=0", "repeat.add_seed=true", "output.jsonl=true")
+	cfg := nemoGym(t, "generate.params.temperature=0.25", "repeat.seed=0", "output.jsonl=true")
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,16 @@
 package commit
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -80,4 +85,57 @@ func TestGymFileOf(t *testing.T) {
 			t.Errorf("%s: %q %d %v, want %q %d %v", tc.name, dest, n, ok, tc.dest, tc.n, tc.ok)
 		}
 	}
+}
+
+// A part's lines are staged until it commits, renamed with its number;
+// an aborted part's are dropped; directories outside output.jsonl_rows
+// get none.
+func TestGymFilesCommitAndAbort(t *testing.T) {
+	out := t.TempDir()
+	cfg := &config.Config{}
+	cfg.Output.Dir, cfg.Output.JSONL, cfg.Output.JSONLRows = out, true, config.JSONLKept
+	g, err := newGymFiles(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := filepath.Join(out, schema.JSONLDir)
+	groups := []*pipeline.Group{pipelinetest.Group(0, 3, 50), pipelinetest.Group(1, 3, 50)}
+	for _, dest := range []string{schema.DataDir, schema.FilteredDir} {
+		if err := g.add(ctx, dest, nil, groups); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if names := ls(t, dir); len(names) != 1 || !schema.IsTemp(names[0]) {
+		t.Fatalf("staged: %v; want one hidden file (filtered/ has no lines with jsonl_rows: kept)", names)
+	}
+	if err := g.commit(schema.DataDir, filepath.Join(out, schema.DataDir, schema.PartName(4))); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, schema.GymJSONLName(schema.DataDir, 4)))
+	if err != nil || bytes.Count(b, []byte("\n")) != 6 {
+		t.Fatalf("committed file: %v, %d lines, want 6", err, bytes.Count(b, []byte("\n")))
+	}
+	if err := g.add(ctx, schema.DataDir, nil, groups); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.abort(schema.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	if names := ls(t, dir); !slices.Equal(names, []string{schema.GymJSONLName(schema.DataDir, 4)}) {
+		t.Fatalf("after the abort: %v", names)
+	}
+}
+
+func ls(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

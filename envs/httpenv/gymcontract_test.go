@@ -2,6 +2,7 @@ package httpenv
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -14,7 +15,8 @@ import (
 // validates with Gym's models (internal/gymcontract, transcribed from
 // Gym's source), whose responses_create_params forbid undeclared keys:
 // with the config's parameters, a seed and repeat.add_seed on or off, no
-// body is refused. The seed, when added, is in metadata.extra_body.
+// body is refused, and the row posted (what an agent's /run would get)
+// validates as BaseRunRequest. The seed, when added, is in metadata.extra_body.
 func TestGymBodiesValidateWithGymModels(t *testing.T) {
 	models, err := gymcontract.Load()
 	if err != nil {
@@ -42,6 +44,15 @@ func TestGymBodiesValidateWithGymModels(t *testing.T) {
 		for _, p := range []string{"/seed_session", "/deposit", "/verify", "/aggregate_metrics"} {
 			if rej.Seen(p) == 0 {
 				t.Errorf("add_seed %v: nothing posted to %s", addSeed, p)
+			}
+		}
+		// The body of /seed_session is the row as Gym's rollout
+		// collection posts it to an agent's /run: it validates as
+		// BaseRunRequest too.
+		for _, b := range g.got("/seed_session") {
+			raw, _ := json.Marshal(b)
+			if err := models.Validate("BaseRunRequest", raw); err != nil {
+				t.Errorf("add_seed %v: as an agent's /run body: %v", addSeed, err)
 			}
 		}
 		v := g.got("/verify")

@@ -156,10 +156,22 @@ type Output struct {
 	// Filtered also writes the dropped groups (with filter_reason) to
 	// filtered/.
 	Filtered bool `yaml:"filtered"`
-	// JSONL also writes the kept rows as JSON lines in NeMo Gym's rollout
-	// shape to jsonl/rollouts-NNNNN.jsonl, one file per run (the shape is
-	// in docs/output.md).
+	// JSONL also writes the rows as JSON lines in NeMo Gym's rollout shape
+	// (docs/output.md): jsonl/rollouts-DIR-NNNNN.jsonl beside each Parquet
+	// part DIR/part-NNNNN.parquet, staged as the part is written and
+	// renamed into place with its commit, so that after any crash and
+	// resume the files hold exactly one line per committed row. Each
+	// line's response.created_at is the rollout's start (Unix seconds).
+	// Turned on at a resume, it writes lines for the parts committed from
+	// then on.
 	JSONL bool `yaml:"jsonl"`
+	// JSONLRows are the rows output.jsonl writes: kept (the rows of data/)
+	// or all (also those of filtered/, surplus/ and errors/, as far as
+	// they are written: filtered/ needs output.filtered). Each line's
+	// trajflow.status says what became of its row.
+	//
+	// Default: kept.
+	JSONLRows string `yaml:"jsonl_rows" json:",omitempty"`
 	// ArrowStream also streams the kept record batches as an Arrow IPC
 	// stream to this file ("-": standard output) while the run goes; a
 	// local path only.
@@ -188,6 +200,12 @@ type Output struct {
 	OpenAIBatch bool `yaml:"openai_batch"`
 }
 
+// The values of output.jsonl_rows.
+const (
+	JSONLKept = "kept"
+	JSONLAll  = "all"
+)
+
 // SetDefaults fills every key left unset.
 func (c *Config) SetDefaults() {
 	c.Source.SetDefaults()
@@ -208,6 +226,9 @@ func (c *Config) SetDefaults() {
 		c.Output.Dir = "out"
 	}
 	c.Output.Collate.SetDefaults()
+	if c.Output.JSONLRows == "" {
+		c.Output.JSONLRows = JSONLKept
+	}
 	if c.Output.Images == "" {
 		c.Output.Images = "reference"
 	}
@@ -303,6 +324,11 @@ func (c *Config) Validate() error {
 	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
 	p.Section("serve", c.Serve.Validate())
+	switch c.Output.JSONLRows {
+	case JSONLKept, JSONLAll:
+	default:
+		p.Add("output.jsonl_rows", "%q is not %s or %s", c.Output.JSONLRows, JSONLKept, JSONLAll)
+	}
 	if c.Output.OpenAIBatch && c.Run.ResumeErrors != "keep" {
 		p.Add("output.openai_batch", "needs run.resume_errors: keep (a failed request has its line in an error file, and a resumed run that sent it again would give its custom_id a second line); leave run.resume_errors unset")
 	}

@@ -301,3 +301,25 @@ func TestProgressZeroIsOff(t *testing.T) {
 		}
 	}
 }
+
+// output.jsonl_rows: left out it is kept; all is accepted; anything else
+// is an error naming the key and the values.
+func TestJSONLRows(t *testing.T) {
+	for _, tt := range []struct{ yaml, want, err string }{
+		{"output: {jsonl: true}\n", config.JSONLKept, ""},
+		{"output: {jsonl: true, jsonl_rows: all}\n", config.JSONLAll, ""},
+		{"output: {jsonl: true, jsonl_rows: kept}\n", config.JSONLKept, ""},
+		{"output: {jsonl: true, jsonl_rows: filtered}\n", "", `output.jsonl_rows: "filtered" is not kept or all`},
+	} {
+		cfg, err := config.Parse([]byte(base+tt.yaml), "cfg.yaml", nil)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: err %v, want %q", tt.yaml, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || cfg.Output.JSONLRows != tt.want {
+			t.Errorf("%s: %v, jsonl_rows %q, want %q", tt.yaml, err, cfg.Output.JSONLRows, tt.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 
+	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/storage"
@@ -45,14 +46,17 @@ func (c *Config) validateHosted(p *pipeline.Problems) {
 		p.Add("prompt.max_tokens", "counts the prompt with POST /tokenize, which generate.api: batch does not use")
 	}
 	const why = "generate.api: batch is single-turn: a batch takes minutes to hours, and each further turn would wait for a batch of its own; set env.max_turns: 1 (or use generate.api: chat for multi-turn)"
+	// No environment (envs.None: an OpenAI Batch file's requests without
+	// an env section) is one turn, whatever max_turns says.
+	singleTurn := func(name string, maxTurns int) bool { return maxTurns == 1 || name == envs.None }
 	if len(c.Env.Routes) == 0 {
-		if c.Env.MaxTurns != 1 {
+		if !singleTurn(c.Env.Name, c.Env.MaxTurns) {
 			p.Add("env.max_turns", "%s", why)
 		}
 		return
 	}
 	for name, r := range c.Env.Routes {
-		if r != nil && r.MaxTurns != 1 {
+		if r != nil && !singleTurn(r.Name, r.MaxTurns) {
 			p.Add("env.routes."+name+".max_turns", "%s", why)
 		}
 	}

@@ -21,6 +21,8 @@ func TestHostedKeys(t *testing.T) {
 		{"cache bound without cache", base + "generate: {cache_max_bytes: 10}\n", []string{"generate.cache_max_bytes: has no effect without generate.cache"}},
 		{"negative cache bound", base + "generate: {cache: c, cache_max_bytes: -1}\n", []string{"generate.cache_max_bytes: must be >= 0"}},
 		{"batch single-turn", batch + "env: {max_turns: 1}\n", nil},
+		{"batch of an OpenAI Batch file without env", "source: {path: batch.jsonl, format: openai_batch}\ngenerate: {endpoints: [\"http://h:8000/v1\"], api: batch}\n", nil},
+		{"batch with env none", batch + "env: {name: none}\n", nil},
 		{"batch multi-turn", batch, []string{"env.max_turns: generate.api: batch is single-turn", "set env.max_turns: 1"}},
 		{"batch multi-turn route", batch + "env:\n  max_turns: 1\n  routes:\n    a: {name: math}\n    b: {name: guess, max_turns: 5}\n", []string{"env.routes.b.max_turns: generate.api: batch is single-turn"}},
 		{"batch on sim://", base + "generate: {api: batch}\nenv: {max_turns: 1}\n", []string{"generate.endpoints: generate.api: batch needs an HTTP server with the Batch API", "trajflow sim-server"}},

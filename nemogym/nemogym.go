@@ -77,7 +77,7 @@ func CreateParams(fields map[string]any, r *pipeline.Rollout) map[string]any {
 // its agent, and the agent on to /seed_session and, with the response, to
 // /verify): the row's fields, its responses_create_params (CreateParams)
 // with the config's request parameters laid over them and the rollout's
-// seed when it sends one (Overridden), agent_ref (the row's, or the
+// seed with repeat.add_seed (Overridden), agent_ref (the row's, or the
 // rollout's environment route as {"name": ROUTE} for a row without one),
 // _ng_task_index and _ng_rollout_index.
 func Request(r *pipeline.Rollout) (map[string]any, error) {
@@ -86,7 +86,7 @@ func Request(r *pipeline.Rollout) (map[string]any, error) {
 		return nil, err
 	}
 	var seed *int64
-	if !r.NoSeed {
+	if r.GymSeed {
 		seed = &r.Seed
 	}
 	fields[ParamsKey] = Overridden(CreateParams(fields, r), r.ConfigParams, seed)
@@ -103,8 +103,10 @@ func Request(r *pipeline.Rollout) (map[string]any, error) {
 // Overridden returns rcp laid under the config's request parameters, as
 // Gym's rollout collection merges its responses_create_params overrides
 // into every row (row | overrides: shallow, an override replaces the
-// row's key), then with "seed" set when seed is not nil (Gym's
-// num_repeats_add_seed; trajflow's rollout seed). The parameters are
+// row's key), then, when seed is not nil, with the seed in
+// metadata.extra_body as Gym's num_repeats_add_seed writes it (a JSON
+// string: {"seed": N} merged into the extra_body already there; Gym's
+// responses_create_params forbid a top-level seed). The parameters are
 // written in the Responses API's names: max_tokens and
 // max_completion_tokens as max_output_tokens, reasoning_effort as
 // reasoning.effort. rcp is not changed; the result is a new map.
@@ -132,8 +134,31 @@ func Overridden(rcp, params map[string]any, seed *int64) map[string]any {
 		}
 	}
 	if seed != nil {
-		out["seed"] = *seed
+		out["metadata"] = seedMetadata(out["metadata"], *seed)
 	}
+	return out
+}
+
+// seedMetadata returns a copy of the metadata md with "seed" set in its
+// extra_body, as Gym's rollout collection does with num_repeats_add_seed:
+// extra_body is a JSON object in a string (metadata's values are
+// strings); one that is not an object is replaced.
+func seedMetadata(md any, seed int64) map[string]any {
+	out := map[string]any{}
+	if m, ok := md.(map[string]any); ok {
+		maps.Copy(out, m)
+	}
+	extra := map[string]any{}
+	if s, ok := out["extra_body"].(string); ok {
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber()
+		if err := dec.Decode(&extra); err != nil || extra == nil {
+			extra = map[string]any{}
+		}
+	}
+	extra["seed"] = seed
+	b, _ := json.Marshal(extra) // numbers, strings and decoded JSON: always encodable
+	out["extra_body"] = string(b)
 	return out
 }
 

@@ -155,7 +155,8 @@ func TestImagePartsAsInputImage(t *testing.T) {
 }
 
 // TestOverridden: Gym merges its responses_create_params overrides over
-// every row (row | overrides) and, with num_repeats_add_seed, sets seed;
+// every row (row | overrides) and, with num_repeats_add_seed, sets the
+// seed in metadata.extra_body (a JSON string, merged into the one there);
 // the overrides are written in the Responses API's names.
 func TestOverridden(t *testing.T) {
 	seed := int64(3)
@@ -167,7 +168,11 @@ func TestOverridden(t *testing.T) {
 	}{
 		{"none", map[string]any{"input": "hi", "temperature": 0.5}, nil, nil, `{"input":"hi","temperature":0.5}`},
 		{"override wins", map[string]any{"input": "hi", "temperature": 0.5}, map[string]any{"temperature": 1.0}, nil, `{"input":"hi","temperature":1}`},
-		{"seed", map[string]any{"input": "hi", "seed": 9}, nil, &seed, `{"input":"hi","seed":3}`},
+		{"seed", map[string]any{"input": "hi"}, nil, &seed, `{"input":"hi","metadata":{"extra_body":"{\"seed\":3}"}}`},
+		{"seed merged into extra_body", map[string]any{"input": "hi", "metadata": map[string]any{"user": "u", "extra_body": `{"top_k":5,"seed":1}`}}, nil, &seed,
+			`{"input":"hi","metadata":{"extra_body":"{\"seed\":3,\"top_k\":5}","user":"u"}}`},
+		{"extra_body not an object", map[string]any{"input": "hi", "metadata": map[string]any{"extra_body": "[1]"}}, nil, &seed, `{"input":"hi","metadata":{"extra_body":"{\"seed\":3}"}}`},
+		{"no seed asked", map[string]any{"input": "hi", "metadata": map[string]any{"extra_body": "{}"}}, nil, nil, `{"input":"hi","metadata":{"extra_body":"{}"}}`},
 		{"names", map[string]any{"input": "hi", "max_output_tokens": 10, "reasoning": map[string]any{"summary": "auto"}},
 			map[string]any{"max_tokens": 64, "reasoning_effort": "low", "top_p": 0.9}, nil,
 			`{"input":"hi","max_output_tokens":64,"reasoning":{"effort":"low","summary":"auto"},"top_p":0.9}`},

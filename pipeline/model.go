@@ -145,6 +145,10 @@ type Rollout struct {
 	// configured and no seed of the row's own); Seed is then trajflow's
 	// derived seed, kept for retries and the output's seed column.
 	NoSeed bool
+	// GymSeed: the seed is written into the NeMo Gym
+	// responses_create_params of the rollout (repeat.add_seed, Gym's
+	// num_repeats_add_seed), in metadata.extra_body.
+	GymSeed bool
 	// ConfigParams are the config's request parameters (generate.params),
 	// which the generate stage lays over the task's own; NeMo Gym's
 	// responses_create_params repeat them, as Gym merges its config

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -156,30 +157,37 @@ func TestInteropOutputs(t *testing.T) {
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	// NeMo Gym-shaped JSONL.
-	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "rollouts-*.jsonl"))
-	if len(paths) != 1 {
-		t.Fatalf("jsonl files %v", paths)
-	}
-	f, _ := os.Open(paths[0])
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
+	// NeMo Gym-shaped JSONL, one file per data part.
+	parts, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.DataDir, schema.PartGlob))
 	var n int
-	for sc.Scan() {
-		var line map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+	for _, part := range parts {
+		num, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(part), schema.PartPrefix+"-"), schema.PartExt))
+		f, err := os.Open(filepath.Join(cfg.Output.Dir, schema.JSONLDir, schema.GymJSONLName(schema.DataDir, num)))
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"_ng_task_index", "_ng_rollout_index", "reward", "responses_create_params", "response"} {
-			if _, ok := line[k]; !ok {
-				t.Fatalf("line %d has no %s: %v", n, k, line)
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<24)
+		for sc.Scan() {
+			var line map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+				t.Fatal(err)
 			}
+			for _, k := range []string{"_ng_task_index", "_ng_rollout_index", "reward", "responses_create_params", "response"} {
+				if _, ok := line[k]; !ok {
+					t.Fatalf("line %d has no %s: %v", n, k, line)
+				}
+			}
+			n++
 		}
-		n++
+		f.Close()
 	}
 	if n != 40 {
 		t.Fatalf("%d JSONL lines, want 40", n)
+	}
+	paths, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "*"))
+	if len(paths) != len(parts) {
+		t.Fatalf("jsonl files %v for parts %v", paths, parts)
 	}
 	// The Arrow IPC stream reads back with Arrow's reader.
 	sf, err := os.Open(stream)
@@ -199,11 +207,12 @@ func TestInteropOutputs(t *testing.T) {
 	if rows != 40 {
 		t.Fatalf("%d rows in the Arrow stream", rows)
 	}
-	// A resumed run adds a JSONL file, it does not overwrite one.
+	// A resumed run with nothing left to do commits no part, and so no
+	// JSONL file.
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if paths, _ = filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "rollouts-*.jsonl")); len(paths) != 2 {
-		t.Fatalf("jsonl files after resume: %v", paths)
+	if again, _ := filepath.Glob(filepath.Join(cfg.Output.Dir, schema.JSONLDir, "*")); len(again) != len(paths) {
+		t.Fatalf("jsonl files after resume: %v, before: %v", again, paths)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs/httpenv"
+	"github.com/trajflow/trajflow/internal/gymcontract"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -24,11 +25,18 @@ import (
 // A run against a NeMo Gym-shaped resources server on the simulator with a
 // small max_tokens: cut replies reach /verify as incomplete, the server's
 // aggregate metrics land in OUTPUT/aggregate_metrics.json, and the JSONL
-// output says the same as what /verify got.
+// output says the same as what /verify got. The server validates every
+// body with Gym's models (extra keys forbidden in responses_create_params,
+// internal/gymcontract): with repeat.seed set, none is refused, and every
+// JSONL line validates as Gym's verify answer.
 func TestNeMoGymRunOnTheSimulator(t *testing.T) {
+	models, err := gymcontract.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	verifies := map[string]map[string]any{} // "task/rollout" -> body
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	gate, rejected := models.Gate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var body map[string]any
 		json.Unmarshal(b, &body)
@@ -47,6 +55,7 @@ func TestNeMoGymRunOnTheSimulator(t *testing.T) {
 			w.WriteHeader(404)
 		}
 	}))
+	srv := httptest.NewServer(gate)
 	defer srv.Close()
 	env, err := httpenv.New(httpenv.Config{URL: srv.URL, Protocol: httpenv.ProtocolNeMoGym})
 	if err != nil {
@@ -70,6 +79,9 @@ run: {progress: 0}
 		t.Fatal(err)
 	}
 	sum, err := runner.Run(context.Background(), cfg, runner.Options{Env: env})
+	for _, err := range rejected.Errors() {
+		t.Errorf("the resources server refused a body: %v", err)
+	}
 	if err != nil || sum.OK != 4 {
 		t.Fatalf("run: %v, summary %+v", err, sum)
 	}
@@ -89,6 +101,9 @@ run: {progress: 0}
 		var line map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			t.Fatal(err)
+		}
+		if err := models.Validate("BaseVerifyResponse", sc.Bytes()); err != nil {
+			t.Errorf("a JSONL line does not validate with Gym's models: %v", err)
 		}
 		key := fmt.Sprint(line["_ng_task_index"], "/", line["_ng_rollout_index"])
 		v := verifies[key]
@@ -121,12 +136,13 @@ run: {progress: 0}
 	}
 }
 
-// TestNeMoGymExampleParams runs examples/nemo-gym with a temperature
+// TestNeMoGymExampleParams runs examples/nemo-gym (repeat.add_seed on) with a temperature
 // override and repeat.seed, writing Gym-shaped JSONL: every line's
 // responses_create_params is the row's, with the config's parameters laid
 // over it (temperature replacing the row's own, max_tokens as
-// max_output_tokens) and the rollout's seed, as Gym's rollout collection
-// writes them; every line has agent_ref.
+// max_output_tokens) and, with repeat.add_seed, the rollout's seed in
+// metadata.extra_body, as Gym's rollout collection writes them with
+// num_repeats_add_seed; every line has agent_ref.
 func TestNeMoGymExampleParams(t *testing.T) {
 	cfg := nemoGym(t, "generate.params.temperature=0.25", "repeat.seed=0", "output.jsonl=true")
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
@@ -165,7 +181,8 @@ func TestNeMoGymExampleParams(t *testing.T) {
 		n++
 		ti := int64(line["_ng_task_index"].(float64))
 		ri := line["_ng_rollout_index"].(float64)
-		// Gym: row[rcp] | overrides, then seed = rollout index.
+		// Gym: row[rcp] | overrides, then metadata.extra_body's seed =
+		// the rollout index.
 		want := map[string]any{}
 		for k, v := range rows[ti]["responses_create_params"].(map[string]any) {
 			want[k] = v
@@ -175,7 +192,7 @@ func TestNeMoGymExampleParams(t *testing.T) {
 		}
 		want["temperature"] = 0.25
 		want["max_output_tokens"] = 64.0
-		want["seed"] = ri
+		want["metadata"] = map[string]any{"extra_body": fmt.Sprintf(`{"seed":%v}`, ri)}
 		got, _ := json.Marshal(line["responses_create_params"])
 		w, _ := json.Marshal(want)
 		if string(got) != string(w) {

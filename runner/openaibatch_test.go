@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -257,5 +258,43 @@ func TestOpenAIBatchDuplicateCustomID(t *testing.T) {
 	_, err := run(t, cfg, runner.Options{})
 	if err == nil || !strings.Contains(err.Error(), `batch.jsonl:4: custom_id "a" is already on line 1`) {
 		t.Fatalf("err %v: want the duplicate named with both lines", err)
+	}
+}
+
+// An OpenAI Batch file sent through the Batch API (generate.api: batch)
+// with no env section runs as it is: no environment is one turn, so the
+// run does not ask for env.max_turns: 1. Each good request is submitted
+// once and answered in one turn.
+func TestOpenAIBatchFileThroughBatchAPI(t *testing.T) {
+	s := sim.New(sim.Options{Seed: 3, Model: "m"})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	defer s.Close()
+	input, bad := writeBatchInput(t, t.TempDir(), 60)
+	cfg := batchConfig(t, input, hs.URL, "generate.api=batch", "generate.batch.flush_after=50ms", "generate.batch.poll_interval=20ms")
+	if cfg.Env.MaxTurns != 0 {
+		t.Fatalf("env.max_turns %d: want it left unset", cfg.Env.MaxTurns)
+	}
+	sum, err := run(t, cfg, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := 60
+	for l := range bad {
+		if l <= 60 {
+			good--
+		}
+	}
+	if sum.OK != int64(good) {
+		t.Fatalf("summary: %d ok, %d errors; want %d ok", sum.OK, sum.Errors, good)
+	}
+	st := s.BatchStats()
+	if len(st.Submitted) != good {
+		t.Fatalf("the server saw %d requests, want %d", len(st.Submitted), good)
+	}
+	for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
+		if r.NumTurns != 1 {
+			t.Fatalf("%s: %d turns, want 1", r.TrajID, r.NumTurns)
+		}
 	}
 }

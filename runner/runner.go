@@ -183,6 +183,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			return nil, err
 		}
 	}
+	if cfg.Output.JSONL {
+		// Likewise NeMo Gym JSONL files without their part.
+		if err := commit.PairGymFiles(cfg.Output.Dir); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Output.Steps {
 		// A crash between a commit's two renames left a steps file
 		// without its trajectories: they were never committed.

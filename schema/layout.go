@@ -27,8 +27,9 @@ const (
 	// ImagesDir holds the bytes of the rows' data-URL images, one file per
 	// distinct image named by its SHA-256 (output.images: reference).
 	ImagesDir = "images"
-	// JSONLDir holds NeMo Gym-shaped copies of the kept rows (output.jsonl):
-	// JSONLPrefix + NNNNN + JSONLExt.
+	// JSONLDir holds NeMo Gym-shaped copies of the committed rows
+	// (output.jsonl): one file per Parquet part, GymJSONLName (outputs of
+	// earlier versions: JSONLPrefix + NNNNN + JSONLExt, one per run).
 	JSONLDir = "jsonl"
 	// OpenAIBatchDir holds OpenAI's Batch output and error files
 	// (output.openai_batch): for each part file DIR/part-NNNNN.parquet,
@@ -99,6 +100,12 @@ func PartName(n int) string { return fmt.Sprintf("%s-%05d%s", PartPrefix, n, Par
 // directory dir: output-data-00003.jsonl.
 func OpenAIBatchName(kind, dir string, n int) string {
 	return fmt.Sprintf("%s-%s-%05d%s", kind, dir, n, JSONLExt)
+}
+
+// GymJSONLName returns the name of the NeMo Gym JSONL file (output.jsonl,
+// in JSONLDir) of part file n of directory dir: rollouts-data-00003.jsonl.
+func GymJSONLName(dir string, n int) string {
+	return fmt.Sprintf("%s%s-%05d%s", JSONLPrefix, dir, n, JSONLExt)
 }
 
 // ShardDirName returns the name of the directory of shard index of count

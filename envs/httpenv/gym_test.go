@@ -331,19 +331,20 @@ func TestGymToolArguments(t *testing.T) {
 
 // TestGymRowsSentWithOverrides: the config's request parameters are laid
 // over the row's responses_create_params (an override replaces the row's
-// key, in the Responses API's names) and the rollout's seed is added, in
-// the bodies of /seed_session and /verify, as Gym's rollout collection
-// merges its overrides and num_repeats_add_seed into every row. A row
+// key, in the Responses API's names) and the rollout's seed is added in
+// metadata.extra_body (repeat.add_seed), in the bodies of /seed_session
+// and /verify, as Gym's rollout collection merges its overrides and
+// num_repeats_add_seed into every row. A row
 // without agent_ref gets its route's name.
 func TestGymRowsSentWithOverrides(t *testing.T) {
 	row := map[string]any{"responses_create_params": map[string]any{"input": "What is 7?", "temperature": 0.5, "top_p": 0.9}, "expected_answer": "7"}
 	g, srv := newGymResources(t)
 	e := newEnv(t, Config{URL: srv.URL, Protocol: ProtocolNeMoGym})
 	r := gymRollout(row, 3, 1)
-	r.Seed = 1
+	r.Seed, r.GymSeed = 1, true
 	r.ConfigParams = map[string]any{"temperature": 1.0, "max_tokens": 64}
 	drive(t, e, 2, r, answer("7"))
-	want := `{"input":"What is 7?","max_output_tokens":64,"seed":1,"temperature":1,"top_p":0.9}`
+	want := `{"input":"What is 7?","max_output_tokens":64,"metadata":{"extra_body":"{\"seed\":1}"},"temperature":1,"top_p":0.9}`
 	for _, path := range []string{"/seed_session", "/verify"} {
 		b := g.got(path)[0]
 		got, _ := json.Marshal(b["responses_create_params"])

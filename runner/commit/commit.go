@@ -22,8 +22,10 @@ import (
 // Committer is a run's commit path, in one place: the Parquet writer of
 // each output directory, the step rows committed with each data file
 // (output.steps), the data-URL images stored before the rows that name
-// them (output.images: reference), the interop sinks of the kept rows
-// (output.jsonl, output.arrow_stream), and the upload of what each commit
+// them (output.images: reference), the NeMo Gym JSONL and OpenAI Batch
+// files committed with each part (output.jsonl, output.openai_batch), the
+// interop sink of the kept rows (output.arrow_stream), and the upload of
+// what each commit
 // wrote to object storage. The order is fixed:
 //
 //   - a group's images are on disk before its rows reach a sink
@@ -56,6 +58,9 @@ type Committer struct {
 	// batch writes OpenAI's Batch output and error files beside each
 	// directory's parts (output.openai_batch); nil without.
 	batch *batchFiles
+	// gym writes the NeMo Gym JSONL beside the parts (output.jsonl); nil
+	// without.
+	gym   *gymFiles
 	hooks Hooks
 
 	// dirty is set when a file was committed locally and is not uploaded
@@ -102,6 +107,13 @@ func Open(cfg *config.Config, popts parquet.Options, h Hooks) (*Committer, error
 			return nil, err
 		}
 		c.batch = b
+	}
+	if cfg.Output.JSONL {
+		g, err := newGymFiles(cfg)
+		if err != nil {
+			return nil, err
+		}
+		c.gym = g
 	}
 	if cfg.Output.Images == "reference" {
 		images, err := openImages(filepath.Join(dir, schema.ImagesDir))
@@ -151,11 +163,12 @@ func (b Batch) Release() {
 }
 
 // Keeps reports whether a batch of dest carries its groups: their step
-// rows and NeMo Gym lines (output.steps, output.jsonl: data directory) or
-// OpenAI Batch lines (output.openai_batch, every directory) are written
-// with it.
+// rows (output.steps: data directory), NeMo Gym lines (output.jsonl: the
+// data directory, every directory with output.jsonl_rows: all) or OpenAI
+// Batch lines (output.openai_batch, every directory) are written with it.
 func Keeps(cfg *config.Config, dest string) bool {
-	return dest == schema.DataDir && (cfg.Output.Steps || cfg.Output.JSONL) || cfg.Output.OpenAIBatch
+	return dest == schema.DataDir && (cfg.Output.Steps || cfg.Output.JSONL) || cfg.Output.OpenAIBatch ||
+		cfg.Output.JSONL && cfg.Output.JSONLRows == config.JSONLAll
 }
 
 // Take hands a batch to its directory's writer (Write), or on the commit
@@ -227,6 +240,25 @@ func (c *Committer) writer(dest string) (*parquet.Writer, error) {
 			return errors.Join(err, c.batch.abort(dest))
 		}
 	}
+	if c.gym != nil && c.gym.keeps(dest) {
+		// Likewise the part's NeMo Gym JSONL file.
+		before, abort := popts.BeforeRename, popts.OnAbort
+		popts.BeforeRename = func(final string) error {
+			if before != nil {
+				if err := before(final); err != nil {
+					return err
+				}
+			}
+			return c.gym.commit(dest, final)
+		}
+		popts.OnAbort = func() error {
+			var err error
+			if abort != nil {
+				err = abort()
+			}
+			return errors.Join(err, c.gym.abort(dest))
+		}
+	}
 	w, err := parquet.New(filepath.Join(c.dir, dest), popts)
 	if err != nil {
 		return nil, err
@@ -285,6 +317,12 @@ func (c *Committer) Write(ctx context.Context, dest string, rec arrow.Record, gr
 		// Staged before the rows, as the step rows: a commit the record
 		// triggers takes them along.
 		if err := c.batch.add(dest, groups); err != nil {
+			return errors.Join(err, w.Abort())
+		}
+	}
+	if c.gym != nil {
+		// Likewise the NeMo Gym lines.
+		if err := c.gym.add(ctx, dest, rec, groups); err != nil {
 			return errors.Join(err, w.Abort())
 		}
 	}

@@ -54,7 +54,7 @@ func CreateNext(dir, prefix, suffix string) (*File, error) {
 }
 
 // Overrides sets the request overrides of the rows written (Writer.Overrides).
-func (f *File) Overrides(params map[string]any, sendSeed bool) { f.w.Overrides(params, sendSeed) }
+func (f *File) Overrides(params map[string]any, addSeed bool) { f.w.Overrides(params, addSeed) }
 
 // Write appends one line per row of rec.
 func (f *File) Write(ctx context.Context, rec arrow.Record) error { return f.w.Write(ctx, rec) }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +36,7 @@ func liveGroup() *pipeline.Group {
 		r.Task = task
 		r.Started = time.Date(2026, 11, 27, 6, 0, i, 0, time.UTC)
 		r.ConfigParams = map[string]any{"api_key": "secret", "max_tokens": 64}
-		r.NoSeed = i == 0
+		r.GymSeed = i != 0
 		r.Metrics = map[string]float64{"acc": 1, "invalid_actions": float64(i)}
 	}
 	return g
@@ -75,17 +78,17 @@ func sparseGroup() *pipeline.Group {
 func TestWriteGroupsIsWriteOfTheRecord(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
-		name     string
-		groups   func() []*pipeline.Group
-		params   map[string]any
-		sendSeed bool
+		name    string
+		groups  func() []*pipeline.Group
+		params  map[string]any
+		addSeed bool
 	}{
 		{"fixtures", func() []*pipeline.Group {
 			return []*pipeline.Group{pipelinetest.Group(0, 3, 200), pipelinetest.Group(1, 3, 200)}
 		}, nil, true},
-		{"live rollouts, no seed sent", func() []*pipeline.Group { return []*pipeline.Group{liveGroup()} },
+		{"live rollouts, no seed added", func() []*pipeline.Group { return []*pipeline.Group{liveGroup()} },
 			map[string]any{"api_key": "[redacted]", "max_tokens": 64, "reasoning_effort": "low"}, false},
-		{"live rollouts, seeds sent", func() []*pipeline.Group { return []*pipeline.Group{liveGroup()} }, nil, true},
+		{"live rollouts, seeds added", func() []*pipeline.Group { return []*pipeline.Group{liveGroup()} }, nil, true},
 		{"invalid UTF-8", func() []*pipeline.Group { return []*pipeline.Group{badUTF8Group()} }, nil, true},
 		{"sparse rows", func() []*pipeline.Group { return []*pipeline.Group{sparseGroup(), pipelinetest.Group(4, 1, 64)} }, nil, false},
 		{"no groups", func() []*pipeline.Group { return nil }, nil, true},
@@ -95,8 +98,8 @@ func TestWriteGroupsIsWriteOfTheRecord(t *testing.T) {
 			defer alloc.AssertSize(t, 0)
 			var fromRecord, fromGroups bytes.Buffer
 			wr, wg := jsonl.New(&fromRecord), jsonl.New(&fromGroups)
-			wr.Overrides(tt.params, tt.sendSeed)
-			wg.Overrides(tt.params, tt.sendSeed)
+			wr.Overrides(tt.params, tt.addSeed)
+			wg.Overrides(tt.params, tt.addSeed)
 			c := collate.New(alloc, 1<<20)
 			defer c.Release()
 			gs := tt.groups()
@@ -120,8 +123,18 @@ func TestWriteGroupsIsWriteOfTheRecord(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if fromRecord.String() != fromGroups.String() {
-				t.Errorf("lines differ:\nrecord:\n%s\ngroups:\n%s", fromRecord.String(), fromGroups.String())
+			// created_at is the rollout's start, which the record lacks
+			// (0 there).
+			for _, g := range gs {
+				for _, r := range g.Rollouts {
+					if r != nil && !r.Started.IsZero() && !strings.Contains(fromGroups.String(), fmt.Sprintf(`"created_at":%d,"id":"resp_%s"`, r.Started.Unix(), r.TrajID)) {
+						t.Errorf("%s: no line with created_at %d (its start)", r.TrajID, r.Started.Unix())
+					}
+				}
+			}
+			groupLines := createdAt.ReplaceAllString(fromGroups.String(), `"created_at":0,`)
+			if fromRecord.String() != groupLines {
+				t.Errorf("lines differ:\nrecord:\n%s\ngroups:\n%s", fromRecord.String(), groupLines)
 			}
 			if len(gs) > 0 && fromGroups.Len() == 0 {
 				t.Error("no lines")
@@ -129,6 +142,8 @@ func TestWriteGroupsIsWriteOfTheRecord(t *testing.T) {
 		})
 	}
 }
+
+var createdAt = regexp.MustCompile(`"created_at":[0-9]+,`)
 
 // WriteGroups leaves the rollouts as they were.
 func TestWriteGroupsDoesNotChangeTheRollouts(t *testing.T) {

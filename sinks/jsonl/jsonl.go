@@ -74,19 +74,19 @@ func NewLine(r *pipeline.Rollout) (map[string]any, error) {
 type Writer struct {
 	bw  *bufio.Writer
 	enc *json.Encoder
-	// params and sendSeed are the run's request overrides, for rows
+	// params and addSeed are the run's request overrides, for rows
 	// decoded from records (which carry neither).
-	params   map[string]any
-	sendSeed bool
+	params  map[string]any
+	addSeed bool
 }
 
 // Overrides gives the rows Write and WriteGroups write the run's request
-// parameters (generate.params) and says whether their seeds were sent
-// (repeat.seed set, or the row's own seed), so that their
-// responses_create_params are what the requests carried; rows passed to
-// WriteGroup keep their own.
-func (w *Writer) Overrides(params map[string]any, sendSeed bool) {
-	w.params, w.sendSeed = params, sendSeed
+// parameters (generate.params) and says whether their seeds go into their
+// responses_create_params (repeat.add_seed, Gym's num_repeats_add_seed),
+// so that their responses_create_params are what Gym was sent; rows
+// passed to WriteGroup keep their own.
+func (w *Writer) Overrides(params map[string]any, addSeed bool) {
+	w.params, w.addSeed = params, addSeed
 }
 
 // New returns a Writer into out. Close flushes but does not close out.
@@ -129,8 +129,7 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 	}
 	for _, r := range rs {
 		r.ConfigParams = w.params
-		// A row's own seed is in its responses_create_params already.
-		r.NoSeed = !w.sendSeed
+		r.GymSeed = w.addSeed
 	}
 	return w.WriteGroup(ctx, &pipeline.Group{Rollouts: rs})
 }
@@ -139,10 +138,10 @@ func (w *Writer) Write(ctx context.Context, rec arrow.Record) error {
 // the lines Write writes for the record collate makes of gs, byte for
 // byte, from the rollouts themselves (no record is decoded). A line thus
 // holds what the output's row holds: the task is its input row (the task
-// column; not the tools and parameters parsed from it), created_at is 0
-// (the output holds no start time), strings are valid UTF-8 as the string
+// column; not the tools and parameters parsed from it), strings are valid UTF-8 as the string
 // columns hold them, and the request parameters and seeds are the run's
-// (Overrides).
+// (Overrides). One field differs: response.created_at is the rollout's
+// start (the output's columns hold none, so Write writes 0).
 func (w *Writer) WriteGroups(ctx context.Context, gs []*pipeline.Group) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -168,7 +167,7 @@ func (w *Writer) WriteGroups(ctx context.Context, gs []*pipeline.Group) error {
 
 // recorded returns r as its output row holds it (what schema.Rollouts
 // decodes of it), for the fields a line reads: a copy whose task is its
-// index and input row, without a start time, with its strings as the
+// index and input row, with its strings as the
 // string columns hold them and the run's overrides. tasks keeps the
 // reduced task of each task already seen.
 func (w *Writer) recorded(r *pipeline.Rollout, tasks map[*pipeline.Task]*pipeline.Task) *pipeline.Rollout {
@@ -185,10 +184,8 @@ func (w *Writer) recorded(r *pipeline.Rollout, tasks map[*pipeline.Task]*pipelin
 		tasks[r.Task] = t
 	}
 	v.Task = t
-	v.Started = time.Time{}
 	v.ConfigParams = w.params
-	// A row's own seed is in its responses_create_params already.
-	v.NoSeed = !w.sendSeed
+	v.GymSeed = w.addSeed
 	v.RunID, v.TrajID, v.Env, v.Model = schema.ValidUTF8(v.RunID), schema.ValidUTF8(v.TrajID), schema.ValidUTF8(v.Env), schema.ValidUTF8(v.Model)
 	v.Status = pipeline.Status(schema.ValidUTF8(string(v.Status)))
 	v.Error, v.ErrorClass, v.FinishReason = schema.ValidUTF8(v.Error), schema.ValidUTF8(v.ErrorClass), schema.ValidUTF8(v.FinishReason)

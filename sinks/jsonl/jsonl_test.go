@@ -23,7 +23,7 @@ func TestRecordsAndGroupsGiveSameLines(t *testing.T) {
 	ctx := context.Background()
 	var fromGroups, fromRecords bytes.Buffer
 	wg, wr := jsonl.New(&fromGroups), jsonl.New(&fromRecords)
-	wr.Overrides(nil, true) // the groups' rollouts send their seeds
+	wr.Overrides(nil, false) // the groups' rollouts add no seed to their params
 	c := collate.New(alloc, 4)
 	defer c.Release()
 	for task := range int64(3) {

@@ -25,6 +25,15 @@ type Config struct {
 	// its own integer seed (in its responses_create_params). Left false,
 	// such a row's seed is kept and sent on each of its rollouts.
 	OverrideRowSeed bool `yaml:"override_row_seed" json:",omitempty"` // omitempty: the fingerprints of outputs made before the key stay
+	// AddSeed writes each rollout's seed into the responses_create_params
+	// trajflow sends to a NeMo Gym resources server (/seed_session,
+	// /verify) and writes in output.jsonl, as NeMo Gym's rollout
+	// collection does with num_repeats_add_seed: in metadata.extra_body, a
+	// JSON string ({"seed": N} merged into the one there), since Gym's
+	// responses_create_params forbid keys they do not declare and declare
+	// no seed. Left false, the seed is in neither (it is still sent to the
+	// model when configured, and is in the seed column).
+	AddSeed bool `yaml:"add_seed" json:",omitempty"` // omitempty: the fingerprints of outputs made before the key stay
 	// nSet records that a config file wrote n, so that an explicit 0 is
 	// not mistaken for "unset".
 	nSet bool

@@ -23,6 +23,7 @@ type Expander struct {
 	hash              bool
 	overrideRowSeed   bool
 	sendSeed          bool // a seed is configured
+	addSeed           bool // the seed goes into NeMo Gym's responses_create_params (add_seed)
 	params            map[string]any
 	runID, env, model string
 }
@@ -35,7 +36,7 @@ func New(cfg Config, runID, env, model string) *Expander {
 	if n < 1 {
 		n = 1
 	}
-	return &Expander{n: n, seed: cfg.Seed, hash: cfg.SeedMode == SeedHash, overrideRowSeed: cfg.OverrideRowSeed, sendSeed: cfg.SeedConfigured(), runID: runID, env: env, model: model}
+	return &Expander{n: n, seed: cfg.Seed, hash: cfg.SeedMode == SeedHash, overrideRowSeed: cfg.OverrideRowSeed, sendSeed: cfg.SeedConfigured(), addSeed: cfg.AddSeed, runID: runID, env: env, model: model}
 }
 
 // N is the group size.
@@ -75,6 +76,7 @@ func (e *Expander) Expand(task *pipeline.Task, attempt int) []*pipeline.Rollout 
 			TrajID:       group + "-r" + strconv.Itoa(i),
 			Seed:         seed,
 			NoSeed:       !hasRowSeed && !e.sendSeed,
+			GymSeed:      e.addSeed,
 			ConfigParams: e.params,
 			Env:          env,
 			Model:        e.model,

@@ -151,12 +151,12 @@ type Limiter struct {
 	// tokens reported of the answered requests: their ratio scales the
 	// estimates (the provider's counting is the one that matters).
 	estimated, reported float64
-	refused, resent          int64
-	waiting                  int
-	waited                   time.Duration
-	waits                    int64
-	throttled                int64
-	signalInTokens           bool // x-ratelimit-*-tokens tighten in (else out)
+	refused, resent     int64
+	waiting             int
+	waited              time.Duration
+	waits               int64
+	throttled           int64
+	signalInTokens      bool // x-ratelimit-*-tokens tighten in (else out)
 }
 
 // New builds a limiter for cfg. now and sleep replace the clock (nil: the

@@ -49,6 +49,9 @@ func TestOpenAIBatchFileAtTheProvidersLimits(t *testing.T) {
 	if rows := readBack(t, cfg.Output.Dir, schema.DataDir); len(rows) != n || st.Answered != n {
 		t.Fatalf("%d rows, %d answered, want %d", len(rows), st.Answered, n)
 	}
+	if want := fmt.Sprintf("%d answered 429, %d of them sent again", st.Refused, st.Refused); st.Refused > 0 && !strings.Contains(sum.String(), want) {
+		t.Fatalf("the summary lacks %q:\n%s", want, sum)
+	}
 	if float64(st.Refused) >= 0.02*float64(st.Requests) {
 		t.Fatalf("%d of %d requests answered 429, want under 2%%", st.Refused, st.Requests)
 	}

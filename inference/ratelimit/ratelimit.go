@@ -449,6 +449,11 @@ func (c *Client) Complete(ctx context.Context, req *inference.Request) (*inferen
 			}
 			c.lim.mu.Lock()
 			c.lim.resent++
+			// A 429 without a Retry-After still holds the account back:
+			// 100ms doubling per try, at most 10s.
+			if now := c.lim.now(); !c.lim.blockedUntil.After(now) {
+				c.lim.blockedUntil = now.Add(min(100*time.Millisecond<<min(tries-1, 7), 10*time.Second))
+			}
 			c.lim.mu.Unlock()
 			continue
 		}

@@ -300,7 +300,9 @@ func (r *refusing) Complete(ctx context.Context, req *inference.Request) (*infer
 	r.calls++
 	if r.n < 0 || r.calls <= r.n {
 		h := http.Header{}
-		h.Set("retry-after-ms", r.wait)
+		if r.wait != "" {
+			h.Set("retry-after-ms", r.wait)
+		}
 		r.lim.Observe(h)
 		return nil, &inference.Error{Class: inference.ClassRateLimited, Status: 429, Msg: "slow down"}
 	}
@@ -318,6 +320,9 @@ func TestA429IsSentAgain(t *testing.T) {
 	}{
 		{"answered after three 429s", 3, false, 0, "", 4},
 		{"answered after 100 429s", 100, false, 0, "", 101},
+		// No Retry-After: 100ms doubling to 10s between tries, 10 minutes
+		// without an answer after 67 tries.
+		{"no Retry-After: backed off", -1, false, 0, "no request answered for 10m", 67},
 		// Retry-After 200ms, a deadline 300ms away: a second try, not a third.
 		{"the deadline leaves no time", -1, true, 0, "no time left before the deadline", 2},
 		// Retry-After 2s, generate.deadline 5s: sent at 0, 2 and 4 s.
@@ -329,6 +334,9 @@ func TestA429IsSentAgain(t *testing.T) {
 			c := &clock{t: time.Unix(1000, 0)}
 			lim := New(Config{RequestsPerMinute: 600}, c.now, c.sleep)
 			inner := &refusing{lim: lim, n: tc.refusals, wait: "2000"}
+			if strings.HasPrefix(tc.name, "no Retry-After") {
+				inner.wait = ""
+			}
 			ctx := context.Background()
 			if tc.real {
 				lim = New(Config{RequestsPerMinute: 600}, nil, nil)

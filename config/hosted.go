@@ -39,6 +39,9 @@ func (c *Config) validateHosted(p *pipeline.Problems) {
 	if g.RateLimit.Enabled() {
 		p.Add("generate.rate_limit", "applies to requests sent one by one; generate.api: batch sends batches, which the provider queues under its own batch limits")
 	}
+	if g.Structured.Retries() > 0 && !g.Structured.RetriesVary() {
+		p.Add("generate.invalid_retries", "is %d with generate.invalid_retry_seed false and no generate.invalid_retry_params: a retry would send the same body with the same custom_id to the Batch API, which answers it as before and bills it again; set invalid_retry_seed: true, invalid_retry_params, or invalid_retries: 0", g.Structured.Retries())
+	}
 	if st, ok := g.Params["stream"].(bool); ok && st {
 		p.Add("generate.params.stream", "the Batch API answers whole responses; remove the key")
 	}

@@ -32,6 +32,11 @@ func TestHostedKeys(t *testing.T) {
 			[]string{"generate.batch.max_requests: must be >= 1", "generate.batch.max_bytes: must be >= 1024", "generate.batch.poll_interval: must be > 0"}},
 		{"batch with s3 output", batch + "env: {max_turns: 1}\noutput: {dir: s3://bucket/out}\n", []string{"output.dir: generate.api: batch records its batches in the output directory"}},
 		{"batch with stream", base + "generate: {endpoints: [\"http://h:8000/v1\"], api: batch, params: {stream: true}}\nenv: {max_turns: 1}\n", []string{"generate.params.stream: the Batch API answers whole responses"}},
+		{"batch with invalid_retries resending the same body", base + "generate: {endpoints: [\"http://h:8000/v1\"], api: batch, invalid_retries: 3, invalid_retry_seed: false}\nenv: {max_turns: 1}\n",
+			[]string{"generate.invalid_retries: is 3 with generate.invalid_retry_seed false", "the same custom_id", "invalid_retries: 0"}},
+		{"batch with invalid_retries and retry params", base + "generate: {endpoints: [\"http://h:8000/v1\"], api: batch, invalid_retries: 3, invalid_retry_seed: false, invalid_retry_params: {temperature: 1}}\nenv: {max_turns: 1}\n", nil},
+		{"batch with invalid_retries and seeds", base + "generate: {endpoints: [\"http://h:8000/v1\"], api: batch, invalid_retries: 3}\nenv: {max_turns: 1}\n", nil},
+		{"batch without invalid_retries", base + "generate: {endpoints: [\"http://h:8000/v1\"], api: batch, invalid_retries: 0, invalid_retry_seed: false}\nenv: {max_turns: 1}\n", nil},
 		{"unknown api", base + "generate: {api: batches}\n", []string{`generate.api: "batches" is not one of chat, completions, tokens, batch`}},
 	}
 	for _, tt := range tests {

@@ -62,7 +62,7 @@ func TestHostedFigures(t *testing.T) {
 		t.Fatalf("summary:\n%s", sum)
 	}
 	mu.Lock()
-	for _, want := range []string{`trajflow_cache_requests_total{result="miss"}`, `trajflow_rate_limit_wait_seconds_total`, `trajflow_rate_limit_waiting`} {
+	for _, want := range []string{`trajflow_cache_requests_total{result="miss"}`, `trajflow_rate_limit_wait_seconds_total`, `trajflow_rate_limit_waiting`, `trajflow_rate_limit_429_total{outcome="resent"}`} {
 		if !strings.Contains(scraped, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

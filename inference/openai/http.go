@@ -73,6 +73,9 @@ type HTTPOptions struct {
 	// response a generation attempt got, before its body is read: the rate
 	// limiter reads x-ratelimit-* and Retry-After from them.
 	OnResponse func(endpoint string, status int, header http.Header)
+	// ReturnRateLimited returns a 429 at once instead of retrying it: the
+	// rate limiter (generate.rate_limit) sends it again once it has room.
+	ReturnRateLimited bool
 	// KeepBody keeps each reply's body as the server sent it
 	// (inference.Response.Raw, bounded by MaxResponseBytes) and its
 	// x-request-id (RequestID): the OpenAI Batch output
@@ -520,7 +523,7 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 		}
 		tried[ep.idx] = true
 		last = aerr
-		if !retryable(aerr.Class) {
+		if !retryable(aerr.Class) || aerr.Class == inference.ClassRateLimited && c.opts.ReturnRateLimited {
 			observe(false)
 			return "", aerr
 		}

@@ -2,11 +2,17 @@
 // (generate.rate_limit): an inference client that makes each request wait
 // for room in token buckets of requests, input tokens and output tokens
 // per minute, and that tightens them with what every response's
-// x-ratelimit-* and Retry-After headers say.
+// x-ratelimit-* and Retry-After headers say. A request refused with a 429
+// waits for room again and is sent again, so a 429 loses no row while the
+// request's context allows another try.
 package ratelimit
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -28,17 +34,25 @@ type Config struct {
 	// OutputTokensPerMinute bounds the generated tokens per minute, charged
 	// as responses arrive: a request waits while the bucket is in debt.
 	OutputTokensPerMinute int `yaml:"output_tokens_per_minute"`
+	// TokensPerMinute bounds the tokens per minute as OpenAI counts them:
+	// each request is its prompt (estimated as for
+	// input_tokens_per_minute, then corrected by the usage its response
+	// reports) plus its max_tokens (or max_completion_tokens; none: the
+	// prompt alone), charged when it is sent, whatever the length of the
+	// reply. input_ and output_tokens_per_minute are Anthropic's split;
+	// set the limits your provider states.
+	TokensPerMinute int `yaml:"tokens_per_minute"`
 }
 
 // Enabled reports whether any limit is set.
 func (c Config) Enabled() bool {
-	return c.RequestsPerMinute > 0 || c.InputTokensPerMinute > 0 || c.OutputTokensPerMinute > 0
+	return c.RequestsPerMinute > 0 || c.InputTokensPerMinute > 0 || c.OutputTokensPerMinute > 0 || c.TokensPerMinute > 0
 }
 
 // Validate reports every problem of the section at once.
 func (c Config) Validate() error {
 	var p pipeline.Problems
-	for key, v := range map[string]int{"requests_per_minute": c.RequestsPerMinute, "input_tokens_per_minute": c.InputTokensPerMinute, "output_tokens_per_minute": c.OutputTokensPerMinute} {
+	for key, v := range map[string]int{"requests_per_minute": c.RequestsPerMinute, "input_tokens_per_minute": c.InputTokensPerMinute, "output_tokens_per_minute": c.OutputTokensPerMinute, "tokens_per_minute": c.TokensPerMinute} {
 		if v < 0 {
 			p.Add(key, "must be >= 0 (0: no limit), got %d", v)
 		}
@@ -113,6 +127,9 @@ type Stats struct {
 	Waits  int64
 	// Throttled counts responses whose headers tightened the limiter.
 	Throttled int64
+	// Refused counts the 429s the requests got, and Resent those the
+	// limiter sent again once it had room.
+	Refused, Resent int64
 }
 
 // Limiter is the run's rate limiter. It is safe for concurrent use.
@@ -120,14 +137,26 @@ type Limiter struct {
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
 
-	mu             sync.Mutex
-	req, in, out   *bucket
-	blockedUntil   time.Time
-	waiting        int
-	waited         time.Duration
-	waits          int64
-	throttled      int64
-	signalInTokens bool // x-ratelimit-*-tokens tighten in (else out)
+	mu           sync.Mutex
+	req, in, out *bucket
+	tok          *bucket // prompt plus max_tokens (tokens_per_minute)
+	blockedUntil time.Time
+	// inflightReq and inflightTok are the requests sent and not yet
+	// answered, and their prompt-plus-max_tokens charge: a response's
+	// remaining counts may not have seen them yet.
+	inflightReq, inflightTok float64
+	inflightIn               float64
+	lastOK                   time.Time // the last answered request
+	// estimated and reported sum the prompt estimates and the prompt
+	// tokens reported of the answered requests: their ratio scales the
+	// estimates (the provider's counting is the one that matters).
+	estimated, reported float64
+	refused, resent     int64
+	waiting             int
+	waited              time.Duration
+	waits               int64
+	throttled           int64
+	signalInTokens      bool // x-ratelimit-*-tokens tighten in (else out)
 }
 
 // New builds a limiter for cfg. now and sleep replace the clock (nil: the
@@ -140,8 +169,9 @@ func New(cfg Config, now func() time.Time, sleep func(ctx context.Context, d tim
 		sleep = sleepCtx
 	}
 	t := now()
-	l := &Limiter{now: now, sleep: sleep,
-		req: newBucket(cfg.RequestsPerMinute, t), in: newBucket(cfg.InputTokensPerMinute, t), out: newBucket(cfg.OutputTokensPerMinute, t)}
+	l := &Limiter{now: now, sleep: sleep, lastOK: t,
+		req: newBucket(cfg.RequestsPerMinute, t), in: newBucket(cfg.InputTokensPerMinute, t), out: newBucket(cfg.OutputTokensPerMinute, t),
+		tok: newBucket(cfg.TokensPerMinute, t)}
 	l.signalInTokens = l.in != nil || l.out == nil
 	return l
 }
@@ -150,12 +180,19 @@ func New(cfg Config, now func() time.Time, sleep func(ctx context.Context, d tim
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Waiting: l.waiting, Waited: l.waited, Waits: l.waits, Throttled: l.throttled}
+	return Stats{Waiting: l.waiting, Waited: l.waited, Waits: l.waits, Throttled: l.throttled, Refused: l.refused, Resent: l.resent}
 }
 
-// Wait blocks until a request of about inTokens prompt tokens has room,
-// and charges it; it fails only when ctx ends.
+// Wait blocks until a request of about inTokens prompt tokens (and no
+// max_tokens) has room, and charges it; it fails only when ctx ends.
 func (l *Limiter) Wait(ctx context.Context, inTokens int) error {
+	return l.WaitFor(ctx, inTokens, 0)
+}
+
+// WaitFor blocks until a request of about inTokens prompt tokens asking
+// for at most maxTokens has room, and charges it; it fails only when ctx
+// ends. Settle gives its answer back.
+func (l *Limiter) WaitFor(ctx context.Context, inTokens, maxTokens int) error {
 	start := l.now()
 	counted := false
 	defer func() {
@@ -172,8 +209,9 @@ func (l *Limiter) Wait(ctx context.Context, inTokens int) error {
 		l.req.refill(now)
 		l.in.refill(now)
 		l.out.refill(now)
+		l.tok.refill(now)
 		d := l.blockedUntil.Sub(now)
-		for _, w := range []time.Duration{l.req.need(1), l.in.need(float64(inTokens)), l.out.need(0)} {
+		for _, w := range []time.Duration{l.req.need(1), l.in.need(float64(inTokens)), l.out.need(0), l.tok.need(float64(inTokens + maxTokens))} {
 			if w > d {
 				d = w
 			}
@@ -185,6 +223,12 @@ func (l *Limiter) Wait(ctx context.Context, inTokens int) error {
 			if l.in != nil {
 				l.in.level -= float64(inTokens)
 			}
+			if l.tok != nil {
+				l.tok.level -= float64(inTokens + maxTokens)
+			}
+			l.inflightReq++
+			l.inflightIn += float64(inTokens)
+			l.inflightTok += float64(inTokens + maxTokens)
 			l.mu.Unlock()
 			return nil
 		}
@@ -207,14 +251,33 @@ func (l *Limiter) Wait(ctx context.Context, inTokens int) error {
 // estimate is corrected to the prompt tokens reported, and the generated
 // tokens are taken from the output bucket.
 func (l *Limiter) Charge(estimated, prompt, completion int) {
+	l.Settle(estimated, 0, prompt, completion, false)
+}
+
+// Settle ends a request that WaitFor(estimated, maxTokens) let through:
+// refused (a 429) charges nothing more, as the provider's count was
+// ahead of the limiter's; else the prompt estimate is corrected to the
+// prompt tokens reported (when reported), and the generated tokens are
+// taken from the output bucket.
+func (l *Limiter) Settle(estimated, maxTokens, prompt, completion int, refused bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if l.in != nil && prompt > 0 {
-		l.in.refill(now)
-		l.in.level -= float64(prompt - estimated)
-		if l.in.level > l.in.cap {
-			l.in.level = l.in.cap
+	l.inflightReq = math.Max(0, l.inflightReq-1)
+	l.inflightIn = math.Max(0, l.inflightIn-float64(estimated))
+	l.inflightTok = math.Max(0, l.inflightTok-float64(estimated+maxTokens))
+	if refused {
+		l.refused++
+		return
+	}
+	l.lastOK = now
+	for _, b := range []*bucket{l.in, l.tok} {
+		if b != nil && prompt > 0 {
+			b.refill(now)
+			b.level -= float64(prompt - estimated)
+			if b.level > b.cap {
+				b.level = b.cap
+			}
 		}
 	}
 	if l.out != nil {
@@ -223,12 +286,15 @@ func (l *Limiter) Charge(estimated, prompt, completion int) {
 	}
 }
 
-// Observe tightens the limiter with a response's headers: a Retry-After
-// holds every request back that long; a remaining count lowers the
-// bucket's level to it; a remaining count of 0 with a reset time holds
-// back the requests of a dimension that has no configured limit until the
-// reset. Absent, negative or zero values are ignored (a remaining count of
-// 0 only with a reset time), as some providers send them meaning nothing.
+// Observe sets the limiter by a response's headers: a Retry-After holds
+// every request back that long; a remaining count, less what was sent
+// since and is not answered yet, becomes the bucket's level (lowered to
+// it; refilled to the bucket's capacity when the provider has more than
+// twice that left); a remaining count of 0 with a reset time
+// holds back the requests of a dimension that has no configured limit
+// until the reset. Absent, negative or zero values are ignored (a
+// remaining count of 0 only with a reset time), as some providers send
+// them meaning nothing.
 func (l *Limiter) Observe(h http.Header) {
 	s := ParseHeaders(h, l.now())
 	l.mu.Lock()
@@ -244,27 +310,40 @@ func (l *Limiter) Observe(h http.Header) {
 	if s.RetryAfter > 0 {
 		block(s.RetryAfter)
 	}
-	apply := func(b *bucket, remaining int64, reset time.Duration) {
+	apply := func(b *bucket, remaining int64, reset time.Duration, inflight float64) {
 		switch {
 		case remaining < 0:
 		case remaining == 0 && reset <= 0:
 			// "0" with no reset time: a provider's placeholder.
 		case b != nil:
 			b.refill(now)
-			if b.level > float64(remaining) {
-				b.lower(float64(remaining))
+			// The requests in flight may or may not be in the count:
+			// taking them off again errs on the side of a 429 fewer.
+			target := float64(remaining) - inflight
+			switch {
+			case b.level > target:
+				b.lower(target)
 				tightened = true
+			case target >= 2*b.cap && b.level < b.cap:
+				// The provider holds more than twice the limiter's
+				// burst (OpenAI's buckets hold a minute): refilled now
+				// rather than by time, with a burst's margin for
+				// headers that arrive out of order.
+				b.level = b.cap
 			}
 		case remaining == 0:
 			block(reset)
 		}
 	}
-	apply(l.req, s.RemainingRequests, s.ResetRequests)
-	tokens := l.out
-	if l.signalInTokens {
-		tokens = l.in
+	apply(l.req, s.RemainingRequests, s.ResetRequests, l.inflightReq)
+	switch {
+	case l.tok != nil:
+		apply(l.tok, s.RemainingTokens, s.ResetTokens, l.inflightTok)
+	case l.signalInTokens:
+		apply(l.in, s.RemainingTokens, s.ResetTokens, l.inflightIn)
+	default:
+		apply(l.out, s.RemainingTokens, s.ResetTokens, 0)
 	}
-	apply(tokens, s.RemainingTokens, s.ResetTokens)
 	if tightened {
 		l.throttled++
 	}
@@ -295,28 +374,138 @@ func EstimateTokens(req *inference.Request) int {
 	return n + 3
 }
 
-// Client makes each request wait for the limiter before inner sends it.
+// MaxTokens is a request's max_completion_tokens, else its max_tokens;
+// 0 when it sets neither.
+func MaxTokens(req *inference.Request) int {
+	for _, k := range []string{"max_completion_tokens", "max_tokens"} {
+		switch v := req.Params[k].(type) {
+		case int:
+			return v
+		case int64:
+			return int(v)
+		case float64:
+			return int(v)
+		case json.Number:
+			if n, err := v.Int64(); err == nil {
+				return int(n)
+			}
+		}
+	}
+	return 0
+}
+
+// GiveUpAfter is how long a request refused with 429s keeps being sent
+// again while no request of the run is answered: an account out of quota
+// answers 429 for ever.
+const GiveUpAfter = 10 * time.Minute
+
+// Client makes each request wait for the limiter before inner sends it,
+// and sends a request refused with a 429 again once the limiter has room
+// (inner should return 429s at once: openai.HTTPOptions.ReturnRateLimited).
 type Client struct {
-	inner inference.Client
-	lim   *Limiter
+	inner    inference.Client
+	lim      *Limiter
+	deadline time.Duration
 }
 
 // Wrap returns inner behind lim; the result keeps inner's Tokenize.
 func Wrap(inner inference.Client, lim *Limiter) inference.Client {
-	return inference.Decorate(&Client{inner: inner, lim: lim}, inner)
+	return WrapDeadline(inner, lim, 0)
+}
+
+// WrapDeadline is Wrap with generate.deadline: a request refused with a
+// 429 is not sent again once the limiter's wait would end past deadline
+// after its first send (0: no deadline but the context's).
+func WrapDeadline(inner inference.Client, lim *Limiter, deadline time.Duration) inference.Client {
+	return inference.Decorate(&Client{inner: inner, lim: lim, deadline: deadline}, inner)
 }
 
 // Complete implements inference.Client.
 func (c *Client) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
-	est := EstimateTokens(req)
-	if err := c.lim.Wait(ctx, est); err != nil {
-		return nil, err
+	raw, max := EstimateTokens(req), MaxTokens(req)
+	est := c.lim.Calibrate(raw)
+	var first, sent time.Time
+	for tries := 1; ; tries++ {
+		if err := c.lim.WaitFor(ctx, est, max); err != nil {
+			return nil, err
+		}
+		if sent.IsZero() {
+			sent = c.lim.now()
+		}
+		resp, err := c.inner.Complete(ctx, req)
+		var ierr *inference.Error
+		if resp == nil && errors.As(err, &ierr) && ierr.Class == inference.ClassRateLimited {
+			c.lim.Settle(est, max, 0, 0, true)
+			if first.IsZero() {
+				first = c.lim.now()
+			}
+			var dl time.Time
+			if c.deadline > 0 {
+				dl = sent.Add(c.deadline)
+			}
+			if why := c.lim.stop(ctx, first, dl); why != "" {
+				ierr.Msg = fmt.Sprintf("%s (generate.rate_limit: %d tries; %s)", ierr.Msg, tries, why)
+				return nil, err
+			}
+			c.lim.mu.Lock()
+			c.lim.resent++
+			// A 429 without a Retry-After still holds the account back:
+			// 100ms doubling per try, at most 10s.
+			if now := c.lim.now(); !c.lim.blockedUntil.After(now) {
+				c.lim.blockedUntil = now.Add(min(100*time.Millisecond<<min(tries-1, 7), 10*time.Second))
+			}
+			c.lim.mu.Unlock()
+			continue
+		}
+		prompt, completion := 0, 0
+		if resp != nil {
+			prompt, completion = resp.PromptTokens, resp.CompletionTokens
+		}
+		c.lim.Settle(est, max, prompt, completion, false)
+		if prompt > 0 {
+			c.lim.mu.Lock()
+			c.lim.estimated += float64(raw)
+			c.lim.reported += float64(prompt)
+			c.lim.mu.Unlock()
+		}
+		return resp, err
 	}
-	resp, err := c.inner.Complete(ctx, req)
-	if resp != nil {
-		c.lim.Charge(est, resp.PromptTokens, resp.CompletionTokens)
+}
+
+// Calibrate scales a prompt estimate by what the answered requests'
+// usage reported against their estimates; before any answer, by 4/3 (3
+// bytes a token rather than 4: code and many languages run denser, and
+// the first requests go out together).
+func (l *Limiter) Calibrate(est int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.estimated < 1 {
+		return (est*4 + 2) / 3
 	}
-	return resp, err
+	return int(math.Ceil(float64(est) * l.reported / l.estimated))
+}
+
+// stop says why a request refused since first is not sent again: its
+// context ended or ends before the limiter lets it through, so does
+// deadline (generate.deadline; zero: none), or no request of the run was
+// answered for GiveUpAfter; "" to send it again.
+func (l *Limiter) stop(ctx context.Context, first, deadline time.Time) string {
+	if ctx.Err() != nil {
+		return "the request's context ended"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if dl, ok := ctx.Deadline(); ok && l.blockedUntil.After(dl) {
+		return "no time left before the deadline to try again"
+	}
+	if !deadline.IsZero() && l.blockedUntil.After(deadline) {
+		return "no time left before generate.deadline to try again"
+	}
+	if now.Sub(first) >= GiveUpAfter && !l.lastOK.After(first) {
+		return fmt.Sprintf("no request answered for %s", now.Sub(l.lastOK).Round(time.Second))
+	}
+	return ""
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

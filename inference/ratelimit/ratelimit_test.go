@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,4 +228,145 @@ func TestEstimateTokens(t *testing.T) {
 	if n < 100 || n > 120 {
 		t.Fatalf("400 bytes estimated at %d tokens", n)
 	}
+}
+
+func TestTokensPerMinuteCountsMaxTokens(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	l := New(Config{TokensPerMinute: 6000}, c.now, c.sleep) // 100/s, a burst of 100
+	start := c.now()
+	l.WaitFor(context.Background(), 20, 80) // the whole burst: prompt plus max_tokens
+	l.Settle(20, 80, 20, 3, false)          // a short reply gives nothing back
+	l.WaitFor(context.Background(), 20, 80)
+	if got := c.now().Sub(start); got < 990*time.Millisecond || got > 1010*time.Millisecond {
+		t.Fatalf("the second request waited %s, want 1s (its prompt and max_tokens)", got)
+	}
+	// A prompt reported smaller than estimated gives the difference back.
+	l.Settle(20, 80, 10, 3, false)
+	mid := c.now()
+	l.WaitFor(context.Background(), 10, 0)
+	if got := c.now().Sub(mid); got != 0 {
+		t.Fatalf("waited %s with 10 tokens given back, want 0", got)
+	}
+}
+
+func TestMaxTokens(t *testing.T) {
+	for _, tc := range []struct {
+		params map[string]any
+		want   int
+	}{
+		{nil, 0},
+		{map[string]any{"max_tokens": 64}, 64},
+		{map[string]any{"max_tokens": float64(64)}, 64},
+		{map[string]any{"max_tokens": json.Number("64")}, 64},
+		{map[string]any{"max_tokens": 64, "max_completion_tokens": int64(32)}, 32},
+		{map[string]any{"max_tokens": "many"}, 0},
+	} {
+		if got := MaxTokens(&inference.Request{Params: tc.params}); got != tc.want {
+			t.Errorf("MaxTokens(%v) = %d, want %d", tc.params, got, tc.want)
+		}
+	}
+}
+
+func TestObserveRefillsFromAProvidersLargerBucket(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	hdr := http.Header{}
+	hdr.Set("x-ratelimit-remaining-tokens", "25000")
+	l := New(Config{TokensPerMinute: 6000}, c.now, c.sleep) // a burst of 100
+	l.WaitFor(context.Background(), 100, 0)
+	l.Observe(hdr) // the provider holds 250 times that: refilled at once
+	start := c.now()
+	l.WaitFor(context.Background(), 100, 0)
+	if got := c.now().Sub(start); got != 0 {
+		t.Fatalf("waited %s, want 0", got)
+	}
+	hdr.Set("x-ratelimit-remaining-tokens", "150") // under twice the burst: time refills it
+	l.Observe(hdr)
+	l.WaitFor(context.Background(), 100, 0)
+	if got := c.now().Sub(start); got < 990*time.Millisecond {
+		t.Fatalf("waited %s, want 1s", got)
+	}
+}
+
+// refusing answers 429 (with Retry-After through the limiter, as the HTTP
+// client's response hook does) to its first n requests, then answers.
+type refusing struct {
+	lim   *Limiter
+	n     int
+	wait  string // retry-after-ms
+	calls int
+}
+
+func (r *refusing) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
+	r.calls++
+	if r.n < 0 || r.calls <= r.n {
+		h := http.Header{}
+		if r.wait != "" {
+			h.Set("retry-after-ms", r.wait)
+		}
+		r.lim.Observe(h)
+		return nil, &inference.Error{Class: inference.ClassRateLimited, Status: 429, Msg: "slow down"}
+	}
+	return &inference.Response{PromptTokens: 7, CompletionTokens: 5}, nil
+}
+
+func TestA429IsSentAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		refusals int // -1: every time
+		real     bool
+		deadline time.Duration // generate.deadline
+		want     string        // the error; "" for an answer
+		calls    int
+	}{
+		{"answered after three 429s", 3, false, 0, "", 4},
+		{"answered after 100 429s", 100, false, 0, "", 101},
+		// No Retry-After: 100ms doubling to 10s between tries, 10 minutes
+		// without an answer after 67 tries.
+		{"no Retry-After: backed off", -1, false, 0, "no request answered for 10m", 67},
+		// Retry-After 200ms, a deadline 300ms away: a second try, not a third.
+		{"the deadline leaves no time", -1, true, 0, "no time left before the deadline", 2},
+		// Retry-After 2s, generate.deadline 5s: sent at 0, 2 and 4 s.
+		{"generate.deadline leaves no time", -1, false, 5 * time.Second, "no time left before generate.deadline", 3},
+		// Retry-After 2s: 300 tries in 10 minutes.
+		{"no answer in the run for GiveUpAfter", -1, false, 0, "no request answered for 10m", 301},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{t: time.Unix(1000, 0)}
+			lim := New(Config{RequestsPerMinute: 600}, c.now, c.sleep)
+			inner := &refusing{lim: lim, n: tc.refusals, wait: "2000"}
+			if strings.HasPrefix(tc.name, "no Retry-After") {
+				inner.wait = ""
+			}
+			ctx := context.Background()
+			if tc.real {
+				lim = New(Config{RequestsPerMinute: 600}, nil, nil)
+				inner = &refusing{lim: lim, n: tc.refusals, wait: "200"}
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+			}
+			resp, err := WrapDeadline(inner, lim, tc.deadline).Complete(ctx, &inference.Request{Messages: []pipeline.Message{{Role: "user", Content: "hi"}}})
+			if tc.want == "" {
+				if err != nil || resp == nil {
+					t.Fatalf("%v", err)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if inner.calls != tc.calls {
+				t.Fatalf("%d calls, want %d", inner.calls, tc.calls)
+			}
+			st := lim.Stats()
+			if refused := min(inner.calls, tc.calls-btoi(tc.want == "")); st.Refused != int64(refused) || st.Resent != int64(tc.calls-1) {
+				t.Fatalf("stats %+v, want %d refused, %d sent again", st, refused, tc.calls-1)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -47,7 +48,29 @@ type Config struct {
 	// an invalid reply does: length (a reply cut at max_tokens). Off by
 	// default: in RL a cut reply is an outcome.
 	RetryOn []string `yaml:"retry_on"`
+	// InvalidRetrySeed gives each try after the first (see
+	// invalid_retries) a seed of its own, derived from the request's seed
+	// (or its sample) and the try, so that a provider that answers a body
+	// the same way every time (a fixed seed, temperature 0, the Batch
+	// API's custom_id) answers anew; a rerun derives the same seeds. With
+	// false a retry sends the body it sent before, which generate.api:
+	// batch refuses (the same body, the same custom_id: the same answer,
+	// paid again).
+	//
+	// Default: true.
+	InvalidRetrySeed *bool `yaml:"invalid_retry_seed"`
+	// InvalidRetryParams are body parameters set on the tries after the
+	// first, over the request's own: {temperature: 1.0}, say, for a run at
+	// temperature 0.
+	InvalidRetryParams map[string]any `yaml:"invalid_retry_params"`
 }
+
+// RetrySeed is invalid_retry_seed (its default when unset).
+func (c *Config) RetrySeed() bool { return c.InvalidRetrySeed == nil || *c.InvalidRetrySeed }
+
+// RetriesVary reports whether a try after the first sends a body of its
+// own (a seed, or invalid_retry_params).
+func (c *Config) RetriesVary() bool { return c.RetrySeed() || len(c.InvalidRetryParams) > 0 }
 
 // DefaultInvalidRetries is invalid_retries' default.
 const DefaultInvalidRetries = 2
@@ -57,6 +80,10 @@ func (c *Config) SetDefaults() {
 	if c.InvalidRetries == nil {
 		n := DefaultInvalidRetries
 		c.InvalidRetries = &n
+	}
+	if c.InvalidRetrySeed == nil {
+		t := true
+		c.InvalidRetrySeed = &t
 	}
 }
 
@@ -95,7 +122,8 @@ func CheckParams(params map[string]any) error {
 // The result implements inference.Tokenizer, inference.Detokenizer and
 // inference.ContextLimiter where client does (inference.Decorate).
 func Wrap(client inference.Client, cfg Config) inference.Client {
-	c := &checker{next: client, retries: cfg.Retries(), onLength: slices.Contains(cfg.RetryOn, "length"), schemas: map[string]*compiled{}}
+	c := &checker{next: client, retries: cfg.Retries(), onLength: slices.Contains(cfg.RetryOn, "length"), schemas: map[string]*compiled{},
+		seed: cfg.RetrySeed(), params: cfg.InvalidRetryParams}
 	return inference.Decorate(c, client)
 }
 
@@ -103,6 +131,8 @@ type checker struct {
 	next     inference.Client
 	retries  int
 	onLength bool
+	seed     bool           // a seed of its own for each retry
+	params   map[string]any // set on each retry
 
 	mu      sync.Mutex
 	schemas map[string]*compiled // by the schema's JSON
@@ -129,7 +159,7 @@ func (c *checker) Complete(ctx context.Context, req *inference.Request) (*infere
 	var spent inference.Usage
 	var why string
 	for try := 0; try <= c.retries; try++ {
-		resp, err := c.next.Complete(ctx, req)
+		resp, err := c.next.Complete(ctx, c.retry(req, try))
 		if err != nil {
 			var e *inference.Error
 			if spent != (inference.Usage{}) && errors.As(err, &e) {
@@ -147,6 +177,41 @@ func (c *checker) Complete(ctx context.Context, req *inference.Request) (*infere
 	}
 	return nil, &inference.Error{Class: ClassInvalidOutput, Discarded: spent,
 		Msg: fmt.Sprintf("%s (after %d tries; generate.invalid_retries is %d)", why, c.retries+1, c.retries)}
+}
+
+// retry is the request of try (0: req itself): a seed of its own (from
+// the request's seed, else its sample, and the try) and the
+// invalid_retry_params, over a copy of its params.
+func (c *checker) retry(req *inference.Request, try int) *inference.Request {
+	if try == 0 || !c.seed && len(c.params) == 0 {
+		return req
+	}
+	r := *req
+	r.Params = make(map[string]any, len(req.Params)+len(c.params)+1)
+	for k, v := range req.Params {
+		r.Params[k] = v
+	}
+	for k, v := range c.params {
+		r.Params[k] = v
+	}
+	if c.seed {
+		r.Params["seed"] = RetrySeed(req.Params["seed"], req.Sample, try)
+	}
+	return &r
+}
+
+// RetrySeed is the seed of a request's try (1 for the first retry): a
+// hash of its seed (or, without one, its sample) and the try, in
+// [0, 2^31).
+func RetrySeed(seed any, sample string, try int) int64 {
+	h := fnv.New64a()
+	if seed != nil {
+		fmt.Fprintf(h, "seed:%v", seed)
+	} else {
+		fmt.Fprintf(h, "sample:%s", sample)
+	}
+	fmt.Fprintf(h, "/try:%d", try)
+	return int64(h.Sum64() & (1<<31 - 1))
 }
 
 // check says what is wrong with resp, "" when nothing is.

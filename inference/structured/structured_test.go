@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/trajflow/trajflow/inference"
@@ -154,4 +155,78 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("the same reply failed the second time: %v", err)
 		}
 	})
+}
+
+// record answers every request with a reply that fails any schema, and
+// keeps each request's params.
+type record struct {
+	mu   sync.Mutex
+	seen []map[string]any
+}
+
+func (r *record) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
+	r.mu.Lock()
+	r.seen = append(r.seen, req.Params)
+	r.mu.Unlock()
+	return &inference.Response{Message: pipeline.Message{Role: "assistant", Content: "not json"}, PromptTokens: 3, CompletionTokens: 2}, nil
+}
+
+func TestRetriesSendNewBodies(t *testing.T) {
+	f := false
+	format := map[string]any{"type": "json_object"}
+	for _, tc := range []struct {
+		name   string
+		cfg    structured.Config
+		params map[string]any
+		check  func(t *testing.T, seen []map[string]any)
+	}{
+		{"a seed of its own per try", structured.Config{}, map[string]any{"response_format": format}, func(t *testing.T, seen []map[string]any) {
+			if _, ok := seen[0]["seed"]; ok {
+				t.Fatalf("the first try got a seed: %v", seen[0])
+			}
+			distinct := map[any]bool{}
+			for _, p := range seen[1:] {
+				distinct[p["seed"]] = true
+			}
+			if len(distinct) != 2 || distinct[nil] {
+				t.Fatalf("retry seeds %v, want 2 distinct", distinct)
+			}
+		}},
+		{"derived from the request's seed", structured.Config{}, map[string]any{"response_format": format, "seed": 5}, func(t *testing.T, seen []map[string]any) {
+			if seen[0]["seed"] != 5 || seen[1]["seed"] != structured.RetrySeed(5, "s", 1) || seen[2]["seed"] != structured.RetrySeed(5, "s", 2) || seen[1]["seed"] == seen[2]["seed"] {
+				t.Fatalf("seeds %v %v %v", seen[0]["seed"], seen[1]["seed"], seen[2]["seed"])
+			}
+		}},
+		{"invalid_retry_params", structured.Config{InvalidRetrySeed: &f, InvalidRetryParams: map[string]any{"temperature": 1.0}}, map[string]any{"response_format": format, "temperature": 0.0}, func(t *testing.T, seen []map[string]any) {
+			if seen[0]["temperature"] != 0.0 || seen[1]["temperature"] != 1.0 || seen[1]["seed"] != nil {
+				t.Fatalf("params %v", seen)
+			}
+		}},
+		{"the same body with invalid_retry_seed false", structured.Config{InvalidRetrySeed: &f}, map[string]any{"response_format": format}, func(t *testing.T, seen []map[string]any) {
+			if len(seen[1]) != 1 {
+				t.Fatalf("params %v", seen[1])
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			two := 2
+			cfg := tc.cfg
+			cfg.InvalidRetries = &two
+			rec := &record{}
+			_, err := structured.Wrap(rec, cfg).Complete(context.Background(), &inference.Request{Params: tc.params, Sample: "s"})
+			var e *inference.Error
+			if !errors.As(err, &e) || e.Class != structured.ClassInvalidOutput || e.Discarded.Tries != 3 || e.Discarded.PromptTokens != 9 {
+				t.Fatalf("error %v, want invalid_output with 3 tries counted", err)
+			}
+			if len(rec.seen) != 3 {
+				t.Fatalf("%d tries, want 3", len(rec.seen))
+			}
+			if _, ok := tc.params["seed"]; !ok && tc.params["temperature"] == nil {
+				if _, ok := tc.params["seed"]; ok || len(tc.params) != 1 {
+					t.Fatalf("the request's own params were changed: %v", tc.params)
+				}
+			}
+			tc.check(t, rec.seen)
+		})
+	}
 }

@@ -87,6 +87,11 @@ func Aggregate(ctx context.Context, paths []string, opts StatsOptions) (*metrics
 	if err != nil {
 		return nil, err
 	}
+	// The rows an output directory committed beside data/ (errors/,
+	// filtered/, surplus/) were paid for: their cost is the run's too.
+	if err := addBesideCost(ctx, paths, agg, opts); err != nil {
+		return nil, err
+	}
 	return agg, nil
 }
 

@@ -101,7 +101,7 @@ func TestRateLimitAndCache(t *testing.T) {
 	if !strings.Contains(res.stdout, fmt.Sprintf("response cache: 0 hits, %d misses", tasks)) {
 		t.Fatalf("summary lacks the cache line:\n%s", res.stdout)
 	}
-	cost := regexp.MustCompile(`cost: (\S+) \(generate.price\)`).FindStringSubmatch(res.stdout)
+	cost := regexp.MustCompile(`cost: (\S+) \(generate.price; every request of this run: data, filtered and error rows\)`).FindStringSubmatch(res.stdout)
 	if cost == nil || cost[1] == "0.0000" {
 		t.Fatalf("the first run's summary lacks its cost:\n%s", res.stdout)
 	}
@@ -130,7 +130,7 @@ func TestRateLimitAndCache(t *testing.T) {
 	}
 	// Nothing was sent, so nothing was spent; what the answers were worth
 	// is the first run's cost.
-	if want := fmt.Sprintf("cost: 0.0000 (generate.price; not counted: %d answers from generate.cache, worth %s)", tasks, cost[1]); !strings.Contains(res.stdout, want) {
+	if want := fmt.Sprintf("cost: 0.0000 (generate.price; every request of this run: data, filtered and error rows; not counted: %d answers from generate.cache, worth %s)", tasks, cost[1]); !strings.Contains(res.stdout, want) {
 		t.Fatalf("the rerun's summary lacks %q:\n%s", want, res.stdout)
 	}
 	second := readDataset(t, filepath.Join(out2, "data"))

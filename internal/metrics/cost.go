@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -61,7 +62,11 @@ func (p Prices) Cost(b Billed) float64 {
 }
 
 // Cost is what the rows cost, in the currency of the prices
-// (generate.price): present when any row was written with a price.
+// (generate.price): present when any row was written with a price. Read
+// from an output directory, it covers every row its runs paid for: those
+// of data/ and those committed beside them (filtered/, surplus/,
+// errors/: an error row's tokens, its thrown-away replies' included, were
+// paid too), split in Dirs.
 type Cost struct {
 	// Total is the cost of the rows that have a price.
 	Total float64 `json:"total"`
@@ -70,6 +75,45 @@ type Cost struct {
 	PricedRows int64 `json:"priced_rows"`
 	// Billed are the tokens of the priced rows.
 	Billed Billed `json:"billed"`
+	// Dirs splits Total by the directory the rows were committed to
+	// (data, filtered, surplus, errors); absent where only data rows were
+	// read (Parquet files named one by one).
+	Dirs map[string]DirCost `json:"dirs,omitempty"`
+}
+
+// DirCost is the cost of one directory's priced rows.
+type DirCost struct {
+	Total      float64 `json:"total"`
+	PricedRows int64   `json:"priced_rows"`
+}
+
+// Add returns c and d summed, Dirs merged.
+func (c Cost) Add(d Cost) Cost {
+	out := Cost{Total: c.Total + d.Total, PricedRows: c.PricedRows + d.PricedRows, Billed: c.Billed.Add(d.Billed)}
+	for _, m := range []map[string]DirCost{c.Dirs, d.Dirs} {
+		for k, v := range m {
+			if out.Dirs == nil {
+				out.Dirs = map[string]DirCost{}
+			}
+			o := out.Dirs[k]
+			out.Dirs[k] = DirCost{Total: o.Total + v.Total, PricedRows: o.PricedRows + v.PricedRows}
+		}
+	}
+	return out
+}
+
+// Includes says which rows Total covers: "data 12, errors 3 rows", say.
+func (c Cost) Includes() string {
+	if len(c.Dirs) == 0 {
+		return fmt.Sprintf("%d rows", c.PricedRows)
+	}
+	var parts []string
+	for _, k := range []string{"data", "filtered", "surplus", "errors"} {
+		if d, ok := c.Dirs[k]; ok && d.PricedRows > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, d.PricedRows))
+		}
+	}
+	return strings.Join(parts, ", ") + " rows"
 }
 
 // FormatCost shows a cost: 4 decimals from 1 up, else 4 significant

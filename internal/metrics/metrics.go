@@ -399,6 +399,7 @@ type Aggregator struct {
 	reasons                    []string
 	reasonIndex                map[string]groupState
 	cost                       Cost
+	besideCost                 Cost // AddCost: rows read for their cost alone
 
 	// Without Options.Contiguous: every task's counts to the end.
 	tasks  map[taskKey]taskCount
@@ -688,6 +689,14 @@ func (o Options) judge(r *pipeline.Rollout) (correct, byMetric bool) {
 	return r.Reward > o.Threshold, false
 }
 
+// AddCost adds the cost of rows read for their cost alone (an output
+// directory's filtered/, surplus/ and errors/ rows, whose other figures
+// are not the metrics'), under dir in Cost.Dirs.
+func (a *Aggregator) AddCost(dir string, c Cost) {
+	c.Dirs = map[string]DirCost{dir: {Total: c.Total, PricedRows: c.PricedRows}}
+	a.besideCost = a.besideCost.Add(c)
+}
+
 // Result returns the metrics of every rollout added so far. The
 // Aggregator may go on accepting rollouts.
 func (a *Aggregator) Result() *Metrics {
@@ -727,8 +736,11 @@ func (a *Aggregator) Result() *Metrics {
 			MeanTotalTokensPerSample: ratio(a.totalTok, a.rows),
 		},
 	}
-	if a.cost.PricedRows > 0 {
-		c := a.cost
+	if c := a.cost; c.PricedRows > 0 || a.besideCost.PricedRows > 0 {
+		if a.besideCost.Dirs != nil {
+			c.Dirs = map[string]DirCost{"data": {Total: c.Total, PricedRows: c.PricedRows}}
+		}
+		c = c.Add(a.besideCost)
 		m.Cost = &c
 	}
 	maxTurn := int32(len(a.turnGen))

@@ -47,8 +47,8 @@ func (m *Metrics) WriteText(w io.Writer) error {
 	p("max turns rate\t%.4f", m.MaxTurnsRate)
 	p("token continuity breaks\t%d", m.TokenContinuityBreaks)
 	if c := m.Cost; c != nil {
-		p("cost\t%s  (%d priced rows: %d prompt tokens, %d of them cached, %d completion tokens)",
-			FormatCost(c.Total), c.PricedRows, c.Billed.PromptTokens, c.Billed.CachedPromptTokens, c.Billed.CompletionTokens)
+		p("cost\t%s  (%d priced rows: %d prompt tokens, %d of them cached, %d completion tokens; %s)",
+			FormatCost(c.Total), c.PricedRows, c.Billed.PromptTokens, c.Billed.CachedPromptTokens, c.Billed.CompletionTokens, c.Includes())
 	}
 	p("")
 	p("NeMo RL (every row)\tnatural_termination_rate %.4f  truncation_rate %.4f  max_turns_reached_rate %.4f",

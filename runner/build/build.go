@@ -265,6 +265,8 @@ func (b *Components) httpOptions() openai.HTTPOptions {
 		key = os.Getenv(b.cfg.Generate.APIKeyEnv)
 	}
 	return openai.HTTPOptions{APIKey: key, OnBreak: b.hooks.OnBreak, OnAttempt: b.hooks.OnAttempt, OnResponse: b.limiterHook(),
+		// The rate limiter sends a 429 again once it has room.
+		ReturnRateLimited: b.cfg.Generate.RateLimit.Enabled(),
 		// The OpenAI Batch output holds each reply's body as it came.
 		KeepBody: b.cfg.Output.OpenAIBatch}
 }

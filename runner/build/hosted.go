@@ -80,7 +80,7 @@ func (b *Components) decorate(context.Context) error {
 		if b.hosted.limiter == nil {
 			b.hosted.limiter = ratelimit.New(cfg.Generate.RateLimit, nil, nil)
 		}
-		b.Client = ratelimit.Wrap(b.Client, b.hosted.limiter)
+		b.Client = ratelimit.WrapDeadline(b.Client, b.hosted.limiter, cfg.Generate.Deadline.D())
 	}
 	// Replies are checked against the structured output their request
 	// asks for, and sent again when they fail (generate.invalid_retries):

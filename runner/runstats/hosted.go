@@ -27,6 +27,9 @@ type HostedStats struct {
 	// RateLimitWait the time requests spent waiting, summed.
 	RateLimitWaiting int
 	RateLimitWait    time.Duration
+	// RateLimitRefused counts the 429s the limited requests got, and
+	// RateLimitResent those the limiter sent again.
+	RateLimitRefused, RateLimitResent int64
 	// Batches and BatchRequests are what this run submitted to the Batch
 	// API; BatchesRecovered the earlier runs' batches it took up;
 	// BatchPending the requests waiting for a batch now.
@@ -62,6 +65,7 @@ func HostedOf(limiter *ratelimit.Limiter, store *cache.Store, batch *openai.Batc
 	if limiter != nil {
 		st := limiter.Stats()
 		s.RateLimitWaiting, s.RateLimitWait = st.Waiting, st.Waited
+		s.RateLimitRefused, s.RateLimitResent = st.Refused, st.Resent
 	}
 	if batch != nil {
 		st := batch.Stats()
@@ -77,8 +81,8 @@ func (s *Summary) hostedLines() string {
 	if h.CacheHits+h.CacheMisses > 0 {
 		fmt.Fprintf(&b, "response cache: %d hits, %d misses (requests sent)\n", h.CacheHits, h.CacheMisses)
 	}
-	if h.RateLimitWait > 0 {
-		fmt.Fprintf(&b, "rate limit: requests waited %s in all\n", h.RateLimitWait.Round(time.Millisecond))
+	if h.RateLimitWait > 0 || h.RateLimitRefused > 0 {
+		fmt.Fprintf(&b, "rate limit: requests waited %s in all; %d answered 429, %d of them sent again\n", h.RateLimitWait.Round(time.Millisecond), h.RateLimitRefused, h.RateLimitResent)
 	}
 	if h.Batches+h.BatchesRecovered > 0 {
 		fmt.Fprintf(&b, "batch API: %d batches submitted (%d requests), %d of earlier runs collected\n", h.Batches, h.BatchRequests, h.BatchesRecovered)
@@ -90,9 +94,10 @@ var (
 	descCache    = prometheus.NewDesc("trajflow_cache_requests_total", "Requests looked up in generate.cache, by result (hit or miss).", []string{"result"}, nil)
 	descRLWait   = prometheus.NewDesc("trajflow_rate_limit_wait_seconds_total", "Time requests spent waiting for the rate limiter (generate.rate_limit), summed.", nil, nil)
 	descRLQueue  = prometheus.NewDesc("trajflow_rate_limit_waiting", "Requests waiting for the rate limiter now.", nil, nil)
+	descRL429    = prometheus.NewDesc("trajflow_rate_limit_429_total", "429s the requests under generate.rate_limit got, by what the limiter did (resent: sent again once it had room; given_up: the row is rate_limited).", []string{"outcome"}, nil)
 	descBatches  = prometheus.NewDesc("trajflow_batches_total", "Batch API batches this run submitted.", nil, nil)
 	descBatchReq = prometheus.NewDesc("trajflow_batch_pending_requests", "Requests waiting for a Batch API batch's results now.", nil, nil)
-	hostedDescs  = []*prometheus.Desc{descCache, descRLWait, descRLQueue, descBatches, descBatchReq}
+	hostedDescs  = []*prometheus.Desc{descCache, descRLWait, descRLQueue, descRL429, descBatches, descBatchReq}
 )
 
 // collectHosted adds the hosted-API figures to a scrape.
@@ -101,6 +106,8 @@ func collectHosted(ch chan<- prometheus.Metric, h HostedStats) {
 	ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(h.CacheMisses), "miss")
 	ch <- prometheus.MustNewConstMetric(descRLWait, prometheus.CounterValue, h.RateLimitWait.Seconds())
 	ch <- prometheus.MustNewConstMetric(descRLQueue, prometheus.GaugeValue, float64(h.RateLimitWaiting))
+	ch <- prometheus.MustNewConstMetric(descRL429, prometheus.CounterValue, float64(h.RateLimitResent), "resent")
+	ch <- prometheus.MustNewConstMetric(descRL429, prometheus.CounterValue, float64(h.RateLimitRefused-h.RateLimitResent), "given_up")
 	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(h.Batches))
 	ch <- prometheus.MustNewConstMetric(descBatchReq, prometheus.GaugeValue, float64(h.BatchPending))
 }

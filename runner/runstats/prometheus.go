@@ -74,7 +74,7 @@ var (
 	descQueue     = prometheus.NewDesc("trajflow_queue_depth", "Items waiting in the queue after a stage.", []string{"after"}, nil)
 	descFiles     = prometheus.NewDesc("trajflow_committed_files_total", "Data part files committed.", nil, nil)
 	descRows      = prometheus.NewDesc("trajflow_committed_rows_total", "Data rows committed.", nil, nil)
-	descCost      = prometheus.NewDesc("trajflow_cost_total", "What the requests resolved so far cost, at generate.price (only with a price; answers from generate.cache are not in it).", nil, nil)
+	descCost      = prometheus.NewDesc("trajflow_cost_total", "What the requests resolved so far cost, at generate.price: those of data, filtered and error rows alike, as the summary and metrics.json (only with a price; answers from generate.cache are not in it).", nil, nil)
 	descCostProj  = prometheus.NewDesc("trajflow_cost_projected", "The whole run's cost estimated from the cost so far (only with a price and an estimate).", nil, nil)
 	descSrvRun    = prometheus.NewDesc("trajflow_endpoint_server_running_requests", "Requests decoding on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvWait   = prometheus.NewDesc("trajflow_endpoint_server_waiting_requests", "Requests queued on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)

@@ -403,7 +403,9 @@ func (s *Summary) String() string {
 		if s.ProjectedCost != s.Cost {
 			fmt.Fprintf(&b, " (projected total %s)", FormatCost(s.ProjectedCost))
 		}
-		b.WriteString(" (generate.price")
+		// The same rows as metrics.json's cost, for a run that starts its
+		// output directory without generate.cache.
+		b.WriteString(" (generate.price; every request of this run: data, filtered and error rows")
 		if s.CacheSaved > 0 {
 			fmt.Fprintf(&b, "; not counted: %d answers from generate.cache, worth %s", s.Hosted.CacheHits, FormatCost(s.CacheSaved))
 		}

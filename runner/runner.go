@@ -432,6 +432,7 @@ func (r *run) execute(parent context.Context) error {
 	defer stopProgress()
 
 	r.flow.ctl = r.newController()
+	r.setPriority()
 	r.sourceStage(g).
 		Via(r.templateStage(g)).
 		Via(r.repeatStage(g)).

@@ -1,6 +1,9 @@
 package runner
 
-import "github.com/trajflow/trajflow/stages/groups"
+import (
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/groups"
+)
 
 // newController is the run's dynamic-sampling controller: groups.target's,
 // or, for a continuous run (Continuous.Supply), one that follows the supply's
@@ -22,4 +25,25 @@ func (r *run) newController() *groups.Controller {
 		ctl.Follow(r.opts.continuous().Supply)
 	}
 	return ctl
+}
+
+// setPriority gives the generator the controller's request priorities
+// (groups.Controller.Priority) under generate.priority: auto; none under
+// off or through the Batch API.
+func (r *run) setPriority() {
+	gen := r.built.Generator
+	if gen == nil {
+		return
+	}
+	if !r.cfg.Generate.PriorityOn() {
+		gen.SetPriority(nil)
+		return
+	}
+	ctl := r.flow.ctl
+	gen.SetPriority(func(ro *pipeline.Rollout) (int, bool) {
+		if ro.Task == nil {
+			return 0, false
+		}
+		return ctl.Priority(ro.Task.Index)
+	})
 }

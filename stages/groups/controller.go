@@ -74,6 +74,21 @@ type Controller struct {
 	// order; round is the current round (the attempt of its groups).
 	tasks []*pipeline.Task
 	round int
+
+	// prio is the scheduling state of each task's group in flight, keyed
+	// by task index (a task has one group in flight at a time): its
+	// admission number and whether it was admitted beyond the need
+	// (Priority). seq numbers the admissions; nextSpec is the speculative
+	// flag of the group an ActRead handed out, for its ReadDone.
+	prio     map[int64]groupPrio
+	seq      int64
+	nextSpec bool
+}
+
+// groupPrio is one group's scheduling state (Controller.Priority).
+type groupPrio struct {
+	seq  int64
+	spec bool
 }
 
 // slot is one read task's state under groups.order: task.
@@ -108,7 +123,7 @@ func newController(target, maxGroups, maxAttempts int, resampling bool, onReache
 	return &Controller{
 		target: target, maxGroups: max(maxGroups, 1), maxAttempts: max(maxAttempts, 1),
 		resampling: resampling, onReached: onReached, changed: make(chan struct{}, 1),
-		slots: map[int64]*slot{},
+		slots: map[int64]*slot{}, prio: map[int64]groupPrio{},
 	}
 }
 
@@ -150,10 +165,12 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 		case len(c.again) > 0:
 			j := c.again[0]
 			c.again = c.again[1:]
+			c.admitted(j.Task.Index, c.speculative())
 			c.inflight++
 			c.mu.Unlock()
 			return ActRepeat, j, nil
 		case !c.exhausted && c.inflight < c.budget() && c.open():
+			c.nextSpec = c.speculative()
 			c.inflight++
 			c.mu.Unlock()
 			return ActRead, Job{}, nil
@@ -193,6 +210,7 @@ func (c *Controller) ReadDone(t *pipeline.Task) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t != nil {
+		c.admitted(t.Index, c.nextSpec)
 		if c.batch {
 			c.tasks = append(c.tasks, t)
 		}
@@ -246,6 +264,60 @@ func (c *Controller) budget() int {
 	return min(max(b, 1), c.maxGroups)
 }
 
+// speculative reports whether a group admitted now goes beyond the need:
+// under a target, the groups in flight already hold the kept groups still
+// needed at the keep rate seen so far (the budget's mean, without its
+// margin). Called with c.mu held, before inflight counts the new group.
+func (c *Controller) speculative() bool {
+	target := c.target
+	if c.supply != nil {
+		target = c.supply.Target()
+	}
+	if target == 0 {
+		return false
+	}
+	need := float64(target - c.kept - c.heldKept)
+	if need <= 0 {
+		return true
+	}
+	rate := (float64(c.kept-c.resumed+c.heldKept) + 1) / (float64(c.finished) + 2)
+	return float64(c.inflight) >= math.Ceil(need/rate)
+}
+
+// admitted notes the admission of task's group. Called with c.mu held.
+func (c *Controller) admitted(task int64, spec bool) {
+	c.seq++
+	c.prio[task] = groupPrio{seq: c.seq, spec: spec}
+}
+
+// SpeculativeTier is added to the priority of a group admitted beyond the
+// need (Priority): such a group's requests go after every needed group's,
+// whenever admitted.
+const SpeculativeTier = 1 << 30
+
+// Priority is the scheduling priority of the next request of a rollout of
+// task's group, lower first, as vLLM's and SGLang's priority fields take
+// it (generate.priority): groups admitted earlier first, so that the
+// engine finishes the oldest groups rather than spreading its batch over
+// every group in flight; and a group admitted beyond the need (only to
+// keep the batch full while the kept target is still open) after every
+// needed group, so that it runs on capacity the needed groups leave free
+// and is the first preempted when they need it. False for a task with no
+// group in flight here.
+func (c *Controller) Priority(task int64) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.prio[task]
+	if !ok {
+		return 0, false
+	}
+	v := int(p.seq % SpeculativeTier)
+	if p.spec {
+		v += SpeculativeTier
+	}
+	return v, true
+}
+
 // marginZ is the budget's safety margin in standard deviations: about an
 // 80% chance that the groups in flight hold the kept groups still needed.
 // Measured on the schedule benchmark (BENCHMARKS.md): 0.8 removes the
@@ -274,6 +346,7 @@ func (c *Controller) GroupDone(g *pipeline.Group, task *pipeline.Task) []Decisio
 	c.mu.Lock()
 	c.inflight--
 	c.finished++
+	delete(c.prio, task.Index)
 	was := c.reached
 	switch {
 	case c.reached:
@@ -383,6 +456,7 @@ func (c *Controller) takeOut() []Decision {
 func (c *Controller) Abandon(task *pipeline.Task) {
 	c.mu.Lock()
 	c.inflight--
+	delete(c.prio, task.Index)
 	was := c.reached
 	if c.batch {
 		// A task rejected or done by an earlier run is not sampled again.

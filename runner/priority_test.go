@@ -3,14 +3,17 @@ package runner_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // TestRequestPriority runs against a vLLM-shaped server (the simulator
@@ -96,6 +99,44 @@ func TestRequestPriority(t *testing.T) {
 			if tc.sent && len(byPrio) < 3 {
 				t.Errorf("%d distinct priorities over %d requests, want one per group", len(byPrio), len(reqs))
 			}
+		})
+	}
+}
+
+// TestCancelUndecided runs dynamic sampling on a timed simulator with
+// groups.cancel_undecided on and off: either way exactly K groups are
+// committed, every one kept with rewards that differ, and every rollout
+// dispatched resolves once; with it on, groups are cancelled before the
+// target (their rollouts counted as cancelled).
+func TestCancelUndecided(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint(on), func(t *testing.T) {
+			cfg := quickstart(t, "repeat.n=8", "groups.keep=nonzero_std", "groups.target=12", "generate.sim.keep=0.5",
+				"generate.sim.time_scale=0.5", "groups.cancel_undecided="+fmt.Sprint(on), "output.filtered=true")
+			sum, err := run(t, cfg, runner.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := readBack(t, cfg.Output.Dir, schema.DataDir)
+			byTask := map[int64][]float64{}
+			for _, r := range rows {
+				byTask[r.Task.Index] = append(byTask[r.Task.Index], r.Reward)
+				if !r.Kept || r.GroupRewardStd == 0 {
+					t.Fatalf("%s: kept %v std %g", r, r.Kept, r.GroupRewardStd)
+				}
+			}
+			if len(byTask) != 12 || len(rows) != 12*8 || sum.Kept != 12 {
+				t.Fatalf("%d groups, %d rows, summary kept %d", len(byTask), len(rows), sum.Kept)
+			}
+			for task, rw := range byTask {
+				if slices.Min(rw) == slices.Max(rw) {
+					t.Fatalf("task %d: all rewards equal", task)
+				}
+			}
+			if sum.OK+sum.Errors+sum.Cancelled+sum.Filtered != sum.Dispatched {
+				t.Fatalf("accounting: ok %d errors %d cancelled %d filtered %d, dispatched %d", sum.OK, sum.Errors, sum.Cancelled, sum.Filtered, sum.Dispatched)
+			}
+			t.Logf("cancel_undecided %v: dispatched %d, cancelled %d", on, sum.Dispatched, sum.Cancelled)
 		})
 	}
 }

@@ -433,6 +433,7 @@ func (r *run) execute(parent context.Context) error {
 
 	r.flow.ctl = r.newController()
 	r.setPriority()
+	r.setEarlyCancel()
 	r.sourceStage(g).
 		Via(r.templateStage(g)).
 		Via(r.repeatStage(g)).

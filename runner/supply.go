@@ -47,3 +47,21 @@ func (r *run) setPriority() {
 		return ctl.Priority(ro.Task.Index)
 	})
 }
+
+// setEarlyCancel cancels, under groups.cancel_undecided (a target, the
+// keep rule nonzero_std, order: completion, on_target: cancel), the
+// undecided groups in flight once the decided ones hold the target
+// (groups.Controller.EarlyCancel).
+func (r *run) setEarlyCancel() {
+	gc := r.cfg.Groups
+	if gc.CancelUndecided == nil || !*gc.CancelUndecided || gc.Target == 0 || gc.Keep != "nonzero_std" || gc.Order == "task" ||
+		gc.OnTarget != "cancel" || gc.Resample == groups.ResampleBatch || r.opts.continuous().Supply != nil {
+		return
+	}
+	rule := groups.NewRule(gc)
+	r.flow.ctl.EarlyCancel(rule.Value, func(k pipeline.GroupKey) {
+		if l := r.flow.loop; l != nil {
+			l.CancelGroup(k)
+		}
+	})
+}

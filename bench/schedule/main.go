@@ -83,8 +83,8 @@ type options struct {
 	noRef    bool
 	// dsTargets are the K of the dynamic-sampling workloads.
 	dsTargets []int
-	// priorities are the generate.priority modes trajflow runs under.
-	priorities []string
+	// policies are the scheduling policies trajflow runs under (-policy).
+	policies []string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	batchRows := fs.Int("batch-rows", 0, "output.batch_rows of the trajflow runs (0: default)")
 	fileRows := fs.Int("file-rows", 0, "output.file_rows of the trajflow runs (0: default)")
 	targets := fs.String("k", "64,256", "comma-separated groups.target K of the dynamic-sampling workloads")
-	priority := fs.String("priority", "auto", "comma-separated generate.priority modes of the trajflow runs (auto, off): each runs the workload")
+	policy := fs.String("policy", "on", "comma-separated scheduling policies of the trajflow runs, each runs the workload: on (generate.priority: auto, groups.cancel_undecided: true, the defaults), off (neither), priority (the priority alone), cancel (cancel_undecided alone)")
 	noRef := fs.Bool("no-reference", false, "run trajflow only, not the reference schedules")
 	match := fs.String("match", "", "run only the workloads whose name contains this")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
@@ -117,13 +117,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		o.suites[s] = true
 	}
-	for _, p := range strings.Split(*priority, ",") {
+	for _, p := range strings.Split(*policy, ",") {
 		p = strings.TrimSpace(p)
-		if p != "auto" && p != "off" {
-			fmt.Fprintf(stderr, "schedule: -priority: unknown mode %q (want auto, off)\n", p)
+		if _, ok := policies[p]; !ok {
+			fmt.Fprintf(stderr, "schedule: -policy: unknown policy %q (want on, off, priority, cancel)\n", p)
 			return 2
 		}
-		o.priorities = append(o.priorities, p)
+		o.policies = append(o.policies, p)
 	}
 	for _, k := range strings.Split(*targets, ",") {
 		K, err := strconv.Atoi(strings.TrimSpace(k))
@@ -175,6 +175,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// policies are -policy's: generate.priority and groups.cancel_undecided.
+var policies = map[string]struct {
+	priority string
+	cancel   bool
+}{
+	"on":       {"auto", true},
+	"off":      {"off", false},
+	"priority": {"auto", false},
+	"cancel":   {"off", true},
 }
 
 // workloads are the suites' workloads.
@@ -294,12 +305,12 @@ func runWorkload(ctx context.Context, o options, w harness.Workload, dir string,
 
 func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, oracle []harness.OracleGroup, tasks []*pipeline.Task) ([]Row, error) {
 	var rows []Row
-	for _, mode := range o.priorities {
+	for _, name := range o.policies {
 		pc := *cfg
-		pc.Generate.Priority = mode
-		if mode != "auto" {
-			pc.Output.Dir = cfg.Output.Dir + "-priority-" + mode
-		}
+		pol := policies[name]
+		pc.Generate.Priority = pol.priority
+		pc.Groups.CancelUndecided = &pol.cancel
+		pc.Output.Dir = cfg.Output.Dir + "-policy-" + name
 		row, err := runTrajflow(ctx, srv, &pc, w, ideal, oracle)
 		rows = append(rows, row)
 		if err != nil {
@@ -378,8 +389,13 @@ func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, 
 	if cfg.Groups.Order == "task" {
 		row.Schedule = "trajflow, order: task"
 	}
-	if cfg.Generate.Priority == "off" {
-		row.Schedule += ", priority off"
+	switch cancel := cfg.Groups.CancelUndecided == nil || *cfg.Groups.CancelUndecided; {
+	case cfg.Generate.Priority == "off" && !cancel:
+		row.Schedule += ", policy off"
+	case cfg.Generate.Priority == "off":
+		row.Schedule += ", cancel_undecided only"
+	case !cancel:
+		row.Schedule += ", priority only"
 	}
 	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {

@@ -59,6 +59,26 @@ type Config struct {
 	BackoffBase pipeline.Duration `yaml:"backoff_base"`
 	// BackoffMax bounds one backoff delay.
 	BackoffMax pipeline.Duration `yaml:"backoff_max"`
+	// Priority is whether requests carry a scheduling priority from their
+	// group's state (docs/inference.md, "Request priority"): auto (the
+	// default) sends it as the body's priority, the field vLLM
+	// (--scheduling-policy priority) and SGLang read, to every endpoint
+	// but through the Batch API, and stops sending it once a server
+	// refuses it (vLLM without the priority policy, a hosted API); off
+	// never sends it.
+	Priority string `yaml:"priority"`
+}
+
+// Priority modes (Config.Priority).
+const (
+	PriorityAuto = "auto"
+	PriorityOff  = "off"
+)
+
+// PriorityOn reports whether requests may carry a priority: not off, and
+// not through the Batch API.
+func (c *Config) PriorityOn() bool {
+	return c.Priority != PriorityOff && !c.API.Batch()
 }
 
 // SimScheme is the endpoint of the built-in simulator.
@@ -94,6 +114,9 @@ func (c *Config) SetDefaults() {
 	if c.BackoffMax == 0 {
 		c.BackoffMax = pipeline.Duration(30 * time.Second)
 	}
+	if c.Priority == "" {
+		c.Priority = PriorityAuto
+	}
 }
 
 // Simulated reports whether the endpoints name the built-in simulator.
@@ -120,6 +143,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	p.OneOf("api", string(c.API), apiNames()...)
+	if c.Priority != "" {
+		p.OneOf("priority", c.Priority, PriorityAuto, PriorityOff)
+	}
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		p.Add("concurrency", "must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
 	}

@@ -36,6 +36,12 @@ type Request struct {
 	// that API in place of the client's generate.api: an OpenAI Batch
 	// line's url.
 	API API
+	// Priority, when not nil, is the request's scheduling priority for
+	// engines that take one (vLLM with --scheduling-policy priority,
+	// SGLang with priority scheduling): sent as the body's priority; lower
+	// values are scheduled first. nil sends none (generate.priority: off,
+	// or an engine without the field).
+	Priority *int
 }
 
 // TokenizeRequest asks for the token ids of a conversation rendered by the

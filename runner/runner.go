@@ -438,6 +438,8 @@ func (r *run) execute(parent context.Context) error {
 	defer stopProgress()
 
 	r.flow.ctl = r.newController()
+	r.setPriority()
+	r.setEarlyCancel()
 	r.sourceStage(g).
 		Via(r.templateStage(g)).
 		Via(r.repeatStage(g)).

@@ -61,6 +61,7 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 					continue
 				}
 				j = groups.Job{Task: t, Attempt: attempt, Fresh: true}
+				ctl.Attempt(t.Index, attempt)
 			}
 			if !r.admitStale(ctx, j) {
 				continue
@@ -165,6 +166,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 	}
 	return pipeline.NewStage(g, "groups", 1, 16, func(ctx context.Context, ro *pipeline.Rollout) ([]routed, error) {
 		ro.Error = r.built.Red.String(ro.Error) // servers and environments may echo a URL or a key
+		r.flow.ctl.RolloutDone(ro)
 		r.stats.Resolve(ro)
 		if ro.Status == pipeline.StatusError {
 			if err := r.side.failures.Write(lines.FailureOf(ro)); err != nil {

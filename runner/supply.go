@@ -1,6 +1,9 @@
 package runner
 
-import "github.com/trajflow/trajflow/stages/groups"
+import (
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/groups"
+)
 
 // newController is the run's dynamic-sampling controller: groups.target's,
 // or, for a continuous run (Continuous.Supply), one that follows the supply's
@@ -22,4 +25,43 @@ func (r *run) newController() *groups.Controller {
 		ctl.Follow(r.opts.continuous().Supply)
 	}
 	return ctl
+}
+
+// setPriority gives the generator the controller's request priorities
+// (groups.Controller.Priority) under generate.priority: auto; none under
+// off or through the Batch API.
+func (r *run) setPriority() {
+	gen := r.built.Generator
+	if gen == nil {
+		return
+	}
+	if !r.cfg.Generate.PriorityOn() {
+		gen.SetPriority(nil)
+		return
+	}
+	ctl := r.flow.ctl
+	gen.SetPriority(func(ro *pipeline.Rollout) (int, bool) {
+		if ro.Task == nil {
+			return 0, false
+		}
+		return ctl.Priority(ro.Task.Index)
+	})
+}
+
+// setEarlyCancel cancels, under groups.cancel_undecided (a target, the
+// keep rule nonzero_std, order: completion, on_target: cancel), the
+// undecided groups in flight once the decided ones hold the target
+// (groups.Controller.EarlyCancel).
+func (r *run) setEarlyCancel() {
+	gc := r.cfg.Groups
+	if gc.CancelUndecided == nil || !*gc.CancelUndecided || gc.Target == 0 || gc.Keep != "nonzero_std" || gc.Order == "task" ||
+		gc.OnTarget != "cancel" || gc.Resample == groups.ResampleBatch || r.opts.continuous().Supply != nil {
+		return
+	}
+	rule := groups.NewRule(gc)
+	r.flow.ctl.EarlyCancel(rule.Value, func(k pipeline.GroupKey) {
+		if l := r.flow.loop; l != nil {
+			l.CancelGroup(k)
+		}
+	})
 }

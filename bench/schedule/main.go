@@ -83,6 +83,8 @@ type options struct {
 	noRef    bool
 	// dsTargets are the K of the dynamic-sampling workloads.
 	dsTargets []int
+	// policies are the scheduling policies trajflow runs under (-policy).
+	policies []string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -98,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	batchRows := fs.Int("batch-rows", 0, "output.batch_rows of the trajflow runs (0: default)")
 	fileRows := fs.Int("file-rows", 0, "output.file_rows of the trajflow runs (0: default)")
 	targets := fs.String("k", "64,256", "comma-separated groups.target K of the dynamic-sampling workloads")
+	policy := fs.String("policy", "on", "comma-separated scheduling policies of the trajflow runs, each runs the workload: on (generate.priority: auto, groups.cancel_undecided: true, the defaults), off (neither), priority (the priority alone), cancel (cancel_undecided alone)")
 	noRef := fs.Bool("no-reference", false, "run trajflow only, not the reference schedules")
 	match := fs.String("match", "", "run only the workloads whose name contains this")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
@@ -113,6 +116,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		o.suites[s] = true
+	}
+	for _, p := range strings.Split(*policy, ",") {
+		p = strings.TrimSpace(p)
+		if _, ok := policies[p]; !ok {
+			fmt.Fprintf(stderr, "schedule: -policy: unknown policy %q (want on, off, priority, cancel)\n", p)
+			return 2
+		}
+		o.policies = append(o.policies, p)
 	}
 	for _, k := range strings.Split(*targets, ",") {
 		K, err := strconv.Atoi(strings.TrimSpace(k))
@@ -164,6 +175,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// policies are -policy's: generate.priority and groups.cancel_undecided.
+var policies = map[string]struct {
+	priority string
+	cancel   bool
+}{
+	"on":       {"auto", true},
+	"off":      {"off", false},
+	"priority": {"auto", false},
+	"cancel":   {"off", true},
 }
 
 // workloads are the suites' workloads.
@@ -283,21 +305,28 @@ func runWorkload(ctx context.Context, o options, w harness.Workload, dir string,
 
 func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, oracle []harness.OracleGroup, tasks []*pipeline.Task) ([]Row, error) {
 	var rows []Row
-	row, err := runTrajflow(ctx, srv, cfg, w, ideal, oracle)
-	rows = append(rows, row)
-	if err != nil {
-		return rows, err
-	}
-	if w.Target > 0 {
-		// The same run with groups.order: task: the cost of committing
-		// the first K passing groups in task order.
-		tc := *cfg
-		tc.Groups.Order = "task"
-		tc.Output.Dir = cfg.Output.Dir + "-order-task"
-		row, err := runTrajflow(ctx, srv, &tc, w, ideal, oracle)
+	for _, name := range o.policies {
+		pc := *cfg
+		pol := policies[name]
+		pc.Generate.Priority = pol.priority
+		pc.Groups.CancelUndecided = &pol.cancel
+		pc.Output.Dir = cfg.Output.Dir + "-policy-" + name
+		row, err := runTrajflow(ctx, srv, &pc, w, ideal, oracle)
 		rows = append(rows, row)
 		if err != nil {
 			return rows, err
+		}
+		if w.Target > 0 {
+			// The same run with groups.order: task: the cost of committing
+			// the first K passing groups in task order.
+			tc := pc
+			tc.Groups.Order = "task"
+			tc.Output.Dir = pc.Output.Dir + "-order-task"
+			row, err := runTrajflow(ctx, srv, &tc, w, ideal, oracle)
+			rows = append(rows, row)
+			if err != nil {
+				return rows, err
+			}
 		}
 	}
 	if o.noRef {
@@ -313,7 +342,7 @@ func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *con
 		}
 		return rows, nil
 	}
-	row, err = runReference(ctx, srv, cfg, w, ideal, tasks, 0)
+	row, err := runReference(ctx, srv, cfg, w, ideal, tasks, 0)
 	rows = append(rows, row)
 	return rows, err
 }
@@ -346,6 +375,9 @@ func measure(ctx context.Context, srv *harness.SimHTTP, rec *harness.Recorder, r
 	row.MeanBatch = d.MeanBatch()
 	row.RampS = rec.CallAt(min(srv.Options().Capacity, rec.Calls()) - 1).Seconds()
 	row.TailS = end.Sub(rec.Last()).Seconds()
+	if d.Preempted > 0 {
+		row.Note = strings.TrimPrefix(row.Note+fmt.Sprintf("; %d preempted, %d tokens recomputed", d.Preempted, d.RecomputedTokens), "; ")
+	}
 	if n := rec.Failures(); n > 0 {
 		row.Note = strings.TrimPrefix(row.Note+fmt.Sprintf("; %d failed requests", n), "; ")
 	}
@@ -356,6 +388,14 @@ func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, 
 	row := Row{Workload: w.Name, Schedule: "trajflow"}
 	if cfg.Groups.Order == "task" {
 		row.Schedule = "trajflow, order: task"
+	}
+	switch cancel := cfg.Groups.CancelUndecided == nil || *cfg.Groups.CancelUndecided; {
+	case cfg.Generate.Priority == "off" && !cancel:
+		row.Schedule += ", policy off"
+	case cfg.Generate.Priority == "off":
+		row.Schedule += ", cancel_undecided only"
+	case !cancel:
+		row.Schedule += ", priority only"
 	}
 	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {

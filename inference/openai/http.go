@@ -108,6 +108,9 @@ type HTTPClient struct {
 	maxModelLen atomic.Int64
 	// rids are generate.api: sglang's requests in flight (sglang.go).
 	rids ridSet
+	// noPriority is set once a server refused a request's priority
+	// (generate.priority: auto): no request carries one after that.
+	noPriority atomic.Bool
 }
 
 var (
@@ -334,6 +337,11 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		r.Model = c.cfg.Model
 		req = &r
 	}
+	if req.Priority != nil && (c.cfg.Priority == inference.PriorityOff || c.noPriority.Load()) {
+		r := *req
+		r.Priority = nil
+		req = &r
+	}
 	api := c.cfg.API
 	if api == inference.APISGLang && req.API == "" && req.PromptTokenIDs != nil {
 		return c.completeSGLang(ctx, req)
@@ -362,6 +370,17 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		}
 		return err
 	})
+	if err != nil && req.Priority != nil && priorityRefused(err) {
+		// A server without priority scheduling (vLLM's default FCFS
+		// policy refuses a priority other than 0; a hosted API an
+		// unknown argument): send none from now on, this one again.
+		if !c.noPriority.Swap(true) && c.opts.Logf != nil {
+			c.opts.Logf("generate: the server refused the request priority (%v); requests go without it (generate.priority: off silences this)", err)
+		}
+		r := *req
+		r.Priority = nil
+		return c.Complete(ctx, &r)
+	}
 	if err != nil {
 		var e *inference.Error
 		if req.PromptTokenIDs != nil && errors.As(err, &e) && e.Class == inference.ClassHTTP && (e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusNotFound) {
@@ -371,6 +390,17 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 	}
 	resp.Endpoint = ep
 	return resp, nil
+}
+
+// priorityRefused reports whether err is a server's refusal of the
+// request's priority field: a 400 or 422 whose message names it (vLLM:
+// "Got priority 3 but Priority scheduling is not enabled."; OpenAI:
+// "Unrecognized request argument supplied: priority").
+func priorityRefused(err error) bool {
+	var e *inference.Error
+	return errors.As(err, &e) && e.Class == inference.ClassHTTP &&
+		(e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity) &&
+		strings.Contains(strings.ToLower(e.Msg), "priority")
 }
 
 // completionsPath is where token-id prompts go.

@@ -95,7 +95,9 @@ func encodeSGLang(req *inference.Request, rid string) ([]byte, error) {
 	if rid != "" {
 		body["rid"] = rid
 	}
-	if p, ok := req.Params["priority"]; ok && p != nil {
+	if req.Priority != nil {
+		body["priority"] = *req.Priority
+	} else if p, ok := req.Params["priority"]; ok && p != nil {
 		body["priority"] = p
 	}
 	return json.Marshal(body)

@@ -96,6 +96,9 @@ func encodeRequest(api inference.API, req *inference.Request) ([]byte, error) {
 		body[k] = v
 	}
 	body["model"] = req.Model
+	if req.Priority != nil {
+		body["priority"] = *req.Priority
+	}
 	switch {
 	case req.PromptTokenIDs != nil:
 		tokenParams(body)

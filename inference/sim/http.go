@@ -81,14 +81,17 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 // wireRequest is the part of a request body the simulator reads; the rest
 // goes to Params.
 type wireRequest struct {
-	Model          string            `json:"model"`
-	Messages       []wireMessage     `json:"messages"`
-	Prompt         json.RawMessage   `json:"prompt"`
-	Tools          []json.RawMessage `json:"tools"`
-	Stream         bool              `json:"stream"`
-	N              *int              `json:"n"`
-	Logprobs       json.RawMessage   `json:"logprobs"`
-	ReturnTokenIDs bool              `json:"return_token_ids"`
+	Model    string            `json:"model"`
+	Messages []wireMessage     `json:"messages"`
+	Prompt   json.RawMessage   `json:"prompt"`
+	Tools    []json.RawMessage `json:"tools"`
+	Stream   bool              `json:"stream"`
+	N        *int              `json:"n"`
+	// Priority is vLLM's and SGLang's per-request scheduling priority
+	// (lower first; default 0).
+	Priority       *int            `json:"priority"`
+	Logprobs       json.RawMessage `json:"logprobs"`
+	ReturnTokenIDs bool            `json:"return_token_ids"`
 }
 
 type wireMessage struct {
@@ -117,6 +120,7 @@ type parsedRequest struct {
 	// promptIDs is a completions prompt given as token ids (nil otherwise).
 	promptIDs []int32
 	logprobs  bool
+	priority  int
 }
 
 // decodeRequest decodes and checks a request body. Errors are client errors.
@@ -132,6 +136,9 @@ func decodeRequest(body []byte, chat bool) (*parsedRequest, error) {
 	}
 	if p.wire.Stream {
 		return nil, errors.New("stream: streaming is not supported by the simulator")
+	}
+	if p.wire.Priority != nil {
+		p.priority = *p.wire.Priority
 	}
 	if p.wire.N != nil && *p.wire.N != 1 {
 		return nil, fmt.Errorf("n: only n=1 is supported, got %d", *p.wire.N)
@@ -374,7 +381,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	k, err := s.run(r.Context(), len(in.promptIDs), len(rep.ids))
+	k, err := s.run(r.Context(), len(in.promptIDs), len(rep.ids), req.priority)
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			writeError(w, http.StatusServiceUnavailable, err.Error())

@@ -1,6 +1,9 @@
 package sim
 
-import "math"
+import (
+	"math"
+	"sort"
+)
 
 // job is one request inside the batching model.
 type job struct {
@@ -13,6 +16,15 @@ type job struct {
 	tokens   int // tokens it was to emit
 	running  bool
 	finished bool
+	// priority orders the waiting queue and chooses whom to preempt, as
+	// vLLM's priority scheduling does: lower values first, then earlier
+	// arrivals (seq).
+	priority int
+	seq      int64
+	// preemptions counts how often it was taken out of the batch; a
+	// preempted job recomputes its prompt and the tokens it generated
+	// when it is admitted again.
+	preemptions int
 	// done is closed when the job leaves the model (finished or cancelled).
 	done chan struct{}
 	// doneAt is the simulated time it left.
@@ -51,12 +63,19 @@ type model struct {
 	// arrived or left, so the batch changes at that boundary).
 	stopK int
 
-	steps     int64
-	decoded   int64
-	prompts   int64
-	busy      float64
-	completed int64
-	cancelled int64
+	// arrivals numbers the jobs in arrival order (job.seq).
+	arrivals int64
+
+	steps   int64
+	decoded int64
+	prompts int64
+	// preempted counts preemptions; recomputed the tokens prefilled again
+	// on resuming (also counted in prompts).
+	preempted  int64
+	recomputed int64
+	busy       float64
+	completed  int64
+	cancelled  int64
 }
 
 func newModel(a, c, p float64, capacity int) *model {
@@ -130,15 +149,34 @@ func (m *model) advance(t float64) []*job {
 }
 
 // admit moves queued jobs into the running set at the boundary t0 and
-// plans the next segment.
+// plans the next segment. The queue is ordered by (priority, arrival); with
+// the batch full, a waiting job of strictly higher priority (a lower
+// value) preempts the running job that vLLM's priority policy would
+// preempt: the one of the largest (priority, arrival). The preempted job
+// goes back to the queue in its place and, when admitted again, pays the
+// prefill of its prompt and of every token it generated (vLLM V1
+// recomputes rather than swaps).
 func (m *model) admit() {
-	for len(m.queue) > 0 && len(m.run) < m.capacity {
+	for len(m.queue) > 0 {
 		j := m.queue[0]
+		if len(m.run) >= m.capacity {
+			v := m.victim()
+			if v < 0 || !before(j, m.run[v]) {
+				break
+			}
+			m.preempt(v)
+			continue
+		}
 		m.queue[0] = nil
 		m.queue = m.queue[1:]
 		j.running = true
-		m.segPrompt += j.prompt
-		m.prompts += int64(j.prompt)
+		cost := j.prompt
+		if j.preemptions > 0 {
+			cost += j.emitted()
+			m.recomputed += int64(cost)
+		}
+		m.segPrompt += cost
+		m.prompts += int64(cost)
 		m.run = append(m.run, j)
 	}
 	if len(m.queue) == 0 {
@@ -146,6 +184,47 @@ func (m *model) admit() {
 	}
 	m.dt = m.a + m.c*float64(len(m.run))
 	m.dt1 = m.dt + m.p*float64(m.segPrompt)
+}
+
+// before reports whether a goes before b: a lower priority value, or the
+// same and an earlier arrival.
+func before(a, b *job) bool {
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	return a.seq < b.seq
+}
+
+// victim is the index in the running set of the job to preempt: the last
+// in (priority, arrival) order; -1 when none runs. A job cancelled in the
+// step just ended is already gone.
+func (m *model) victim() int {
+	v := -1
+	for i, j := range m.run {
+		if v < 0 || before(m.run[v], j) {
+			v = i
+		}
+	}
+	return v
+}
+
+// preempt takes the running job at index i out of the batch and queues it
+// again in (priority, arrival) order.
+func (m *model) preempt(i int) {
+	j := m.run[i]
+	m.run = append(m.run[:i], m.run[i+1:]...)
+	j.running = false
+	j.preemptions++
+	m.preempted++
+	m.enqueue(j)
+}
+
+// enqueue puts j in the queue in (priority, arrival) order.
+func (m *model) enqueue(j *job) {
+	i := sort.Search(len(m.queue), func(k int) bool { return before(j, m.queue[k]) })
+	m.queue = append(m.queue, nil)
+	copy(m.queue[i+1:], m.queue[i:])
+	m.queue[i] = j
 }
 
 // stopAtBoundary ends the segment at the step boundary that closes the step
@@ -168,7 +247,9 @@ func (m *model) stopAtBoundary(t float64) {
 // step starts joins it; otherwise j is admitted at the next step boundary,
 // or when a slot frees if the batch is full.
 func (m *model) arrive(t float64, j *job) {
-	m.queue = append(m.queue, j)
+	m.arrivals++
+	j.seq = m.arrivals
+	m.enqueue(j)
 	switch {
 	case len(m.run) == 0:
 		m.t0 = t
@@ -178,6 +259,10 @@ func (m *model) arrive(t float64, j *job) {
 	case len(m.run) < m.capacity && t <= m.t0+timeEps:
 		m.admit()
 	case len(m.run) < m.capacity:
+		m.stopAtBoundary(t)
+	case m.queue[0] == j && before(j, m.run[m.victim()]):
+		// The batch is full, and j preempts a running job at the next
+		// step boundary.
 		m.stopAtBoundary(t)
 	}
 }

@@ -111,7 +111,11 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 	if len(req.RID) > 0 {
 		_ = json.Unmarshal(req.RID, &rid) // best effort: nativeInputIDs checked it is a string
 	}
-	k, err := s.run(withRID(r.Context(), rid), len(in.promptIDs), len(rep.ids))
+	priority := 0
+	if req.Priority != nil {
+		priority = int(*req.Priority)
+	}
+	k, err := s.run(withRID(r.Context(), rid), len(in.promptIDs), len(rep.ids), priority)
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			writeError(w, http.StatusServiceUnavailable, err.Error())

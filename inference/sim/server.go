@@ -116,10 +116,11 @@ func (s *Server) loop() {
 	}
 }
 
-// run puts one request of prompt tokens and n generated tokens through the
-// batching model and waits until it completes or ctx ends. It returns the
-// tokens generated: n, or fewer for a request AbortAll cut short.
-func (s *Server) run(ctx context.Context, prompt, n int) (int, error) {
+// run puts one request of prompt tokens and n generated tokens, of the
+// given scheduling priority (lower first), through the batching model and
+// waits until it completes or ctx ends. It returns the tokens generated: n,
+// or fewer for a request AbortAll cut short.
+func (s *Server) run(ctx context.Context, prompt, n, priority int) (int, error) {
 	if s.opts.TimeScale <= 0 {
 		s.mu.Lock()
 		s.instant.requests++
@@ -134,6 +135,7 @@ func (s *Server) run(ctx context.Context, prompt, n int) (int, error) {
 	default:
 	}
 	j := newJob(prompt, n)
+	j.priority = priority
 	s.mu.Lock()
 	t := s.now()
 	s.model.advance(t)
@@ -237,6 +239,11 @@ type Stats struct {
 	MeanBatch float64
 	// Running and Queued are the requests in the batch and waiting now.
 	Running, Queued int
+	// Preempted counts the requests taken out of a full batch for a
+	// waiting one of higher priority; RecomputedTokens are the tokens they
+	// prefilled again on resuming (included in PromptTokens).
+	Preempted        int64
+	RecomputedTokens int64
 }
 
 // Stats returns the server's counters.
@@ -253,6 +260,9 @@ func (s *Server) Stats() Stats {
 		Busy:          time.Duration(m.busy * 1e9),
 		Running:       len(m.run),
 		Queued:        len(m.queue),
+
+		Preempted:        m.preempted,
+		RecomputedTokens: m.recomputed,
 	}
 	if m.steps > 0 {
 		st.MeanBatch = float64(m.decoded) / float64(m.steps)
@@ -305,7 +315,11 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 		}
 		return nil, &inference.Error{Class: inference.ClassHTTP, Status: 400, Msg: err.Error()}
 	}
-	k, err := s.run(ctx, len(in.promptIDs), len(rep.ids))
+	prio := 0
+	if req.Priority != nil {
+		prio = *req.Priority
+	}
+	k, err := s.run(ctx, len(in.promptIDs), len(rep.ids), prio)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}

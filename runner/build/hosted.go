@@ -114,6 +114,9 @@ func cacheKey(model string, api inference.API) cache.KeyFunc {
 		if r.Model == "" {
 			r.Model = model
 		}
+		// The scheduling priority changes when a reply comes, not what it
+		// holds.
+		r.Priority = nil
 		body, err := openai.EncodeRequest(api, &r)
 		if err != nil {
 			return cache.Key{}, err

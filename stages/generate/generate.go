@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
@@ -130,6 +131,22 @@ type Generator struct {
 
 	reqs   requestCounts
 	policy policyState
+
+	// priority gives each request its scheduling priority (SetPriority);
+	// nil: none.
+	priority atomic.Pointer[func(r *pipeline.Rollout) (int, bool)]
+}
+
+// SetPriority sets the function that gives each request its scheduling
+// priority (inference.Request.Priority; lower first) from its rollout, or
+// false for none; nil sends none. The run sets its group controller's
+// (groups.Controller.Priority) under generate.priority: auto.
+func (g *Generator) SetPriority(f func(r *pipeline.Rollout) (int, bool)) {
+	if f == nil {
+		g.priority.Store(nil)
+		return
+	}
+	g.priority.Store(&f)
 }
 
 // New returns a Generator sending requests to client. With opts.API
@@ -462,7 +479,7 @@ func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
 	if step, ok := g.stepMessages(r); ok {
 		msgs = step
 	}
-	return &inference.Request{
+	req := &inference.Request{
 		Model:    g.opts.Model,
 		Messages: msgs,
 		Params:   g.requestParams(r),
@@ -471,6 +488,12 @@ func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
 		Sample:   r.TrajID,
 		API:      taskAPI(r),
 	}
+	if f := g.priority.Load(); f != nil {
+		if p, ok := (*f)(r); ok {
+			req.Priority = &p
+		}
+	}
+	return req
 }
 
 // taskAPI is the API the row's own requests go to (pipeline.Task.API), ""

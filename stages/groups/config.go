@@ -68,6 +68,13 @@ type Config struct {
 	// unfiltered:REASON, as verl-agent's last try, and exit 0, or 3 if even
 	// they fall short); see docs/dynamic-sampling.md.
 	OnExhausted string `yaml:"on_exhausted"`
+	// CancelUndecided, under a target with keep: nonzero_std, order:
+	// completion and on_target: cancel, cancels the groups in flight whose
+	// outcome is still open as soon as the kept groups and the groups in
+	// flight already decided (two members of different values: kept
+	// unless a member fails) hold the target, rather than letting them
+	// decode until the target is reached (docs/dynamic-sampling.md).
+	CancelUndecided *bool `yaml:"cancel_undecided"`
 
 	// Gamma discounts the step rows' returns (step_return), as
 	// verl-agent's gamma (1: no discount; with output.steps).
@@ -107,6 +114,10 @@ func (c *Config) SetDefaults() {
 	def(&c.OnExhausted, "exit")
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 1
+	}
+	if c.CancelUndecided == nil {
+		v := true
+		c.CancelUndecided = &v
 	}
 	if c.Gamma == nil {
 		g := DefaultGamma

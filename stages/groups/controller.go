@@ -74,6 +74,41 @@ type Controller struct {
 	// order; round is the current round (the attempt of its groups).
 	tasks []*pipeline.Task
 	round int
+
+	// prio is the scheduling state of each task's group in flight, keyed
+	// by task index (a task has one group in flight at a time): its
+	// admission number and whether it was admitted beyond the need
+	// (Priority). seq numbers the admissions; nextSpec is the speculative
+	// flag of the group an ActRead handed out, for its ReadDone.
+	prio     map[int64]*groupPrio
+	seq      int64
+	nextSpec bool
+	// early, when set (EarlyCancel), reads a member's value for the keep
+	// rule and cancels a group; decided counts the groups in flight it
+	// found decided.
+	early   *earlyCancel
+	decided int
+}
+
+// earlyCancel is EarlyCancel's setting.
+type earlyCancel struct {
+	value  func(*pipeline.Rollout) float64
+	cancel func(pipeline.GroupKey)
+}
+
+// groupPrio is one group's scheduling state (Controller.Priority) and,
+// under EarlyCancel, what its finished members decided.
+type groupPrio struct {
+	seq     int64
+	spec    bool
+	attempt int
+	// seen counts its finished ok members, first is the first one's
+	// value; decided: two of them differ, so the keep rule keeps the group
+	// unless a member fails; cancelled: EarlyCancel cancelled it.
+	seen      int
+	first     float64
+	decided   bool
+	cancelled bool
 }
 
 // slot is one read task's state under groups.order: task.
@@ -108,7 +143,7 @@ func newController(target, maxGroups, maxAttempts int, resampling bool, onReache
 	return &Controller{
 		target: target, maxGroups: max(maxGroups, 1), maxAttempts: max(maxAttempts, 1),
 		resampling: resampling, onReached: onReached, changed: make(chan struct{}, 1),
-		slots: map[int64]*slot{},
+		slots: map[int64]*slot{}, prio: map[int64]*groupPrio{},
 	}
 }
 
@@ -150,10 +185,13 @@ func (c *Controller) Next(ctx context.Context) (Action, Job, error) {
 		case len(c.again) > 0:
 			j := c.again[0]
 			c.again = c.again[1:]
+			c.admitted(j.Task.Index, c.speculative())
+			c.prio[j.Task.Index].attempt = j.Attempt
 			c.inflight++
 			c.mu.Unlock()
 			return ActRepeat, j, nil
 		case !c.exhausted && c.inflight < c.budget() && c.open():
+			c.nextSpec = c.speculative()
 			c.inflight++
 			c.mu.Unlock()
 			return ActRead, Job{}, nil
@@ -193,6 +231,7 @@ func (c *Controller) ReadDone(t *pipeline.Task) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t != nil {
+		c.admitted(t.Index, c.nextSpec)
 		if c.batch {
 			c.tasks = append(c.tasks, t)
 		}
@@ -234,7 +273,9 @@ func (c *Controller) budget() int {
 	if c.target == 0 {
 		return c.maxGroups
 	}
-	if c.kept+c.heldKept >= c.target {
+	if c.kept+c.heldKept+c.decided >= c.target {
+		// Under EarlyCancel the groups decided in flight count: they are
+		// kept unless a member fails.
 		return 0
 	}
 	need := float64(c.target - c.kept - c.heldKept)
@@ -244,6 +285,128 @@ func (c *Controller) budget() int {
 	// of marginZ standard deviations of the kept count.
 	b := int(math.Ceil((need + marginZ*math.Sqrt(need*(1-rate))) / rate))
 	return min(max(b, 1), c.maxGroups)
+}
+
+// speculative reports whether a group admitted now goes beyond the need:
+// under a target, the groups in flight already hold the kept groups still
+// needed at the keep rate seen so far (the budget's mean, without its
+// margin). Called with c.mu held, before inflight counts the new group.
+func (c *Controller) speculative() bool {
+	target := c.target
+	if c.supply != nil {
+		target = c.supply.Target()
+	}
+	if target == 0 {
+		return false
+	}
+	need := float64(target - c.kept - c.heldKept)
+	if need <= 0 {
+		return true
+	}
+	rate := (float64(c.kept-c.resumed+c.heldKept) + 1) / (float64(c.finished) + 2)
+	return float64(c.inflight) >= math.Ceil(need/rate)
+}
+
+// admitted notes the admission of task's group. Called with c.mu held.
+func (c *Controller) admitted(task int64, spec bool) {
+	c.seq++
+	c.prio[task] = &groupPrio{seq: c.seq, spec: spec}
+}
+
+// EarlyCancel makes the controller cancel, under a target, the groups in
+// flight whose outcome is still open as soon as the kept groups and the
+// groups in flight already decided hold the target: value is a finished
+// member's value under the keep rule nonzero_std (its reward or metric),
+// and two members of different values decide a group (the rule keeps it
+// unless a member fails); cancel cancels a group's trajectories. The
+// undecided groups then only cost tokens and slow the decided ones'
+// last members: they are cancelled at once, and come back from
+// GroupDone as Surplus, uncounted. Should a decided group fail after all,
+// the budget opens again and new groups are admitted. RolloutDone must
+// hear of every finished rollout. Not for groups.order: task (an
+// undecided earlier task may pass) or a continuous run.
+func (c *Controller) EarlyCancel(value func(*pipeline.Rollout) float64, cancel func(pipeline.GroupKey)) {
+	c.mu.Lock()
+	c.early = &earlyCancel{value: value, cancel: cancel}
+	c.mu.Unlock()
+}
+
+// Attempt notes the attempt of the group of a task read (ActRead), once
+// the source knows it (a resumed run's task may start at a later one).
+func (c *Controller) Attempt(task int64, attempt int) {
+	c.mu.Lock()
+	if p := c.prio[task]; p != nil {
+		p.attempt = attempt
+	}
+	c.mu.Unlock()
+}
+
+// RolloutDone reports a finished rollout (EarlyCancel).
+func (c *Controller) RolloutDone(r *pipeline.Rollout) {
+	if r.Task == nil {
+		return
+	}
+	c.mu.Lock()
+	e := c.early
+	p := c.prio[r.Task.Index]
+	if e == nil || p == nil || p.decided || p.cancelled || r.Status != pipeline.StatusOK || c.reached || c.ordered || c.supply != nil {
+		c.mu.Unlock()
+		return
+	}
+	v := e.value(r)
+	p.seen++
+	switch {
+	case p.seen == 1:
+		p.first = v
+		c.mu.Unlock()
+		return
+	case v == p.first || math.IsNaN(v) && math.IsNaN(p.first):
+		c.mu.Unlock()
+		return
+	}
+	p.decided = true
+	c.decided++
+	var cancel []pipeline.GroupKey
+	if c.kept+c.heldKept+c.decided >= c.target {
+		for task, q := range c.prio {
+			if !q.decided && !q.cancelled {
+				q.cancelled = true
+				cancel = append(cancel, pipeline.GroupKey{TaskIndex: task, Attempt: q.attempt})
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range cancel {
+		e.cancel(k)
+	}
+}
+
+// SpeculativeTier is added to the priority of a group admitted beyond the
+// need (Priority): such a group's requests go after every needed group's,
+// whenever admitted.
+const SpeculativeTier = 1 << 30
+
+// Priority is the scheduling priority of the next request of a rollout of
+// task's group, lower first, as vLLM's and SGLang's priority fields take
+// it (generate.priority): groups admitted earlier first, so that the
+// engine finishes the oldest groups rather than spreading its batch over
+// every group in flight; and a group admitted beyond the need (only to
+// keep the batch full while the kept target is still open) after every
+// needed group, so that it runs on capacity the needed groups leave free
+// and is the first preempted when they need it. False for a task with no
+// group in flight here.
+func (c *Controller) Priority(task int64) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.prio[task]
+	if !ok {
+		return 0, false
+	}
+	v := int(p.seq % SpeculativeTier)
+	if p.spec {
+		v += SpeculativeTier
+	}
+	return v, true
 }
 
 // marginZ is the budget's safety margin in standard deviations: about an
@@ -273,10 +436,20 @@ const (
 func (c *Controller) GroupDone(g *pipeline.Group, task *pipeline.Task) []Decision {
 	c.mu.Lock()
 	c.inflight--
-	c.finished++
+	p := c.prio[task.Index]
+	delete(c.prio, task.Index)
+	if p != nil && p.decided {
+		c.decided--
+	}
+	early := p != nil && p.cancelled
+	if !early {
+		c.finished++
+	}
 	was := c.reached
 	switch {
-	case c.reached:
+	case c.reached || early:
+		// After the target, or cancelled once the groups decided held
+		// it: not counted, as a group finishing after the target.
 		c.out = append(c.out, Decision{g, Surplus})
 	case !g.Kept && c.resampling && g.Key.Attempt+1 < c.maxAttempts && g.FilterReason != ReasonError:
 		// Not the task's last word: dropped at once, sampled again.
@@ -383,6 +556,10 @@ func (c *Controller) takeOut() []Decision {
 func (c *Controller) Abandon(task *pipeline.Task) {
 	c.mu.Lock()
 	c.inflight--
+	if p := c.prio[task.Index]; p != nil && p.decided {
+		c.decided--
+	}
+	delete(c.prio, task.Index)
 	was := c.reached
 	if c.batch {
 		// A task rejected or done by an earlier run is not sampled again.

@@ -116,6 +116,19 @@ func hasError(g *pipeline.Group) bool {
 	return false
 }
 
+// Value is a member's value under nonzero_std: its reward, or its value
+// of the rule's metric (NaN when it has none).
+func (rule Rule) Value(r *pipeline.Rollout) float64 {
+	if rule.Metric == "" {
+		return r.Reward
+	}
+	v, ok := r.Metrics[rule.Metric]
+	if !ok {
+		return math.NaN()
+	}
+	return v
+}
+
 // allSame reports whether every member has the same reward (or value of
 // the rule's metric; a missing metric counts as its own value).
 func (rule Rule) allSame(g *pipeline.Group) bool {

@@ -58,6 +58,21 @@ type Loop struct {
 	envBusy  atomic.Int64
 	admitted atomic.Int64
 	retried  atomic.Int64
+
+	// groups are the groups with members inside (CancelGroup): each has
+	// a context its members' calls run under.
+	gmu    sync.Mutex
+	groups map[pipeline.GroupKey]*groupCtl
+	work   context.Context
+}
+
+// groupCtl is one group's context inside the loop: cancelled by
+// CancelGroup, forgotten once all its members left.
+type groupCtl struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	cancelled bool
+	left      int // members that left the loop
 }
 
 var _ streams.Flow = (*Loop)(nil)
@@ -76,7 +91,8 @@ func New(g *pipeline.Graph, name string, gen *generate.Generator, env *envstep.S
 		Inlet: pipeline.NewInlet(g, opts.Buffer),
 		g:     g, name: name, out: g.Chan(opts.Buffer),
 		gen: gen, env: env, opts: opts,
-		stop: make(chan struct{}),
+		stop:   make(chan struct{}),
+		groups: map[pipeline.GroupKey]*groupCtl{},
 	}
 	g.Go(name, l.run)
 	return l
@@ -98,6 +114,64 @@ func (l *Loop) To(sink streams.Sink) { pipeline.Link(l.g, l.name, l.out, sink) }
 // aborted) and every one still to come: they resolve as cancelled and flow
 // out, so that each is accounted for. The loop ends when its input ends.
 func (l *Loop) Stop() { l.stopOnce.Do(func() { close(l.stop) }) }
+
+// CancelGroup cancels the trajectories of one group, inside the loop now
+// or still to come: their calls in flight abort, and each resolves as
+// cancelled. The group's other business (counting, routing) is the
+// caller's.
+func (l *Loop) CancelGroup(key pipeline.GroupKey) {
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	g := l.group(key)
+	g.cancelled = true
+	g.cancel()
+}
+
+// group is key's groupCtl, made when missing. Called with l.gmu held.
+func (l *Loop) group(key pipeline.GroupKey) *groupCtl {
+	g := l.groups[key]
+	if g == nil {
+		parent := l.work
+		if parent == nil {
+			parent = context.Background()
+		}
+		ctx, cancel := context.WithCancel(parent)
+		g = &groupCtl{ctx: ctx, cancel: cancel}
+		l.groups[key] = g
+	}
+	return g
+}
+
+// groupCtx is the context r's calls run under: its group's, a child of
+// work.
+func (l *Loop) groupCtx(r *pipeline.Rollout) context.Context {
+	if r.Task == nil {
+		return l.work
+	}
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	return l.group(r.GroupKey()).ctx
+}
+
+// left notes that r left the loop; its group is forgotten once all its
+// members did.
+func (l *Loop) left(r *pipeline.Rollout) {
+	if r.Task == nil {
+		return
+	}
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	key := r.GroupKey()
+	g := l.groups[key]
+	if g == nil {
+		return
+	}
+	g.left++
+	if g.left >= max(r.GroupSize, 1) {
+		g.cancel()
+		delete(l.groups, key)
+	}
+}
 
 // Inside is the number of trajectories inside the loop now.
 func (l *Loop) Inside() int { return int(l.inside.Load()) }
@@ -126,6 +200,9 @@ func (l *Loop) run(ctx context.Context) error {
 	// work is cancelled by Stop or by ctx: calls in flight abort.
 	work, cancelWork := context.WithCancel(ctx)
 	defer cancelWork()
+	l.gmu.Lock()
+	l.work = work
+	l.gmu.Unlock()
 	go func() {
 		select {
 		case <-l.stop:
@@ -155,6 +232,7 @@ func (l *Loop) run(ctx context.Context) error {
 			r.Resolve(pipeline.StatusCancelled)
 		}
 		r.TotalTime = time.Since(r.Started)
+		l.left(r)
 		err := pipeline.Send[any](ctx, l.out, r)
 		<-q.slots
 		l.inside.Add(-1)
@@ -169,10 +247,11 @@ func (l *Loop) run(ctx context.Context) error {
 		return l.opts.Timeout
 	}
 	callCtx := func(r *pipeline.Rollout) (context.Context, context.CancelFunc) {
+		base := l.groupCtx(r)
 		if d := timeout(r); d > 0 {
-			return context.WithDeadline(work, r.Started.Add(d))
+			return context.WithDeadline(base, r.Started.Add(d))
 		}
-		return work, func() {}
+		return base, func() {}
 	}
 	// interrupted resolves r after a call returned because its context
 	// ended: a trajectory timeout is an error, Stop a cancellation. It

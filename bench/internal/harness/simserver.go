@@ -61,6 +61,9 @@ func (h *SimHTTP) WaitIdle(ctx context.Context) error {
 type StatsDelta struct {
 	Requests, Cancelled, PromptTokens, DecodedTokens, Steps int64
 	Busy                                                    time.Duration
+	// Preempted are the requests a higher-priority one took out of the
+	// batch, RecomputedTokens what they prefilled again on resuming.
+	Preempted, RecomputedTokens int64
 }
 
 // MeanBatch is the mean number of running requests per step.
@@ -77,5 +80,6 @@ func Delta(before, after sim.Stats) StatsDelta {
 		Requests: after.Requests - before.Requests, Cancelled: after.Cancelled - before.Cancelled,
 		PromptTokens: after.PromptTokens - before.PromptTokens, DecodedTokens: after.DecodedTokens - before.DecodedTokens,
 		Steps: after.Steps - before.Steps, Busy: after.Busy - before.Busy,
+		Preempted: after.Preempted - before.Preempted, RecomputedTokens: after.RecomputedTokens - before.RecomputedTokens,
 	}
 }

@@ -124,7 +124,7 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 	}
 	var served []string
 	for _, m := range list.Data {
-		if m.ID == model {
+		if servesModel(m.ID, model) {
 			return nil
 		}
 		served = append(served, m.ID)
@@ -134,6 +134,18 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 		served = append(served[:10], fmt.Sprintf("… (%d in all)", len(list.Data)))
 	}
 	return fmt.Errorf("%s: the model %q (generate.model) is not served; it serves: %s", name, model, strings.Join(served, ", "))
+}
+
+// servesModel reports whether a model the server lists (id) is the one
+// generate.model names: the same name, or, as Ollama resolves names, the
+// name without a tag for the tag "latest" (Ollama lists "tiny:latest" and
+// serves it to requests for "tiny").
+func servesModel(id, model string) bool {
+	if id == model {
+		return true
+	}
+	tagless := !strings.Contains(model[strings.LastIndex(model, "/")+1:], ":")
+	return tagless && model != "" && id == model+":latest"
 }
 
 // noRedirect makes a client return a redirect as it is: a POST that

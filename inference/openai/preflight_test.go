@@ -51,6 +51,7 @@ func modelsServer(t *testing.T, status int, body, wantKey string) string {
 
 func TestPreflight(t *testing.T) {
 	list := `{"object":"list","data":[{"id":"qwen"},{"id":"llama"}]}`
+	ollamaList := `{"object":"list","data":[{"id":"tiny:latest"},{"id":"tiny-tools:v2"},{"id":"hf.co/org/m:latest"}]}`
 	tests := []struct {
 		name     string
 		endpoint func(t *testing.T) string
@@ -65,6 +66,13 @@ func TestPreflight(t *testing.T) {
 		{"no key sent", func(t *testing.T) string { return modelsServer(t, 200, list, "right") }, "qwen", "", "no API key was sent"},
 		{"forbidden", func(t *testing.T) string { return modelsServer(t, 403, `{"message":"nope"}`, "") }, "qwen", "", "HTTP 403"},
 		{"model not served", func(t *testing.T) string { return modelsServer(t, 200, list, "") }, "gpt", "", `the model "gpt" (generate.model) is not served; it serves: llama, qwen`},
+		// Ollama lists its models with their tags and serves NAME as NAME:latest.
+		{"name without its tag", func(t *testing.T) string { return modelsServer(t, 200, ollamaList, "") }, "tiny", "", ""},
+		{"name with its tag", func(t *testing.T) string { return modelsServer(t, 200, ollamaList, "") }, "tiny:latest", "", ""},
+		{"namespaced name without its tag", func(t *testing.T) string { return modelsServer(t, 200, ollamaList, "") }, "hf.co/org/m", "", ""},
+		{"another tag", func(t *testing.T) string { return modelsServer(t, 200, ollamaList, "") }, "tiny:q8", "", `the model "tiny:q8" (generate.model) is not served; it serves: hf.co/org/m:latest, tiny-tools:v2, tiny:latest`},
+		{"only another tag served", func(t *testing.T) string { return modelsServer(t, 200, ollamaList, "") }, "tiny-tools", "", `the model "tiny-tools" (generate.model) is not served; it serves: hf.co/org/m:latest, tiny-tools:v2, tiny:latest`},
+		{"a tag is not dropped", func(t *testing.T) string { return modelsServer(t, 200, list, "") }, "qwen:latest", "", `the model "qwen:latest" (generate.model) is not served`},
 		{"wrong path", func(t *testing.T) string { return strings.TrimSuffix(modelsServer(t, 200, list, ""), "/v1") + "/api" }, "qwen", "", "answered 404"},
 		{"server error", func(t *testing.T) string { return modelsServer(t, 503, `{"message":"loading"}`, "") }, "qwen", "", "HTTP 503: loading"},
 		{"refused", refusedURL, "qwen", "", "unreachable"},

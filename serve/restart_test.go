@@ -73,7 +73,7 @@ func TestServeClientAcrossRestart(t *testing.T) {
 	<-restart
 	s.stop(t)
 	time.Sleep(500 * time.Millisecond)
-	s = start(t, testConfig(t, out, "serve.addr="+addr), serve.Options{})
+	start(t, testConfig(t, out, "serve.addr="+addr), serve.Options{}) // stopped by its cleanup
 	if err := <-loop; err != nil {
 		t.Fatalf("the trainer's loop stopped: %v", err)
 	}

@@ -283,6 +283,19 @@ func (v *validation) render(ctx context.Context, b *build.Components) {
 	}
 	tmpl, src, step := b.Template, b.Source, b.Stepper
 	rows := 0
+	// Under generate.priority a run's requests carry their group's
+	// admission order (groups.Controller.Priority): a fresh run admits the
+	// rows read in turn, the first as 1, and so does validate.
+	admitted := map[int64]int{}
+	if b.Generator != nil && cfg.Generate.PriorityOn() {
+		b.Generator.SetPriority(func(r *pipeline.Rollout) (int, bool) {
+			if r.Task == nil {
+				return 0, false
+			}
+			p, ok := admitted[r.Task.Index]
+			return p, ok
+		})
+	}
 	for rows < v.opts.Rows {
 		t, err := src.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -293,6 +306,7 @@ func (v *validation) render(ctx context.Context, b *build.Components) {
 			break
 		}
 		rows++
+		admitted[t.Index] = rows
 		if t.Invalid != "" {
 			// A run makes it an error row and goes on.
 			fmt.Fprintf(v.out, "row %d (%s): not sent, an error row (%s): %s\n", t.Index, t.Source, generate.ClassInvalidRequest, t.Invalid)

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // HTTPOptions are the HTTP client's settings that do not come from the
@@ -629,7 +630,13 @@ func (c *HTTPClient) backoff(attempt int) time.Duration {
 // the attempt's classified error and the server's Retry-After (0 when
 // none), or nil.
 func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte, http.Header) error) (*inference.Error, time.Duration) {
-	path := strings.TrimPrefix(strings.TrimPrefix(u, ep.base), ep.root)
+	// where names the URL requested, as errors show it: the endpoint's
+	// name and the path under the base URL, or, for a path under the
+	// server's root (/tokenize, /generate), the root's.
+	where := ep.name + strings.TrimPrefix(u, ep.base)
+	if !strings.HasPrefix(u, ep.base) {
+		where = pipeline.RedactURL(u)
+	}
 	if t := c.cfg.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -701,7 +708,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	switch {
 	case st >= 200 && st < 300:
 		if err := decode(data, hresp.Header); err != nil {
-			return &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, path, err)}, 0
+			return &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s: %v", where, err)}, 0
 		}
 		return nil, 0
 	case st == http.StatusTooManyRequests:
@@ -711,11 +718,11 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	case st == http.StatusRequestTimeout:
 		return &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st >= 300 && st < 400:
-		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(ep.name+path, st, hresp.Header.Get("Location"))}, 0
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(where, st, hresp.Header.Get("Location"))}, 0
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
 		return &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
 	default:
-		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s%s: %s", ep.name, path, serverMessage(data))}, 0
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s: %s", where, serverMessage(data))}, 0
 	}
 }
 

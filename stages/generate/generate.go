@@ -1020,7 +1020,11 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response, prompt 
 			// (chat mode): the row keeps what fits.
 			cutTokens(r, m)
 		}
-		if n >= m {
+		// The server's count of the sequence (usage: this turn's prompt
+		// and completion) is the measure when it reports no token ids (a
+		// chat server such as Ollama): a prompt grown by observations no
+		// /tokenize measured can pass the bound, and the row says so.
+		if n >= m || resp.PromptTokens+resp.CompletionTokens >= m {
 			r.Truncated = true
 		}
 	}

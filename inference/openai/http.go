@@ -82,6 +82,11 @@ type HTTPOptions struct {
 	// x-request-id (RequestID): the OpenAI Batch output
 	// (output.openai_batch) writes them.
 	KeepBody bool
+	// LearnContext learns each endpoint's context length after its first
+	// chat answer, where the server publishes it (vLLM's /v1/models,
+	// Ollama's /api/ps and /api/show; learnContext), for MaxModelLen: a
+	// few GETs once per endpoint. trajflow run sets it.
+	LearnContext bool
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -104,9 +109,12 @@ type HTTPClient struct {
 	bufPool sync.Pool
 	brk     *breaker // nil: none
 	large   *bodyGate
-	// maxModelLen is the smallest max_model_len a /tokenize answer
-	// reported; 0: none reported yet.
+	// maxModelLen is the smallest context length a server reported
+	// (/tokenize's max_model_len, learnContext); 0: none reported yet.
 	maxModelLen atomic.Int64
+	// learn is each endpoint's learnContext state, by name.
+	learnMu sync.Mutex
+	learn   map[string]*ctxLearn
 	// rids are generate.api: sglang's requests in flight (sglang.go).
 	rids ridSet
 	// noPriority is set once a server refused a request's priority
@@ -119,8 +127,10 @@ var (
 	_ inference.ContextLimiter = (*HTTPClient)(nil)
 )
 
-// MaxModelLen is the model's context length as the servers' /tokenize
-// answers reported it (the smallest, for a fleet); 0 before one did.
+// MaxModelLen is the model's context length as the servers reported it
+// (the smallest, for a fleet): /tokenize's max_model_len, or, learnt
+// after an endpoint's first chat answer, vLLM's /v1/models or Ollama's
+// /api/ps and /api/show (learnContext); 0 before one did.
 func (c *HTTPClient) MaxModelLen() int { return int(c.maxModelLen.Load()) }
 
 // noteMaxModelLen records a max_model_len a server reported.
@@ -390,6 +400,12 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		return nil, err
 	}
 	resp.Endpoint = ep
+	if req.PromptTokenIDs == nil && c.opts.LearnContext {
+		// A chat answer: the context length, where the server publishes
+		// it, tells a prompt the server cut (Ollama answers 200 with
+		// prompt_tokens at its context) from one it took whole.
+		c.learnContext(ctx, ep)
+	}
 	return resp, nil
 }
 

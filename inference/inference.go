@@ -84,9 +84,11 @@ type Detokenizer interface {
 }
 
 // ContextLimiter is a backend that knows the model's context length
-// (vLLM's max_model_len, as its /tokenize and /v1/models report it): the
-// most tokens a prompt and its completion may hold. MaxModelLen is 0 while
-// unknown (a backend learns it from its first /tokenize answer).
+// (vLLM's max_model_len, as its /tokenize and /v1/models report it;
+// Ollama's context, from /api/ps or /api/show): the most tokens a prompt
+// and its completion may hold. MaxModelLen is 0 while unknown (a backend
+// learns it from its first /tokenize answer, or after a chat answer where
+// the server publishes it).
 type ContextLimiter interface {
 	MaxModelLen() int
 }

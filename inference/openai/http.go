@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // HTTPOptions are the HTTP client's settings that do not come from the
@@ -81,6 +82,11 @@ type HTTPOptions struct {
 	// x-request-id (RequestID): the OpenAI Batch output
 	// (output.openai_batch) writes them.
 	KeepBody bool
+	// LearnContext learns each endpoint's context length after its first
+	// chat answer, where the server publishes it (vLLM's /v1/models,
+	// Ollama's /api/ps and /api/show; learnContext), for MaxModelLen: a
+	// few GETs once per endpoint. trajflow run sets it.
+	LearnContext bool
 	// Now and Sleep replace the clock and the backoff sleep (tests).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -103,9 +109,12 @@ type HTTPClient struct {
 	bufPool sync.Pool
 	brk     *breaker // nil: none
 	large   *bodyGate
-	// maxModelLen is the smallest max_model_len a /tokenize answer
-	// reported; 0: none reported yet.
+	// maxModelLen is the smallest context length a server reported
+	// (/tokenize's max_model_len, learnContext); 0: none reported yet.
 	maxModelLen atomic.Int64
+	// learn is each endpoint's learnContext state, by name.
+	learnMu sync.Mutex
+	learn   map[string]*ctxLearn
 	// rids are generate.api: sglang's requests in flight (sglang.go).
 	rids ridSet
 	// noPriority is set once a server refused a request's priority
@@ -118,8 +127,10 @@ var (
 	_ inference.ContextLimiter = (*HTTPClient)(nil)
 )
 
-// MaxModelLen is the model's context length as the servers' /tokenize
-// answers reported it (the smallest, for a fleet); 0 before one did.
+// MaxModelLen is the model's context length as the servers reported it
+// (the smallest, for a fleet): /tokenize's max_model_len, or, learnt
+// after an endpoint's first chat answer, vLLM's /v1/models or Ollama's
+// /api/ps and /api/show (learnContext); 0 before one did.
 func (c *HTTPClient) MaxModelLen() int { return int(c.maxModelLen.Load()) }
 
 // noteMaxModelLen records a max_model_len a server reported.
@@ -389,6 +400,12 @@ func (c *HTTPClient) Complete(ctx context.Context, req *inference.Request) (*inf
 		return nil, err
 	}
 	resp.Endpoint = ep
+	if req.PromptTokenIDs == nil && c.opts.LearnContext {
+		// A chat answer: the context length, where the server publishes
+		// it, tells a prompt the server cut (Ollama answers 200 with
+		// prompt_tokens at its context) from one it took whole.
+		c.learnContext(ctx, ep)
+	}
 	return resp, nil
 }
 
@@ -629,7 +646,13 @@ func (c *HTTPClient) backoff(attempt int) time.Duration {
 // the attempt's classified error and the server's Retry-After (0 when
 // none), or nil.
 func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte, http.Header) error) (*inference.Error, time.Duration) {
-	path := strings.TrimPrefix(strings.TrimPrefix(u, ep.base), ep.root)
+	// where names the URL requested, as errors show it: the endpoint's
+	// name and the path under the base URL, or, for a path under the
+	// server's root (/tokenize, /generate), the root's.
+	where := ep.name + strings.TrimPrefix(u, ep.base)
+	if !strings.HasPrefix(u, ep.base) {
+		where = pipeline.RedactURL(u)
+	}
 	if t := c.cfg.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -701,7 +724,7 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	switch {
 	case st >= 200 && st < 300:
 		if err := decode(data, hresp.Header); err != nil {
-			return &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s%s: %v", ep.name, path, err)}, 0
+			return &inference.Error{Class: inference.ClassBadResponse, Status: st, Msg: fmt.Sprintf("%s: %v", where, err)}, 0
 		}
 		return nil, 0
 	case st == http.StatusTooManyRequests:
@@ -711,11 +734,11 @@ func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body [
 	case st == http.StatusRequestTimeout:
 		return &inference.Error{Class: inference.ClassTimeout, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, c.retryAfter(hresp.Header.Get("Retry-After"))
 	case st >= 300 && st < 400:
-		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(ep.name+path, st, hresp.Header.Get("Location"))}, 0
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(where, st, hresp.Header.Get("Location"))}, 0
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
 		return &inference.Error{Class: inference.ClassContextLength, Status: st, Msg: fmt.Sprintf("%s: %s", ep.name, serverMessage(data))}, 0
 	default:
-		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s%s: %s", ep.name, path, serverMessage(data))}, 0
+		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: fmt.Sprintf("%s: %s", where, serverMessage(data))}, 0
 	}
 }
 

@@ -89,3 +89,49 @@ func TestTokenizeMissing(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// An error names the URL the request went to: /tokenize and /detokenize
+// at the server's root (as vLLM serves them), the OpenAI paths under the
+// base URL.
+func TestErrorNamesRequestedURL(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "completions") {
+			http.Error(w, `{"error": {"message": "no such model"}}`, http.StatusBadRequest)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	c, err := openai.NewHTTP(inference.Config{Endpoints: []string{srv.URL + "/v1"}, Model: "m", API: "tokens", Concurrency: 1, MaxAttempts: 1}, openai.HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name      string
+		call      func() error
+		want, not string
+	}{
+		{"tokenize", func() error {
+			_, err := c.Tokenize(ctx, &inference.TokenizeRequest{Messages: []pipeline.Message{{Role: "user", Content: "q"}}})
+			return err
+		}, srv.URL + "/tokenize: ", "/v1/tokenize"},
+		{"detokenize", func() error { _, err := c.Detokenize(ctx, "", []int32{1}); return err }, srv.URL + "/detokenize: ", "/v1/detokenize"},
+		{"chat", func() error {
+			_, err := c.Complete(ctx, &inference.Request{API: inference.APIChat, Messages: []pipeline.Message{{Role: "user", Content: "q"}}})
+			return err
+		}, srv.URL + "/v1/chat/completions: ", "/v1/v1"},
+		{"token-id prompt", func() error { _, err := c.Complete(ctx, &inference.Request{PromptTokenIDs: []int32{1}}); return err }, srv.URL + "/v1/completions: ", "/v1/v1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), tt.not) {
+				t.Fatalf("error %q: want it to name %q (and not %q)", err, tt.want, tt.not)
+			}
+		})
+	}
+}

@@ -268,7 +268,10 @@ func (b *Components) httpOptions() openai.HTTPOptions {
 		// The rate limiter sends a 429 again once it has room.
 		ReturnRateLimited: b.cfg.Generate.RateLimit.Enabled(),
 		// The OpenAI Batch output holds each reply's body as it came.
-		KeepBody: b.cfg.Output.OpenAIBatch}
+		KeepBody: b.cfg.Output.OpenAIBatch,
+		// The context length tells a prompt Ollama cut silently
+		// (generate.Generator's check after each chat answer).
+		LearnContext: true}
 }
 
 // HTTPEndpoints reports whether the client is the config's HTTP client

@@ -24,7 +24,11 @@ type Config struct {
 	// request's max_tokens is capped to the room left, an observation's
 	// token ids that would overflow are cut (its text kept) and the
 	// trajectory ends truncated; no row is longer. The generate stage
-	// enforces it.
+	// enforces it. In generate.api: chat against a server that reports
+	// no token ids (Ollama), the last response's usage measures the
+	// sequence: a turn can pass the bound by the new observations'
+	// length, and its row is then marked truncated and ends
+	// (docs/inference.md).
 	MaxSeqLen int `yaml:"max_seq_len"`
 	// ObservationTokens is how an observation (the messages after a
 	// reply) becomes token ids in generate.api: tokens: "template" (the

@@ -319,18 +319,7 @@ func (g *Generator) complete(ctx, sendCtx context.Context, r *pipeline.Rollout, 
 			return nil, errCancelledByPause
 		}
 		if inference.ErrorClass(err) == inference.ClassContextLength {
-			if r.NumTurns == 0 {
-				// Nothing was generated: the row is an error, never an
-				// empty ok row.
-				r.Fail(inference.ClassContextLength, fmt.Errorf("%s: the server refused the first prompt: %w", rowName(r), err))
-				return nil, nil
-			}
-			// A later turn: the trajectory ends truncated with the turns
-			// it has, and the row says why.
-			r.Truncated = true
-			r.FinishReason = FinishContextLength
-			r.Error = fmt.Sprintf("turn %d: %v", r.NumTurns+1, err)
-			r.Resolve(pipeline.StatusOK)
+			contextLength(r, "the server refused the first prompt", err)
 			return nil, nil
 		}
 		var ie *inference.Error
@@ -343,11 +332,81 @@ func (g *Generator) complete(ctx, sendCtx context.Context, r *pipeline.Rollout, 
 	}
 	addDiscarded(r, resp.Discarded)
 	g.reqs.completed(took, resp.CompletionTokens)
+	if err := g.silentCut(r, req, resp); err != nil {
+		// The server answered a prompt it cut to its context: the reply
+		// is thrown away, as a refusal would have left none.
+		addDiscarded(r, inference.Usage{PromptTokens: resp.PromptTokens, CompletionTokens: resp.CompletionTokens, Tries: 1})
+		contextLength(r, "the server cut the first prompt", err)
+		return nil, nil
+	}
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
 		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
 		return nil, nil
 	}
 	return resp, nil
+}
+
+// contextLength resolves r for a prompt over the server's context: on
+// the first turn nothing was generated and the row is an error of class
+// context_length (first says what happened), never an empty ok row; on a
+// later turn the trajectory ends truncated with the turns it has, and the
+// row says why.
+func contextLength(r *pipeline.Rollout, first string, err error) {
+	if r.NumTurns == 0 {
+		r.Fail(inference.ClassContextLength, fmt.Errorf("%s: %s: %w", rowName(r), first, err))
+		return
+	}
+	r.Truncated = true
+	r.FinishReason = FinishContextLength
+	r.Error = fmt.Sprintf("turn %d: %v", r.NumTurns+1, err)
+	r.Resolve(pipeline.StatusOK)
+}
+
+// silentCut returns a context_length error when a chat server without
+// token ids answered with usage.prompt_tokens at its whole context
+// (MaxModelLen, learnt where the server publishes it) for a prompt
+// estimated longer than that: the server cut the prompt and the model
+// answered what it only partly saw (Ollama does so with HTTP 200). The
+// prompt's length is estimated as the previous turn's usage plus the new
+// messages' (their text at 4 bytes a token), or, on the first turn or
+// with a step-wise prompt, the messages' and tools' text alone. nil when
+// the context is unknown or the prompt fits.
+func (g *Generator) silentCut(r *pipeline.Rollout, req *inference.Request, resp *inference.Response) error {
+	if g.tokens() || resp.PromptTokenIDs != nil {
+		return nil
+	}
+	l := g.MaxModelLen()
+	if l <= 0 || resp.PromptTokens < l {
+		return nil
+	}
+	est := estimateTokens(req.Messages)
+	for _, t := range req.Tools {
+		est += (len(t) + 3) / 4
+	}
+	if last := lastAssistant(req.Messages); r.NumTurns > 0 && last >= 0 && len(req.Messages) == len(r.Messages) {
+		est = max(est, r.LastUsageTokens+estimateTokens(req.Messages[last+1:]))
+	}
+	if est <= l {
+		return nil
+	}
+	return &inference.Error{Class: inference.ClassContextLength, Msg: fmt.Sprintf(
+		"%s answered with usage.prompt_tokens %d, its whole context (%d tokens), for a prompt of about %d tokens: it cut the prompt instead of refusing it (Ollama does; raise its num_ctx or OLLAMA_CONTEXT_LENGTH)",
+		resp.Endpoint, resp.PromptTokens, l, est)}
+}
+
+// estimateTokens estimates the tokens of msgs' text (content and tool
+// calls' arguments) at 4 bytes a token, and one token of each message's
+// role header.
+func estimateTokens(msgs []pipeline.Message) int {
+	n := 0
+	for i := range msgs {
+		b := len(msgs[i].Content)
+		for _, c := range msgs[i].ToolCalls {
+			b += len(c.Name) + len(c.Arguments)
+		}
+		n += (b+3)/4 + 1
+	}
+	return n
 }
 
 // addDiscarded adds the replies thrown away to r's metrics.
@@ -1020,7 +1079,11 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response, prompt 
 			// (chat mode): the row keeps what fits.
 			cutTokens(r, m)
 		}
-		if n >= m {
+		// The server's count of the sequence (usage: this turn's prompt
+		// and completion) is the measure when it reports no token ids (a
+		// chat server such as Ollama): a prompt grown by observations no
+		// /tokenize measured can pass the bound, and the row says so.
+		if n >= m || resp.PromptTokens+resp.CompletionTokens >= m {
 			r.Truncated = true
 		}
 	}

@@ -3,6 +3,8 @@ package generate_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/inference"
@@ -140,5 +142,71 @@ func TestTruncatedAtExactlyMaxSeqLen(t *testing.T) {
 	}
 	if r := run(n + 1); r.Truncated || len(r.Tokens()) != n {
 		t.Fatalf("max_seq_len %d: %d tokens, truncated %v; want %d tokens, not truncated", n+1, len(r.Tokens()), r.Truncated, n)
+	}
+}
+
+// wordServer is a chat server that reports usage and no token ids (as
+// Ollama does) and has no /tokenize: a prompt is as many tokens as its
+// messages have words, and each reply is up to 18 words.
+type wordServer struct{ usage []int }
+
+func (s *wordServer) Complete(_ context.Context, req *inference.Request) (*inference.Response, error) {
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += len(strings.Fields(m.Content))
+	}
+	n := 18
+	if mt, ok := req.Params["max_tokens"].(int); ok && mt < n {
+		n = max(mt, 0)
+	}
+	s.usage = append(s.usage, prompt+n)
+	return &inference.Response{Message: pipeline.Message{Role: pipeline.RoleAssistant, Content: strings.TrimSpace(strings.Repeat("w ", n))},
+		FinishReason: "stop", PromptTokens: prompt, CompletionTokens: n}, nil
+}
+
+// In chat mode without token ids the server's usage measures the
+// sequence: a turn whose prompt and completion reach max_seq_len (the
+// observation grew the prompt past the room counted from the previous
+// turn: 391 + 18 = 409 over 400) ends the trajectory truncated, never an
+// untruncated row over the bound.
+func TestChatUsageOverMaxSeqLenTruncates(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		msl       int
+		route     bool // the bound is the route's (MaxSeqLenOf)
+		usage     []int
+		truncated bool
+	}{
+		{"over", 400, false, []int{373, 409}, true},
+		{"over, the route's bound", 400, true, []int{373, 409}, true},
+		{"exactly full", 409, false, []int{373, 409}, true},
+		{"under", 500, false, []int{373, 409, 445}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &wordServer{}
+			opts := generate.Options{Model: "m", API: "chat", MaxSeqLen: tt.msl, Params: map[string]any{"max_tokens": 1000}}
+			if tt.route {
+				msl := opts.MaxSeqLen
+				opts.MaxSeqLen = 0
+				opts.MaxSeqLenOf = func(*pipeline.Rollout) int { return msl }
+			}
+			g, err := generate.New(srv, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := &pipeline.Task{Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: strings.Repeat("alpha ", 355)}}}
+			r := &pipeline.Rollout{Task: task, GroupSize: 1, Seed: 1, Messages: slices.Clone(task.Messages)}
+			for turn := 1; turn <= 3 && r.Status == pipeline.StatusPending && !r.Truncated; turn++ {
+				if turn > 1 {
+					r.Messages = append(r.Messages, pipeline.Message{Role: pipeline.RoleUser, Content: strings.Repeat("beta ", 18), Turn: turn - 1})
+				}
+				if err := g.Turn(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !slices.Equal(srv.usage, tt.usage) || r.Truncated != tt.truncated || r.Status == pipeline.StatusError {
+				t.Fatalf("usage %v, truncated %v, status %s (%s); want usage %v, truncated %v", srv.usage, r.Truncated, r.Status, r.Error, tt.usage, tt.truncated)
+			}
+		})
 	}
 }

@@ -102,7 +102,9 @@ func startEndpoint(o sim.Options) (*endpoint, error) {
 	e := &endpoint{Server: sim.New(o), url: "http://" + ln.Addr().String() + "/v1"}
 	h := e.Handler()
 	e.srv = &http.Server{ReadHeaderTimeout: 30 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/completions") {
+			// Not a completion: the endpoint checks (/v1/models, the
+			// context-length probes) are not counted.
 			h.ServeHTTP(w, r)
 			return
 		}

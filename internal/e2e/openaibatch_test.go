@@ -182,14 +182,17 @@ output: {dir: %q, openai_batch: true, file_rows: 100, batch_rows: 25}
 		t.Fatalf("%d of %d input lines have a line in the OpenAI Batch files", len(seen), lines)
 	}
 	// The summary shows the cost, and stats the cost of every committed
-	// row: 9 prompt and 4 completion tokens a request.
+	// row, the error rows of the bad lines included (they sent nothing): 9
+	// prompt and 4 completion tokens a request.
 	if !strings.Contains(final.stdout, "cost: ") {
 		t.Errorf("the summary shows no cost:\n%s", final.stdout)
 	}
 	st := run(t, "stats", out)
 	okRows := lines - len(bad)
-	if want := fmt.Sprintf("cost                      %.4g  (%d priced rows", float64(okRows*(9*1+4*2))/1e6, okRows); st.code != 0 || !strings.Contains(st.stdout, want) {
-		t.Errorf("trajflow stats: want %q in:\n%s%s", want, st.stdout, st.stderr)
+	want := fmt.Sprintf("cost                      %.4g  (%d priced rows", float64(okRows*(9*1+4*2))/1e6, lines)
+	split := fmt.Sprintf("data %d, errors %d rows)", okRows, len(bad))
+	if st.code != 0 || !strings.Contains(st.stdout, want) || !strings.Contains(st.stdout, split) {
+		t.Errorf("trajflow stats: want %q and %q in:\n%s%s", want, split, st.stdout, st.stderr)
 	}
 	t.Logf("%d kills landed; %d requests served for %d lines (%d bad)", landed, requests.Load(), lines, len(bad))
 }

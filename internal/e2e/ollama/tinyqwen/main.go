@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/trajflow/trajflow/internal/durable"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -340,11 +341,7 @@ func writeSafetensors(path string, ts []tensor) error {
 			buf = binary.LittleEndian.AppendUint16(buf, bf16(v))
 		}
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, buf, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return durable.WriteFile(path, buf, 0o644)
 }
 
 // bf16 rounds v to bfloat16 (round to nearest even; v is finite).

@@ -148,33 +148,7 @@ func (g *gymFiles) abort(dest string) error {
 // the two renames of a commit): their rows are redone. The one-per-run
 // files of earlier versions (rollouts-NNNNN.jsonl) are left as they are.
 func PairGymFiles(outDir string) error {
-	dir := filepath.Join(outDir, schema.JSONLDir)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if schema.IsTemp(name) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return fmt.Errorf("resume: %w", err)
-			}
-			continue
-		}
-		dest, n, ok := gymFileOf(name)
-		if !ok {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(outDir, dest, schema.PartName(n))); errors.Is(err, os.ErrNotExist) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return fmt.Errorf("resume: %w", err)
-			}
-		}
-	}
-	return nil
+	return pairPartFiles(outDir, schema.JSONLDir, gymFileOf)
 }
 
 // gymFileOf reads the directory and part number a NeMo Gym JSONL file's

@@ -171,7 +171,15 @@ func partNumber(name string) (int, bool) {
 // run that stopped, and the files whose part was never committed (a crash
 // between the two renames of a commit): their rows are redone.
 func PairBatchFiles(outDir string) error {
-	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
+	return pairPartFiles(outDir, schema.OpenAIBatchDir, batchFileOf)
+}
+
+// pairPartFiles removes from OUTPUT/sub the staged files (schema.IsTemp)
+// and the files whose data part is not committed: fileOf reads the
+// directory and part number a file's name gives (ok false: not one of
+// them, left as it is).
+func pairPartFiles(outDir, sub string, fileOf func(name string) (dest string, n int, ok bool)) error {
+	dir := filepath.Join(outDir, sub)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -181,17 +189,16 @@ func PairBatchFiles(outDir string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, schema.TempSuffix) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return fmt.Errorf("resume: %w", err)
+		remove := schema.IsTemp(name)
+		if !remove {
+			dest, n, ok := fileOf(name)
+			if !ok {
+				continue
 			}
-			continue
+			_, err := os.Stat(filepath.Join(outDir, dest, schema.PartName(n)))
+			remove = errors.Is(err, os.ErrNotExist)
 		}
-		dest, n, ok := batchFileOf(name)
-		if !ok {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(outDir, dest, schema.PartName(n))); errors.Is(err, os.ErrNotExist) {
+		if remove {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("resume: %w", err)
 			}

@@ -63,8 +63,9 @@ func nativeParams(raw json.RawMessage) (map[string]any, error) {
 // "meta_info": {"id", "finish_reason": {"type": ...}, "prompt_tokens",
 // "completion_tokens", "cached_tokens", "output_token_logprobs" (with
 // return_logprob)}, "sim_trailer"}. A text prompt, a batch of prompts and
-// streaming are refused with a 400 (trajflow sends none); priority is
-// accepted and does not change the schedule. Faults (Options.Faults) are
+// streaming are refused with a 400 (trajflow sends none); priority
+// orders the schedule as on the OpenAI APIs (the waiting queue, and
+// preemption under a full batch). Faults (Options.Faults) are
 // drawn as for the OpenAI APIs. An aborted request
 // (POST /abort_request) answers with the tokens it generated and
 // finish_reason {"type": "abort"}. SGLang's errors are {"error":

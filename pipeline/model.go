@@ -173,6 +173,16 @@ type Rollout struct {
 	ResponseTokenIDs []int32
 	LossMask         []int8
 	ResponseLogprobs []float32
+	// TokenIDsMissing is set when a reply of the rollout came without its
+	// token ids (chat mode against a server that reports none: Ollama,
+	// OpenAI, SGLang's OpenAI API) or no first prompt's ids were known
+	// when it came: the training view (PromptTokenIDs, ResponseTokenIDs,
+	// LossMask, ResponseLogprobs) is then not the sequence the model saw,
+	// and its counts (gen_tokens, env_tokens, total_tokens,
+	// turn_gen_tokens) are unknown, written as null (empty for
+	// turn_gen_tokens) rather than 0. The servers' usage (PromptTokens,
+	// CompletionTokens) still counts the tokens.
+	TokenIDsMissing bool
 
 	Reward      float64
 	TurnRewards []float64
@@ -358,6 +368,11 @@ func (r *Rollout) Tokens() []int32 {
 	out = append(out, r.PromptTokenIDs...)
 	return append(out, r.ResponseTokenIDs...)
 }
+
+// SeqCountsKnown reports whether the training view's counts (gen_tokens,
+// env_tokens, total_tokens, turn_gen_tokens) are known: false when
+// TokenIDsMissing.
+func (r *Rollout) SeqCountsKnown() bool { return !r.TokenIDsMissing }
 
 // TurnGenTokens appends to dst[:0] the tokens the model generated in
 // each turn t = 1, 2, …: entry t-1 is the sum of TokenEnd - TokenStart

@@ -125,11 +125,13 @@ func TestTables(t *testing.T) {
 		}
 	}
 	// Every rollout column is required but the sampling parameters, null
-	// where a request did not set them.
-	sampling := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true}
+	// where a request did not set them, and the training view's counts,
+	// null where unknown.
+	nullable := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true,
+		"env_tokens": true, "gen_tokens": true, "total_tokens": true}
 	for _, c := range columns {
-		if c.Nullable != sampling[c.Name] {
-			t.Errorf("rollout column %q: nullable %v; only the sampling parameters are nullable", c.Name, c.Nullable)
+		if c.Nullable != nullable[c.Name] {
+			t.Errorf("rollout column %q: nullable %v; only the sampling parameters and the training view's counts are nullable", c.Name, c.Nullable)
 		}
 	}
 	if !Schema().Equal(arrow.NewSchema(fields(Columns()), nil)) || !StepSchema().Equal(arrow.NewSchema(fields(StepColumns()), nil)) {

@@ -61,7 +61,8 @@ func sameLayout(a, b arrow.DataType) bool {
 // Version) back into rollouts: the inverse of Collator.Add for every
 // written field. Tasks carry only Index and Raw; durations are rounded to
 // the nanosecond. Rollouts of one task share one *pipeline.Task.
-// EnvTokens gets env_tokens, which collate computes from the loss mask;
+// EnvTokens gets env_tokens, which collate computes from the loss mask
+// (0 where it is null); TokenIDsMissing is set where gen_tokens is null;
 // gen_tokens and total_tokens, also derived from the training view, and
 // turn_gen_tokens, derived from the messages' spans
 // (pipeline.Rollout.TurnGenTokens), and min_policy_version, derived from
@@ -157,7 +158,8 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 			FilterReason:     str(ColFilterReason).Value(i),
 			PromptTokens:     int(i64(ColPromptTokens).Value(i)),
 			CompletionTokens: int(i64(ColCompletionTokens).Value(i)),
-			EnvTokens:        int(i64(ColEnvTokens).Value(i)),
+			EnvTokens:        int(i64(ColEnvTokens).Value(i)), // 0 where null
+			TokenIDsMissing:  i64(ColGenTokens).IsNull(i),
 			GenTime:          dur(f64(ColGenMS).Value(i)),
 			EnvTime:          dur(f64(ColEnvMS).Value(i)),
 			TotalTime:        dur(f64(ColTotalMS).Value(i)),

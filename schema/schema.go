@@ -24,7 +24,12 @@ import (
 // sampled: policy_versions (spans of generated tokens and their policy
 // version), admitted_version, min_policy_version, and the sampling
 // parameters temperature, top_p, top_k and max_tokens (nullable).
-const Version = "4"
+//
+// Version 5 makes env_tokens, gen_tokens and total_tokens nullable: null
+// where the training view's counts are unknown (a reply came without token
+// ids, pipeline.Rollout.TokenIDsMissing), where version 4 wrote 0; there
+// turn_gen_tokens is empty where version 4 wrote a 0 per turn.
+const Version = "5"
 
 // Column indices of Schema, in order: Columns()[ColX] is column ColX.
 // Keys and light columns come first, heavy columns (task, messages, token
@@ -169,7 +174,9 @@ var (
 
 // Schema returns the output schema: one row per rollout, every field
 // non-nullable (absent values are empty strings, empty lists and zeros)
-// but the sampling parameters, null when not sent.
+// but the sampling parameters, null when not sent, and the training
+// view's counts (env_tokens, gen_tokens, total_tokens), null when
+// unknown.
 // The returned schema is shared; do not modify it.
 func Schema() *arrow.Schema { return arrowSchema }
 

@@ -10,7 +10,7 @@ import (
 )
 
 func TestFileVersion(t *testing.T) {
-	v1, v2, v3, v4 := schema.ForVersion("1"), schema.ForVersion("2"), schema.ForVersion("3"), schema.Schema()
+	v1, v2, v3, v4, v5 := schema.ForVersion("1"), schema.ForVersion("2"), schema.ForVersion("3"), schema.ForVersion("4"), schema.Schema()
 	tests := []struct {
 		name    string
 		meta    map[string]string
@@ -18,8 +18,11 @@ func TestFileVersion(t *testing.T) {
 		want    string
 		wantErr string
 	}{
+		{"v5", map[string]string{schema.MetadataKey: "5"}, v5, "5", ""},
+		{"v5 unrecorded", nil, v5, "5", ""},
 		{"v4", map[string]string{schema.MetadataKey: "4"}, v4, "4", ""},
 		{"v4 unrecorded", nil, v4, "4", ""},
+		{"recorded 5, columns of 3", map[string]string{schema.MetadataKey: "5"}, v3, "", "schema has 46 columns, want 53 (schema version 5)"},
 		{"recorded 4, columns of 3", map[string]string{schema.MetadataKey: "4"}, v3, "", "schema has 46 columns, want 53 (schema version 4)"},
 		{"v3", map[string]string{schema.MetadataKey: "3"}, v3, "3", ""},
 		{"v3 unrecorded", nil, v3, "3", ""},
@@ -30,8 +33,8 @@ func TestFileVersion(t *testing.T) {
 		{"v1 unrecorded", nil, v1, "1", ""},
 		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 44 (schema version 2)"},
 		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 44 columns, want 41 (schema version 1)"},
-		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3, 4)`},
-		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 53 (schema version 4)"},
+		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3, 4, 5)`},
+		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 53 (schema version 5)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,10 +67,25 @@ func TestV1LightColumns(t *testing.T) {
 	if err := schema.CheckVersion(schema.Schema(), schema.Version); err != nil {
 		t.Error(err)
 	}
-	// Version 3 is the current schema less the policy and sampling
-	// columns.
-	var v3 []arrow.Field
+	// Version 4 is the current schema with the training view's counts
+	// required.
+	var v4 []arrow.Field
 	for _, f := range schema.Schema().Fields() {
+		switch f.Name {
+		case "env_tokens", "gen_tokens", "total_tokens":
+			if !f.Nullable {
+				t.Errorf("%s is required in the current schema", f.Name)
+			}
+			f.Nullable = false
+		}
+		v4 = append(v4, f)
+	}
+	if !schema.ForVersion(schema.VersionV4).Equal(arrow.NewSchema(v4, nil)) {
+		t.Errorf("v4 schema is not the current one with the counts required:\n%v", schema.ForVersion(schema.VersionV4))
+	}
+	// Version 3 is version 4 less the policy and sampling columns.
+	var v3 []arrow.Field
+	for _, f := range v4 {
 		if !v4Only[f.Name] {
 			v3 = append(v3, f)
 		}
@@ -96,7 +114,7 @@ func TestV1LightColumns(t *testing.T) {
 	if !v2.Equal(arrow.NewSchema(cur, nil)) {
 		t.Errorf("v2 schema is not the current one less prompt_tokens_dropped and messages.parts:\n%v", v2)
 	}
-	if got := strings.Join(schema.Versions(), ","); got != "1,2,3,4" {
+	if got := strings.Join(schema.Versions(), ","); got != "1,2,3,4,5" {
 		t.Errorf("Versions = %s", got)
 	}
 }

@@ -52,7 +52,7 @@ var v1Schema = func() *arrow.Schema {
 
 // Versions returns the schema versions this package reads, oldest first.
 // Only the last, Version, is written.
-func Versions() []string { return []string{VersionV1, VersionV2, VersionV3, Version} }
+func Versions() []string { return []string{VersionV1, VersionV2, VersionV3, VersionV4, Version} }
 
 // ForVersion returns the Arrow schema of version v, or nil for a version
 // this package does not know.
@@ -66,6 +66,8 @@ func ForVersion(v string) *arrow.Schema {
 		return v2Schema
 	case VersionV3:
 		return v3Schema
+	case VersionV4:
+		return v4Schema
 	}
 	return nil
 }
@@ -93,13 +95,21 @@ func FileVersion(meta map[string]string, s *arrow.Schema) (string, error) {
 		return v, nil
 	}
 	err := Check(s)
-	if err == nil {
+	if err == nil && !requiredCounts(s) {
 		return Version, nil
 	}
-	for _, v := range []string{VersionV3, VersionV2, VersionV1} {
+	for _, v := range []string{VersionV4, VersionV3, VersionV2, VersionV1} {
 		if CheckVersion(s, v) == nil {
 			return v, nil
 		}
 	}
 	return "", err
+}
+
+// requiredCounts reports whether s has a required (non-nullable)
+// gen_tokens column: a file of version 4 that records no version (version
+// 5 and 4 differ only there).
+func requiredCounts(s *arrow.Schema) bool {
+	idx := s.FieldIndices("gen_tokens")
+	return len(idx) == 1 && !s.Field(idx[0]).Nullable
 }

@@ -235,7 +235,14 @@ func (d *statsDecoder) add(rec arrow.Record, agg *metrics.Aggregator) (err error
 		r.EnvTokens = int(env.Value(i))
 		r.Env = envName.Value(i)
 		c := metrics.Counts{GenTokens: int64(r.CompletionTokens), TotalTokens: int64(r.CompletionTokens + r.EnvTokens)}
-		if gen != nil {
+		switch {
+		case gen != nil && gen.IsNull(i):
+			// Unknown (schema version 5: a reply came without token
+			// ids): left out of the training view's figures, never
+			// counted as 0.
+			r.EnvTokens = 0
+			c = metrics.Counts{Unknown: true}
+		case gen != nil:
 			s, e := turnGen.ValueOffsets(i)
 			c = metrics.Counts{GenTokens: gen.Value(i), TotalTokens: total.Value(i), TurnGenTokens: turnGenVals[s:e:e]}
 		}

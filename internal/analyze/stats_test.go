@@ -194,3 +194,62 @@ func TestStatsInterleavedTasks(t *testing.T) {
 	}
 	alloc.AssertSize(t, 0)
 }
+
+// Rows whose replies came without token ids have null training-view
+// counts: stats leaves them out of the training view's figures and says
+// how many, as an Aggregator fed the rollouts does, and still counts the
+// servers' usage (completion tokens) of every row.
+func TestStatsUnknownTokenCounts(t *testing.T) {
+	tests := []struct {
+		name    string
+		missing func(task int64) bool
+		text    []string
+	}{
+		{"some rows", func(task int64) bool { return task%2 == 0 }, []string{"rows unknown: no token ids"}},
+		{"every row", func(int64) bool { return true }, []string{"gen unknown  env unknown  total unknown", "env tokens         unknown"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			gs := groups("run-a", 0, 8)
+			var unknown, completion int64
+			for _, g := range gs {
+				for _, r := range g.Rollouts {
+					if tt.missing(r.Task.Index) {
+						r.TokenIDsMissing = true
+						unknown++
+					}
+					completion += int64(r.CompletionTokens)
+				}
+			}
+			rs := writeRun(t, filepath.Join(dir, "data"), gs, 16, pqsink.Options{})
+			agg := metrics.New()
+			for _, r := range rs {
+				agg.Add(r)
+			}
+			want := agg.Result()
+			var buf bytes.Buffer
+			got, err := Stats(context.Background(), []string{dir}, &buf, StatsOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				gj, _ := json.MarshalIndent(got, "", " ")
+				wj, _ := json.MarshalIndent(want, "", " ")
+				t.Errorf("Stats\n%s\nAggregator\n%s", gj, wj)
+			}
+			if got.TokenCountsUnknown != unknown || got.Tokens.Completion.Total != completion {
+				t.Errorf("token_counts_unknown %d, completion tokens %d; want %d, %d",
+					got.TokenCountsUnknown, got.Tokens.Completion.Total, unknown, completion)
+			}
+			if unknown == got.Rows && (got.MeanGenTokensPerSample != nil || got.Tokens.Env != nil || got.PerTurn[0].GenTokens != nil) {
+				t.Errorf("figures of unknown counts are not null: %+v", got.NeMoRL)
+			}
+			for _, s := range tt.text {
+				if !strings.Contains(buf.String(), s) {
+					t.Errorf("table lacks %q:\n%s", s, buf.String())
+				}
+			}
+		})
+	}
+}

@@ -94,9 +94,9 @@ func TestStatsReadsV1(t *testing.T) {
 // noTokenMeans zeroes the NeMo RL token means and per-turn generated
 // tokens of m and its envs.
 func noTokenMeans(m *metrics.Metrics) {
-	m.MeanGenTokensPerSample, m.MeanTotalTokensPerSample = 0, 0
+	m.MeanGenTokensPerSample, m.MeanTotalTokensPerSample = nil, nil
 	for i := range m.PerTurn {
-		m.PerTurn[i].GenTokens = 0
+		m.PerTurn[i].GenTokens = nil
 	}
 	for _, e := range m.Envs {
 		noTokenMeans(e)

@@ -117,7 +117,7 @@ func TestAggregator(t *testing.T) {
 		Tokens: Tokens{
 			Prompt:     Dist{Total: 70, Mean: 7, Max: 7, P95: 7},
 			Completion: Dist{Total: 5500, Mean: 550, Max: 1000, P95: 1000},
-			Env:        Dist{Total: 9, Mean: 0.9, Max: 2, P95: 2},
+			Env:        &Dist{Total: 9, Mean: 0.9, Max: 2, P95: 2},
 		},
 		Turns:                        Dist{Total: 55, Mean: 5.5, Max: 10, P95: 10},
 		ToolCalls:                    Dist{Total: 5, Mean: 0.5, Max: 1, P95: 1},
@@ -137,8 +137,13 @@ func checkMetrics(t *testing.T, got, want *Metrics) {
 	g, w := *got, *want
 	floats := func(m *Metrics) []*float64 {
 		fs := []*float64{&m.Reward.Mean, &m.Reward.Std, &m.Correctness.Accuracy, &m.TaskCompletion,
-			&m.Tokens.Prompt.Mean, &m.Tokens.Completion.Mean, &m.Tokens.Env.Mean, &m.Turns.Mean, &m.ToolCalls.Mean,
+			&m.Tokens.Prompt.Mean, &m.Tokens.Completion.Mean, &m.Turns.Mean, &m.ToolCalls.Mean,
 			&m.ScoredNaturalTerminationRate, &m.ScoredTruncationRate, &m.MaxTurnsRate}
+		if m.Tokens.Env != nil {
+			env := *m.Tokens.Env // a copy: the comparison zeroes it
+			m.Tokens.Env = &env
+			fs = append(fs, &env.Mean)
+		}
 		for i := range m.AtK {
 			fs = append(fs, &m.AtK[i].PassAtK, &m.AtK[i].PassHatK, &m.AtK[i].MeanAtK)
 		}
@@ -427,4 +432,95 @@ func TestNonFiniteRewards(t *testing.T) {
 	if err := m.WriteText(&b); err != nil || !strings.Contains(b.String(), "rewards skipped") {
 		t.Fatalf("%v\n%s", err, b.String())
 	}
+}
+
+// Rows whose training-view counts are unknown (a reply came without token
+// ids) are left out of the NeMo RL means, the env tokens and the per-turn
+// generated tokens, and counted; a figure no known row makes is null,
+// never 0. The servers' usage still counts them.
+func TestUnknownTrainingViewCounts(t *testing.T) {
+	known := func(gen, env int) *pipeline.Rollout {
+		mask := make([]int8, gen+env)
+		for i := range gen {
+			mask[i] = 1
+		}
+		return &pipeline.Rollout{Task: &pipeline.Task{Index: 0}, Status: pipeline.StatusOK, NumTurns: 1,
+			PromptTokens: 10, CompletionTokens: gen, EnvTokens: env, PromptTokenIDs: make([]int32, 10),
+			ResponseTokenIDs: make([]int32, gen+env), LossMask: mask,
+			Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Turn: 1, TokenStart: 10, TokenEnd: int32(10 + gen)}}}
+	}
+	unknown := func(completion int) *pipeline.Rollout {
+		return &pipeline.Rollout{Task: &pipeline.Task{Index: 1}, Status: pipeline.StatusOK, NumTurns: 1,
+			PromptTokens: 10, CompletionTokens: completion, TokenIDsMissing: true,
+			Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Turn: 1}}}
+	}
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	tests := []struct {
+		name            string
+		rows            []*pipeline.Rollout
+		gen, env, total *float64
+		unknown         int64
+		turn1           *int64
+		completionTotal int64
+		text, textNot   string
+	}{
+		{"all known", []*pipeline.Rollout{known(4, 2), known(2, 0)}, f(3), f(1), f(4), 0, i(6), 6,
+			"tokens per sample gen 3.00  env 1.00  total 4.00", "unknown"},
+		{"all unknown", []*pipeline.Rollout{unknown(64), unknown(32)}, nil, nil, nil, 2, nil, 96,
+			"tokens per sample gen unknown  env unknown  total unknown (2 of 2 rows unknown", "gen 0.00"},
+		{"mixed", []*pipeline.Rollout{known(4, 2), unknown(64)}, f(4), f(2), f(6), 1, i(4), 68,
+			"tokens per sample gen 4.00  env 2.00  total 6.00 (1 of 2 rows unknown", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := New()
+			for _, r := range tt.rows {
+				a.Add(r)
+			}
+			m := a.Result()
+			eq := func(name string, got, want *float64) {
+				if (got == nil) != (want == nil) || got != nil && !near(*got, *want) {
+					t.Errorf("%s = %v, want %v", name, deref(got), deref(want))
+				}
+			}
+			eq("mean_gen_tokens_per_sample", m.MeanGenTokensPerSample, tt.gen)
+			eq("mean_env_tokens_per_sample", m.MeanEnvTokensPerSample, tt.env)
+			eq("mean_total_tokens_per_sample", m.MeanTotalTokensPerSample, tt.total)
+			if m.TokenCountsUnknown != tt.unknown {
+				t.Errorf("token_counts_unknown = %d, want %d", m.TokenCountsUnknown, tt.unknown)
+			}
+			if (m.Tokens.Env == nil) != (tt.env == nil) {
+				t.Errorf("tokens.env = %v", m.Tokens.Env)
+			}
+			if m.Tokens.Completion.Total != tt.completionTotal {
+				t.Errorf("completion tokens = %d, want %d (usage, every row)", m.Tokens.Completion.Total, tt.completionTotal)
+			}
+			if len(m.PerTurn) != 1 || (m.PerTurn[0].GenTokens == nil) != (tt.turn1 == nil) ||
+				tt.turn1 != nil && *m.PerTurn[0].GenTokens != *tt.turn1 || m.PerTurn[0].UnknownSamples != tt.unknown {
+				t.Errorf("per_turn = %+v, want gen_tokens %v, unknown_samples %d", m.PerTurn, tt.turn1, tt.unknown)
+			}
+			var b strings.Builder
+			if err := m.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tt.text) || tt.textNot != "" && strings.Contains(b.String(), tt.textNot) {
+				t.Errorf("text lacks %q (or holds %q):\n%s", tt.text, tt.textNot, b.String())
+			}
+			data, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.gen == nil && !strings.Contains(string(data), `"mean_gen_tokens_per_sample":null`) {
+				t.Errorf("JSON does not say null: %s", data)
+			}
+		})
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -38,7 +38,11 @@ func (m *Metrics) WriteText(w io.Writer) error {
 	dist := func(name string, d Dist) { p("%s\t%.2f\t%d\t%d\t%d", name, d.Mean, d.P95, d.Max, d.Total) }
 	dist("prompt tokens", m.Tokens.Prompt)
 	dist("completion tokens", m.Tokens.Completion)
-	dist("env tokens", m.Tokens.Env)
+	if m.Tokens.Env != nil {
+		dist("env tokens", *m.Tokens.Env)
+	} else {
+		p("env tokens\tunknown\t\t\t\t(no token ids)")
+	}
 	dist("turns", m.Turns)
 	dist("tool calls", m.ToolCalls)
 	p("")
@@ -53,9 +57,10 @@ func (m *Metrics) WriteText(w io.Writer) error {
 	p("")
 	p("NeMo RL (every row)\tnatural_termination_rate %.4f  truncation_rate %.4f  max_turns_reached_rate %.4f",
 		m.NaturalTerminationRate, m.TruncationRate, m.MaxTurnsReachedRate)
-	p("\tturns total %d  avg %.2f  max %d;  tokens per sample gen %.2f  env %.2f  total %.2f",
+	p("\tturns total %d  avg %.2f  max %d;  tokens per sample gen %s  env %s  total %s%s",
 		m.TotalTurns, m.AvgTurnsPerSample, m.MaxTurnsPerSample,
-		m.MeanGenTokensPerSample, m.MeanEnvTokensPerSample, m.MeanTotalTokensPerSample)
+		mean(m.MeanGenTokensPerSample), mean(m.MeanEnvTokensPerSample), mean(m.MeanTotalTokensPerSample),
+		unknownNote(m.TokenCountsUnknown, m.Rows))
 	if len(m.Envs) > 0 {
 		p("")
 		p("env\trows\tscored\treward\taccuracy\tturns\tnatural_term")
@@ -88,4 +93,21 @@ func counts(m map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// mean formats a mean that may be unknown (nil).
+func mean(v *float64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
+// unknownNote says how many of rows had unknown training-view counts
+// (left out of the means); "" when none.
+func unknownNote(unknown, rows int64) string {
+	if unknown == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d of %d rows unknown: no token ids; their tokens are in prompt/completion tokens, the servers' usage)", unknown, rows)
 }

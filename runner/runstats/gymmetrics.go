@@ -40,7 +40,11 @@ func writeAggregateMetrics(path string, m *metrics.Metrics) error {
 		a.KeyMetrics = map[string]float64{
 			"mean/reward": e.Reward.Mean, "accuracy": e.Correctness.Accuracy,
 			"natural_termination_rate": e.NaturalTerminationRate, "avg_turns_per_sample": e.AvgTurnsPerSample,
-			"mean_gen_tokens_per_sample": e.MeanGenTokensPerSample,
+		}
+		if v := e.MeanGenTokensPerSample; v != nil {
+			// Absent where no row's training-view counts are known (no
+			// token ids): never a 0 that looks like a count.
+			a.KeyMetrics["mean_gen_tokens_per_sample"] = *v
 		}
 		for _, k := range e.AtK {
 			a.KeyMetrics[fmt.Sprintf("pass@%d", k.K)] = k.PassAtK

@@ -43,9 +43,9 @@ type row struct {
 	FilterReason          string               `parquet:"filter_reason"`
 	PromptTokens          int64                `parquet:"prompt_tokens"`
 	CompletionTokens      int64                `parquet:"completion_tokens"`
-	EnvTokens             int64                `parquet:"env_tokens"`
-	GenTokens             int64                `parquet:"gen_tokens"`
-	TotalTokens           int64                `parquet:"total_tokens"`
+	EnvTokens             *int64               `parquet:"env_tokens,optional"`
+	GenTokens             *int64               `parquet:"gen_tokens,optional"`
+	TotalTokens           *int64               `parquet:"total_tokens,optional"`
 	TurnGenTokens         []int32              `parquet:"turn_gen_tokens,list"`
 	PromptTokensDropped   int32                `parquet:"prompt_tokens_dropped"`
 	InvalidActions        int32                `parquet:"invalid_actions"`
@@ -412,9 +412,9 @@ func (c *converter) convert(rec arrow.Record) []row {
 			FilterReason:          filterReasonCol.Value(i),
 			PromptTokens:          promptTokensVals[i],
 			CompletionTokens:      completionTokensVals[i],
-			EnvTokens:             envTokensVals[i],
-			GenTokens:             genTokensVals[i],
-			TotalTokens:           totalTokensVals[i],
+			EnvTokens:             valueAt(envTokensCol, envTokensVals, i),
+			GenTokens:             valueAt(genTokensCol, genTokensVals, i),
+			TotalTokens:           valueAt(totalTokensCol, totalTokensVals, i),
 			TurnGenTokens:         listSlice(turnGenTokensList, turnGenTokensVals, i),
 			PromptTokensDropped:   promptTokensDroppedVals[i],
 			InvalidActions:        invalidActionsVals[i],

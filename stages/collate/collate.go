@@ -412,13 +412,22 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 	st.str[schema.ColFilterReason] = append(st.str[schema.ColFilterReason], validUTF8(r.FilterReason))
 	st.i64[schema.ColPromptTokens] = append(st.i64[schema.ColPromptTokens], int64(r.PromptTokens))
 	st.i64[schema.ColCompletionTokens] = append(st.i64[schema.ColCompletionTokens], int64(r.CompletionTokens))
-	gen, total := SeqTokens(r)
-	st.i64[schema.ColEnvTokens] = append(st.i64[schema.ColEnvTokens], int64(total-gen))
-	st.i64[schema.ColGenTokens] = append(st.i64[schema.ColGenTokens], int64(gen))
-	st.i64[schema.ColTotalTokens] = append(st.i64[schema.ColTotalTokens], int64(total))
+	// The training view's counts, nullable (to their builders at once):
+	// null where a reply came without token ids, never a 0 that looks
+	// like a count; turn_gen_tokens is then empty.
 	st.list[schema.ColTurnGenTokens] = append(st.list[schema.ColTurnGenTokens], int32(c.turnGenVals.Len()))
-	c.turnGenBuf = r.TurnGenTokens(c.turnGenBuf)
-	c.turnGenVals.AppendValues(c.turnGenBuf, nil)
+	if r.SeqCountsKnown() {
+		gen, total := SeqTokens(r)
+		c.i64[schema.ColEnvTokens].Append(int64(total - gen))
+		c.i64[schema.ColGenTokens].Append(int64(gen))
+		c.i64[schema.ColTotalTokens].Append(int64(total))
+		c.turnGenBuf = r.TurnGenTokens(c.turnGenBuf)
+		c.turnGenVals.AppendValues(c.turnGenBuf, nil)
+	} else {
+		c.i64[schema.ColEnvTokens].AppendNull()
+		c.i64[schema.ColGenTokens].AppendNull()
+		c.i64[schema.ColTotalTokens].AppendNull()
+	}
 	st.f64[schema.ColGenMS] = append(st.f64[schema.ColGenMS], ms(r.GenTime))
 	st.f64[schema.ColEnvMS] = append(st.f64[schema.ColEnvMS], ms(r.EnvTime))
 	st.f64[schema.ColTotalMS] = append(st.f64[schema.ColTotalMS], ms(r.TotalTime))

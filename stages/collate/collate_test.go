@@ -35,7 +35,8 @@ func TestSchemaHasContractColumns(t *testing.T) {
 			t.Errorf("column %q appears %d times, want once", name, len(idx))
 		}
 	}
-	nullable := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true}
+	nullable := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true,
+		"env_tokens": true, "gen_tokens": true, "total_tokens": true}
 	for _, f := range s.Fields() {
 		if f.Nullable != nullable[f.Name] {
 			t.Errorf("column %q: nullable %v", f.Name, f.Nullable)
@@ -212,7 +213,7 @@ func TestCheckSchemaNamesColumn(t *testing.T) {
 	fields := schema.Schema().Fields()
 	fields[schema.ColReward].Type = arrow.PrimitiveTypes.Float32
 	err := schema.Check(arrow.NewSchema(fields, nil))
-	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 4)` {
+	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 5)` {
 		t.Errorf("CheckSchema = %v", err)
 	}
 	if err := schema.Check(arrow.NewSchema(fields[:3], nil)); err == nil {
@@ -229,12 +230,17 @@ func TestTokenCounts(t *testing.T) {
 		prompt, resp    int
 		mask            []int8
 		gen, env, total int64
+		// missing: a reply came without token ids; the counts are null
+		// and turn_gen_tokens empty.
+		missing bool
 	}{
-		{"no token ids", 0, 0, nil, 0, 0, 0},
-		{"prompt only", 5, 0, nil, 0, 0, 0},
-		{"one turn", 5, 4, []int8{1, 1, 1, 1}, 4, 0, 4},
-		{"turns and observations", 5, 9, []int8{1, 1, 0, 0, 0, 1, 1, 0, 0}, 4, 5, 9},
-		{"nothing generated", 2, 3, []int8{0, 0, 0}, 0, 3, 3},
+		{"no token ids", 0, 0, nil, 0, 0, 0, false},
+		{"prompt only", 5, 0, nil, 0, 0, 0, false},
+		{"one turn", 5, 4, []int8{1, 1, 1, 1}, 4, 0, 4, false},
+		{"turns and observations", 5, 9, []int8{1, 1, 0, 0, 0, 1, 1, 0, 0}, 4, 5, 9, false},
+		{"nothing generated", 2, 3, []int8{0, 0, 0}, 0, 3, 3, false},
+		{"replies without ids", 0, 0, nil, 0, 0, 0, true},
+		{"ids of some turns only", 5, 2, []int8{1, 1}, 0, 0, 0, true},
 	}
 	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer alloc.AssertSize(t, 0)
@@ -244,19 +250,45 @@ func TestTokenCounts(t *testing.T) {
 		r := &pipeline.Rollout{Task: &pipeline.Task{Index: int64(i)},
 			PromptTokenIDs: make([]int32, tt.prompt), ResponseTokenIDs: make([]int32, tt.resp),
 			LossMask: tt.mask, ResponseLogprobs: make([]float32, tt.resp),
-			EnvTokens: 1000} // the stage's own count is not what is written
-		if gen, total := collate.SeqTokens(r); int64(gen) != tt.gen || int64(total) != tt.total {
+			EnvTokens: 1000, // the stage's own count is not what is written
+			NumTurns:  2, TokenIDsMissing: tt.missing,
+			Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Turn: 1}, {Role: pipeline.RoleAssistant, Turn: 2}}}
+		if gen, total := collate.SeqTokens(r); !tt.missing && (int64(gen) != tt.gen || int64(total) != tt.total) {
 			t.Errorf("%s: SeqTokens = %d, %d; want %d, %d", tt.name, gen, total, tt.gen, tt.total)
 		}
 		c.Add(&pipeline.Group{Rollouts: []*pipeline.Rollout{r}})
 	}
 	rec := c.Flush()
 	defer rec.Release()
-	col := func(i int) []int64 { return rec.Column(i).(*array.Int64).Int64Values() }
+	col := func(i int) *array.Int64 { return rec.Column(i).(*array.Int64) }
+	turnGen := rec.Column(schema.ColTurnGenTokens).(*array.List)
+	back, err := schema.Rollouts(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, tt := range tests {
-		got := [3]int64{col(schema.ColGenTokens)[i], col(schema.ColEnvTokens)[i], col(schema.ColTotalTokens)[i]}
-		if want := [3]int64{tt.gen, tt.env, tt.total}; got != want {
+		cols := []*array.Int64{col(schema.ColGenTokens), col(schema.ColEnvTokens), col(schema.ColTotalTokens)}
+		s, e := turnGen.ValueOffsets(i)
+		if back[i].TokenIDsMissing != tt.missing {
+			t.Errorf("%s: decoded TokenIDsMissing = %v", tt.name, back[i].TokenIDsMissing)
+		}
+		if tt.missing {
+			for k, c := range cols {
+				if !c.IsNull(i) {
+					t.Errorf("%s: count %d = %d, want null", tt.name, k, c.Value(i))
+				}
+			}
+			if e != s {
+				t.Errorf("%s: turn_gen_tokens has %d entries, want none", tt.name, e-s)
+			}
+			continue
+		}
+		got := [3]int64{cols[0].Value(i), cols[1].Value(i), cols[2].Value(i)}
+		if want := [3]int64{tt.gen, tt.env, tt.total}; got != want || cols[0].IsNull(i) || cols[1].IsNull(i) || cols[2].IsNull(i) {
 			t.Errorf("%s: gen, env, total tokens = %v, want %v", tt.name, got, want)
+		}
+		if e-s != 2 {
+			t.Errorf("%s: turn_gen_tokens has %d entries, want one per turn", tt.name, e-s)
 		}
 	}
 }

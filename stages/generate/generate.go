@@ -155,13 +155,13 @@ func New(client inference.Client, opts Options) (*Generator, error) {
 	g := &Generator{client: client, opts: opts}
 	g.tok, _ = client.(inference.Tokenizer)
 	if g.tokens() && g.tok == nil {
-		return nil, fmt.Errorf("generate.api: tokens needs a backend that tokenizes (POST /tokenize); %T cannot: use generate.api: chat", client)
+		return nil, fmt.Errorf("generate.api: %s needs a backend that tokenizes (POST /tokenize); %T cannot: use generate.api: chat", opts.API, client)
 	}
 	switch opts.ObservationTokens {
 	case "", "template":
 	case "raw":
 		if !g.tokens() {
-			return nil, errors.New("env.observation_tokens: raw needs generate.api: tokens (in chat mode the server renders every observation with its template)")
+			return nil, errors.New("env.observation_tokens: raw needs generate.api: tokens or sglang (in chat mode the server renders every observation with its template)")
 		}
 	default:
 		return nil, fmt.Errorf("env.observation_tokens: %q is not one of template, raw", opts.ObservationTokens)
@@ -174,7 +174,7 @@ func New(client inference.Client, opts Options) (*Generator, error) {
 		case "", "error":
 		case "left", "right", "middle":
 			if !g.tokens() {
-				return nil, fmt.Errorf("prompt.truncation: %s needs generate.api: tokens", opts.PromptTruncation)
+				return nil, fmt.Errorf("prompt.truncation: %s needs generate.api: tokens or sglang", opts.PromptTruncation)
 			}
 		default:
 			return nil, fmt.Errorf("prompt.truncation: %q is not one of left, right, middle, error", opts.PromptTruncation)
@@ -340,7 +340,7 @@ func (g *Generator) complete(ctx, sendCtx context.Context, r *pipeline.Rollout, 
 		return nil, nil
 	}
 	if g.tokens() && len(resp.Message.TokenIDs) == 0 && resp.CompletionTokens > 0 {
-		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: tokens: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", resp.Endpoint))
+		r.Fail(inference.ClassBadResponse, fmt.Errorf("generate.api: %s: %s answered without token_ids (return_token_ids needs vLLM >= 0.10.2); use generate.api: chat", g.opts.API, resp.Endpoint))
 		return nil, nil
 	}
 	return resp, nil
@@ -447,7 +447,7 @@ func (g *Generator) stepRequest(ctx context.Context, r *pipeline.Rollout, msgs [
 		case ctx.Err() != nil:
 			return nil, false, ctx.Err()
 		case g.tokens():
-			r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the step's prompt: %w", err))
+			r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: %s: POST /tokenize of the step's prompt: %w", g.opts.API, err))
 			return nil, false, nil
 		case limit > 0:
 			r.Fail(inference.ErrorClass(err), fmt.Errorf("%s: prompt.max_tokens: POST /tokenize of the step's prompt: %w", rowName(r), err))
@@ -494,6 +494,9 @@ func (g *Generator) applyStep(r *pipeline.Rollout, req *inference.Request, resp 
 		prompt = resp.PromptTokenIDs
 	}
 	msg := g.message(r, resp)
+	if idsMissing(resp) {
+		r.TokenIDsMissing = true
+	}
 	r.Steps = append(r.Steps, pipeline.Step{
 		PromptTokenIDs: prompt, ResponseTokenIDs: resp.Message.TokenIDs, Logprobs: stepLogprobs(resp.Message),
 		RawPrompt: rawPrompt(req.Messages), ActionValid: true, Anchor: r.Anchor,
@@ -518,6 +521,13 @@ func rawPrompt(msgs []pipeline.Message) *string {
 	}
 	s := string(b)
 	return &s
+}
+
+// idsMissing reports whether resp generated something (usage's
+// completion tokens, text or tool calls) without its token ids.
+func idsMissing(resp *inference.Response) bool {
+	m := &resp.Message
+	return len(m.TokenIDs) == 0 && (resp.CompletionTokens > 0 || m.Content != "" || len(m.ToolCalls) > 0)
 }
 
 // stepLogprobs are a response's logprobs, one per generated token (zeros
@@ -610,7 +620,7 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending i
 				return 0, false, ctx.Err()
 			}
 			if g.tokens() {
-				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: POST /tokenize of the prompt: %w", err))
+				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: %s: POST /tokenize of the prompt: %w", g.opts.API, err))
 				return 0, false, nil
 			}
 			if limit > 0 {
@@ -638,7 +648,7 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending i
 				return 0, false, ctx.Err()
 			}
 			if g.tokens() {
-				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: tokens: the observation's token ids: %w", err))
+				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: %s: the observation's token ids: %w", g.opts.API, err))
 				return 0, false, nil
 			}
 			break
@@ -1069,6 +1079,13 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response, prompt 
 	if len(ids) > 0 {
 		appendResponse(r, ids, resp.Message.Logprobs, 1)
 		msg.TokenStart, msg.TokenEnd = int32(start), int32(start+len(ids))
+	}
+	if idsMissing(resp) || len(r.PromptTokenIDs) == 0 {
+		// The reply's tokens, or the prompt's, are not in the sequence:
+		// its counts are unknown (null in the output), never 0. Logprobs
+		// that came without ids are dropped with them: they could not
+		// be placed in the sequence.
+		r.TokenIDsMissing = true
 	}
 	r.Messages = append(r.Messages, msg)
 

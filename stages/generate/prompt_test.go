@@ -160,7 +160,7 @@ func TestPromptTruncationError(t *testing.T) {
 func TestPromptTruncationNeedsTokens(t *testing.T) {
 	c, _ := simHTTP(t, "chat")
 	_, err := generate.New(c, generate.Options{Model: "sim", API: "chat", PromptMaxTokens: 16, PromptTruncation: "left"})
-	if err == nil || !strings.Contains(err.Error(), "prompt.truncation: left needs generate.api: tokens") {
+	if err == nil || !strings.Contains(err.Error(), "prompt.truncation: left needs generate.api: tokens or sglang") {
 		t.Errorf("New = %v", err)
 	}
 }

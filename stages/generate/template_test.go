@@ -159,7 +159,7 @@ func TestObservationTokens(t *testing.T) {
 			}
 		})
 	}
-	if _, err := generate.New(sim.New(sim.Options{}), generate.Options{API: "chat", ObservationTokens: "raw"}); err == nil || !strings.Contains(err.Error(), "needs generate.api: tokens") {
+	if _, err := generate.New(sim.New(sim.Options{}), generate.Options{API: "chat", ObservationTokens: "raw"}); err == nil || !strings.Contains(err.Error(), "needs generate.api: tokens or sglang") {
 		t.Fatalf("raw in chat mode: %v", err)
 	}
 }

@@ -215,8 +215,8 @@ func (p *page) charts() []chart {
 
 	labels, values = histSeries(c.prompt)
 	out = append(out, snippet("chart_prompt_tokens", "Prompt tokens per trajectory",
-		fmt.Sprintf("Every row, over all turns. Mean %.1f, p95 %d, max %d. Environment tokens: mean %.1f, max %d.",
-			m.Tokens.Prompt.Mean, m.Tokens.Prompt.P95, m.Tokens.Prompt.Max, m.Tokens.Env.Mean, m.Tokens.Env.Max),
+		fmt.Sprintf("Every row, over all turns. Mean %.1f, p95 %d, max %d. %s",
+			m.Tokens.Prompt.Mean, m.Tokens.Prompt.P95, m.Tokens.Prompt.Max, envTokensNote(m)),
 		bar("chart_prompt_tokens", "prompt tokens", "rows", labels, barSeries{"rows", values})))
 
 	turns := slices.Sorted(maps.Keys(c.turns))
@@ -421,4 +421,17 @@ func fmtElapsed(d time.Duration) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	}
 	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// envTokensNote says what the rows' environment tokens (env_tokens) were,
+// or that they are unknown for rows without token ids.
+func envTokensNote(m *metrics.Metrics) string {
+	var unknown string
+	if n := m.TokenCountsUnknown; n > 0 {
+		unknown = fmt.Sprintf(" (%d of %d rows unknown: no token ids)", n, m.Rows)
+	}
+	if m.Tokens.Env == nil {
+		return "Environment tokens: unknown" + unknown + "."
+	}
+	return fmt.Sprintf("Environment tokens: mean %.1f, max %d%s.", m.Tokens.Env.Mean, m.Tokens.Env.Max, unknown)
 }

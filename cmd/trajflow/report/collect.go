@@ -148,7 +148,7 @@ func newCollector(m *metrics.Metrics, opts Options) *collector {
 		reward:    newHist(m.Reward.Min, m.Reward.Max, false),
 		prompt:    newHist(0, hiOf(m.Tokens.Prompt)+1, true),
 		complete:  newHist(0, hiOf(m.Tokens.Completion)+1, true),
-		envTok:    newHist(0, hiOf(m.Tokens.Env)+1, true),
+		envTok:    newHist(0, hiOf(*cmp.Or(m.Tokens.Env, &metrics.Dist{}))+1, true),
 		turns:     map[int]int64{},
 		finish:    counter{},
 		errors:    counter{},
@@ -253,7 +253,9 @@ func (c *collector) record(rec arrow.Record, fileIndex, first int, fs *fileStat)
 		}
 		c.prompt.add(float64(prompt.Value(i)))
 		c.complete.add(float64(completion.Value(i)))
-		c.envTok.add(float64(envTokens.Value(i)))
+		if envTokens.IsValid(i) { // null: unknown (no token ids)
+			c.envTok.add(float64(envTokens.Value(i)))
+		}
 		c.turns[min(int(numTurns.Value(i)), maxTurnBars)]++
 		fr := finish.Value(i)
 		if fr == "" {

@@ -275,14 +275,14 @@ func (c *Config) Validate() error {
 		// Chat mode sends messages, and the server renders them: cut ids
 		// cannot be sent, and a cut text renders to other ids.
 		if !c.Generate.API.Tokens() {
-			p.Add("prompt.truncation", "%s sends the cut token ids, which needs generate.api: tokens (generate.api is %q); with chat use truncation: error", c.Prompt.Truncation, c.Generate.API)
+			p.Add("prompt.truncation", "%s sends the cut token ids, which needs generate.api: tokens or sglang (generate.api is %q); with chat use truncation: error", c.Prompt.Truncation, c.Generate.API)
 		}
 	}
 	p.Section("env", c.Env.Validate())
 	if c.Env.ObservationTokens == envstep.ObservationRaw && !c.Generate.API.Tokens() {
 		// Chat mode sends messages: the server renders every observation
 		// with its template.
-		p.Add("env.observation_tokens", "raw tokenises observations without the chat template, which needs generate.api: tokens (generate.api is %q)", c.Generate.API)
+		p.Add("env.observation_tokens", "raw tokenises observations without the chat template, which needs generate.api: tokens or sglang (generate.api is %q)", c.Generate.API)
 	}
 	if !c.Output.Steps {
 		// The penalty is charged where verl-agent charges it, to the

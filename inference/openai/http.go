@@ -472,7 +472,7 @@ func (c *HTTPClient) Tokenize(ctx context.Context, req *inference.TokenizeReques
 	if err != nil {
 		var e *inference.Error
 		if errors.As(err, &e) && e.Class == inference.ClassHTTP && (e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed) {
-			e.Msg += " (this server has no POST /tokenize; generate.api: tokens needs a server that tokenizes chat messages, such as vLLM or SGLang: use generate.api: chat)"
+			e.Msg += " (this server has no POST /tokenize; generate.api: tokens and sglang need a server that tokenizes chat messages, such as vLLM or SGLang: use generate.api: chat)"
 		}
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func (v *validation) renderedPrompt(ctx context.Context, gen *generate.Generator
 	switch {
 	case err != nil:
 		if v.cfg.Generate.API.Tokens() {
-			v.problem(fmt.Errorf("generate.api: tokens: %s: POST /tokenize of the first prompt: %w", r.Task.Source, err))
+			v.problem(fmt.Errorf("generate.api: %s: %s: POST /tokenize of the first prompt: %w", v.cfg.Generate.API, r.Task.Source, err))
 		}
 		return
 	case p == nil || !v.cfg.Generate.API.Tokens() && p.TemplateArgs == nil:

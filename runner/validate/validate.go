@@ -482,7 +482,7 @@ func (v *validation) writeRequest(r *pipeline.Rollout, req *inference.Request) {
 		fmt.Fprintf(v.out, "  tools: %s\n", strings.Join(toolNames(req.Tools), ", "))
 	}
 	if req.PromptTokenIDs != nil {
-		fmt.Fprintf(v.out, "  sent as %d prompt token ids (generate.api: tokens)\n", len(req.PromptTokenIDs))
+		fmt.Fprintf(v.out, "  sent as %d prompt token ids (generate.api: %s)\n", len(req.PromptTokenIDs), v.cfg.Generate.API)
 	}
 	params, _ := json.Marshal(config.RedactValue([]string{"generate", "params"}, map[string]any(req.Params)))
 	fmt.Fprintf(v.out, "  model %s, params %s\n", req.Model, params)

@@ -40,7 +40,7 @@ type Config struct {
 	// any chat formatting in the text). The choice changes the sequence,
 	// where max_seq_len cuts, and env_tokens, which counts the
 	// observations' ids either way. Only in the env section, not in a
-	// route; raw needs generate.api: tokens.
+	// route; raw needs generate.api: tokens or sglang.
 	ObservationTokens string `yaml:"observation_tokens"`
 	// Concurrency bounds the environment steps in flight (the env slots).
 	Concurrency int `yaml:"concurrency"`

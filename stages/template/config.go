@@ -33,7 +33,7 @@ type Config struct {
 	// left keeps its last MaxTokens ids, right its first, middle its first
 	// MaxTokens/2 and last MaxTokens-MaxTokens/2; error fails the row (an
 	// error row prompt_too_long naming the input row). left, right and
-	// middle send ids, so they need generate.api: tokens. See
+	// middle send ids, so they need generate.api: tokens or sglang. See
 	// docs/prompts.md, Prompt length limit.
 	//
 	// Default: `error` when max_tokens is set.

@@ -225,6 +225,24 @@ func (e *engine) create(name, dir string) error {
 	return nil
 }
 
+// derive runs `ollama create NAME` with a Modelfile of the lines given
+// after "FROM base": a model of base's weights with other parameters.
+func (e *engine) derive(name, base string, lines ...string) error {
+	mf := filepath.Join(e.root, name+".Modelfile")
+	text := "FROM " + base + "\n" + strings.Join(lines, "\n") + "\n"
+	if err := os.WriteFile(mf, []byte(text), 0o644); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, "create", name, "-f", mf)
+	cmd.Env = e.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ollama create %s (FROM %s): %v\n%s\nserver log:\n%s", name, base, err, out, e.log())
+	}
+	return nil
+}
+
 // sharedEngine is the engine most tests use, with the models tiny and
 // tiny-tools created.
 func sharedEngine(t *testing.T) *engine {

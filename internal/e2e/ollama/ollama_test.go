@@ -45,6 +45,7 @@ type config struct {
 	tasks, out, endpoint, model string
 	n                           int
 	maxTokens                   int
+	params                      string // more keys of generate.params (flow style, each after ", ")
 	output                      string // more keys of the output section (flow style, each after ", ")
 	env                         string // the env section's YAML (flow style)
 	prompt                      string // the prompt section's YAML (flow style)
@@ -71,11 +72,11 @@ generate:
   endpoints: [%s]
   model: %s
   concurrency: 4
-  params: {temperature: 1.0, max_tokens: %d}
+  params: {temperature: 1.0, max_tokens: %d%s}
 env: %s
 groups: {keep: all}
 output: {dir: %s%s}
-%s`, q(c.tasks), c.prompt, c.n, q(c.endpoint), q(c.model), c.maxTokens, c.env, q(c.out), c.output, c.extra)
+%s`, q(c.tasks), c.prompt, c.n, q(c.endpoint), q(c.model), c.maxTokens, c.params, c.env, q(c.out), c.output, c.extra)
 	return writeFile(t, dir, name, text)
 }
 

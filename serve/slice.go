@@ -45,7 +45,9 @@ func partition(tokens []int64, world int) [][]int {
 
 // groupTokens is a group's tokens for balancing the slices: the prompt's
 // and the training view's (prompt_token_ids and total_tokens) of its
-// rows; its rows where the columns are missing.
+// rows, a row's completion_tokens (the server's usage) where its
+// total_tokens is null (no token ids); its rows where the columns are
+// missing.
 func groupTokens(recs []arrow.Record) int64 {
 	var n int64
 	for _, rec := range recs {
@@ -58,9 +60,17 @@ func groupTokens(recs []arrow.Record) int64 {
 			n += rec.NumRows()
 			continue
 		}
+		completion, haveCompletion := column[*array.Int64](rec, sc.FieldIndices(schema.ColumnName(schema.ColCompletionTokens)))
 		for i := 0; i < int(rec.NumRows()); i++ {
 			from, to := prompts.ValueOffsets(i)
-			n += to - from + totals.Value(i)
+			switch {
+			case totals.IsValid(i):
+				n += to - from + totals.Value(i)
+			case haveCompletion:
+				n += completion.Value(i)
+			default:
+				n++
+			}
 		}
 	}
 	return n

@@ -40,11 +40,21 @@ func TestTokenIDsMissing(t *testing.T) {
 		{"reply ids without prompt ids", inference.Response{CompletionTokens: 3,
 			Message: pipeline.Message{Content: "a b c", TokenIDs: []int32{7, 8, 9}, Logprobs: lp}}, true, lp},
 		{"prompt ids, nothing generated", inference.Response{PromptTokenIDs: []int32{1, 2}}, false, nil},
+		{"step-wise, ids", inference.Response{PromptTokenIDs: []int32{1, 2}, CompletionTokens: 3,
+			Message: pipeline.Message{Content: "a b c", TokenIDs: []int32{7, 8, 9}, Logprobs: lp}}, false, nil},
+		{"step-wise, no ids", inference.Response{CompletionTokens: 3,
+			Message: pipeline.Message{Content: "a b c", Logprobs: lp}}, true, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.resp.FinishReason = "stop"
-			g, err := generate.New(&replyServer{resp: tt.resp}, generate.Options{Model: "m", API: "chat"})
+			opts := generate.Options{Model: "m", API: "chat"}
+			if strings.HasPrefix(tt.name, "step-wise") {
+				// Each step a prompt of its own: the row's training view
+				// stays empty, its counts 0 where known.
+				opts.StepPrompt = func(r *pipeline.Rollout) ([]pipeline.Message, bool) { return r.Messages[:1], true }
+			}
+			g, err := generate.New(&replyServer{resp: tt.resp}, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -98,3 +98,27 @@ func TestTokenAPIErrorsNameTheAPI(t *testing.T) {
 		})
 	}
 }
+
+// failServer refuses every request.
+type failServer struct{}
+
+func (failServer) Complete(context.Context, *inference.Request) (*inference.Response, error) {
+	return nil, &inference.Error{Class: inference.ClassHTTP, Status: 400, Msg: "refused"}
+}
+
+// A rollout that failed before any reply has nothing unknown: its
+// training view is empty and its counts are 0, not null.
+func TestNoReplyCountsKnown(t *testing.T) {
+	g, err := generate.New(failServer{}, generate.Options{Model: "m", API: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := &pipeline.Task{Index: 0, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "hi"}}}
+	r := &pipeline.Rollout{Task: task, GroupSize: 1, Seed: 1, Messages: slices.Clone(task.Messages)}
+	if err := g.Turn(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != pipeline.StatusError || r.TokenIDsMissing {
+		t.Errorf("status %q, TokenIDsMissing %v; want an error row with known (0) counts", r.Status, r.TokenIDsMissing)
+	}
+}

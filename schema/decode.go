@@ -158,7 +158,7 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 			FilterReason:     str(ColFilterReason).Value(i),
 			PromptTokens:     int(i64(ColPromptTokens).Value(i)),
 			CompletionTokens: int(i64(ColCompletionTokens).Value(i)),
-			EnvTokens:        int(i64(ColEnvTokens).Value(i)), // 0 where null
+			EnvTokens:        int(valueOr0(i64(ColEnvTokens), i)),
 			TokenIDsMissing:  i64(ColGenTokens).IsNull(i),
 			GenTime:          dur(f64(ColGenMS).Value(i)),
 			EnvTime:          dur(f64(ColEnvMS).Value(i)),
@@ -291,4 +291,13 @@ func nullable[T any](a interface {
 	}
 	v := a.Value(i)
 	return &v
+}
+
+// valueOr0 is a's value at i, 0 where it is null (a reader may leave
+// anything in a null slot).
+func valueOr0(a *array.Int64, i int) int64 {
+	if a.IsNull(i) {
+		return 0
+	}
+	return a.Value(i)
 }

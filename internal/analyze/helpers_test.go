@@ -37,6 +37,10 @@ func groups(runID string, from, to int64) []*pipeline.Group {
 			// without errors.
 			r.CompletionTokens = int(r.Seed*7919%3000) + 1
 			r.NumTurns = 1 + int(r.Seed%5)
+			// Tasks 2, 7, 12...: replies without token ids (null
+			// training-view counts), as from a chat server such as
+			// Ollama.
+			r.TokenIDsMissing = t%5 == 2
 			if t%4 == 1 && r.Status == pipeline.StatusError {
 				r.Status, r.Error, r.ErrorClass = pipeline.StatusOK, "", ""
 				if !r.Kept {

@@ -217,6 +217,8 @@ func TestStatsUnknownTokenCounts(t *testing.T) {
 				for _, r := range g.Rollouts {
 					if tt.missing(r.Task.Index) {
 						r.TokenIDsMissing = true
+					}
+					if r.TokenIDsMissing { // groups marks some too
 						unknown++
 					}
 					completion += int64(r.CompletionTokens)

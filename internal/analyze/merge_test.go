@@ -355,3 +355,31 @@ func TestMergeRemovesStaleStaging(t *testing.T) {
 		t.Errorf("staging directories left: %v", left)
 	}
 }
+
+// A file recorded as schema version 4 (counts required, never null):
+// stats reads it beside a version 5 file; merge refuses the mix, naming
+// the file and its version.
+func TestVersion4Files(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a")
+	writeRun(t, a, groups("run-a", 0, 2), 8, pqsink.Options{})
+	b := filepath.Join(dir, "b")
+	gs := groups("run-a", 2, 4)
+	for _, g := range gs {
+		for _, r := range g.Rollouts {
+			r.TokenIDsMissing = false // version 4 wrote every count
+		}
+	}
+	writeRun(t, b, gs, 8, pqsink.Options{Metadata: map[string]string{schema.MetadataKey: schema.VersionV4}})
+	m, err := Stats(context.Background(), []string{a, b}, nil, StatsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Rows == 0 || m.MeanGenTokensPerSample == nil {
+		t.Errorf("stats of versions 5 and 4: %d rows, mean gen tokens %v", m.Rows, m.MeanGenTokensPerSample)
+	}
+	_, err = Merge(context.Background(), []string{a, b}, filepath.Join(dir, "out"), MergeOptions{})
+	if err == nil || !strings.Contains(err.Error(), parts(t, b)[0]) || !strings.Contains(err.Error(), "schema version 4") {
+		t.Errorf("merge of versions 5 and 4: %v", err)
+	}
+}

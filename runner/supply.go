@@ -12,9 +12,13 @@ func (r *run) newController() *groups.Controller {
 	cfg := r.cfg
 	gc := cfg.Groups
 	if r.opts.continuous().Supply != nil {
-		// A continuous run's budget is bounded as a target's is: no more
-		// groups in flight than the generation slots serve at once.
-		gc.Target = max(gc.Target, 1)
+		// A continuous run's groups in flight when the demand is met are
+		// not surplus: they count toward the next demand. Its bound is
+		// that of a run without a target (the loop filled twice over), so
+		// that the generation slots stay busy while a group's last
+		// members finish; the demand (and serve.max_staleness's gate)
+		// pace it.
+		gc.Target = 0
 	}
 	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {

@@ -71,9 +71,11 @@ type ledger struct {
 	// pauseTimeout is serve.pause_timeout: a pause recorded longer ago is
 	// ended by expirePause; 0: never.
 	pauseTimeout time.Duration
-	buffer       int              // serve.buffer_steps
-	supply       *groups.Supply   // the run's demand; nil in tests
-	policy       *generate.Policy // published after the state records it
+	buffer       int               // serve.buffer_steps
+	fill         int               // ledgerConfig.Fill
+	bound        func(v int64) int // ledgerConfig.Bound; nil: none
+	supply       *groups.Supply    // the run's demand; nil in tests
+	policy       *generate.Policy  // published after the state records it
 
 	// recording serialises the changes the state file records.
 	recording sync.Mutex
@@ -110,7 +112,16 @@ type ledgerConfig struct {
 	// resume).
 	PauseTimeout time.Duration
 	Buffer       int
-	Supply       *groups.Supply
+	// Fill is the fewest kept groups a look-ahead of buffer_steps > 0
+	// holds: those that keep the fleet's generate.concurrency busy
+	// (fillGroups). 0: a look-ahead of buffer_steps steps alone.
+	Fill int
+	// Bound, when set (serve.max_staleness), is the kept groups the
+	// staleness gate lets the run accept in all at policy version v
+	// ((v + max_staleness + 1) × step_groups): the demand is at least
+	// that, so the bound, not buffer_steps, limits the look-ahead.
+	Bound  func(v int64) int
+	Supply *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
 }
@@ -172,7 +183,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		st = &state{Version: stateVersion, Next: 1}
 	}
 	l := &ledger{
-		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
+		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, fill: c.Fill, bound: c.Bound, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
 	}
@@ -204,6 +215,9 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		l.noteRequest(len(step.Groups)) // the recorded steps stand for the requests before the restart
 		l.next = max(l.next, step.Step+1)
 	}
+	// The look-ahead stands before the first request: the fleet starts
+	// at once.
+	l.setDemand()
 	return l, nil
 }
 
@@ -368,13 +382,21 @@ func (l *ledger) dispatch() {
 }
 
 // setDemand raises the run's demand to the kept groups that are in steps,
-// those the waiting trainers ask for, and serve.buffer_steps steps ahead,
-// a step being the largest K of the recent requests (stepSize): a single
-// large request no longer sets the buffer for good. The demand only
-// grows (the run cannot take back what it admitted); a smaller buffer
-// shows as a slower growth. l.mu is held.
+// those the waiting trainers ask for, and the look-ahead: serve.buffer_steps
+// steps, a step being the largest K of the recent requests (stepSize, so
+// that a single large request does not set the look-ahead for good), and
+// at least the groups that keep the fleet busy (Fill). Under
+// serve.max_staleness the demand is at least what the staleness bound
+// lets the run accept at the current version (Bound): the bound paces
+// generation, not the look-ahead. The demand only grows (the run cannot
+// take back what it admitted); a smaller look-ahead shows as a slower
+// growth. l.mu is held.
 func (l *ledger) setDemand() {
-	want := len(l.assigned) + l.buffer*l.stepSize()
+	ahead := l.buffer * l.stepSize()
+	if l.buffer > 0 {
+		ahead = max(ahead, l.fill)
+	}
+	want := len(l.assigned) + ahead
 	worlds := map[int]bool{}
 	for _, w := range l.waiters {
 		if w.world > 0 {
@@ -387,8 +409,29 @@ func (l *ledger) setDemand() {
 		}
 		want += w.k
 	}
+	if l.bound != nil {
+		want = max(want, l.bound(l.st.Policy))
+	}
 	if l.supply != nil {
 		l.supply.Raise(want)
+	}
+}
+
+// fillGroups is the kept groups that keep concurrency generation slots
+// busy with groups of n: one group's worth of slots per group, rounded
+// up (a group in flight holds at least one kept group's rollouts).
+func fillGroups(concurrency, n int) int {
+	if n < 1 {
+		return 0
+	}
+	return (concurrency + n - 1) / n
+}
+
+// staleBound is the kept groups the staleness gate lets a run accept in
+// all at version v: (v + maxStaleness + 1) × stepGroups.
+func staleBound(maxStaleness, stepGroups int) func(v int64) int {
+	return func(v int64) int {
+		return int((max(v, 0) + int64(maxStaleness) + 1) * int64(stepGroups))
 	}
 }
 
@@ -585,6 +628,8 @@ func (l *ledger) setVersion(v int64) error {
 	}, func(next *state) {
 		// Never below: versions only grow in the state too.
 		_ = l.policy.SetVersion(next.Policy)
+		// A new version lets the staleness bound admit more.
+		l.setDemand()
 	})
 	if errors.Is(err, errNotRecorded) {
 		err = fmt.Errorf("recording policy version %d: %w", v, err)

@@ -687,3 +687,62 @@ func TestLedgerDemandFollowsRecent(t *testing.T) {
 		}
 	}
 }
+
+// The look-ahead: serve.buffer_steps steps of the recent K, at least the
+// kept groups that keep generate.concurrency busy (Fill) while
+// buffer_steps > 0, and under serve.max_staleness at least what the
+// staleness bound allows at the current version (Bound), from before
+// the first request and raised by each new version.
+func TestLedgerLookAhead(t *testing.T) {
+	tests := []struct {
+		name         string
+		buffer, fill int
+		bound        func(int64) int
+		ks           []int  // the steps served, in order
+		version      int64  // then the policy version posted (0: none)
+		want         [3]int // the demand at the start, after the steps, after the version
+	}{
+		{name: "buffer alone", buffer: 1, ks: []int{8}, want: [3]int{0, 16, 16}},
+		{name: "fill before the first request", buffer: 1, fill: 12, ks: []int{8}, want: [3]int{12, 8 + 12, 20}},
+		{name: "steps larger than the fill", buffer: 2, fill: 12, ks: []int{8, 8}, want: [3]int{12, 16 + 16, 32}},
+		{name: "buffer_steps 0: no look-ahead, no fill", buffer: 0, fill: 12, ks: []int{8}, want: [3]int{0, 8, 8}},
+		{name: "the staleness bound", buffer: 1, fill: 4, bound: staleBound(1, 8), ks: []int{8}, version: 1, want: [3]int{16, 16, 24}},
+		{name: "bound below the look-ahead", buffer: 4, bound: staleBound(0, 2), ks: []int{8}, version: 3, want: [3]int{2, 8 + 32, 40}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			supply := groups.NewSupply(0)
+			l, err := newLedger(ledgerConfig{Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease,
+				Buffer: tt.buffer, Fill: tt.fill, Bound: tt.bound, Supply: supply})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := supply.Target(); got != tt.want[0] {
+				t.Fatalf("demand at the start %d, want %d", got, tt.want[0])
+			}
+			l.enqueue(testGroups(0, 100), nil)
+			for _, k := range tt.ks {
+				serveStep(t, l, k)
+			}
+			if got := supply.Target(); got != tt.want[1] {
+				t.Fatalf("demand after steps %v: %d, want %d", tt.ks, got, tt.want[1])
+			}
+			if tt.version > 0 {
+				if err := l.setVersion(tt.version); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := supply.Target(); got != tt.want[2] {
+				t.Fatalf("demand after version %d: %d, want %d", tt.version, got, tt.want[2])
+			}
+		})
+	}
+}
+
+func TestFillGroups(t *testing.T) {
+	for _, tt := range []struct{ conc, n, want int }{{64, 8, 8}, {65, 8, 9}, {512, 8, 64}, {4, 8, 1}, {16, 0, 0}} {
+		if got := fillGroups(tt.conc, tt.n); got != tt.want {
+			t.Errorf("fillGroups(%d, %d) = %d, want %d", tt.conc, tt.n, got, tt.want)
+		}
+	}
+}

@@ -339,7 +339,15 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := g.step
-	if st == nil {
+	if st != nil {
+		// A step made before: its new lease is recorded before the answer.
+		if err := h.s.led.recordLease(st.Step, q.Rank); err != nil {
+			h.s.led.unlease(st, q.Rank)
+			h.logf("%v", err)
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "%v", err)
+			return
+		}
+	} else {
 		var err error
 		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
 			h.logf("making a step: %v", err)

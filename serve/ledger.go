@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -208,6 +209,12 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		l.steps[step.Step] = step
 		if !step.Acked && now.Before(step.LeasedUntil) {
 			l.leases[slot{step.Step, step.LeasedRank}] = step.LeasedUntil
+		}
+		for rank, until := range step.RankLeases {
+			s := slot{step.Step, rank}
+			if !step.Acked && !slices.Contains(step.RanksAcked, rank) && now.Before(until) && until.After(l.leases[s]) {
+				l.leases[s] = until
+			}
 		}
 		for _, g := range step.Groups {
 			l.assigned[g] = true
@@ -557,6 +564,59 @@ func (l *ledger) recordStep(st *stepState) error {
 		return fmt.Errorf("recording step %d: %w", st.Step, err)
 	}
 	return nil
+}
+
+// recordLease records the lease a dispatch gave rank on step n, a step
+// made before (served again, or a rank's slice of a step another rank
+// made), in the state file before it is answered: a restart keeps it as
+// it keeps a new step's, so the trainer holding it acknowledges it
+// rather than another caller getting it too. Nothing is recorded when
+// the step was acknowledged or the lease taken back meanwhile. On an
+// error the caller gives the step back (unlease).
+func (l *ledger) recordLease(n int64, rank int) error {
+	var leased *stepState
+	err := l.record(func() (*state, error) {
+		st := l.steps[n]
+		until, ok := l.leases[slot{n, rank}]
+		if st == nil || st.Acked || !ok {
+			return nil, nil
+		}
+		c := *st
+		if st.World == 0 {
+			c.LeasedUntil = until.UTC()
+		} else {
+			c.RankLeases = maps.Clone(st.RankLeases)
+			if c.RankLeases == nil {
+				c.RankLeases = map[int]time.Time{}
+			}
+			c.RankLeases[rank] = until.UTC()
+		}
+		leased = &c
+		next := l.st.clone()
+		for i, s := range next.Steps {
+			if s.Step == n {
+				next.Steps[i] = leased
+			}
+		}
+		return next, nil
+	}, func(*state) {
+		// An ack meanwhile is recorded after this (records are
+		// serialised): it sees and keeps this lease's state.
+		l.steps[n] = leased
+	})
+	if err != nil {
+		return fmt.Errorf("recording the lease of step %d: %w", n, err)
+	}
+	return nil
+}
+
+// unlease gives back a step granted to rank whose lease could not be
+// recorded: it is to be served again.
+func (l *ledger) unlease(st *stepState, rank int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.giveBack(grant{step: st}, rank)
+	l.dispatch()
 }
 
 // ack completes step n: acknowledged once and for all (a repeated ack is

@@ -746,3 +746,73 @@ func TestFillGroups(t *testing.T) {
 		}
 	}
 }
+
+// A lease given on a step made before (a whole step served again, a
+// rank's slice of a step another rank made) is recorded (recordLease):
+// a ledger restarted from the state keeps it until it runs out, then
+// serves the step (the slice) again; once acknowledged, never again.
+func TestLedgerLeaseRecordedAcrossRestart(t *testing.T) {
+	tests := []struct {
+		name        string
+		rank, world int
+	}{
+		{"a whole step served again", 0, 0},
+		{"the slice of a rank that did not make the step", 1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, clock, db := newTestLedger(t, nil)
+			l.enqueue(testGroups(0, 4), nil)
+			var n int64
+			if tt.world == 0 {
+				n, _ = serveStep(t, l, 2)
+				clock.advance(testLease) // its first lease runs out
+			} else {
+				// Rank 0 makes the step (its lease is recorded with it).
+				g := granted(t, l.wait(2, 0, tt.world))
+				st := &stepState{Step: l.reserve(), World: tt.world, GroupTokens: []int64{1, 1}, GroupRows: []int{4, 4}}
+				for _, gr := range g.fresh {
+					st.Groups = append(st.Groups, gr.ref)
+				}
+				if err := l.recordStep(st); err != nil {
+					t.Fatal(err)
+				}
+				n = st.Step
+			}
+			g := granted(t, l.wait(2, tt.rank, tt.world))
+			if g.step == nil || g.step.Step != n {
+				t.Fatalf("rank %d: %+v, want step %d", tt.rank, g, n)
+			}
+			if err := l.recordLease(n, tt.rank); err != nil {
+				t.Fatal(err)
+			}
+			leased := clock.now().Add(testLease)
+
+			r, rclock, rdb := newTestLedger(t, db.last())
+			rclock.advance(leased.Sub(rclock.now()) - time.Second)
+			if g := r.wait(2, tt.rank, tt.world); len(g.ch) != 0 {
+				t.Fatalf("restarted within the recorded lease: rank %d was served %+v", tt.rank, <-g.ch)
+			} else {
+				r.cancel(g)
+			}
+			rclock.advance(time.Second)
+			g = granted(t, r.wait(2, tt.rank, tt.world))
+			if g.step == nil || g.step.Step != n {
+				t.Fatalf("restarted, past the lease: %+v, want step %d again", g, n)
+			}
+			if _, err := r.ack(n, tt.rank, tt.world); err != nil {
+				t.Fatal(err)
+			}
+			if tt.world > 0 {
+				if _, err := r.ack(n, 0, tt.world); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, aclock, _ := newTestLedger(t, rdb.last())
+			aclock.advance(10 * testLease)
+			if st := statusOf(a); st.Steps.Acked != 1 || st.Steps.Pending != 0 || st.Steps.Leased != 0 {
+				t.Fatalf("acknowledged, restarted: steps %+v, want it never served again", st.Steps)
+			}
+		})
+	}
+}

@@ -20,8 +20,9 @@ const stateVersion = 1
 // state is the service's durable state (served/state.json): the steps
 // assembled so far with the groups each holds, whether it was
 // acknowledged and until when its first lease runs, the policy version
-// and whether the fleet is paused. A step served again is leased in
-// memory only: after a restart it is served again at once.
+// and whether the fleet is paused. Every lease is recorded before its
+// answer (a new step's with the step, one served again or a rank's slice
+// of a step another rank made by recordLease), so a restart keeps it.
 type state struct {
 	Version int `json:"version"`
 	// Policy is the last policy version set (POST /v1/policy).
@@ -56,6 +57,10 @@ type stepState struct {
 	// LeasedRank is the rank whose slice LeasedUntil leases (a step of a
 	// world).
 	LeasedRank int `json:"leased_rank,omitempty"`
+	// RankLeases are, for a step of a world, when the leases of the other
+	// ranks' slices (or a slice served again) run out, by rank. A whole
+	// step served again records its new lease in LeasedUntil.
+	RankLeases map[int]time.Time `json:"rank_leases,omitempty"`
 	// World is the number of data-parallel ranks the step is served to,
 	// each its slice (partition); 0: served whole. GroupTokens and
 	// GroupRows are its groups' tokens and rows, which the slices are

@@ -90,12 +90,20 @@ type ledger struct {
 	queue    []*group
 	waiters  []*waiter
 	leases   map[slot]time.Time // a leased step's (or rank's slice's) expiry
-	handed   map[slot]bool      // the slots served since the start
-	making   map[int]int        // by world (> 0): the steps granted and not yet recorded or given back
-	recent   []int              // the K of the last recentRequests requests, oldest first
-	ended    error              // the run ended: no more groups come
-	meta     map[string]string  // the data files' metadata
-	counts   counts
+	// lastExpiry is, by step, the expiry of its latest lease (any
+	// slot): a step unleased a whole serve.lease past it is stranded
+	// (stranded), and a caller of another kind may take it.
+	lastExpiry map[int64]time.Time
+	// converting are the steps granted to a rank of a world other than
+	// theirs (a stranded step cut anew), by world, until the state
+	// records it: the world's other ranks take their slices of it.
+	converting map[int64]int
+	handed     map[slot]bool     // the slots served since the start
+	making     map[int]int       // by world (> 0): the steps granted and not yet recorded or given back
+	recent     []int             // the K of the last recentRequests requests, oldest first
+	ended      error             // the run ended: no more groups come
+	meta       map[string]string // the data files' metadata
+	counts     counts
 }
 
 // ledgerConfig is what a ledger starts from.
@@ -173,7 +181,10 @@ type waiter struct {
 type grant struct {
 	fresh []*group
 	step  *stepState
-	err   error
+	// rank is the slot the step is leased in: the waiter's rank, or
+	// wholeRank for a whole-step caller given a world's step.
+	rank int
+	err  error
 }
 
 // newLedger returns a ledger over a recorded state, with the state's
@@ -187,6 +198,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, fill: c.Fill, bound: c.Bound, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
+		lastExpiry: map[int64]time.Time{}, converting: map[int64]int{},
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -208,12 +220,17 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 	for _, step := range st.Steps {
 		l.steps[step.Step] = step
 		if !step.Acked && now.Before(step.LeasedUntil) {
-			l.leases[slot{step.Step, step.LeasedRank}] = step.LeasedUntil
+			l.setLease(slot{step.Step, step.LeasedRank}, step.LeasedUntil)
 		}
 		for rank, until := range step.RankLeases {
 			s := slot{step.Step, rank}
 			if !step.Acked && !slices.Contains(step.RanksAcked, rank) && now.Before(until) && until.After(l.leases[s]) {
-				l.leases[s] = until
+				l.setLease(s, until)
+			}
+		}
+		for _, exp := range append([]time.Time{step.LeasedUntil}, slices.Collect(maps.Values(step.RankLeases))...) {
+			if exp.After(l.lastExpiry[step.Step]) {
+				l.lastExpiry[step.Step] = exp
 			}
 		}
 		for _, g := range step.Groups {
@@ -318,6 +335,38 @@ func (l *ledger) expire() {
 	}
 }
 
+// wholeRank is the slot of a whole-step caller holding a step made for
+// the ranks of a world (a stranded one): the slices not acknowledged.
+const wholeRank = -1
+
+// setLease leases a slot until a time; l.mu is held.
+func (l *ledger) setLease(s slot, until time.Time) {
+	l.leases[s] = until
+	if until.After(l.lastExpiry[s.step]) {
+		l.lastExpiry[s.step] = until
+	}
+}
+
+// leasedAny reports whether any slot of step n is leased; l.mu is held.
+func (l *ledger) leasedAny(n int64) bool {
+	for s := range l.leases {
+		if s.step == n {
+			return true
+		}
+	}
+	return false
+}
+
+// stranded reports whether st, not acknowledged, has had no lease for a
+// whole serve.lease since its last one ran out: no caller of its kind
+// (a whole-step caller, or the ranks of its world) took it back, so one
+// of another kind may take it, and no step waits for a kind of caller
+// that is gone (a job restarted with another world, or without ranks).
+// l.mu is held, after expire.
+func (l *ledger) stranded(st *stepState) bool {
+	return !st.Acked && !l.leasedAny(st.Step) && !l.now().Before(l.lastExpiry[st.Step].Add(l.lease))
+}
+
 // pendingStep is the oldest step a waiter is to be served before any new
 // one. Served whole (world 0): a step neither acknowledged nor leased,
 // served before, to be served again, whole and under its number, whatever
@@ -325,17 +374,47 @@ func (l *ledger) expire() {
 // a trainer of its size that may never come back. To rank r of world W:
 // a step made for world W whose slice r is neither acknowledged nor
 // leased (a step another rank took first, or a slice whose lease ran
-// out). l.mu is held, after expire.
+// out). Either caller also takes a step of the other kind that is
+// stranded: a whole-step caller the slices of a world's step that no rank
+// acknowledged, a rank a whole step (or a step of another world whose
+// slices none acknowledged), cut anew for its world. l.mu is held, after
+// expire.
 func (l *ledger) pendingStep(w *waiter) *stepState {
 	for _, st := range l.st.Steps {
-		if st.Acked || st.World != w.world || slices.Contains(st.RanksAcked, w.rank) {
+		if st.Acked {
 			continue
 		}
-		if _, leased := l.leases[slot{st.Step, w.rank}]; !leased {
+		world := st.World
+		if cw, ok := l.converting[st.Step]; ok {
+			world = cw
+		}
+		if world == w.world {
+			switch {
+			case w.world == 0 && l.leasedAny(st.Step):
+			case w.world > 0 && (slices.Contains(st.RanksAcked, w.rank) || l.isLeased(slot{st.Step, w.rank}) || l.isLeased(slot{st.Step, wholeRank})):
+			default:
+				return st
+			}
+			continue
+		}
+		if _, ok := l.converting[st.Step]; ok || !l.stranded(st) {
+			continue
+		}
+		switch {
+		case len(st.RanksAcked) > 0:
+			// Slices were trained on: the rest waits for its world's
+			// ranks (a whole step of Parquet is its file as is).
+		case w.world == 0, len(st.GroupTokens) == len(st.Groups) && len(st.GroupRows) == len(st.Groups) && len(st.Groups) >= w.world:
 			return st
 		}
 	}
 	return nil
+}
+
+// isLeased reports whether a slot is leased; l.mu is held.
+func (l *ledger) isLeased(s slot) bool {
+	_, ok := l.leases[s]
+	return ok
 }
 
 // dispatch hands steps to the waiting trainers, first come first served:
@@ -349,12 +428,18 @@ func (l *ledger) dispatch() {
 	for _, w := range l.waiters {
 		if st := l.pendingStep(w); st != nil {
 			s := slot{st.Step, w.rank}
-			l.leases[s] = l.now().Add(l.lease)
+			switch {
+			case w.world == 0 && st.World > 0:
+				s.rank = wholeRank
+			case w.world > 0 && st.World != w.world:
+				l.converting[st.Step] = w.world
+			}
+			l.setLease(s, l.now().Add(l.lease))
 			if l.handed[s] || st.World == 0 {
 				l.counts.reserved++
 			}
 			l.handed[s] = true
-			w.ch <- grant{step: st}
+			w.ch <- grant{step: st, rank: s.rank}
 			continue
 		}
 		if w.world > 0 && l.making[w.world] > 0 {
@@ -464,7 +549,7 @@ func (l *ledger) cancel(w *waiter) {
 	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	select {
 	case g := <-w.ch:
-		l.giveBack(g, w.rank)
+		l.giveBack(g)
 		if g.step == nil && len(g.fresh) > 0 {
 			l.madeFor(w.world)
 		}
@@ -478,7 +563,7 @@ func (l *ledger) cancel(w *waiter) {
 func (l *ledger) unmade(fresh []*group, world int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.giveBack(grant{fresh: fresh}, 0)
+	l.giveBack(grant{fresh: fresh})
 	l.madeFor(world)
 	l.dispatch()
 }
@@ -493,10 +578,11 @@ func (l *ledger) madeFor(world int) {
 	}
 }
 
-// giveBack returns a grant to rank not served; l.mu is held.
-func (l *ledger) giveBack(g grant, rank int) {
+// giveBack returns a grant not served; l.mu is held.
+func (l *ledger) giveBack(g grant) {
 	if g.step != nil {
-		delete(l.leases, slot{g.step.Step, rank})
+		delete(l.leases, slot{g.step.Step, g.rank})
+		delete(l.converting, g.step.Step)
 		if g.step.World == 0 {
 			l.counts.reserved--
 		}
@@ -551,7 +637,7 @@ func (l *ledger) recordStep(st *stepState) error {
 	}, func(*state) {
 		l.steps[st.Step] = st
 		s := slot{st.Step, st.LeasedRank}
-		l.leases[s] = st.LeasedUntil
+		l.setLease(s, st.LeasedUntil)
 		l.handed[s] = true
 		l.counts.served++
 		if st.World > 0 {
@@ -566,30 +652,46 @@ func (l *ledger) recordStep(st *stepState) error {
 	return nil
 }
 
-// recordLease records the lease a dispatch gave rank on step n, a step
-// made before (served again, or a rank's slice of a step another rank
-// made), in the state file before it is answered: a restart keeps it as
-// it keeps a new step's, so the trainer holding it acknowledges it
-// rather than another caller getting it too. Nothing is recorded when
+// recordLease records the lease a dispatch gave on a step made before (a
+// step served again, a rank's slice of a step another rank made, a
+// stranded step taken by a caller of another kind: g), in the state
+// file before it is answered: a restart keeps it as it keeps a new
+// step's, so the trainer holding it acknowledges it rather than another
+// caller getting it too. A stranded step taken by a rank of a world
+// other than its own is recorded cut for that world (its slices by
+// tokens), and the world's other ranks then take their slices of it. It
+// returns the step as recorded, to answer from. Nothing is recorded when
 // the step was acknowledged or the lease taken back meanwhile. On an
-// error the caller gives the step back (unlease).
-func (l *ledger) recordLease(n int64, rank int) error {
-	var leased *stepState
+// error the caller gives the grant back (unlease).
+func (l *ledger) recordLease(g grant, world int) (*stepState, error) {
+	n := g.step.Step
+	leased := g.step
+	converted := false
 	err := l.record(func() (*state, error) {
 		st := l.steps[n]
-		until, ok := l.leases[slot{n, rank}]
+		until, ok := l.leases[slot{n, g.rank}]
 		if st == nil || st.Acked || !ok {
+			delete(l.converting, n)
+			if st != nil {
+				leased = st
+			}
 			return nil, nil
 		}
 		c := *st
-		if st.World == 0 {
-			c.LeasedUntil = until.UTC()
-		} else {
+		switch {
+		case st.World == 0 && world == 0:
+			c.LeasedUntil, c.LeasedRank = until.UTC(), 0
+		case world > 0 && st.World != world:
+			// Cut anew for this world: no slice of it was acknowledged.
+			c.World, c.RanksAcked, c.LeasedUntil, c.LeasedRank = world, nil, time.Time{}, 0
+			c.RankLeases = map[int]time.Time{g.rank: until.UTC()}
+			converted = true
+		default:
 			c.RankLeases = maps.Clone(st.RankLeases)
 			if c.RankLeases == nil {
 				c.RankLeases = map[int]time.Time{}
 			}
-			c.RankLeases[rank] = until.UTC()
+			c.RankLeases[g.rank] = until.UTC()
 		}
 		leased = &c
 		next := l.st.clone()
@@ -603,19 +705,24 @@ func (l *ledger) recordLease(n int64, rank int) error {
 		// An ack meanwhile is recorded after this (records are
 		// serialised): it sees and keeps this lease's state.
 		l.steps[n] = leased
+		delete(l.converting, n)
+		if converted {
+			// The world's other ranks waiting take their slices now.
+			l.dispatch()
+		}
 	})
 	if err != nil {
-		return fmt.Errorf("recording the lease of step %d: %w", n, err)
+		return nil, fmt.Errorf("recording the lease of step %d: %w", n, err)
 	}
-	return nil
+	return leased, nil
 }
 
-// unlease gives back a step granted to rank whose lease could not be
+// unlease gives back a grant of a step whose lease could not be
 // recorded: it is to be served again.
-func (l *ledger) unlease(st *stepState, rank int) {
+func (l *ledger) unlease(g grant) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.giveBack(grant{step: st}, rank)
+	l.giveBack(g)
 	l.dispatch()
 }
 

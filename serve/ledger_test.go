@@ -783,7 +783,7 @@ func TestLedgerLeaseRecordedAcrossRestart(t *testing.T) {
 			if g.step == nil || g.step.Step != n {
 				t.Fatalf("rank %d: %+v, want step %d", tt.rank, g, n)
 			}
-			if err := l.recordLease(n, tt.rank); err != nil {
+			if _, err := l.recordLease(g, tt.world); err != nil {
 				t.Fatal(err)
 			}
 			leased := clock.now().Add(testLease)
@@ -815,4 +815,124 @@ func TestLedgerLeaseRecordedAcrossRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// makeWorldStep makes a step of k fresh groups for rank of world (world
+// 0: whole) as the handler does: its groups' tokens and rows recorded,
+// its lease with it.
+func makeWorldStep(t *testing.T, l *ledger, k, rank, world int) int64 {
+	t.Helper()
+	g := granted(t, l.wait(k, rank, world))
+	if g.fresh == nil {
+		t.Fatalf("rank %d of %d: %+v, want fresh groups", rank, world, g)
+	}
+	st := &stepState{Step: l.reserve(), World: world, LeasedRank: rank}
+	for _, gr := range g.fresh {
+		st.Groups = append(st.Groups, gr.ref)
+		st.GroupTokens = append(st.GroupTokens, 1)
+		st.GroupRows = append(st.GroupRows, gr.rows)
+	}
+	if err := l.recordStep(st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Step
+}
+
+// Whole-step callers and the ranks of a world do not strand each other:
+// a step of one kind that no caller of its kind took back within a lease
+// after its last lease ran out is stranded, and a caller of the other
+// kind takes it (a whole caller a world's step none of whose slices was
+// acknowledged, served whole; a rank a whole step, cut for its world, the
+// world's other ranks then taking their slices); before that, each gets
+// steps of its own kind. A world's step whose slices were partly
+// acknowledged waits for its world.
+func TestLedgerStrandedSteps(t *testing.T) {
+	t.Run("a world's step to a whole-step caller", func(t *testing.T) {
+		l, clock, _ := newTestLedger(t, nil)
+		l.enqueue(testGroups(0, 8), nil)
+		n := makeWorldStep(t, l, 2, 0, 2) // rank 1 never comes, rank 0 never acks
+		clock.advance(testLease)
+		if g := granted(t, l.wait(2, 0, 0)); g.step != nil {
+			t.Fatalf("within a lease of the last one: a whole caller got step %d, want fresh groups", g.step.Step)
+		}
+		clock.advance(testLease)
+		g := granted(t, l.wait(2, 0, 0))
+		if g.step == nil || g.step.Step != n || g.rank != wholeRank {
+			t.Fatalf("stranded: %+v, want step %d whole", g, n)
+		}
+		st, err := l.recordLease(g, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.World != 2 || st.RankLeases[wholeRank].IsZero() {
+			t.Fatalf("recorded %+v, want world 2 leased whole", st)
+		}
+		if g := granted(t, l.wait(2, 1, 2)); g.step != nil {
+			t.Fatalf("rank 1 got step %d while a whole caller holds step %d, want fresh groups", g.step.Step, n)
+		}
+		if _, err := l.ack(n, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if s := statusOf(l); s.Steps.Acked != 1 || s.Steps.Pending != 0 {
+			t.Fatalf("after the ack: %+v", s.Steps)
+		}
+	})
+	t.Run("a whole step to the ranks of a world", func(t *testing.T) {
+		l, clock, db := newTestLedger(t, nil)
+		l.enqueue(testGroups(0, 4), nil)
+		n := makeWorldStep(t, l, 4, 0, 0) // its trainer died; the job restarts as 2 ranks
+		clock.advance(testLease)
+		w0 := l.wait(2, 0, 2)
+		if len(w0.ch) != 0 {
+			t.Fatalf("within a lease of the last one: rank 0 got %+v", <-w0.ch)
+		}
+		clock.advance(testLease)
+		l.tick()
+		g0 := granted(t, w0)
+		if g0.step == nil || g0.step.Step != n {
+			t.Fatalf("stranded: rank 0 got %+v, want step %d", g0, n)
+		}
+		g1 := granted(t, l.wait(2, 1, 2)) // while the cut is being recorded
+		if g1.step == nil || g1.step.Step != n {
+			t.Fatalf("rank 1 got %+v, want its slice of step %d", g1, n)
+		}
+		for _, g := range []grant{g0, g1} {
+			st, err := l.recordLease(g, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.World != 2 || st.RankLeases[g.rank].IsZero() {
+				t.Fatalf("recorded %+v, want step %d cut for 2 ranks, rank %d leased", st, n, g.rank)
+			}
+		}
+		// A restart keeps the cut and both leases.
+		r, rclock, _ := newTestLedger(t, db.last())
+		rclock.advance(clock.now().Sub(rclock.now()))
+		if s := statusOf(r); s.Steps.Leased != 1 || len(s.Leases) != 2 {
+			t.Fatalf("restarted: steps %+v, leases %+v", s.Steps, s.Leases)
+		}
+		for rank := range 2 {
+			if _, err := l.ack(n, rank, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s := statusOf(l); s.Steps.Acked != 1 {
+			t.Fatalf("after both ranks' acks: %+v", s.Steps)
+		}
+	})
+	t.Run("a world's step partly acknowledged waits for its world", func(t *testing.T) {
+		l, clock, _ := newTestLedger(t, nil)
+		l.enqueue(testGroups(0, 8), nil)
+		n := makeWorldStep(t, l, 2, 0, 2)
+		if _, err := l.ack(n, 0, 2); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(3 * testLease)
+		if g := granted(t, l.wait(2, 0, 0)); g.step != nil {
+			t.Fatalf("a whole caller got step %d, half trained on", g.step.Step)
+		}
+		if g := granted(t, l.wait(2, 1, 2)); g.step == nil || g.step.Step != n {
+			t.Fatalf("rank 1 got %+v, want its slice of step %d", g, n)
+		}
+	})
 }

@@ -256,10 +256,10 @@ func (s *service) makeStep(ctx context.Context, fresh []*group, rank, world int)
 		st.Groups = append(st.Groups, g.ref)
 		st.Rows += g.rows
 		st.Versions = addVersions(st.Versions, g.versions)
-		if world > 0 {
-			st.GroupTokens = append(st.GroupTokens, g.tokens)
-			st.GroupRows = append(st.GroupRows, g.rows)
-		}
+		// Recorded for a whole step too: a stranded one may be cut for
+		// a world's ranks later.
+		st.GroupTokens = append(st.GroupTokens, g.tokens)
+		st.GroupRows = append(st.GroupRows, g.rows)
 	}
 	if err := s.writeStep(ctx, n, fresh); err != nil {
 		s.led.unmade(fresh, world)

@@ -21,6 +21,7 @@ import (
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // serveYAML is the serve child's config: the workload's tasks and
@@ -122,6 +123,7 @@ func (c *serveChild) stop() error {
 type trainerRun struct {
 	start, first, last, end time.Time
 	waited                  time.Duration // in Next, after the first step
+	waits                   []time.Duration // in each Next
 	busyAtFirst, busyAtLast time.Duration // the simulator's busy time then
 	busyAtEnd               time.Duration
 	staleness               [3]int
@@ -207,7 +209,11 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 		row.Ratio = float64(d.DecodedTokens) / float64(fin.tokens)
 	}
 	row.Staleness, row.StaleMax, row.Duplicates = tr.staleness, tr.staleMax, tr.duplicates
-	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped", fin.kept+fin.dropped, fin.kept, tr.groups, fin.dropped)
+	for _, d := range tr.waits {
+		row.Waits = append(row.Waits, d.Seconds())
+	}
+	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d dropped as stale (%d tokens)",
+		fin.kept+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale)
 	if tr.duplicates > 0 {
 		return row, fmt.Errorf("%d groups were served twice", tr.duplicates)
 	}
@@ -231,6 +237,7 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 			return tr, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		got := time.Now()
+		tr.waits = append(tr.waits, got.Sub(asked))
 		busy := srv.Stats().Busy
 		if s == 0 {
 			tr.first, tr.busyAtFirst = got, busy
@@ -338,10 +345,14 @@ func settle(ctx context.Context, srv *harness.SimHTTP, url string) error {
 }
 
 // finished is what the service committed: data/ (kept groups, served
-// or queued) and filtered/ (groups the keep rule dropped, or stale).
+// or queued) and filtered/ (groups the keep rule dropped; those dropped
+// as stale counted apart: their tokens are thrown away).
 type finished struct {
-	tokens        int64 // completion_tokens of every row
-	kept, dropped int   // groups
+	tokens int64 // completion_tokens of every row but the stale groups'
+	// stale are the completion tokens of the groups dropped as stale
+	// (filter_reason stale: thrown away, their prompts sampled again).
+	stale                      int64
+	kept, dropped, staleGroups int // groups
 }
 
 // readFinished reads the decode tokens and groups of out's data/ and
@@ -353,23 +364,29 @@ func readFinished(ctx context.Context, out string) (finished, error) {
 		if err != nil {
 			return fin, err
 		}
-		groups := map[string]bool{}
+		seen, stale := map[string]bool{}, map[string]bool{}
 		for _, p := range paths {
 			f, err := pqread.Open(p, memory.NewGoAllocator(), 4096)
 			if err != nil {
 				return fin, err
 			}
-			cols, err := f.Fields(schema.ColumnName(schema.ColCompletionTokens), schema.ColumnName(schema.ColGroupID))
+			cols, err := f.Fields(schema.ColumnName(schema.ColCompletionTokens), schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColFilterReason))
 			if err == nil {
 				err = f.Records(ctx, cols, func(rec arrow.Record) error {
 					toks, ok1 := rec.Column(0).(*array.Int64)
 					gid, ok2 := rec.Column(1).(*array.String)
-					if !ok1 || !ok2 {
+					reason, ok3 := rec.Column(2).(*array.String)
+					if !ok1 || !ok2 || !ok3 {
 						return fmt.Errorf("unexpected columns %s", rec.Schema())
 					}
 					for i := range int(rec.NumRows()) {
+						if reason.Value(i) == groups.ReasonStale {
+							fin.stale += toks.Value(i)
+							stale[gid.Value(i)] = true
+							continue
+						}
 						fin.tokens += toks.Value(i)
-						groups[gid.Value(i)] = true
+						seen[gid.Value(i)] = true
 					}
 					return nil
 				})
@@ -380,10 +397,11 @@ func readFinished(ctx context.Context, out string) (finished, error) {
 			}
 		}
 		if sub == schema.DataDir {
-			fin.kept = len(groups)
+			fin.kept = len(seen)
 		} else {
-			fin.dropped = len(groups)
+			fin.dropped = len(seen)
 		}
+		fin.staleGroups += len(stale)
 	}
 	return fin, nil
 }

@@ -111,6 +111,8 @@ type Row struct {
 	Served         int64   `json:"tokens_of_groups_served,omitempty"`
 	StaleMax       int64   `json:"staleness_max,omitempty"`
 	Duplicates     int     `json:"duplicates,omitempty"`
+	// Waits are the trainer's waits for each step, in seconds.
+	Waits []float64 `json:"trainer_waits_s,omitempty"`
 }
 
 type options struct {
@@ -150,6 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	prios := fs.String("priority", "on", "comma-separated: on (generate.priority auto, groups.cancel_undecided true), off (both off); one row each")
 	httpTrains := fs.String("http-train", "0.5,2", "the HTTP trainer's step in multiples of one step's ideal generation time, comma-separated: below 1 generation-bound, above training-bound")
 	pause := fs.String("pause", "abort", "the HTTP trainer's pause mode (abort, keep)")
+	commit := fs.Duration("commit", 0, "the serve child's serve.commit_interval (default: serve's, 500ms; quick 50ms)")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
 	workdir := fs.String("workdir", "", "directory for tasks and outputs (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
@@ -184,6 +187,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o.pause = *pause
+	if *commit > 0 {
+		o.commit = *commit
+	}
 	if *scale > 0 {
 		o.bench.TimeScale = *scale
 	}
@@ -343,6 +349,11 @@ func runWorkload(ctx context.Context, o options, keep float64, dir string, log i
 					var row Row
 					row, err = runHTTP(ctx, o, srv, dir, tasksPath, w, ratio, prio)
 					rs = append(rs, row)
+					fmt.Fprintf(log, "serve:   %s, priority %s: the trainer's waits (s):", row.Schedule, prio)
+					for _, d := range row.Waits {
+						fmt.Fprintf(log, " %.2f", d)
+					}
+					fmt.Fprintln(log)
 					if err != nil {
 						break
 					}

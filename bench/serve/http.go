@@ -91,12 +91,10 @@ func startServe(ctx context.Context, cfgPath string) (*serveChild, error) {
 		return nil, fmt.Errorf("trajflow serve exited before listening: %v\n%s", err, c.log.String())
 	case <-time.After(60 * time.Second):
 		_ = cmd.Process.Kill()
-		<-c.done
-		return nil, fmt.Errorf("trajflow serve did not listen within 60 s")
+		return nil, fmt.Errorf("trajflow serve did not listen within 60 s (then %v)", <-c.done)
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		<-c.done
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w (trajflow serve then %v)", ctx.Err(), <-c.done)
 	}
 }
 
@@ -114,8 +112,7 @@ func (c *serveChild) stop() error {
 		return nil
 	case <-time.After(60 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.done
-		return fmt.Errorf("trajflow serve did not stop within 60 s of SIGTERM")
+		return fmt.Errorf("trajflow serve did not stop within 60 s of SIGTERM (then %v)", <-c.done)
 	}
 }
 

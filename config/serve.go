@@ -59,7 +59,12 @@ type Serve struct {
 	// BufferSteps is how many steps of kept groups the service generates
 	// ahead of the trainers' requests, a step being the largest K of the
 	// last 8 requests (a single large request does not set it for good),
-	// so that the fleet never idles while a trainer trains.
+	// so that the fleet never idles while a trainer trains. Above 0 the
+	// look-ahead is at least the kept groups that keep
+	// generate.concurrency busy (concurrency ÷ repeat.n, rounded up), and
+	// it stands from the start, before the first request. Under
+	// max_staleness the look-ahead is what the staleness bound allows,
+	// whichever is larger. 0: only what the waiting requests ask for.
 	//
 	// Default: 1.
 	BufferSteps *int `yaml:"buffer_steps"`

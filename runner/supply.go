@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/groups"
 )
@@ -10,13 +11,7 @@ import (
 // demand with the generation slots kept full.
 func (r *run) newController() *groups.Controller {
 	cfg := r.cfg
-	gc := cfg.Groups
-	if r.opts.continuous().Supply != nil {
-		// A continuous run's budget is bounded as a target's is: no more
-		// groups in flight than the generation slots serve at once.
-		gc.Target = max(gc.Target, 1)
-	}
-	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.Kept, func() {
+	ctl := groups.NewController(cfg.Groups, maxInflight(cfg, r.opts.continuous().Supply != nil), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
 			r.flow.loop.Stop()
 		}
@@ -25,6 +20,20 @@ func (r *run) newController() *groups.Controller {
 		ctl.Follow(r.opts.continuous().Supply)
 	}
 	return ctl
+}
+
+// maxInflight is the bound on a run's groups in flight. A continuous
+// run's groups in flight when the demand is met are not surplus: they
+// count toward the next demand. Its bound is that of a run without a
+// target (the loop filled twice over, groups.MaxInflight), so that the
+// generation slots stay busy while a group's last members finish; the
+// demand (and serve.max_staleness's gate) pace it.
+func maxInflight(cfg *config.Config, continuous bool) int {
+	gc := cfg.Groups
+	if continuous {
+		gc.Target = 0
+	}
+	return groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency())
 }
 
 // setPriority gives the generator the controller's request priorities

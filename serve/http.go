@@ -339,7 +339,16 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := g.step
-	if st == nil {
+	if st != nil {
+		// A step made before: its new lease is recorded before the answer.
+		var err error
+		if st, err = h.s.led.recordLease(g, q.World); err != nil {
+			h.s.led.unlease(g)
+			h.logf("%v", err)
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "%v", err)
+			return
+		}
+	} else {
 		var err error
 		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
 			h.logf("making a step: %v", err)
@@ -364,7 +373,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	groups, rows := len(st.Groups), st.Rows
 	var keep map[groupRef]bool // a rank's slice; nil: the whole step
 	fresh := g.fresh
-	if st.World > 0 {
+	if st.World > 0 && q.World > 0 {
 		keep = map[groupRef]bool{}
 		rows = 0
 		slice := partition(st.GroupTokens, st.World)[q.Rank]

@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -71,9 +72,11 @@ type ledger struct {
 	// pauseTimeout is serve.pause_timeout: a pause recorded longer ago is
 	// ended by expirePause; 0: never.
 	pauseTimeout time.Duration
-	buffer       int              // serve.buffer_steps
-	supply       *groups.Supply   // the run's demand; nil in tests
-	policy       *generate.Policy // published after the state records it
+	buffer       int               // serve.buffer_steps
+	fill         int               // ledgerConfig.Fill
+	bound        func(v int64) int // ledgerConfig.Bound; nil: none
+	supply       *groups.Supply    // the run's demand; nil in tests
+	policy       *generate.Policy  // published after the state records it
 
 	// recording serialises the changes the state file records.
 	recording sync.Mutex
@@ -87,12 +90,20 @@ type ledger struct {
 	queue    []*group
 	waiters  []*waiter
 	leases   map[slot]time.Time // a leased step's (or rank's slice's) expiry
-	handed   map[slot]bool      // the slots served since the start
-	making   map[int]int        // by world (> 0): the steps granted and not yet recorded or given back
-	recent   []int              // the K of the last recentRequests requests, oldest first
-	ended    error              // the run ended: no more groups come
-	meta     map[string]string  // the data files' metadata
-	counts   counts
+	// lastExpiry is, by step, the expiry of its latest lease (any
+	// slot): a step unleased a whole serve.lease past it is stranded
+	// (stranded), and a caller of another kind may take it.
+	lastExpiry map[int64]time.Time
+	// converting are the steps granted to a rank of a world other than
+	// theirs (a stranded step cut anew), by world, until the state
+	// records it: the world's other ranks take their slices of it.
+	converting map[int64]int
+	handed     map[slot]bool     // the slots served since the start
+	making     map[int]int       // by world (> 0): the steps granted and not yet recorded or given back
+	recent     []int             // the K of the last recentRequests requests, oldest first
+	ended      error             // the run ended: no more groups come
+	meta       map[string]string // the data files' metadata
+	counts     counts
 }
 
 // ledgerConfig is what a ledger starts from.
@@ -110,7 +121,16 @@ type ledgerConfig struct {
 	// resume).
 	PauseTimeout time.Duration
 	Buffer       int
-	Supply       *groups.Supply
+	// Fill is the fewest kept groups a look-ahead of buffer_steps > 0
+	// holds: those that keep the fleet's generate.concurrency busy
+	// (fillGroups). 0: a look-ahead of buffer_steps steps alone.
+	Fill int
+	// Bound, when set (serve.max_staleness), is the kept groups the
+	// staleness gate lets the run accept in all at policy version v
+	// ((v + max_staleness + 1) × step_groups): the demand is at least
+	// that, so the bound, not buffer_steps, limits the look-ahead.
+	Bound  func(v int64) int
+	Supply *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
 }
@@ -161,7 +181,10 @@ type waiter struct {
 type grant struct {
 	fresh []*group
 	step  *stepState
-	err   error
+	// rank is the slot the step is leased in: the waiter's rank, or
+	// wholeRank for a whole-step caller given a world's step.
+	rank int
+	err  error
 }
 
 // newLedger returns a ledger over a recorded state, with the state's
@@ -172,9 +195,10 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		st = &state{Version: stateVersion, Next: 1}
 	}
 	l := &ledger{
-		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, supply: c.Supply, policy: c.Policy,
+		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, fill: c.Fill, bound: c.Bound, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
+		lastExpiry: map[int64]time.Time{}, converting: map[int64]int{},
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -196,7 +220,18 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 	for _, step := range st.Steps {
 		l.steps[step.Step] = step
 		if !step.Acked && now.Before(step.LeasedUntil) {
-			l.leases[slot{step.Step, step.LeasedRank}] = step.LeasedUntil
+			l.setLease(slot{step.Step, step.LeasedRank}, step.LeasedUntil)
+		}
+		for rank, until := range step.RankLeases {
+			s := slot{step.Step, rank}
+			if !step.Acked && !slices.Contains(step.RanksAcked, rank) && now.Before(until) && until.After(l.leases[s]) {
+				l.setLease(s, until)
+			}
+		}
+		for _, exp := range append([]time.Time{step.LeasedUntil}, slices.Collect(maps.Values(step.RankLeases))...) {
+			if exp.After(l.lastExpiry[step.Step]) {
+				l.lastExpiry[step.Step] = exp
+			}
 		}
 		for _, g := range step.Groups {
 			l.assigned[g] = true
@@ -204,6 +239,9 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		l.noteRequest(len(step.Groups)) // the recorded steps stand for the requests before the restart
 		l.next = max(l.next, step.Step+1)
 	}
+	// The look-ahead stands before the first request: the fleet starts
+	// at once.
+	l.setDemand()
 	return l, nil
 }
 
@@ -297,6 +335,38 @@ func (l *ledger) expire() {
 	}
 }
 
+// wholeRank is the slot of a whole-step caller holding a step made for
+// the ranks of a world (a stranded one): the slices not acknowledged.
+const wholeRank = -1
+
+// setLease leases a slot until a time; l.mu is held.
+func (l *ledger) setLease(s slot, until time.Time) {
+	l.leases[s] = until
+	if until.After(l.lastExpiry[s.step]) {
+		l.lastExpiry[s.step] = until
+	}
+}
+
+// leasedAny reports whether any slot of step n is leased; l.mu is held.
+func (l *ledger) leasedAny(n int64) bool {
+	for s := range l.leases {
+		if s.step == n {
+			return true
+		}
+	}
+	return false
+}
+
+// stranded reports whether st, not acknowledged, has had no lease for a
+// whole serve.lease since its last one ran out: no caller of its kind
+// (a whole-step caller, or the ranks of its world) took it back, so one
+// of another kind may take it, and no step waits for a kind of caller
+// that is gone (a job restarted with another world, or without ranks).
+// l.mu is held, after expire.
+func (l *ledger) stranded(st *stepState) bool {
+	return !st.Acked && !l.leasedAny(st.Step) && !l.now().Before(l.lastExpiry[st.Step].Add(l.lease))
+}
+
 // pendingStep is the oldest step a waiter is to be served before any new
 // one. Served whole (world 0): a step neither acknowledged nor leased,
 // served before, to be served again, whole and under its number, whatever
@@ -304,17 +374,47 @@ func (l *ledger) expire() {
 // a trainer of its size that may never come back. To rank r of world W:
 // a step made for world W whose slice r is neither acknowledged nor
 // leased (a step another rank took first, or a slice whose lease ran
-// out). l.mu is held, after expire.
+// out). Either caller also takes a step of the other kind that is
+// stranded: a whole-step caller the slices of a world's step that no rank
+// acknowledged, a rank a whole step (or a step of another world whose
+// slices none acknowledged), cut anew for its world. l.mu is held, after
+// expire.
 func (l *ledger) pendingStep(w *waiter) *stepState {
 	for _, st := range l.st.Steps {
-		if st.Acked || st.World != w.world || slices.Contains(st.RanksAcked, w.rank) {
+		if st.Acked {
 			continue
 		}
-		if _, leased := l.leases[slot{st.Step, w.rank}]; !leased {
+		world := st.World
+		if cw, ok := l.converting[st.Step]; ok {
+			world = cw
+		}
+		if world == w.world {
+			switch {
+			case w.world == 0 && l.leasedAny(st.Step):
+			case w.world > 0 && (slices.Contains(st.RanksAcked, w.rank) || l.isLeased(slot{st.Step, w.rank}) || l.isLeased(slot{st.Step, wholeRank})):
+			default:
+				return st
+			}
+			continue
+		}
+		if _, ok := l.converting[st.Step]; ok || !l.stranded(st) {
+			continue
+		}
+		switch {
+		case len(st.RanksAcked) > 0:
+			// Slices were trained on: the rest waits for its world's
+			// ranks (a whole step of Parquet is its file as is).
+		case w.world == 0, len(st.GroupTokens) == len(st.Groups) && len(st.GroupRows) == len(st.Groups) && len(st.Groups) >= w.world:
 			return st
 		}
 	}
 	return nil
+}
+
+// isLeased reports whether a slot is leased; l.mu is held.
+func (l *ledger) isLeased(s slot) bool {
+	_, ok := l.leases[s]
+	return ok
 }
 
 // dispatch hands steps to the waiting trainers, first come first served:
@@ -328,12 +428,18 @@ func (l *ledger) dispatch() {
 	for _, w := range l.waiters {
 		if st := l.pendingStep(w); st != nil {
 			s := slot{st.Step, w.rank}
-			l.leases[s] = l.now().Add(l.lease)
+			switch {
+			case w.world == 0 && st.World > 0:
+				s.rank = wholeRank
+			case w.world > 0 && st.World != w.world:
+				l.converting[st.Step] = w.world
+			}
+			l.setLease(s, l.now().Add(l.lease))
 			if l.handed[s] || st.World == 0 {
 				l.counts.reserved++
 			}
 			l.handed[s] = true
-			w.ch <- grant{step: st}
+			w.ch <- grant{step: st, rank: s.rank}
 			continue
 		}
 		if w.world > 0 && l.making[w.world] > 0 {
@@ -368,13 +474,21 @@ func (l *ledger) dispatch() {
 }
 
 // setDemand raises the run's demand to the kept groups that are in steps,
-// those the waiting trainers ask for, and serve.buffer_steps steps ahead,
-// a step being the largest K of the recent requests (stepSize): a single
-// large request no longer sets the buffer for good. The demand only
-// grows (the run cannot take back what it admitted); a smaller buffer
-// shows as a slower growth. l.mu is held.
+// those the waiting trainers ask for, and the look-ahead: serve.buffer_steps
+// steps, a step being the largest K of the recent requests (stepSize, so
+// that a single large request does not set the look-ahead for good), and
+// at least the groups that keep the fleet busy (Fill). Under
+// serve.max_staleness the demand is at least what the staleness bound
+// lets the run accept at the current version (Bound): the bound paces
+// generation, not the look-ahead. The demand only grows (the run cannot
+// take back what it admitted); a smaller look-ahead shows as a slower
+// growth. l.mu is held.
 func (l *ledger) setDemand() {
-	want := len(l.assigned) + l.buffer*l.stepSize()
+	ahead := l.buffer * l.stepSize()
+	if l.buffer > 0 {
+		ahead = max(ahead, l.fill)
+	}
+	want := len(l.assigned) + ahead
 	worlds := map[int]bool{}
 	for _, w := range l.waiters {
 		if w.world > 0 {
@@ -387,8 +501,29 @@ func (l *ledger) setDemand() {
 		}
 		want += w.k
 	}
+	if l.bound != nil {
+		want = max(want, l.bound(l.st.Policy))
+	}
 	if l.supply != nil {
 		l.supply.Raise(want)
+	}
+}
+
+// fillGroups is the kept groups that keep concurrency generation slots
+// busy with groups of n: one group's worth of slots per group, rounded
+// up (a group in flight holds at least one kept group's rollouts).
+func fillGroups(concurrency, n int) int {
+	if n < 1 {
+		return 0
+	}
+	return (concurrency + n - 1) / n
+}
+
+// staleBound is the kept groups the staleness gate lets a run accept in
+// all at version v: (v + maxStaleness + 1) × stepGroups.
+func staleBound(maxStaleness, stepGroups int) func(v int64) int {
+	return func(v int64) int {
+		return int((max(v, 0) + int64(maxStaleness) + 1) * int64(stepGroups))
 	}
 }
 
@@ -414,7 +549,7 @@ func (l *ledger) cancel(w *waiter) {
 	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	select {
 	case g := <-w.ch:
-		l.giveBack(g, w.rank)
+		l.giveBack(g)
 		if g.step == nil && len(g.fresh) > 0 {
 			l.madeFor(w.world)
 		}
@@ -428,7 +563,7 @@ func (l *ledger) cancel(w *waiter) {
 func (l *ledger) unmade(fresh []*group, world int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.giveBack(grant{fresh: fresh}, 0)
+	l.giveBack(grant{fresh: fresh})
 	l.madeFor(world)
 	l.dispatch()
 }
@@ -443,10 +578,11 @@ func (l *ledger) madeFor(world int) {
 	}
 }
 
-// giveBack returns a grant to rank not served; l.mu is held.
-func (l *ledger) giveBack(g grant, rank int) {
+// giveBack returns a grant not served; l.mu is held.
+func (l *ledger) giveBack(g grant) {
 	if g.step != nil {
-		delete(l.leases, slot{g.step.Step, rank})
+		delete(l.leases, slot{g.step.Step, g.rank})
+		delete(l.converting, g.step.Step)
 		if g.step.World == 0 {
 			l.counts.reserved--
 		}
@@ -501,7 +637,7 @@ func (l *ledger) recordStep(st *stepState) error {
 	}, func(*state) {
 		l.steps[st.Step] = st
 		s := slot{st.Step, st.LeasedRank}
-		l.leases[s] = st.LeasedUntil
+		l.setLease(s, st.LeasedUntil)
 		l.handed[s] = true
 		l.counts.served++
 		if st.World > 0 {
@@ -514,6 +650,80 @@ func (l *ledger) recordStep(st *stepState) error {
 		return fmt.Errorf("recording step %d: %w", st.Step, err)
 	}
 	return nil
+}
+
+// recordLease records the lease a dispatch gave on a step made before (a
+// step served again, a rank's slice of a step another rank made, a
+// stranded step taken by a caller of another kind: g), in the state
+// file before it is answered: a restart keeps it as it keeps a new
+// step's, so the trainer holding it acknowledges it rather than another
+// caller getting it too. A stranded step taken by a rank of a world
+// other than its own is recorded cut for that world (its slices by
+// tokens), and the world's other ranks then take their slices of it. It
+// returns the step as recorded, to answer from. Nothing is recorded when
+// the step was acknowledged or the lease taken back meanwhile. On an
+// error the caller gives the grant back (unlease).
+func (l *ledger) recordLease(g grant, world int) (*stepState, error) {
+	n := g.step.Step
+	leased := g.step
+	converted := false
+	err := l.record(func() (*state, error) {
+		st := l.steps[n]
+		until, ok := l.leases[slot{n, g.rank}]
+		if st == nil || st.Acked || !ok {
+			delete(l.converting, n)
+			if st != nil {
+				leased = st
+			}
+			return nil, nil
+		}
+		c := *st
+		switch {
+		case st.World == 0 && world == 0:
+			c.LeasedUntil, c.LeasedRank = until.UTC(), 0
+		case world > 0 && st.World != world:
+			// Cut anew for this world: no slice of it was acknowledged.
+			c.World, c.RanksAcked, c.LeasedUntil, c.LeasedRank = world, nil, time.Time{}, 0
+			c.RankLeases = map[int]time.Time{g.rank: until.UTC()}
+			converted = true
+		default:
+			c.RankLeases = maps.Clone(st.RankLeases)
+			if c.RankLeases == nil {
+				c.RankLeases = map[int]time.Time{}
+			}
+			c.RankLeases[g.rank] = until.UTC()
+		}
+		leased = &c
+		next := l.st.clone()
+		for i, s := range next.Steps {
+			if s.Step == n {
+				next.Steps[i] = leased
+			}
+		}
+		return next, nil
+	}, func(*state) {
+		// An ack meanwhile is recorded after this (records are
+		// serialised): it sees and keeps this lease's state.
+		l.steps[n] = leased
+		delete(l.converting, n)
+		if converted {
+			// The world's other ranks waiting take their slices now.
+			l.dispatch()
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recording the lease of step %d: %w", n, err)
+	}
+	return leased, nil
+}
+
+// unlease gives back a grant of a step whose lease could not be
+// recorded: it is to be served again.
+func (l *ledger) unlease(g grant) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.giveBack(g)
+	l.dispatch()
 }
 
 // ack completes step n: acknowledged once and for all (a repeated ack is
@@ -585,6 +795,8 @@ func (l *ledger) setVersion(v int64) error {
 	}, func(next *state) {
 		// Never below: versions only grow in the state too.
 		_ = l.policy.SetVersion(next.Policy)
+		// A new version lets the staleness bound admit more.
+		l.setDemand()
 	})
 	if errors.Is(err, errNotRecorded) {
 		err = fmt.Errorf("recording policy version %d: %w", v, err)

@@ -687,3 +687,252 @@ func TestLedgerDemandFollowsRecent(t *testing.T) {
 		}
 	}
 }
+
+// The look-ahead: serve.buffer_steps steps of the recent K, at least the
+// kept groups that keep generate.concurrency busy (Fill) while
+// buffer_steps > 0, and under serve.max_staleness at least what the
+// staleness bound allows at the current version (Bound), from before
+// the first request and raised by each new version.
+func TestLedgerLookAhead(t *testing.T) {
+	tests := []struct {
+		name         string
+		buffer, fill int
+		bound        func(int64) int
+		ks           []int  // the steps served, in order
+		version      int64  // then the policy version posted (0: none)
+		want         [3]int // the demand at the start, after the steps, after the version
+	}{
+		{name: "buffer alone", buffer: 1, ks: []int{8}, want: [3]int{0, 16, 16}},
+		{name: "fill before the first request", buffer: 1, fill: 12, ks: []int{8}, want: [3]int{12, 8 + 12, 20}},
+		{name: "steps larger than the fill", buffer: 2, fill: 12, ks: []int{8, 8}, want: [3]int{12, 16 + 16, 32}},
+		{name: "buffer_steps 0: no look-ahead, no fill", buffer: 0, fill: 12, ks: []int{8}, want: [3]int{0, 8, 8}},
+		{name: "the staleness bound", buffer: 1, fill: 4, bound: staleBound(1, 8), ks: []int{8}, version: 1, want: [3]int{16, 16, 24}},
+		{name: "bound below the look-ahead", buffer: 4, bound: staleBound(0, 2), ks: []int{8}, version: 3, want: [3]int{2, 8 + 32, 40}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			supply := groups.NewSupply(0)
+			l, err := newLedger(ledgerConfig{Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease,
+				Buffer: tt.buffer, Fill: tt.fill, Bound: tt.bound, Supply: supply})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := supply.Target(); got != tt.want[0] {
+				t.Fatalf("demand at the start %d, want %d", got, tt.want[0])
+			}
+			l.enqueue(testGroups(0, 100), nil)
+			for _, k := range tt.ks {
+				serveStep(t, l, k)
+			}
+			if got := supply.Target(); got != tt.want[1] {
+				t.Fatalf("demand after steps %v: %d, want %d", tt.ks, got, tt.want[1])
+			}
+			if tt.version > 0 {
+				if err := l.setVersion(tt.version); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := supply.Target(); got != tt.want[2] {
+				t.Fatalf("demand after version %d: %d, want %d", tt.version, got, tt.want[2])
+			}
+		})
+	}
+}
+
+func TestFillGroups(t *testing.T) {
+	for _, tt := range []struct{ conc, n, want int }{{64, 8, 8}, {65, 8, 9}, {512, 8, 64}, {4, 8, 1}, {16, 0, 0}} {
+		if got := fillGroups(tt.conc, tt.n); got != tt.want {
+			t.Errorf("fillGroups(%d, %d) = %d, want %d", tt.conc, tt.n, got, tt.want)
+		}
+	}
+}
+
+// A lease given on a step made before (a whole step served again, a
+// rank's slice of a step another rank made) is recorded (recordLease):
+// a ledger restarted from the state keeps it until it runs out, then
+// serves the step (the slice) again; once acknowledged, never again.
+func TestLedgerLeaseRecordedAcrossRestart(t *testing.T) {
+	tests := []struct {
+		name        string
+		rank, world int
+	}{
+		{"a whole step served again", 0, 0},
+		{"the slice of a rank that did not make the step", 1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, clock, db := newTestLedger(t, nil)
+			l.enqueue(testGroups(0, 4), nil)
+			var n int64
+			if tt.world == 0 {
+				n, _ = serveStep(t, l, 2)
+				clock.advance(testLease) // its first lease runs out
+			} else {
+				// Rank 0 makes the step (its lease is recorded with it).
+				g := granted(t, l.wait(2, 0, tt.world))
+				st := &stepState{Step: l.reserve(), World: tt.world, GroupTokens: []int64{1, 1}, GroupRows: []int{4, 4}}
+				for _, gr := range g.fresh {
+					st.Groups = append(st.Groups, gr.ref)
+				}
+				if err := l.recordStep(st); err != nil {
+					t.Fatal(err)
+				}
+				n = st.Step
+			}
+			g := granted(t, l.wait(2, tt.rank, tt.world))
+			if g.step == nil || g.step.Step != n {
+				t.Fatalf("rank %d: %+v, want step %d", tt.rank, g, n)
+			}
+			if _, err := l.recordLease(g, tt.world); err != nil {
+				t.Fatal(err)
+			}
+			leased := clock.now().Add(testLease)
+
+			r, rclock, rdb := newTestLedger(t, db.last())
+			rclock.advance(leased.Sub(rclock.now()) - time.Second)
+			if g := r.wait(2, tt.rank, tt.world); len(g.ch) != 0 {
+				t.Fatalf("restarted within the recorded lease: rank %d was served %+v", tt.rank, <-g.ch)
+			} else {
+				r.cancel(g)
+			}
+			rclock.advance(time.Second)
+			g = granted(t, r.wait(2, tt.rank, tt.world))
+			if g.step == nil || g.step.Step != n {
+				t.Fatalf("restarted, past the lease: %+v, want step %d again", g, n)
+			}
+			if _, err := r.ack(n, tt.rank, tt.world); err != nil {
+				t.Fatal(err)
+			}
+			if tt.world > 0 {
+				if _, err := r.ack(n, 0, tt.world); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, aclock, _ := newTestLedger(t, rdb.last())
+			aclock.advance(10 * testLease)
+			if st := statusOf(a); st.Steps.Acked != 1 || st.Steps.Pending != 0 || st.Steps.Leased != 0 {
+				t.Fatalf("acknowledged, restarted: steps %+v, want it never served again", st.Steps)
+			}
+		})
+	}
+}
+
+// makeWorldStep makes a step of k fresh groups for rank of world (world
+// 0: whole) as the handler does: its groups' tokens and rows recorded,
+// its lease with it.
+func makeWorldStep(t *testing.T, l *ledger, k, rank, world int) int64 {
+	t.Helper()
+	g := granted(t, l.wait(k, rank, world))
+	if g.fresh == nil {
+		t.Fatalf("rank %d of %d: %+v, want fresh groups", rank, world, g)
+	}
+	st := &stepState{Step: l.reserve(), World: world, LeasedRank: rank}
+	for _, gr := range g.fresh {
+		st.Groups = append(st.Groups, gr.ref)
+		st.GroupTokens = append(st.GroupTokens, 1)
+		st.GroupRows = append(st.GroupRows, gr.rows)
+	}
+	if err := l.recordStep(st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Step
+}
+
+// Whole-step callers and the ranks of a world do not strand each other:
+// a step of one kind that no caller of its kind took back within a lease
+// after its last lease ran out is stranded, and a caller of the other
+// kind takes it (a whole caller a world's step none of whose slices was
+// acknowledged, served whole; a rank a whole step, cut for its world, the
+// world's other ranks then taking their slices); before that, each gets
+// steps of its own kind. A world's step whose slices were partly
+// acknowledged waits for its world.
+func TestLedgerStrandedSteps(t *testing.T) {
+	t.Run("a world's step to a whole-step caller", func(t *testing.T) {
+		l, clock, _ := newTestLedger(t, nil)
+		l.enqueue(testGroups(0, 8), nil)
+		n := makeWorldStep(t, l, 2, 0, 2) // rank 1 never comes, rank 0 never acks
+		clock.advance(testLease)
+		if g := granted(t, l.wait(2, 0, 0)); g.step != nil {
+			t.Fatalf("within a lease of the last one: a whole caller got step %d, want fresh groups", g.step.Step)
+		}
+		clock.advance(testLease)
+		g := granted(t, l.wait(2, 0, 0))
+		if g.step == nil || g.step.Step != n || g.rank != wholeRank {
+			t.Fatalf("stranded: %+v, want step %d whole", g, n)
+		}
+		st, err := l.recordLease(g, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.World != 2 || st.RankLeases[wholeRank].IsZero() {
+			t.Fatalf("recorded %+v, want world 2 leased whole", st)
+		}
+		if g := granted(t, l.wait(2, 1, 2)); g.step != nil {
+			t.Fatalf("rank 1 got step %d while a whole caller holds step %d, want fresh groups", g.step.Step, n)
+		}
+		if _, err := l.ack(n, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if s := statusOf(l); s.Steps.Acked != 1 || s.Steps.Pending != 0 {
+			t.Fatalf("after the ack: %+v", s.Steps)
+		}
+	})
+	t.Run("a whole step to the ranks of a world", func(t *testing.T) {
+		l, clock, db := newTestLedger(t, nil)
+		l.enqueue(testGroups(0, 4), nil)
+		n := makeWorldStep(t, l, 4, 0, 0) // its trainer died; the job restarts as 2 ranks
+		clock.advance(testLease)
+		w0 := l.wait(2, 0, 2)
+		if len(w0.ch) != 0 {
+			t.Fatalf("within a lease of the last one: rank 0 got %+v", <-w0.ch)
+		}
+		clock.advance(testLease)
+		l.tick()
+		g0 := granted(t, w0)
+		if g0.step == nil || g0.step.Step != n {
+			t.Fatalf("stranded: rank 0 got %+v, want step %d", g0, n)
+		}
+		g1 := granted(t, l.wait(2, 1, 2)) // while the cut is being recorded
+		if g1.step == nil || g1.step.Step != n {
+			t.Fatalf("rank 1 got %+v, want its slice of step %d", g1, n)
+		}
+		for _, g := range []grant{g0, g1} {
+			st, err := l.recordLease(g, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.World != 2 || st.RankLeases[g.rank].IsZero() {
+				t.Fatalf("recorded %+v, want step %d cut for 2 ranks, rank %d leased", st, n, g.rank)
+			}
+		}
+		// A restart keeps the cut and both leases.
+		r, rclock, _ := newTestLedger(t, db.last())
+		rclock.advance(clock.now().Sub(rclock.now()))
+		if s := statusOf(r); s.Steps.Leased != 1 || len(s.Leases) != 2 {
+			t.Fatalf("restarted: steps %+v, leases %+v", s.Steps, s.Leases)
+		}
+		for rank := range 2 {
+			if _, err := l.ack(n, rank, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s := statusOf(l); s.Steps.Acked != 1 {
+			t.Fatalf("after both ranks' acks: %+v", s.Steps)
+		}
+	})
+	t.Run("a world's step partly acknowledged waits for its world", func(t *testing.T) {
+		l, clock, _ := newTestLedger(t, nil)
+		l.enqueue(testGroups(0, 8), nil)
+		n := makeWorldStep(t, l, 2, 0, 2)
+		if _, err := l.ack(n, 0, 2); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(3 * testLease)
+		if g := granted(t, l.wait(2, 0, 0)); g.step != nil {
+			t.Fatalf("a whole caller got step %d, half trained on", g.step.Step)
+		}
+		if g := granted(t, l.wait(2, 1, 2)); g.step == nil || g.step.Step != n {
+			t.Fatalf("rank 1 got %+v, want its slice of step %d", g, n)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -152,4 +153,81 @@ func TestServeRanks(t *testing.T) {
 		}
 	}
 	t.Logf("slice loads (tokens): %v", loads)
+}
+
+// waitStranded waits until step n is to be served again (its lease ran
+// out) and then a lease more: nobody of its kind took it back, so it is
+// stranded and a caller of the other kind may take it.
+func waitStranded(ctx context.Context, t *testing.T, c *client.Client, lease time.Duration) {
+	t.Helper()
+	waitStatus(ctx, t, c, "a step to serve again", func(st client.Status) bool { return st.Steps.Pending == 1 })
+	time.Sleep(lease + lease/2)
+}
+
+// TestServeStrandedSteps: a whole step whose trainer is gone goes to the
+// ranks of a data-parallel job, cut for their world (disjoint slices that
+// together are the step), and acknowledged by both; a step made for a
+// world whose ranks are gone goes to a whole-step caller, whole.
+func TestServeStrandedSteps(t *testing.T) {
+	const lease = time.Second
+	s := start(t, testConfig(t, t.TempDir(), "serve.lease=1s"), serve.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := client.New(s.url, "")
+
+	whole, err := c.Next(ctx, 4, client.FormatJSONL) // never acknowledged
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := jsonlGroups(t, whole.Body)
+	waitStranded(ctx, t, c, lease)
+	got := map[group]int{}
+	for rank := range 2 {
+		st, err := c.NextRank(ctx, 4, rank, 2, client.FormatJSONL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Number != whole.Number || st.World != 2 || st.StepGroups != 4 {
+			t.Fatalf("rank %d: step %d (world %d, %d groups), want its slice of step %d", rank, st.Number, st.World, st.StepGroups, whole.Number)
+		}
+		gs, _ := jsonlGroups(t, st.Body)
+		for g, n := range gs {
+			if _, dup := got[g]; dup {
+				t.Fatalf("group %v in both slices", g)
+			}
+			got[g] = n
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the slices hold %v, the step %v", got, want)
+	}
+	for rank := range 2 {
+		if err := c.AckRank(ctx, whole.Number, rank, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	sliced, err := c.NextRank(ctx, 4, 0, 2, client.FormatJSONL) // rank 1 never comes; rank 0 never acks
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStranded(ctx, t, c, lease)
+	again, err := c.Next(ctx, 4, client.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, _ := jsonlGroups(t, again.Body)
+	if again.Number != sliced.Number || again.World != 0 || again.Groups != 4 || len(gs) != 4 {
+		t.Fatalf("whole caller: step %d (world %d, %d groups, %d in the body), want step %d whole", again.Number, again.World, again.Groups, len(gs), sliced.Number)
+	}
+	if err := c.Ack(ctx, again.Number); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != 2 || st.Steps.Pending != 0 {
+		t.Fatalf("at the end: steps %+v, want 2 acknowledged", st.Steps)
+	}
 }

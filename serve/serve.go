@@ -148,11 +148,19 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return fmt.Errorf("serve: %w", err)
 	}
 
+	// The look-ahead: serve.buffer_steps steps, at least the kept groups
+	// that keep generate.concurrency busy; under serve.max_staleness, what
+	// the staleness bound allows.
+	var bound func(int64) int
+	if cfg.Serve.MaxStaleness != nil {
+		bound = staleBound(*cfg.Serve.MaxStaleness, cfg.Serve.StepGroups)
+	}
 	sctx, stopService := context.WithCancel(context.Background())
 	defer stopService()
 	s, err := newService(serviceConfig{
 		Dir: dir, State: st, Ctx: sctx,
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseTimeout.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
+		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
 		Supply: groups.NewSupply(0),
 		Parquet: parquet.Options{
 			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step

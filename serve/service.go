@@ -74,8 +74,11 @@ type serviceConfig struct {
 	// PauseTimeout is serve.pause_timeout.
 	PauseTimeout time.Duration
 	Buffer       int // serve.buffer_steps
-	MaxK         int // serve.max_groups_per_step
-	Supply       *groups.Supply
+	// Fill and Bound are the ledger's (ledgerConfig).
+	Fill   int
+	Bound  func(v int64) int
+	MaxK   int // serve.max_groups_per_step
+	Supply *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -92,7 +95,7 @@ func newService(c serviceConfig) (*service, error) {
 		persist = func(st *state) error { return saveState(c.Dir, st) }
 	}
 	led, err := newLedger(ledgerConfig{
-		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Supply: c.Supply,
+		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Bound: c.Bound, Supply: c.Supply,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)
@@ -253,10 +256,10 @@ func (s *service) makeStep(ctx context.Context, fresh []*group, rank, world int)
 		st.Groups = append(st.Groups, g.ref)
 		st.Rows += g.rows
 		st.Versions = addVersions(st.Versions, g.versions)
-		if world > 0 {
-			st.GroupTokens = append(st.GroupTokens, g.tokens)
-			st.GroupRows = append(st.GroupRows, g.rows)
-		}
+		// Recorded for a whole step too: a stranded one may be cut for
+		// a world's ranks later.
+		st.GroupTokens = append(st.GroupTokens, g.tokens)
+		st.GroupRows = append(st.GroupRows, g.rows)
 	}
 	if err := s.writeStep(ctx, n, fresh); err != nil {
 		s.led.unmade(fresh, world)

@@ -19,9 +19,11 @@ const stateVersion = 1
 
 // state is the service's durable state (served/state.json): the steps
 // assembled so far with the groups each holds, whether it was
-// acknowledged and until when its first lease runs, the policy version
-// and whether the fleet is paused. A step served again is leased in
-// memory only: after a restart it is served again at once.
+// acknowledged and until when its leases run, the policy version and
+// whether the fleet is paused. Every lease is recorded before its answer
+// (a new step's with the step; one served again, a rank's slice of a step
+// another rank made, or a stranded step taken by a caller of another
+// kind by recordLease), so a restart keeps it.
 type state struct {
 	Version int `json:"version"`
 	// Policy is the last policy version set (POST /v1/policy).
@@ -48,18 +50,26 @@ type stepState struct {
 	// under, ascending.
 	Versions []int64 `json:"policy_versions"`
 	Acked    bool    `json:"acked"`
-	// LeasedUntil is when the lease of the step's first serving runs out
-	// (recorded with the step): a restart keeps that lease, so that a
-	// trainer that goes on across the restart acknowledges its step
-	// rather than another trainer getting it too.
+	// LeasedUntil is when the lease of the step's latest serving whole
+	// runs out (or, for a step of a world, its maker rank's first):
+	// recorded with the step and again when it is served again, so a
+	// restart keeps that lease, and a trainer that goes on across the
+	// restart acknowledges its step rather than another trainer getting
+	// it too.
 	LeasedUntil time.Time `json:"leased_until,omitzero"`
 	// LeasedRank is the rank whose slice LeasedUntil leases (a step of a
 	// world).
 	LeasedRank int `json:"leased_rank,omitempty"`
+	// RankLeases are, for a step of a world, when the leases of the other
+	// ranks' slices (or a slice served again, or the whole step taken by
+	// a whole-step caller: rank -1) run out, by rank. A whole step served
+	// again records its new lease in LeasedUntil.
+	RankLeases map[int]time.Time `json:"rank_leases,omitempty"`
 	// World is the number of data-parallel ranks the step is served to,
 	// each its slice (partition); 0: served whole. GroupTokens and
 	// GroupRows are its groups' tokens and rows, which the slices are
-	// cut by; RanksAcked the ranks that acknowledged their slice (the
+	// cut by (recorded for a whole step too: a stranded one may be cut
+	// for a world; steps recorded before lack them); RanksAcked the ranks that acknowledged their slice (the
 	// step is Acked once every rank did).
 	World       int     `json:"world,omitempty"`
 	GroupTokens []int64 `json:"group_tokens,omitempty"`

@@ -12,12 +12,24 @@
 //     so that a resumed run does not sample the dropped tasks again);
 //   - the batch-synchronous reference (whole-batch regeneration of K
 //     groups until K are kept, then the trainer's step);
+//   - the `trajflow serve` process itself (a child process, serve.max_staleness
+//     1, step_groups K) fed by a trainer over HTTP with the Go client:
+//     take a step, train, acknowledge, pause, post a new policy version,
+//     resume; one row per -http-train ratio (below 1 generation-bound,
+//     above training-bound);
 //
 // and reports the fleet's busy fraction, tokens generated ÷ needed, the time
-// per step against the ideal and the staleness of the groups consumed.
+// per step against the ideal and the staleness of the groups consumed; the
+// HTTP rows also the fleet's busy fraction after the first step, the
+// trainer's idle fraction, tokens generated ÷ those of the groups the
+// service finished, the largest staleness and the groups served twice.
+// -priority on,off gives each trajflow schedule a row with
+// generate.priority auto and groups.cancel_undecided, and one with both
+// off.
 //
 //	go run ./bench/serve                 # K=64, n=8, 10 steps, keep 0.3/0.5/0.7
 //	go run ./bench/serve -keep 0.5       # one keep rate
+//	go run ./bench/serve -schedules http -keep 0.5 -priority on,off
 //	go run ./bench/serve -quick          # smoke run, seconds
 //
 // BENCHMARKS.md explains every column.
@@ -80,6 +92,27 @@ type Row struct {
 	// consumption minus the group's min_policy_version: [0, 1, ≥2].
 	Staleness [3]int `json:"staleness"`
 	Note      string `json:"note,omitempty"`
+	// Priority is generate.priority auto with groups.cancel_undecided
+	// ("on") or both off ("off"); "" for the barrier reference.
+	Priority string `json:"priority,omitempty"`
+
+	// The serve-over-HTTP rows' own figures. BusyAfterFirst is the
+	// simulator's busy fraction from the trainer's first step to its
+	// last; TrainerIdle the trainer's time waiting for steps 2..S over
+	// its loop from the first step on. Finished are the decode tokens of
+	// every group the service finished (kept, served or queued; dropped
+	// by the keep rule), Ratio then generated ÷ Finished; Served the
+	// decode tokens of the groups served. StaleMax is the largest
+	// (trainer's version − the step's oldest policy version);
+	// Duplicates the groups served twice.
+	BusyAfterFirst float64 `json:"fleet_busy_after_first_step,omitempty"`
+	TrainerIdle    float64 `json:"trainer_idle_fraction,omitempty"`
+	Finished       int64   `json:"tokens_of_groups_finished,omitempty"`
+	Served         int64   `json:"tokens_of_groups_served,omitempty"`
+	StaleMax       int64   `json:"staleness_max,omitempty"`
+	Duplicates     int     `json:"duplicates,omitempty"`
+	// Waits are the trainer's waits for each step, in seconds.
+	Waits []float64 `json:"trainer_waits_s,omitempty"`
 }
 
 type options struct {
@@ -93,6 +126,14 @@ type options struct {
 	workdir    string
 	maxTokens  int
 	preset     string
+	// priorities are -priority's settings (on, off); httpTrains the
+	// trainer's step in multiples of a step's ideal generation time, one
+	// serve-over-HTTP row each; pause the HTTP trainer's pause mode;
+	// commit the child's serve.commit_interval (0: its default).
+	priorities []string
+	httpTrains []float64
+	pause      string
+	commit     time.Duration
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -107,7 +148,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	steps := fs.Int("steps", 0, "training steps (default 10; quick 3)")
 	keeps := fs.String("keep", "", "comma-separated keep rates (default 0.3,0.5,0.7; quick 0.5)")
 	trainRatio := fs.Float64("train", 1, "the trainer's time per step, in multiples of one step's ideal generation time")
-	scheds := fs.String("schedules", "abort,keep,run,reference", "comma-separated schedules: abort, keep (continuous), run (one run per step), reference")
+	scheds := fs.String("schedules", "abort,keep,run,reference,http", "comma-separated schedules: abort, keep (continuous), run (one run per step), reference, http (the trajflow serve process over HTTP)")
+	prios := fs.String("priority", "on", "comma-separated: on (generate.priority auto, groups.cancel_undecided true), off (both off); one row each")
+	httpTrains := fs.String("http-train", "0.5,2", "the HTTP trainer's step in multiples of one step's ideal generation time, comma-separated: below 1 generation-bound, above training-bound")
+	pause := fs.String("pause", "abort", "the HTTP trainer's pause mode (abort, keep)")
+	commit := fs.Duration("commit", 0, "the serve child's serve.commit_interval (default: serve's, 500ms; quick 50ms)")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
 	workdir := fs.String("workdir", "", "directory for tasks and outputs (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
@@ -119,6 +164,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *quick {
 		o.bench.TimeScale, o.bench.Capacity = 0.05, 32
 		o.k, o.n, o.steps, o.keeps, o.maxTokens, o.preset = 8, 4, 3, []float64{0.5}, 0, "short"
+		o.commit = 50 * time.Millisecond
+	}
+	for _, p := range strings.Split(*prios, ",") {
+		p = strings.TrimSpace(p)
+		if p != "on" && p != "off" {
+			fmt.Fprintf(stderr, "serve: -priority: %q is not on or off\n", p)
+			return 2
+		}
+		o.priorities = append(o.priorities, p)
+	}
+	for _, t := range strings.Split(*httpTrains, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+		if err != nil || f <= 0 {
+			fmt.Fprintf(stderr, "serve: -http-train: %q is not a positive ratio\n", t)
+			return 2
+		}
+		o.httpTrains = append(o.httpTrains, f)
+	}
+	if *pause != "abort" && *pause != "keep" {
+		fmt.Fprintf(stderr, "serve: -pause: %q is not abort or keep\n", *pause)
+		return 2
+	}
+	o.pause = *pause
+	if *commit > 0 {
+		o.commit = *commit
 	}
 	if *scale > 0 {
 		o.bench.TimeScale = *scale
@@ -157,10 +227,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, s := range strings.Split(*scheds, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "abort", "keep", "run", "reference":
+		case "abort", "keep", "run", "reference", "http":
 			o.schedules[s] = true
 		default:
-			fmt.Fprintf(stderr, "serve: -schedules: unknown schedule %q (want abort, keep, run, reference)\n", s)
+			fmt.Fprintf(stderr, "serve: -schedules: unknown schedule %q (want abort, keep, run, reference, http)\n", s)
 			return 2
 		}
 	}
@@ -206,6 +276,7 @@ type workload struct {
 	harness.Workload
 	ideal      harness.Ideal // of the whole S·K kept groups' work
 	idealStep  time.Duration
+	genStep    time.Duration // one step's ideal generation time
 	train, upd time.Duration
 }
 
@@ -243,6 +314,7 @@ func runWorkload(ctx context.Context, o options, keep float64, dir string, log i
 	}
 	w.ideal = harness.IdealOf(harness.AllTrajs(work), harness.CostOf(srv.Options()))
 	genStep := w.ideal.T / time.Duration(o.steps)
+	w.genStep = genStep
 	w.train = time.Duration(float64(genStep) * o.trainRatio)
 	w.upd = genStep / 50
 	w.idealStep = max(genStep, w.train+w.upd)
@@ -250,22 +322,56 @@ func runWorkload(ctx context.Context, o options, keep float64, dir string, log i
 		w.ideal.T.Round(time.Millisecond), genStep.Round(time.Millisecond), w.train.Round(time.Millisecond), w.upd.Round(time.Millisecond))
 
 	var rows []Row
-	for _, s := range []string{"abort", "keep", "run", "reference"} {
-		if !o.schedules[s] {
-			continue
+	for _, prio := range o.priorities {
+		for _, s := range []string{"abort", "keep", "run", "http"} {
+			if !o.schedules[s] {
+				continue
+			}
+			c := *cfg
+			c.Output.Dir = filepath.Join(dir, "out-"+s+"-"+prio)
+			if prio == "off" {
+				off := false
+				c.Generate.Priority, c.Groups.CancelUndecided = "off", &off
+			}
+			var rs []Row
+			var err error
+			switch s {
+			case "abort", "keep":
+				var row Row
+				row, err = runContinuous(ctx, o, srv, &c, w, generate.PauseMode(s))
+				rs = []Row{row}
+			case "run":
+				var row Row
+				row, err = runPerStep(ctx, o, srv, &c, w)
+				rs = []Row{row}
+			case "http":
+				for _, ratio := range o.httpTrains {
+					var row Row
+					row, err = runHTTP(ctx, o, srv, dir, tasksPath, w, ratio, prio)
+					rs = append(rs, row)
+					fmt.Fprintf(log, "serve:   %s, priority %s: the trainer's waits (s):", row.Schedule, prio)
+					for _, d := range row.Waits {
+						fmt.Fprintf(log, " %.2f", d)
+					}
+					fmt.Fprintln(log)
+					if err != nil {
+						break
+					}
+				}
+			}
+			for i := range rs {
+				rs[i].Priority = prio
+			}
+			rows = append(rows, rs...)
+			if err != nil {
+				return rows, fmt.Errorf("%s, %s: %w", w.Name, rs[len(rs)-1].Schedule, err)
+			}
 		}
+	}
+	if o.schedules["reference"] {
 		c := *cfg
-		c.Output.Dir = filepath.Join(dir, "out-"+s)
-		var row Row
-		var err error
-		switch s {
-		case "abort", "keep":
-			row, err = runContinuous(ctx, o, srv, &c, w, generate.PauseMode(s))
-		case "run":
-			row, err = runPerStep(ctx, o, srv, &c, w)
-		case "reference":
-			row, err = runReference(ctx, o, srv, &c, w, tasks)
-		}
+		c.Output.Dir = filepath.Join(dir, "out-reference")
+		row, err := runReference(ctx, o, srv, &c, w, tasks)
 		rows = append(rows, row)
 		if err != nil {
 			return rows, fmt.Errorf("%s, %s: %w", w.Name, row.Schedule, err)
@@ -535,11 +641,27 @@ func staleness(ctx context.Context, dir string, k int) ([3]int, error) {
 func printTable(w io.Writer, o options, rows []Row) {
 	fmt.Fprintf(w, "B=%d, time scale %g, seed %d, generate.concurrency %d; the trainer's step = %g× one step's ideal generation time, its update 2%% of that\n\n",
 		o.bench.Capacity, o.bench.TimeScale, o.bench.Seed, o.bench.Concurrency, o.trainRatio)
-	fmt.Fprintln(w, "| workload | schedule | kept | T_total s | T_step s | ideal T_step s | step eff | fleet busy | tokens needed | generated | generated ÷ needed | staleness 0 / 1 / ≥2 | note |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+	fmt.Fprintln(w, "| workload | schedule | priority | kept | T_total s | T_step s | ideal T_step s | step eff | fleet busy | tokens needed | generated | generated ÷ needed | staleness 0 / 1 / ≥2 | note |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+	var served []Row
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %d | %.3f | %d / %d / %d | %s |\n",
-			r.Workload, r.Schedule, r.Kept, r.TotalS, r.StepS, r.IdealStepS, r.Efficiency, r.BusyFrac,
+		if strings.HasPrefix(r.Schedule, "serve over HTTP") {
+			served = append(served, r)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %d | %.3f | %d / %d / %d | %s |\n",
+			r.Workload, r.Schedule, r.Priority, r.Kept, r.TotalS, r.StepS, r.IdealStepS, r.Efficiency, r.BusyFrac,
 			r.Needed, r.Generated, r.Ratio, r.Staleness[0], r.Staleness[1], r.Staleness[2], r.Note)
+	}
+	if len(served) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n`trajflow serve` in a child process, the trainer over HTTP (serve.max_staleness 1, step_groups %d, pause %s):\n\n", o.k, o.pause)
+	fmt.Fprintln(w, "| workload | schedule | priority | served | T_total s | T_step s | ideal T_step s | step eff | fleet busy | fleet busy after step 1 | trainer idle | generated | tokens of groups finished | generated ÷ finished | staleness 0 / 1 / ≥2 | staleness max | duplicates | note |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+	for _, r := range served {
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %d | %d | %.3f | %d / %d / %d | %d | %d | %s |\n",
+			r.Workload, r.Schedule, r.Priority, r.Kept, r.TotalS, r.StepS, r.IdealStepS, r.Efficiency, r.BusyFrac, r.BusyAfterFirst, r.TrainerIdle,
+			r.Generated, r.Finished, r.Ratio, r.Staleness[0], r.Staleness[1], r.Staleness[2], r.StaleMax, r.Duplicates, r.Note)
 	}
 }

@@ -271,7 +271,9 @@ func TestServeKillRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(data) - len(inStep); st.QueuedGroups < want || st.Steps.Made != 5 || st.Steps.Pending != 1 {
+	// The step served again and not acknowledged is still leased (its
+	// lease is recorded; TestServeKillServedAgain) or to be served again.
+	if want := len(data) - len(inStep); st.QueuedGroups < want || st.Steps.Made != 5 || st.Steps.Pending+st.Steps.Leased != 1 {
 		t.Fatalf("restarted: %d queued (data/ %d groups, %d in steps), steps %+v", st.QueuedGroups, len(data), len(inStep), st.Steps)
 	}
 }
@@ -642,5 +644,126 @@ func TestServePythonRanks(t *testing.T) {
 	}
 	if st.Steps.Acked != steps || st.Steps.Made != steps || st.PolicyVersion != steps || st.Paused {
 		t.Fatalf("after the ranks: steps %+v, policy v%d, paused %v; want %d steps made and acknowledged", st.Steps, st.PolicyVersion, st.Paused, steps)
+	}
+}
+
+// TestServeKillServedAgain: a step served again (its first lease ran
+// out) and then a kill -9 of serve: the restarted service keeps the new
+// lease (recorded before the answer), so the trainer holding the step
+// acknowledges it and nobody else gets it meanwhile; a step leased and
+// not acknowledged across a kill -9 is served again once its lease runs
+// out, never lost; once acknowledged it is never served again, another
+// kill -9 included.
+func TestServeKillServedAgain(t *testing.T) {
+	dir := t.TempDir()
+	tasks := writeTasks(t, dir, 400, 5)
+	out := filepath.Join(dir, "out")
+	cfg := writeServeConfig(t, dir, tasks, out)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const lease = "serve.lease=5s"
+	kill := func(p *serveProc) {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+	}
+	waitPending := func(c *client.Client) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			st, err := c.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Steps.Pending == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the lease never ran out: %+v", st.Steps)
+			}
+		}
+	}
+
+	p := startServe(t, cfg, "--set", lease)
+	c := client.New(p.url, "")
+	first, err := c.Next(ctx, 4, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPending(c) // its trainer died: the step is to be served again
+	again, err := c.Next(ctx, 4, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Number != first.Number || !bytes.Equal(again.Body, first.Body) {
+		t.Fatalf("served again: step %d, want step %d", again.Number, first.Number)
+	}
+	kill(p)
+
+	// Restarted: the lease of the serving again stands; a caller gets a
+	// new step, not that one.
+	p = startServe(t, cfg, "--set", lease)
+	c = client.New(p.url, "")
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Made != 1 || st.Steps.Leased != 1 || st.Steps.Pending != 0 {
+		t.Fatalf("restarted within the lease of step %d served again: steps %+v, want it leased", first.Number, st.Steps)
+	}
+	other, err := c.Next(ctx, 4, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Number == first.Number {
+		t.Fatalf("step %d, leased to a trainer across the restart, was served to another caller", first.Number)
+	}
+	// The second step's trainer never acknowledges it; kill -9 again:
+	// it is served again once its lease runs out, not lost.
+	if err := c.Ack(ctx, first.Number); err != nil {
+		t.Fatal(err)
+	}
+	kill(p)
+	p = startServe(t, cfg, "--set", lease)
+	c = client.New(p.url, "")
+	waitPending(c)
+	back, err := c.Next(ctx, 4, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Number != other.Number || !bytes.Equal(back.Body, other.Body) {
+		t.Fatalf("after kill -9: step %d, want step %d served again", back.Number, other.Number)
+	}
+	if err := c.Ack(ctx, back.Number); err != nil {
+		t.Fatal(err)
+	}
+	kill(p)
+	p = startServe(t, cfg, "--set", lease)
+	c = client.New(p.url, "")
+	next, err := c.Next(ctx, 4, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Number == first.Number || next.Number == other.Number {
+		t.Fatalf("acknowledged step %d served again", next.Number)
+	}
+	seen := map[groupKey]int64{}
+	for _, s := range []*client.Step{first, other, next} {
+		path := filepath.Join(dir, fmt.Sprintf("step-%d.parquet", s.Number))
+		if err := os.WriteFile(path, s.Body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rows, _ := readFile(t, path, memory.NewGoAllocator())
+		for _, r := range rows {
+			g := groupKey{r.Task.Index, r.Attempt}
+			if prev, ok := seen[g]; ok && prev != s.Number {
+				t.Fatalf("group %v in steps %d and %d", g, prev, s.Number)
+			}
+			seen[g] = s.Number
+		}
+	}
+	if st, err := c.Status(ctx); err != nil || st.Steps.Made != 3 || st.Steps.Acked != 2 {
+		t.Fatalf("at the end: %+v (%v), want 3 made, 2 acknowledged", st, err)
 	}
 }

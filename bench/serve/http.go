@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/trajflow/trajflow/bench/internal/harness"
+	"github.com/trajflow/trajflow/internal/pqread"
+	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/serve/client"
+	"github.com/trajflow/trajflow/stages/groups"
+)
+
+// serveYAML is the serve child's config: the workload's tasks and
+// simulator, the sim environment, dynamic sampling (nonzero_std),
+// serve.max_staleness 1 with steps of K, token-in-token-out (so that a
+// pause in abort mode continues each request from its tokens).
+const serveYAML = `run: {id: bench-serve, progress: 1h}
+source: {path: %q, limit: %d}
+prompt: {user: "{question}"}
+repeat: {n: %d, seed: %d}
+generate:
+  endpoints: [%q]
+  model: sim
+  api: tokens
+  concurrency: %d
+  priority: %s
+  params: {return_token_ids: true%s}
+env: {name: sim, max_turns: 1000, concurrency: %d}
+groups: {keep: nonzero_std, cancel_undecided: %t}
+output: {dir: %q}
+serve: {max_staleness: 1, step_groups: %d, pause_mode: %s%s}
+`
+
+// serveChild is `trajflow serve` running as a child process.
+type serveChild struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan error
+	log  *strings.Builder
+}
+
+// startServe starts `trajflow serve CONFIG --addr 127.0.0.1:0` and waits
+// for its listening line.
+func startServe(ctx context.Context, cfgPath string) (*serveChild, error) {
+	cmd, err := harness.Child(ctx, "serve", cfgPath, "--addr", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &serveChild{cmd: cmd, done: make(chan error, 1), log: &strings.Builder{}}
+	lines := bufio.NewScanner(errPipe)
+	url := make(chan string, 1)
+	go func() {
+		for lines.Scan() {
+			line := lines.Text()
+			if _, rest, ok := strings.Cut(line, "serving on "); ok && len(url) == 0 {
+				url <- strings.Fields(rest)[0]
+			}
+			if c.log.Len() < 1<<16 {
+				c.log.WriteString(line + "\n")
+			}
+		}
+		c.done <- cmd.Wait()
+	}()
+	select {
+	case u := <-url:
+		c.url = u
+		return c, nil
+	case err := <-c.done:
+		return nil, fmt.Errorf("trajflow serve exited before listening: %v\n%s", err, c.log.String())
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("trajflow serve did not listen within 60 s (then %v)", <-c.done)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%w (trajflow serve then %v)", ctx.Err(), <-c.done)
+	}
+}
+
+// stop stops the service (SIGTERM: it commits the finished groups) and
+// waits for it.
+func (c *serveChild) stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.done:
+		// A stop by a signal exits 130, the finished groups committed.
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 130) {
+			return fmt.Errorf("trajflow serve: %w\n%s", err, c.log.String())
+		}
+		return nil
+	case <-time.After(60 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return fmt.Errorf("trajflow serve did not stop within 60 s of SIGTERM (then %v)", <-c.done)
+	}
+}
+
+// trainerRun is what the HTTP trainer saw.
+type trainerRun struct {
+	start, first, last, end time.Time
+	waited                  time.Duration // in Next, after the first step
+	waits                   []time.Duration // in each Next
+	busyAtFirst, busyAtLast time.Duration // the simulator's busy time then
+	busyAtEnd               time.Duration
+	staleness               [3]int
+	staleMax                int64
+	groups, duplicates      int
+	servedTokens            int64
+}
+
+// runHTTP is `trajflow serve` in a child process over the workload's
+// simulator, fed by a trainer over HTTP (the Go client): S times, take a
+// step of K groups, train for train, acknowledge it, then update the
+// policy (pause, w.upd, POST /v1/policy, resume). It then lets the
+// service finish what the staleness bound admitted, stops it, and reads
+// the groups it finished (data/ and filtered/) back.
+func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPath string, w workload, ratio float64, prio string) (Row, error) {
+	bound := "generation-bound"
+	if ratio >= 1 {
+		bound = "training-bound"
+	}
+	row := Row{Schedule: fmt.Sprintf("serve over HTTP, %s (train %g×)", bound, ratio), Priority: prio}
+	train := time.Duration(float64(w.genStep) * ratio)
+	ideal := max(w.genStep, train+w.upd)
+	out := filepath.Join(dir, fmt.Sprintf("out-http-%s-%g", prio, ratio))
+	maxTok, commit := "", ""
+	if o.maxTokens > 0 {
+		maxTok = fmt.Sprintf(", max_tokens: %d", o.maxTokens)
+	}
+	if o.commit > 0 {
+		commit = fmt.Sprintf(", commit_interval: %s", o.commit)
+	}
+	priority := "auto"
+	if prio == "off" {
+		priority = "off"
+	}
+	text := fmt.Sprintf(serveYAML, tasksPath, w.Tasks, o.n, o.bench.RepeatSeed, srv.URL, o.bench.Concurrency, priority, maxTok,
+		o.bench.EnvConcurrency, prio == "on", out, o.k, o.pause, commit)
+	cfgPath := filepath.Join(dir, fmt.Sprintf("serve-%s-%g.yaml", prio, ratio))
+	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
+		return row, err
+	}
+	if err := srv.WaitIdle(ctx); err != nil {
+		return row, err
+	}
+	before := srv.Stats()
+	child, err := startServe(ctx, cfgPath)
+	if err != nil {
+		return row, err
+	}
+	tr, terr := httpTrainer(ctx, o, srv, child.url, train, w.upd)
+	// What the staleness bound admitted is finished and committed before
+	// the service stops: its tokens are the next steps', not waste.
+	if terr == nil {
+		terr = settle(ctx, srv, child.url)
+	}
+	serr := child.stop()
+	if err := errors.Join(terr, serr); err != nil {
+		return row, err
+	}
+	d := harness.Delta(before, srv.Stats())
+	fin, err := readFinished(ctx, out)
+	if err != nil {
+		return row, err
+	}
+	total := tr.end.Sub(tr.start)
+	row.Workload, row.Steps, row.Kept = w.Name, o.steps, tr.groups
+	row.TotalS = total.Seconds()
+	row.StepS = row.TotalS / float64(o.steps)
+	row.IdealStepS = ideal.Seconds()
+	if row.StepS > 0 {
+		row.Efficiency = row.IdealStepS / row.StepS
+	}
+	if total > 0 {
+		row.BusyFrac = (tr.busyAtEnd - before.Busy).Seconds() / total.Seconds()
+	}
+	if span := tr.last.Sub(tr.first); span > 0 {
+		row.BusyAfterFirst = (tr.busyAtLast - tr.busyAtFirst).Seconds() / span.Seconds()
+	}
+	if span := tr.end.Sub(tr.first); span > 0 {
+		row.TrainerIdle = tr.waited.Seconds() / span.Seconds()
+	}
+	row.Generated, row.Finished, row.Served = d.DecodedTokens, fin.tokens, tr.servedTokens
+	if fin.tokens > 0 {
+		row.Ratio = float64(d.DecodedTokens) / float64(fin.tokens)
+	}
+	row.Staleness, row.StaleMax, row.Duplicates = tr.staleness, tr.staleMax, tr.duplicates
+	for _, d := range tr.waits {
+		row.Waits = append(row.Waits, d.Seconds())
+	}
+	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d dropped as stale (%d tokens)",
+		fin.kept+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale)
+	if tr.duplicates > 0 {
+		return row, fmt.Errorf("%d groups were served twice", tr.duplicates)
+	}
+	if tr.groups != o.steps*o.k {
+		return row, fmt.Errorf("served %d groups in %d steps, want %d", tr.groups, o.steps, o.steps*o.k)
+	}
+	return row, nil
+}
+
+// httpTrainer is the trainer's loop over HTTP.
+func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url string, train, upd time.Duration) (trainerRun, error) {
+	var tr trainerRun
+	c := client.New(url, "")
+	c.Name = "bench-trainer"
+	seen := map[[2]int64]bool{}
+	tr.start = time.Now()
+	for s := range o.steps {
+		asked := time.Now()
+		step, err := c.Next(ctx, o.k, client.FormatArrow)
+		if err != nil {
+			return tr, fmt.Errorf("step %d: %w", s+1, err)
+		}
+		got := time.Now()
+		tr.waits = append(tr.waits, got.Sub(asked))
+		busy := srv.Stats().Busy
+		if s == 0 {
+			tr.first, tr.busyAtFirst = got, busy
+		} else {
+			tr.waited += got.Sub(asked)
+		}
+		tr.last, tr.busyAtLast = got, busy
+		tr.groups += step.Groups
+		err = readStep(step, int64(s), seen, &tr) // the trainer is at version s
+		step.Release()
+		if err != nil {
+			return tr, fmt.Errorf("step %d: %w", step.Number, err)
+		}
+		if err := sleep(ctx, train); err != nil {
+			return tr, err
+		}
+		if err := c.Ack(ctx, step.Number); err != nil {
+			return tr, fmt.Errorf("ack of step %d: %w", step.Number, err)
+		}
+		if err := c.Pause(ctx, ""); err != nil {
+			return tr, err
+		}
+		err = sleep(ctx, upd)
+		if err == nil {
+			err = c.SetPolicy(ctx, int64(s+1))
+		}
+		if rerr := c.Resume(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return tr, err
+		}
+	}
+	tr.end, tr.busyAtEnd = time.Now(), srv.Stats().Busy
+	return tr, nil
+}
+
+// readStep counts a step's groups (task_index, attempt) against those
+// served before, their staleness (the trainer's version less the group's
+// oldest min_policy_version), and the step's decode tokens.
+func readStep(step *client.Step, version int64, seen map[[2]int64]bool, tr *trainerRun) error {
+	inStep := map[[2]int64]int64{} // a group's oldest version
+	for _, rec := range step.Records {
+		sc := rec.Schema()
+		col := func(name string) arrow.Array {
+			if idx := sc.FieldIndices(name); len(idx) > 0 {
+				return rec.Column(idx[0])
+			}
+			return nil
+		}
+		task, ok1 := col(schema.ColumnName(schema.ColTaskIndex)).(*array.Int64)
+		attempt, ok2 := col(schema.ColumnName(schema.ColAttempt)).(*array.Int32)
+		toks, ok3 := col(schema.ColumnName(schema.ColCompletionTokens)).(*array.Int64)
+		minV, ok4 := col(schema.ColumnName(schema.ColMinPolicyVersion)).(*array.Int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return fmt.Errorf("unexpected columns %s", sc)
+		}
+		for i := range int(rec.NumRows()) {
+			tr.servedTokens += toks.Value(i)
+			k := [2]int64{task.Value(i), int64(attempt.Value(i))}
+			if v, ok := inStep[k]; ok {
+				inStep[k] = min(v, minV.Value(i))
+				continue
+			}
+			inStep[k] = minV.Value(i)
+			if seen[k] {
+				tr.duplicates++
+			}
+			seen[k] = true
+		}
+	}
+	if len(inStep) != step.Groups {
+		return fmt.Errorf("%d groups in the body, %d in its header", len(inStep), step.Groups)
+	}
+	for _, v := range inStep {
+		lag := version - v
+		tr.staleMax = max(tr.staleMax, lag)
+		tr.staleness[min(max(lag, 0), 2)]++
+	}
+	return nil
+}
+
+// settle waits until the service has nothing in flight and the simulator
+// is idle, twice in a row 100 ms apart: the staleness bound stopped
+// admission and the last groups are finished.
+func settle(ctx context.Context, srv *harness.SimHTTP, url string) error {
+	c := client.New(url, "")
+	quiet := 0
+	for quiet < 2 {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err
+		}
+		sim := srv.Stats()
+		if st.InGeneration == 0 && st.InEnvironment == 0 && sim.Running == 0 && sim.Queued == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("the service did not settle: %w", err)
+		}
+	}
+	return nil
+}
+
+// finished is what the service committed: data/ (kept groups, served
+// or queued) and filtered/ (groups the keep rule dropped; those dropped
+// as stale counted apart: their tokens are thrown away).
+type finished struct {
+	tokens int64 // completion_tokens of every row but the stale groups'
+	// stale are the completion tokens of the groups dropped as stale
+	// (filter_reason stale: thrown away, their prompts sampled again).
+	stale                      int64
+	kept, dropped, staleGroups int // groups
+}
+
+// readFinished reads the decode tokens and groups of out's data/ and
+// filtered/ back.
+func readFinished(ctx context.Context, out string) (finished, error) {
+	var fin finished
+	for _, sub := range []string{schema.DataDir, schema.FilteredDir} {
+		paths, err := filepath.Glob(filepath.Join(out, sub, schema.PartGlob))
+		if err != nil {
+			return fin, err
+		}
+		seen, stale := map[string]bool{}, map[string]bool{}
+		for _, p := range paths {
+			f, err := pqread.Open(p, memory.NewGoAllocator(), 4096)
+			if err != nil {
+				return fin, err
+			}
+			cols, err := f.Fields(schema.ColumnName(schema.ColCompletionTokens), schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColFilterReason))
+			if err == nil {
+				err = f.Records(ctx, cols, func(rec arrow.Record) error {
+					toks, ok1 := rec.Column(0).(*array.Int64)
+					gid, ok2 := rec.Column(1).(*array.String)
+					reason, ok3 := rec.Column(2).(*array.String)
+					if !ok1 || !ok2 || !ok3 {
+						return fmt.Errorf("unexpected columns %s", rec.Schema())
+					}
+					for i := range int(rec.NumRows()) {
+						if reason.Value(i) == groups.ReasonStale {
+							fin.stale += toks.Value(i)
+							stale[gid.Value(i)] = true
+							continue
+						}
+						fin.tokens += toks.Value(i)
+						seen[gid.Value(i)] = true
+					}
+					return nil
+				})
+			}
+			_ = f.Close() // best effort: read only
+			if err != nil {
+				return fin, fmt.Errorf("%s: %w", p, err)
+			}
+		}
+		if sub == schema.DataDir {
+			fin.kept = len(seen)
+		} else {
+			fin.dropped = len(seen)
+		}
+		fin.staleGroups += len(stale)
+	}
+	return fin, nil
+}

@@ -286,9 +286,9 @@ func TestFirstKept(t *testing.T) {
 	}
 	gs := []OracleGroup{
 		grp(0, true, []int{2, 3, 10}, []bool{true, false, false}), // kept, decided at 3, done at 10
-		grp(1, false, []int{3, 3}, []bool{true, true}),  // dropped
-		grp(2, true, []int{1, 4}, []bool{false, true}),  // kept, done at 4
-		grp(3, false, []int{6, 9}, []bool{true, true}),  // dropped, undecided until 9
+		grp(1, false, []int{3, 3}, []bool{true, true}),            // dropped
+		grp(2, true, []int{1, 4}, []bool{false, true}),            // kept, done at 4
+		grp(3, false, []int{6, 9}, []bool{true, true}),            // dropped, undecided until 9
 	}
 	for _, tt := range []struct {
 		name    string

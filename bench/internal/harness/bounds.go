@@ -59,19 +59,26 @@ type Stopped struct {
 	Kept int
 }
 
+// Cancel is FirstKept's groups.cancel_undecided: On, and the spare
+// decided groups it waits for (groups.cancel_undecided_spare).
+type Cancel struct {
+	On    bool
+	Spare int
+}
+
 // FirstKept is the makespan and the decoded tokens of a zero-overhead
 // dynamic-sampling client that knows neither lengths nor outcomes: FIFO's
 // client and server on every trajectory of gs (all sent at t = 0 in
 // order, at most conc in the server), stopping when the target-th kept
 // group finishes; groups finish in whatever order their lengths give, so
 // the first K kept groups to finish are committed, as trajflow's
-// groups.order: completion does. With cancelUndecided, once the kept
-// groups and those decided by two finished members of different
-// correctness hold the target, every group still undecided is dropped at
+// groups.order: completion does. With cancel.On, once the kept groups and
+// those decided by two finished members of different correctness hold
+// the target plus cancel.Spare, every group still undecided is dropped at
 // once (its requests leave the server), as groups.cancel_undecided does.
 // Sweeping len(gs) past the prefix shows what starting groups beyond the
 // need buys in time and costs in tokens.
-func FirstKept(gs []OracleGroup, target int, c Cost, conc int, cancelUndecided bool) Stopped {
+func FirstKept(gs []OracleGroup, target int, c Cost, conc int, cancel Cancel) Stopped {
 	type req struct {
 		g, traj, turn, remaining, prompt int
 	}
@@ -196,7 +203,7 @@ func FirstKept(gs []OracleGroup, target int, c Cost, conc int, cancelUndecided b
 					out.T = seconds(t + tr.Turns[r.turn].EnvDelay.Seconds())
 				}
 			}
-			if cancelUndecided && out.Kept+decided >= target {
+			if cancel.On && out.Kept+decided >= target+cancel.Spare {
 				cut = true
 			}
 		}

@@ -293,22 +293,25 @@ func TestFirstKept(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		target  int
-		cancel  bool
+		cancel  Cancel
 		t       float64
 		decoded int64
 		kept    int
 	}{
 		// Group 2 finishes first (step 4): target 1 stops there, every
 		// request still running having decoded 4 tokens.
-		{"first kept to finish", 1, false, 4, 2 + 3 + 4 + 3 + 3 + 1 + 4 + 4 + 4, 1},
+		{"first kept to finish", 1, Cancel{}, 4, 2 + 3 + 4 + 3 + 3 + 1 + 4 + 4 + 4, 1},
 		// Target 2 waits for group 0 (step 10), group 3 runs to 9.
-		{"second", 2, false, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
+		{"second", 2, Cancel{}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
 		// With cancel: at step 3 group 0 is decided; at step 4 group 2
 		// finishes kept: kept 1 + decided 1 hold 2, and group 3 (nothing
 		// finished) is dropped after 4 tokens of each member.
-		{"cancel undecided", 2, true, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 4 + 4, 2},
+		{"cancel undecided", 2, Cancel{On: true}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 4 + 4, 2},
+		// With one spare: kept 1 + decided 1 do not hold 3, and the
+		// undecided group 3 runs to its end.
+		{"cancel undecided, one spare", 2, Cancel{On: true, Spare: 1}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
 		// More than the groups hold: all of them run, kept short.
-		{"short", 3, false, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
+		{"short", 3, Cancel{}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := FirstKept(gs, tt.target, c, 0, tt.cancel)

@@ -18,6 +18,11 @@ func (r *run) newController() *groups.Controller {
 	}
 	ctl := groups.NewController(cfg.Groups, groups.MaxInflight(gc, cfg.Repeat.N, cfg.Generate.Concurrency, cfg.Env.TotalConcurrency()), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
+			// The groups furthest from done first, then everything
+			// left (and everything still to come).
+			for _, k := range r.flow.ctl.CancelOrder() {
+				r.flow.loop.CancelGroup(k)
+			}
 			r.flow.loop.Stop()
 		}
 	})

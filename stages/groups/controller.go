@@ -321,16 +321,20 @@ func (c *Controller) admitted(task int64, spec bool) {
 
 // EarlyCancel makes the controller cancel, under a target, the groups in
 // flight whose outcome is still open as soon as the kept groups and the
-// groups in flight already decided hold the target: value is a finished
-// member's value under the keep rule nonzero_std (its reward or metric),
-// and two members of different values decide a group (the rule keeps it
-// unless a member fails); cancel cancels a group's trajectories. The
-// undecided groups then only cost tokens and slow the decided ones'
-// last members: they are cancelled at once, and come back from
-// GroupDone as Surplus, uncounted. Should a decided group fail after all,
-// the budget opens again and new groups are admitted. RolloutDone must
-// hear of every finished rollout. Not for groups.order: task (an
-// undecided earlier task may pass) or a continuous run.
+// groups in flight already decided hold the target plus its spares
+// (groups.cancel_undecided_spare): value is a finished member's value
+// under the keep rule nonzero_std (its reward or metric), and two members
+// of different values decide a group (the rule keeps it unless a member
+// fails); cancel cancels a group's trajectories, called in CancelOrder's
+// order. The undecided groups then only cost tokens and slow the decided
+// ones' last members: they are cancelled at once, and come back from
+// GroupDone as Surplus, uncounted. The spares let the first K decided
+// groups to finish be kept rather than the slowest waited for; no group
+// is admitted once the decided ones hold the target. Should a decided
+// group fail after all, the budget opens again and new groups are
+// admitted. RolloutDone must hear of every finished rollout. Not for
+// groups.order: task (an undecided earlier task may pass) or a continuous
+// run.
 func (c *Controller) EarlyCancel(value func(*pipeline.Rollout) float64, cancel func(pipeline.GroupKey)) {
 	c.mu.Lock()
 	c.early = &earlyCancel{value: value, cancel: cancel}
@@ -426,7 +430,7 @@ func (c *Controller) cancelOrder(pick func(*groupPrio) bool) []pipeline.GroupKey
 // when the target is reached: the furthest from done first (the fewest
 // members finished, then the lowest priority), so that the engine frees
 // first the slots of the work furthest from any use. A continuous run
-// never calls it: its groups in flight carry over to the next demand.
+// reaches no target: its groups in flight carry over to the next demand.
 func (c *Controller) CancelOrder() []pipeline.GroupKey {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -2,18 +2,23 @@ package runner_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // TestRequestPriority runs against a vLLM-shaped server (the simulator
@@ -137,6 +142,144 @@ func TestCancelUndecided(t *testing.T) {
 				t.Fatalf("accounting: ok %d errors %d cancelled %d filtered %d, dispatched %d", sum.OK, sum.Errors, sum.Cancelled, sum.Filtered, sum.Dispatched)
 			}
 			t.Logf("cancel_undecided %v: dispatched %d, cancelled %d", on, sum.Dispatched, sum.Cancelled)
+		})
+	}
+}
+
+// groupsSeen is an inference.Client that passes every call to a simulator
+// and notes the groups (the request's affinity: its group id) it was
+// asked for.
+type groupsSeen struct {
+	*sim.Server
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (g *groupsSeen) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
+	g.mu.Lock()
+	g.seen[req.Affinity] = true
+	g.mu.Unlock()
+	return g.Server.Complete(ctx, req)
+}
+
+func (g *groupsSeen) groups() map[string]bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.seen)
+}
+
+// TestContinuousCarriesGroupsOver runs a continuous run (the one serve
+// drives: a supply's moving target) with groups.cancel_undecided and
+// on_target: cancel at their defaults. The first demand, 2 groups, is met
+// while more groups are in flight (the budget holds about need/rate plus
+// a margin); at that step boundary nothing is cancelled: those groups run
+// on and count toward the next demand, raised then. Every group asked for
+// before the boundary ends committed (kept or filtered), none cancelled.
+func TestContinuousCarriesGroupsOver(t *testing.T) {
+	cfg := quickstart(t, "source.limit=16", "groups.keep=nonzero_std", "generate.sim.time_scale=0.3",
+		"output.batch_rows=4", "output.file_rows=4", "output.filtered=true")
+	client := &groupsSeen{Server: sim.New(sim.Options{Seed: 7, Preset: "short", Model: "sim-math", Accuracy: 0.6, TimeScale: 0.3}), seen: map[string]bool{}}
+	t.Cleanup(client.Close)
+	supply := groups.NewSupply(2)
+	var (
+		mu       sync.Mutex
+		rows     int
+		boundary map[string]bool // the groups asked for when the demand was met
+	)
+	met := make(chan struct{})
+	opts := runner.Options{Client: client, Continuous: &runner.Continuous{Supply: supply, OnCommit: func(_ string, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		rows += n
+		if boundary == nil && rows >= 2*cfg.Repeat.N {
+			boundary = client.groups()
+			close(met)
+		}
+	}}}
+	type result struct {
+		sum *runner.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := run(t, cfg, opts)
+		done <- result{sum, err}
+	}()
+	select {
+	case <-met:
+	case res := <-done:
+		t.Fatalf("the run ended before the first demand was met: %v", res.err)
+	}
+	// The next step asks for everything the input holds: the run reads
+	// it all and ends.
+	supply.Raise(1000)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(boundary) <= 2 {
+		t.Fatalf("%d groups asked for when the demand of 2 was met, want more in flight", len(boundary))
+	}
+	if res.sum.Cancelled != 0 {
+		t.Errorf("%d rollouts cancelled, want none: groups in flight at a step boundary carry over", res.sum.Cancelled)
+	}
+	committed := map[string]bool{}
+	for _, sub := range []string{schema.DataDir, schema.FilteredDir} {
+		for _, r := range readBack(t, cfg.Output.Dir, sub) {
+			committed[r.GroupID] = true
+		}
+	}
+	for g := range boundary {
+		if !committed[g] {
+			t.Errorf("group %s, in flight at the step boundary, was not committed", g)
+		}
+	}
+	t.Logf("%d groups asked for at the boundary, %d committed, %d dispatched", len(boundary), len(committed), res.sum.Dispatched)
+}
+
+// TestTaskOrderExactUnderPriority: groups.order: task commits exactly the
+// first K passing groups in task order, with the request priorities on
+// or off, against a simulator over HTTP whose batch (4) is far smaller
+// than the requests in flight, so that its priority scheduler, not
+// arrival, decides what runs. The reference is a run without a target.
+func TestTaskOrderExactUnderPriority(t *testing.T) {
+	const tasks, target = 40, 6
+	s := sim.New(sim.Options{Seed: 7, Preset: "short", Model: "sim-math", Accuracy: 0.6, TimeScale: 0.05, Capacity: 4})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	base := []string{fmt.Sprintf("source.limit=%d", tasks), "generate.endpoints=[" + srv.URL + "/v1]", "groups.keep=nonzero_std"}
+	kept := func(cfg *config.Config) []int64 {
+		var out []int64
+		for _, r := range readBack(t, cfg.Output.Dir, schema.DataDir) {
+			if !slices.Contains(out, r.Task.Index) {
+				out = append(out, r.Task.Index)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	ref := quickstart(t, base...)
+	if _, err := run(t, ref, runner.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	passing := kept(ref)
+	if len(passing) < target+2 {
+		t.Fatalf("the reference keeps %d groups, the test needs more than %d", len(passing), target+2)
+	}
+	want := passing[:target]
+	for _, prio := range []string{"auto", "off"} {
+		t.Run(prio, func(t *testing.T) {
+			before := s.Stats()
+			cfg := quickstart(t, append(base, fmt.Sprintf("groups.target=%d", target), "groups.order=task", "generate.priority="+prio)...)
+			if _, err := run(t, cfg, runner.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := kept(cfg); !slices.Equal(got, want) {
+				t.Fatalf("order: task kept the groups of tasks %v, want the first %d passing in task order %v", got, target, want)
+			}
+			t.Logf("priority %s: %d requests preempted", prio, s.Stats().Preempted-before.Preempted)
 		})
 	}
 }

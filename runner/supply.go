@@ -13,6 +13,11 @@ func (r *run) newController() *groups.Controller {
 	cfg := r.cfg
 	ctl := groups.NewController(cfg.Groups, maxInflight(cfg, r.opts.continuous().Supply != nil), r.done.Kept, func() {
 		if cfg.Groups.OnTarget == "cancel" {
+			// The groups furthest from done first, then everything
+			// left (and everything still to come).
+			for _, k := range r.flow.ctl.CancelOrder() {
+				r.flow.loop.CancelGroup(k)
+			}
 			r.flow.loop.Stop()
 		}
 	})

@@ -7,6 +7,7 @@
 //	go run ./bench/schedule                 # every suite (several minutes)
 //	go run ./bench/schedule -suite single   # one suite: single, multi, ds
 //	go run ./bench/schedule -quick          # smoke run, seconds
+//	go run ./bench/schedule -suite ds -bounds   # the bounds only, from the oracle
 //
 // BENCHMARKS.md explains every column.
 package main
@@ -18,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,6 +51,13 @@ type Row struct {
 	// on the same model (harness.FIFO); VsFIFO = FIFOS / ActualS.
 	FIFOS  float64 `json:"t_fifo_s"`
 	VsFIFO float64 `json:"vs_fifo"`
+	// RandS is FIFO's client's mean makespan over random orders of the
+	// same groups (harness.RandomOrder): what a client that knows which
+	// groups are needed but not their lengths can expect. LPTS is the
+	// clairvoyant longest-first client's (harness.LongestFirst), which
+	// also knows every length.
+	RandS float64 `json:"t_rand_s"`
+	LPTS  float64 `json:"t_lpt_s"`
 	// ActualS runs from the first request to the last row committed
 	// (trajflow) or the last rollout resolved (reference).
 	ActualS    float64 `json:"t_actual_s"`
@@ -81,6 +90,10 @@ type options struct {
 	workdir  string
 	match    string
 	noRef    bool
+	// noOrderTask skips the groups.order: task runs.
+	noOrderTask bool
+	// bounds: print the workloads' bounds only, run no schedule.
+	bounds bool
 	// dsTargets are the K of the dynamic-sampling workloads.
 	dsTargets []int
 	// policies are the scheduling policies trajflow runs under (-policy).
@@ -100,8 +113,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	batchRows := fs.Int("batch-rows", 0, "output.batch_rows of the trajflow runs (0: default)")
 	fileRows := fs.Int("file-rows", 0, "output.file_rows of the trajflow runs (0: default)")
 	targets := fs.String("k", "64,256", "comma-separated groups.target K of the dynamic-sampling workloads")
-	policy := fs.String("policy", "on", "comma-separated scheduling policies of the trajflow runs, each runs the workload: on (generate.priority: auto, groups.cancel_undecided: true, the defaults), off (neither), priority (the priority alone), cancel (cancel_undecided alone)")
+	policyFlag := fs.String("policy", "on", "comma-separated scheduling policies of the trajflow runs, each runs the workload: on (generate.priority: auto, groups.cancel_undecided: true, the defaults), off (neither), priority (the priority alone), cancel (cancel_undecided alone), spare=N (on, with groups.cancel_undecided_spare N)")
 	noRef := fs.Bool("no-reference", false, "run trajflow only, not the reference schedules")
+	noOrderTask := fs.Bool("no-order-task", false, "skip the groups.order: task run of each policy on the dynamic-sampling workloads")
+	bounds := fs.Bool("bounds", false, "compute the workloads' bounds (T_ideal, T_FIFO, T_rand, T_LPT) from the oracle only, run no schedule")
 	match := fs.String("match", "", "run only the workloads whose name contains this")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
 	workdir := fs.String("workdir", "", "directory for tasks and outputs (default: a temporary one, removed)")
@@ -117,10 +132,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		o.suites[s] = true
 	}
-	for _, p := range strings.Split(*policy, ",") {
+	for _, p := range strings.Split(*policyFlag, ",") {
 		p = strings.TrimSpace(p)
+		if n, err := strconv.Atoi(strings.TrimPrefix(p, "spare=")); strings.HasPrefix(p, "spare=") && err == nil && n >= 0 {
+			policies[p] = policy{"auto", true, &n}
+		}
 		if _, ok := policies[p]; !ok {
-			fmt.Fprintf(stderr, "schedule: -policy: unknown policy %q (want on, off, priority, cancel)\n", p)
+			fmt.Fprintf(stderr, "schedule: -policy: unknown policy %q (want on, off, priority, cancel, spare=N)\n", p)
 			return 2
 		}
 		o.policies = append(o.policies, p)
@@ -150,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	b.EnvConcurrency = 4 * b.Capacity
 	b.MaxInflight = *maxInflight
 	b.BatchRows, b.FileRows = *batchRows, *fileRows
-	o.noRef = *noRef
+	o.noRef, o.bounds, o.noOrderTask = *noRef, *bounds, *noOrderTask
 	o.bench = b
 	o.workdir = *workdir
 	if o.workdir == "" {
@@ -177,15 +195,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// policies are -policy's: generate.priority and groups.cancel_undecided.
-var policies = map[string]struct {
+// policy is one -policy: generate.priority, groups.cancel_undecided and
+// groups.cancel_undecided_spare (nil: the default).
+type policy struct {
 	priority string
 	cancel   bool
-}{
-	"on":       {"auto", true},
-	"off":      {"off", false},
-	"priority": {"auto", false},
-	"cancel":   {"off", true},
+	spare    *int
+}
+
+// policies are -policy's, and spare=N's once parsed.
+var policies = map[string]policy{
+	"on":       {"auto", true, nil},
+	"off":      {"off", false, nil},
+	"priority": {"auto", false, nil},
+	"cancel":   {"off", true, nil},
 }
 
 // workloads are the suites' workloads.
@@ -288,10 +311,13 @@ func runWorkload(ctx context.Context, o options, w harness.Workload, dir string,
 	fifo := harness.FIFO(harness.AllTrajs(work), cost, b.Concurrency)
 	fmt.Fprintf(log, "schedule:   workload: %d trajectories, D=%d P=%d Lmax=%d, T_busy=%s T_chain=%s\n",
 		ideal.Trajs, ideal.D, ideal.P, ideal.LMax, ideal.Busy.Round(time.Millisecond), ideal.Chain.Round(time.Millisecond))
-	fmt.Fprintf(log, "schedule:   zero-overhead FIFO client: %s\n", fifo.Round(time.Millisecond))
+	rnd := harness.RandomOrder(work, cost, b.Concurrency, randRounds, uint64(b.Seed))
+	lpt := harness.LongestFirst(harness.AllTrajs(work), cost, b.Concurrency)
+	fmt.Fprintf(log, "schedule:   zero-overhead FIFO client: %s, random group order (mean of %d): %s, longest first: %s\n",
+		fifo.Round(time.Millisecond), randRounds, rnd.Round(time.Millisecond), lpt.Round(time.Millisecond))
 	setFIFO := func(rs []Row) []Row {
 		for i := range rs {
-			rs[i].FIFOS = fifo.Seconds()
+			rs[i].FIFOS, rs[i].RandS, rs[i].LPTS = fifo.Seconds(), rnd.Seconds(), lpt.Seconds()
 			if rs[i].ActualS > 0 {
 				rs[i].VsFIFO = fifo.Seconds() / rs[i].ActualS
 			}
@@ -299,9 +325,50 @@ func runWorkload(ctx context.Context, o options, w harness.Workload, dir string,
 		return rs
 	}
 
+	if o.bounds {
+		return setFIFO(boundRows(w, ideal, oracle, work, cost, b.Concurrency)), nil
+	}
 	rows, err := runSchedules(ctx, o, srv, cfg, w, ideal, oracle, tasks)
 	return setFIFO(rows), err
 }
+
+// boundRows are -bounds' rows of one workload: the bounds alone, and
+// for a target the zero-overhead oblivious dynamic-sampling client
+// (harness.FirstKept) on the first M groups of the input, M from the
+// prefix's length up: without cancel_undecided, with it, and with it and
+// groups.cancel_undecided_spare 2, 4 and 8.
+func boundRows(w harness.Workload, ideal harness.Ideal, oracle, work []harness.OracleGroup, cost harness.Cost, conc int) []Row {
+	rows := []Row{{Workload: w.Name, Schedule: "bounds", Tasks: len(work), Rollouts: ideal.Trajs,
+		IdealS: ideal.T.Seconds(), BusyS: ideal.Busy.Seconds(), ChainS: ideal.Chain.Seconds(), Needed: ideal.D}}
+	if w.Target == 0 {
+		return rows
+	}
+	for _, f := range []float64{1, 1.05, 1.1, 1.2, 1.3} {
+		m := min(int(math.Ceil(f*float64(len(work)))), len(oracle))
+		for _, cancel := range []harness.Cancel{{}, {On: true}, {On: true, Spare: 2}, {On: true, Spare: 4}, {On: true, Spare: 8}} {
+			st := harness.FirstKept(oracle[:m], w.Target, cost, conc, cancel)
+			r := Row{Workload: w.Name, Schedule: fmt.Sprintf("model: first %d groups (%.2f× prefix)", m, f), Tasks: m,
+				Kept: st.Kept, IdealS: ideal.T.Seconds(), ActualS: st.T.Seconds(), Needed: ideal.D, Generated: st.Decoded}
+			switch {
+			case cancel.Spare > 0:
+				r.Schedule += fmt.Sprintf(", cancel undecided, spare %d", cancel.Spare)
+			case cancel.On:
+				r.Schedule += ", cancel undecided"
+			}
+			if st.T > 0 {
+				r.Efficiency = ideal.T.Seconds() / st.T.Seconds()
+			}
+			if st.Decoded > 0 {
+				r.TokenEff = float64(ideal.D) / float64(st.Decoded)
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// randRounds is the number of random orders RandomOrder averages.
+const randRounds = 20
 
 func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *config.Config, w harness.Workload, ideal harness.Ideal, oracle []harness.OracleGroup, tasks []*pipeline.Task) ([]Row, error) {
 	var rows []Row
@@ -310,13 +377,16 @@ func runSchedules(ctx context.Context, o options, srv *harness.SimHTTP, cfg *con
 		pol := policies[name]
 		pc.Generate.Priority = pol.priority
 		pc.Groups.CancelUndecided = &pol.cancel
-		pc.Output.Dir = cfg.Output.Dir + "-policy-" + name
+		if pol.spare != nil {
+			pc.Groups.CancelUndecidedSpare = pol.spare
+		}
+		pc.Output.Dir = cfg.Output.Dir + "-policy-" + strings.ReplaceAll(name, "=", "")
 		row, err := runTrajflow(ctx, srv, &pc, w, ideal, oracle)
 		rows = append(rows, row)
 		if err != nil {
 			return rows, err
 		}
-		if w.Target > 0 {
+		if w.Target > 0 && !o.noOrderTask {
 			// The same run with groups.order: task: the cost of committing
 			// the first K passing groups in task order.
 			tc := pc
@@ -396,6 +466,9 @@ func runTrajflow(ctx context.Context, srv *harness.SimHTTP, cfg *config.Config, 
 		row.Schedule += ", cancel_undecided only"
 	case !cancel:
 		row.Schedule += ", priority only"
+	}
+	if v := cfg.Groups.CancelUndecidedSpare; v != nil {
+		row.Schedule += fmt.Sprintf(", spare %d", *v)
 	}
 	hc, err := openai.NewHTTP(cfg.Generate.Config, openai.HTTPOptions{})
 	if err != nil {
@@ -494,11 +567,11 @@ func printTable(w io.Writer, o options, rows []Row) {
 	b := o.bench
 	fmt.Fprintf(w, "B=%d, time scale %g, generate.concurrency %d, env.concurrency %d, groups.max_inflight %d, sim seed %d\n\n",
 		b.Capacity, b.TimeScale, b.Concurrency, b.EnvConcurrency, b.MaxInflight, b.Seed)
-	fmt.Fprintln(w, "| workload | schedule | tasks | rollouts | kept | T_ideal s | T_FIFO s | T_actual s | efficiency | T_FIFO/T_actual | tokens needed | generated | token eff | busy | mean batch | cpu | ramp s | tail s | note |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| workload | schedule | tasks | rollouts | kept | T_ideal s | T_FIFO s | T_rand s | T_LPT s | T_actual s | efficiency | T_FIFO/T_actual | tokens needed | generated | token eff | busy | mean batch | cpu | ramp s | tail s | note |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %d | %.3f | %.3f | %.1f | %.2f | %.3f | %.3f | %s |\n",
-			r.Workload, r.Schedule, r.Tasks, r.Rollouts, r.Kept, r.IdealS, r.FIFOS, r.ActualS, r.Efficiency, r.VsFIFO,
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %d | %.3f | %.3f | %.1f | %.2f | %.3f | %.3f | %s |\n",
+			r.Workload, r.Schedule, r.Tasks, r.Rollouts, r.Kept, r.IdealS, r.FIFOS, r.RandS, r.LPTS, r.ActualS, r.Efficiency, r.VsFIFO,
 			r.Needed, r.Generated, r.TokenEff, r.BusyFrac, r.MeanBatch, r.CPULoad, r.RampS, r.TailS, r.Note)
 	}
 }

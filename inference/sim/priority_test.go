@@ -1,8 +1,12 @@
 package sim
 
 import (
+	"context"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestModelPriorityPreemption fills a batch of 2 and sends requests of
@@ -110,4 +114,60 @@ func collect(out []*job, names map[*job]string) []string {
 		s = append(s, names[j])
 	}
 	return s
+}
+
+// TestHTTPPriorityPreemption sends, over HTTP to a server whose batch
+// holds one request, a long request of low priority (a larger value) and,
+// once it runs, a short one of higher priority: the short one preempts it
+// at the next step boundary and is answered while the long one waits,
+// on /v1/chat/completions and /v1/completions alike. The long one is
+// then given up (it would run for minutes): the server counted one
+// preemption and the tokens the long one would recompute.
+func TestHTTPPriorityPreemption(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, low, high string
+	}{
+		{"chat", "/v1/chat/completions",
+			`{"messages":[{"role":"user","content":"a long one"}],"seed":1,"priority":9}`,
+			`{"messages":[{"role":"user","content":"a short one"}],"seed":2,"max_tokens":3,"priority":1}`},
+		{"completions", "/v1/completions",
+			`{"prompt":"a long one","seed":1,"priority":9}`,
+			`{"prompt":"a short one","seed":2,"max_tokens":3,"priority":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, base := startHTTP(t, Options{Seed: 1, TimeScale: 1, Capacity: 1, A: 100 * time.Microsecond, C: time.Microsecond,
+				Length: LengthModel{Median: 2e5, Cap: 1 << 20}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			lowDone := make(chan error, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(ctx, "POST", base+tc.path, strings.NewReader(tc.low))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				lowDone <- err
+			}()
+			waitFor(t, func() bool { return s.Stats().Running == 1 })
+
+			resp, data, err := post(t, base+tc.path, tc.high)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("high priority: %v %s", err, data)
+			}
+			select {
+			case err := <-lowDone:
+				t.Fatalf("the low-priority request ended (%v) before the high one was answered", err)
+			default:
+			}
+			st := s.Stats()
+			if st.Requests != 1 || st.Preempted != 1 || st.RecomputedTokens == 0 {
+				t.Fatalf("after the high-priority reply: %d completed, %d preempted, %d tokens to recompute; want 1, 1, > 0",
+					st.Requests, st.Preempted, st.RecomputedTokens)
+			}
+			cancel()
+			<-lowDone
+			waitFor(t, func() bool { st := s.Stats(); return st.Running == 0 && st.Cancelled == 1 })
+		})
+	}
 }

@@ -75,6 +75,14 @@ type Config struct {
 	// unless a member fails) hold the target, rather than letting them
 	// decode until the target is reached (docs/dynamic-sampling.md).
 	CancelUndecided *bool `yaml:"cancel_undecided"`
+	// CancelUndecidedSpare delays cancel_undecided until the kept and
+	// the decided groups hold the target plus this many spare groups:
+	// the first K of them to finish are kept, and a decided group whose
+	// last member runs long is cancelled at the target rather than
+	// waited for (docs/dynamic-sampling.md). Unset: K/32 rounded to
+	// the nearest (SparePer), 2 at K=64 and 8 at K=256, none below
+	// K=16; 0 cancels as soon as they hold the target.
+	CancelUndecidedSpare *int `yaml:"cancel_undecided_spare"`
 
 	// Gamma discounts the step rows' returns (step_return), as
 	// verl-agent's gamma (1: no discount; with output.steps).
@@ -95,6 +103,21 @@ type Config struct {
 
 // ResampleBatch is groups.resample: batch.
 const ResampleBatch = "batch"
+
+// SparePer is the kept groups of the target per spare decided group
+// that groups.cancel_undecided_spare holds when unset: the decided groups
+// whose last member runs long grow in number with the target.
+const SparePer = 32
+
+// Spare is groups.cancel_undecided_spare's value for target: the key's,
+// or one spare per SparePer kept groups (rounded to the nearest) when
+// unset.
+func (c *Config) Spare() int {
+	if c.CancelUndecidedSpare != nil {
+		return max(*c.CancelUndecidedSpare, 0)
+	}
+	return (c.Target + SparePer/2) / SparePer
+}
 
 // DefaultGamma is groups.gamma's default.
 const DefaultGamma = 1.0
@@ -171,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflight < 0 || c.MaxInflight > MaxInflightGroups {
 		p.Add("max_inflight", "must be between 0 (automatic) and %d, got %d", MaxInflightGroups, c.MaxInflight)
+	}
+	if v := c.CancelUndecidedSpare; v != nil && *v < 0 {
+		p.Add("cancel_undecided_spare", "must be >= 0, got %d", *v)
 	}
 	if c.MaxRollouts < 0 {
 		p.Add("max_rollouts", "must be >= 0, got %d", c.MaxRollouts)

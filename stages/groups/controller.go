@@ -1,6 +1,7 @@
 package groups
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -85,9 +86,10 @@ type Controller struct {
 	nextSpec bool
 	// early, when set (EarlyCancel), reads a member's value for the keep
 	// rule and cancels a group; decided counts the groups in flight it
-	// found decided.
+	// found decided; spare is groups.cancel_undecided_spare.
 	early   *earlyCancel
 	decided int
+	spare   int
 }
 
 // earlyCancel is EarlyCancel's setting.
@@ -102,9 +104,12 @@ type groupPrio struct {
 	seq     int64
 	spec    bool
 	attempt int
-	// seen counts its finished ok members, first is the first one's
-	// value; decided: two of them differ, so the keep rule keeps the group
-	// unless a member fails; cancelled: EarlyCancel cancelled it.
+	// done counts its finished members, whatever their status
+	// (CancelOrder). seen counts its finished ok members, first is the
+	// first one's value; decided: two of them differ, so the keep rule
+	// keeps the group unless a member fails; cancelled: EarlyCancel
+	// cancelled it.
+	done      int
 	seen      int
 	first     float64
 	decided   bool
@@ -136,6 +141,7 @@ func NewController(cfg Config, maxGroups, kept int, onReached func()) *Controlle
 	c.ordered = cfg.Order == "task"
 	c.unfiltered = cfg.OnExhausted == "keep_unfiltered"
 	c.batch = cfg.Resample == ResampleBatch
+	c.spare = cfg.Spare()
 	return c
 }
 
@@ -315,16 +321,20 @@ func (c *Controller) admitted(task int64, spec bool) {
 
 // EarlyCancel makes the controller cancel, under a target, the groups in
 // flight whose outcome is still open as soon as the kept groups and the
-// groups in flight already decided hold the target: value is a finished
-// member's value under the keep rule nonzero_std (its reward or metric),
-// and two members of different values decide a group (the rule keeps it
-// unless a member fails); cancel cancels a group's trajectories. The
-// undecided groups then only cost tokens and slow the decided ones'
-// last members: they are cancelled at once, and come back from
-// GroupDone as Surplus, uncounted. Should a decided group fail after all,
-// the budget opens again and new groups are admitted. RolloutDone must
-// hear of every finished rollout. Not for groups.order: task (an
-// undecided earlier task may pass) or a continuous run.
+// groups in flight already decided hold the target plus its spares
+// (groups.cancel_undecided_spare): value is a finished member's value
+// under the keep rule nonzero_std (its reward or metric), and two members
+// of different values decide a group (the rule keeps it unless a member
+// fails); cancel cancels a group's trajectories, called in CancelOrder's
+// order. The undecided groups then only cost tokens and slow the decided
+// ones' last members: they are cancelled at once, and come back from
+// GroupDone as Surplus, uncounted. The spares let the first K decided
+// groups to finish be kept rather than the slowest waited for; no group
+// is admitted once the decided ones hold the target. Should a decided
+// group fail after all, the budget opens again and new groups are
+// admitted. RolloutDone must hear of every finished rollout. Not for
+// groups.order: task (an undecided earlier task may pass) or a continuous
+// run.
 func (c *Controller) EarlyCancel(value func(*pipeline.Rollout) float64, cancel func(pipeline.GroupKey)) {
 	c.mu.Lock()
 	c.early = &earlyCancel{value: value, cancel: cancel}
@@ -341,7 +351,7 @@ func (c *Controller) Attempt(task int64, attempt int) {
 	c.mu.Unlock()
 }
 
-// RolloutDone reports a finished rollout (EarlyCancel).
+// RolloutDone reports a finished rollout (EarlyCancel, CancelOrder).
 func (c *Controller) RolloutDone(r *pipeline.Rollout) {
 	if r.Task == nil {
 		return
@@ -349,6 +359,9 @@ func (c *Controller) RolloutDone(r *pipeline.Rollout) {
 	c.mu.Lock()
 	e := c.early
 	p := c.prio[r.Task.Index]
+	if p != nil {
+		p.done++
+	}
 	if e == nil || p == nil || p.decided || p.cancelled || r.Status != pipeline.StatusOK || c.reached || c.ordered || c.supply != nil {
 		c.mu.Unlock()
 		return
@@ -367,18 +380,61 @@ func (c *Controller) RolloutDone(r *pipeline.Rollout) {
 	p.decided = true
 	c.decided++
 	var cancel []pipeline.GroupKey
-	if c.kept+c.heldKept+c.decided >= c.target {
-		for task, q := range c.prio {
-			if !q.decided && !q.cancelled {
-				q.cancelled = true
-				cancel = append(cancel, pipeline.GroupKey{TaskIndex: task, Attempt: q.attempt})
-			}
+	if c.kept+c.heldKept+c.decided >= c.target+c.spare {
+		cancel = c.cancelOrder(func(q *groupPrio) bool { return !q.decided && !q.cancelled })
+		for _, k := range cancel {
+			c.prio[k.TaskIndex].cancelled = true
 		}
 	}
 	c.mu.Unlock()
 	for _, k := range cancel {
 		e.cancel(k)
 	}
+}
+
+// cancelOrder returns the keys of the groups in flight that pick
+// accepts, the furthest from done first: the fewest members finished,
+// then the lowest priority (speculative groups, then the latest
+// admitted). Called with c.mu held.
+func (c *Controller) cancelOrder(pick func(*groupPrio) bool) []pipeline.GroupKey {
+	type entry struct {
+		key pipeline.GroupKey
+		p   *groupPrio
+	}
+	var es []entry
+	for task, p := range c.prio {
+		if pick(p) {
+			es = append(es, entry{pipeline.GroupKey{TaskIndex: task, Attempt: p.attempt}, p})
+		}
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		switch {
+		case a.p.done != b.p.done:
+			return cmp.Compare(a.p.done, b.p.done)
+		case a.p.spec != b.p.spec:
+			if a.p.spec {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.p.seq, a.p.seq)
+	})
+	keys := make([]pipeline.GroupKey, len(es))
+	for i, e := range es {
+		keys[i] = e.key
+	}
+	return keys
+}
+
+// CancelOrder returns the groups in flight in the order to cancel them
+// when the target is reached: the furthest from done first (the fewest
+// members finished, then the lowest priority), so that the engine frees
+// first the slots of the work furthest from any use. A continuous run
+// reaches no target: its groups in flight carry over to the next demand.
+func (c *Controller) CancelOrder() []pipeline.GroupKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cancelOrder(func(*groupPrio) bool { return true })
 }
 
 // SpeculativeTier is added to the priority of a group admitted beyond the

@@ -217,3 +217,107 @@ func TestFIFO(t *testing.T) {
 		t.Errorf("FIFO with delays = %g, want 2.75", got)
 	}
 }
+
+func TestLongestFirst(t *testing.T) {
+	c := Cost{A: 1, C: 0, P: 0, B: 2}
+	one := func(d ...int) *Traj {
+		tr := &Traj{}
+		for _, x := range d {
+			tr.Turns = append(tr.Turns, Turn{Decode: x})
+		}
+		return tr
+	}
+	for _, tt := range []struct {
+		name       string
+		trajs      []*Traj
+		fifo, want float64
+	}{
+		// In order the long one waits 2 steps for a slot: 2 + 5. Longest
+		// first starts it at once: 5, beside 2 then 2.
+		{"a long one last", []*Traj{one(2), one(2), one(5)}, 7, 5},
+		// Already longest first: the same makespan.
+		{"sorted", []*Traj{one(5), one(2), one(2)}, 5, 5},
+		// Lengths over all turns: the two-turn one (2+3) goes first.
+		{"turns count", []*Traj{one(1), one(1), one(2, 3)}, 6, 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FIFO(tt.trajs, c, 0).Seconds(); math.Abs(got-tt.fifo) > 1e-9 {
+				t.Errorf("FIFO = %g, want %g", got, tt.fifo)
+			}
+			if got := LongestFirst(tt.trajs, c, 0).Seconds(); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("LongestFirst = %g, want %g", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRandomOrder(t *testing.T) {
+	c := Cost{A: 1, C: 0, P: 0, B: 1}
+	g := func(task int64, d int) OracleGroup {
+		return OracleGroup{Task: task, Trajs: []*Traj{{TaskIndex: task, Turns: []Turn{{Decode: d}}}}}
+	}
+	// One slot: every order takes the sum of the lengths.
+	gs := []OracleGroup{g(0, 1), g(1, 2), g(2, 3)}
+	if got := RandomOrder(gs, c, 0, 5, 1).Seconds(); math.Abs(got-6) > 1e-9 {
+		t.Errorf("RandomOrder on one slot = %g, want 6", got)
+	}
+	// Two slots, lengths 1, 1, 4: 4 when the long one starts first
+	// (orders 4·· and ·4·: 4 of 6), 5 when it comes last: mean 13/3 over
+	// many rounds, within [4, 5] on any number of them.
+	c.B = 2
+	gs = []OracleGroup{g(0, 1), g(1, 1), g(2, 4)}
+	if got := RandomOrder(gs, c, 0, 200, 1).Seconds(); got < 4 || got > 5 || math.Abs(got-13.0/3) > 0.15 {
+		t.Errorf("RandomOrder = %g, want about 13/3", got)
+	}
+	if got := RandomOrder(nil, c, 0, 3, 1); got != 0 {
+		t.Errorf("RandomOrder of nothing = %v", got)
+	}
+}
+
+func TestFirstKept(t *testing.T) {
+	c := Cost{A: 1, C: 0, P: 0, B: 16}
+	// grp is a group of one trajectory per length, correct where ok says.
+	grp := func(task int64, kept bool, lens []int, ok []bool) OracleGroup {
+		g := OracleGroup{Task: task, Kept: kept}
+		for i, d := range lens {
+			g.Trajs = append(g.Trajs, &Traj{TaskIndex: task, Turns: []Turn{{Decode: d}}, Correct: ok[i]})
+		}
+		return g
+	}
+	gs := []OracleGroup{
+		grp(0, true, []int{2, 3, 10}, []bool{true, false, false}), // kept, decided at 3, done at 10
+		grp(1, false, []int{3, 3}, []bool{true, true}),            // dropped
+		grp(2, true, []int{1, 4}, []bool{false, true}),            // kept, done at 4
+		grp(3, false, []int{6, 9}, []bool{true, true}),            // dropped, undecided until 9
+	}
+	for _, tt := range []struct {
+		name    string
+		target  int
+		cancel  Cancel
+		t       float64
+		decoded int64
+		kept    int
+	}{
+		// Group 2 finishes first (step 4): target 1 stops there, every
+		// request still running having decoded 4 tokens.
+		{"first kept to finish", 1, Cancel{}, 4, 2 + 3 + 4 + 3 + 3 + 1 + 4 + 4 + 4, 1},
+		// Target 2 waits for group 0 (step 10), group 3 runs to 9.
+		{"second", 2, Cancel{}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
+		// With cancel: at step 3 group 0 is decided; at step 4 group 2
+		// finishes kept: kept 1 + decided 1 hold 2, and group 3 (nothing
+		// finished) is dropped after 4 tokens of each member.
+		{"cancel undecided", 2, Cancel{On: true}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 4 + 4, 2},
+		// With one spare: kept 1 + decided 1 do not hold 3, and the
+		// undecided group 3 runs to its end.
+		{"cancel undecided, one spare", 2, Cancel{On: true, Spare: 1}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
+		// More than the groups hold: all of them run, kept short.
+		{"short", 3, Cancel{}, 10, 2 + 3 + 10 + 3 + 3 + 1 + 4 + 6 + 9, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := FirstKept(gs, tt.target, c, 0, tt.cancel)
+			if math.Abs(st.T.Seconds()-tt.t) > 1e-9 || st.Decoded != tt.decoded || st.Kept != tt.kept {
+				t.Errorf("FirstKept = T %g, decoded %d, kept %d; want %g, %d, %d", st.T.Seconds(), st.Decoded, st.Kept, tt.t, tt.decoded, tt.kept)
+			}
+		})
+	}
+}

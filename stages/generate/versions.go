@@ -300,9 +300,10 @@ func (g *Generator) watch(ctx context.Context, cancel context.CancelFunc, done <
 var errNoAbort = errors.New("the inference client cannot abort requests")
 
 // abortServers asks the servers to abort their requests, once for the
-// pause id; every caller waits for that one call.
+// pause id; every caller waits for that one call. The client's backend
+// aborts them through its decorators (inference.AborterOf).
 func (g *Generator) abortServers(ctx context.Context, id <-chan struct{}) error {
-	ab, ok := g.client.(inference.Aborter)
+	ab, ok := inference.AborterOf(g.client)
 	if !ok {
 		return errNoAbort
 	}

@@ -1,0 +1,75 @@
+package generate_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/structured"
+	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/stages/generate"
+)
+
+// A pause in abort mode loses no decoded token: rollouts cut
+// mid-generation continue from their partial answers, so the simulator
+// decodes exactly the completion tokens of the rows. The client is the
+// simulator alone and the simulator behind the structured-output check
+// (inference.Decorate), as a run builds it: a decorator must keep its
+// backend's abort call, or each request is cancelled client side and
+// sent again from its start, its partial tokens decoded for nothing.
+func TestAbortDecodesOnlyTheRowsTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(inference.Client) inference.Client
+	}{
+		{"bare", func(c inference.Client) inference.Client { return c }},
+		{"decorated", func(c inference.Client) inference.Client { return structured.Wrap(c, structured.Config{}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := slowSim()
+			defer srv.Close()
+			pol := generate.NewPolicy(1)
+			g, err := generate.New(tc.wrap(srv), generate.Options{Model: "sim", API: "tokens", Policy: pol,
+				Params: map[string]any{"max_tokens": 1500, "logprobs": 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 4
+			rows := make([]*pipeline.Rollout, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range rows {
+				r := rollout()
+				r.Task.Params = nil
+				r.Seed = int64(42 + i)
+				r.GroupID = fmt.Sprintf("t0-a%d", i)
+				rows[i] = r
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = g.Turn(context.Background(), r)
+				}()
+			}
+			// A running request has decoded a token by the end of its step.
+			waitFor(t, "the requests running", func() bool { return srv.Stats().Running == n })
+			abortUpdate(t, pol, "the aborted requests", func() bool { return g.PolicyStats().Aborted == n }, 2)
+			wg.Wait()
+			var rowTokens int64
+			for i, r := range rows {
+				if errs[i] != nil || r.Status == pipeline.StatusError {
+					t.Fatalf("rollout %d: %v %s", i, errs[i], r.Error)
+				}
+				rowTokens += int64(r.CompletionTokens)
+			}
+			st := g.PolicyStats()
+			if decoded := srv.Stats().DecodedTokens; decoded != rowTokens {
+				t.Errorf("the simulator decoded %d tokens, the rows hold %d (%d lost); stats %+v", decoded, rowTokens, decoded-rowTokens, st)
+			}
+			if st.Continued != n || st.Discarded != 0 {
+				t.Errorf("stats %+v: want %d continued, none discarded", st, n)
+			}
+		})
+	}
+}

@@ -3,10 +3,12 @@ package generate_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/inference/structured"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/stages/generate"
@@ -14,7 +16,8 @@ import (
 
 // A pause in abort mode loses no decoded token: rollouts cut
 // mid-generation continue from their partial answers, so the simulator
-// decodes exactly the completion tokens of the rows. The client is the
+// decodes exactly the completion tokens of the rows, and each row is the
+// one a run without the pause gets. The client is the
 // simulator alone and the simulator behind the structured-output check
 // (inference.Decorate), as a run builds it: a decorator must keep its
 // backend's abort call, or each request is cancelled client side and
@@ -62,6 +65,24 @@ func TestAbortDecodesOnlyTheRowsTokens(t *testing.T) {
 					t.Fatalf("rollout %d: %v %s", i, errs[i], r.Error)
 				}
 				rowTokens += int64(r.CompletionTokens)
+			}
+			// Each row is the one a run without the pause gets: the
+			// continuation is the rest of the answer begun.
+			ref := sim.New(sim.Options{Seed: 7, Length: sim.LengthModel{Median: 400, Sigma: 0.01, Cap: 2000}})
+			defer ref.Close()
+			gref, err := generate.New(ref, generate.Options{Model: "sim", API: "tokens", Params: map[string]any{"max_tokens": 1500, "logprobs": 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range rows {
+				want := rollout()
+				want.Task.Params, want.Seed, want.GroupID = nil, r.Seed, r.GroupID
+				if err := gref.Turn(context.Background(), want); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(r.ResponseTokenIDs, want.ResponseTokenIDs) || !slices.Equal(r.ResponseLogprobs, want.ResponseLogprobs) || r.FinishReason != want.FinishReason {
+					t.Errorf("rollout %d: %d tokens (%s), without the pause %d (%s)", i, len(r.ResponseTokenIDs), r.FinishReason, len(want.ResponseTokenIDs), want.FinishReason)
+				}
 			}
 			st := g.PolicyStats()
 			if decoded := srv.Stats().DecodedTokens; decoded != rowTokens {

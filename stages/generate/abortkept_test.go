@@ -94,3 +94,50 @@ func TestAbortDecodesOnlyTheRowsTokens(t *testing.T) {
 		})
 	}
 }
+
+// A turn whose response_format constrains the output is sent again from
+// its start after a pause in abort mode, even token-in-token-out: its
+// partial tokens are discarded (a constrained decoder and the
+// structured-output check need the whole answer); other formats continue.
+func TestAbortConstrainedRestartsTheTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		format    map[string]any
+		continues bool
+	}{
+		{"json_object", map[string]any{"type": "json_object"}, false},
+		{"json_schema", map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"type": "object"}}}, false},
+		{"text", map[string]any{"type": "text"}, true},
+		{"none", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := slowSim()
+			defer srv.Close()
+			pol := generate.NewPolicy(1)
+			params := map[string]any{"max_tokens": 1500}
+			if tc.format != nil {
+				params["response_format"] = tc.format
+			}
+			g, err := generate.New(srv, generate.Options{Model: "sim", API: "tokens", Policy: pol, Params: params})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rollout()
+			r.Task.Params = nil
+			done := make(chan error, 1)
+			go func() { done <- g.Turn(context.Background(), r) }()
+			waitFor(t, "the request running", func() bool { return srv.Stats().Running == 1 })
+			abortUpdate(t, pol, "the aborted request", func() bool { return g.PolicyStats().Aborted == 1 }, 2)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			st := g.PolicyStats()
+			if continued := st.Continued == 1 && st.Discarded == 0; continued != tc.continues || !tc.continues && st.Discarded == 0 {
+				t.Errorf("stats %+v, want continued %v", st, tc.continues)
+			}
+			if r.Status == pipeline.StatusError || srv.Stats().DecodedTokens != int64(r.CompletionTokens)+st.Discarded {
+				t.Errorf("row %s (%s): %d tokens, %d discarded, the simulator decoded %d", r.Status, r.Error, r.CompletionTokens, st.Discarded, srv.Stats().DecodedTokens)
+			}
+		})
+	}
+}

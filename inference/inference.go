@@ -130,9 +130,11 @@ type Client interface {
 
 // Decorate returns outer, a client wrapping inner, with inner's Tokenize,
 // Detokenize and MaxModelLen where inner has them (Tokenizer, Detokenizer,
-// ContextLimiter): a decorator (rate limits, the response cache, the
-// structured-output check) keeps what its backend can do.
+// ContextLimiter), and inner itself for AborterOf (Unwrapper): a decorator
+// (rate limits, the response cache, the structured-output check) keeps
+// what its backend can do.
 func Decorate(outer, inner Client) Client {
+	w := wraps{inner}
 	t, tok := inner.(Tokenizer)
 	d, det := inner.(Detokenizer)
 	l, lim := inner.(ContextLimiter)
@@ -140,45 +142,87 @@ func Decorate(outer, inner Client) Client {
 	case tok && det && lim:
 		return struct {
 			Client
+			wraps
 			Tokenizer
 			Detokenizer
 			ContextLimiter
-		}{outer, t, d, l}
+		}{outer, w, t, d, l}
 	case tok && det:
 		return struct {
 			Client
+			wraps
 			Tokenizer
 			Detokenizer
-		}{outer, t, d}
+		}{outer, w, t, d}
 	case tok && lim:
 		return struct {
 			Client
+			wraps
 			Tokenizer
 			ContextLimiter
-		}{outer, t, l}
+		}{outer, w, t, l}
 	case det && lim:
 		return struct {
 			Client
+			wraps
 			Detokenizer
 			ContextLimiter
-		}{outer, d, l}
+		}{outer, w, d, l}
 	case tok:
 		return struct {
 			Client
+			wraps
 			Tokenizer
-		}{outer, t}
+		}{outer, w, t}
 	case det:
 		return struct {
 			Client
+			wraps
 			Detokenizer
-		}{outer, d}
+		}{outer, w, d}
 	case lim:
 		return struct {
 			Client
+			wraps
 			ContextLimiter
-		}{outer, l}
+		}{outer, w, l}
+	}
+	if _, ok := AborterOf(inner); ok {
+		return struct {
+			Client
+			wraps
+		}{outer, w}
 	}
 	return outer
+}
+
+// Unwrapper is a decorated client (Decorate's result): Unwrap returns the
+// client it wraps.
+type Unwrapper interface {
+	Unwrap() Client
+}
+
+// wraps is Decorate's Unwrapper.
+type wraps struct{ inner Client }
+
+func (w wraps) Unwrap() Client { return w.inner }
+
+// AborterOf returns c's abort call: c's own when c is an Aborter, else
+// that of the client a decorator wraps (Unwrapper), as deep as they go. A
+// decorator leaves the abort to its backend: the requests in flight
+// answer through it with their partial outputs.
+func AborterOf(c Client) (Aborter, bool) {
+	for c != nil {
+		if a, ok := c.(Aborter); ok {
+			return a, true
+		}
+		u, ok := c.(Unwrapper)
+		if !ok {
+			return nil, false
+		}
+		c = u.Unwrap()
+	}
+	return nil, false
 }
 
 // Error classes, written to the output's error_class column.

@@ -339,6 +339,11 @@ func (c *Client) Complete(ctx context.Context, req *inference.Request) (*inferen
 	if err != nil {
 		return resp, err
 	}
+	if resp.FinishReason == inference.FinishAbort {
+		// A partial output a pause cut short (the caller continues it)
+		// is not the request's answer.
+		return resp, nil
+	}
 	if perr := c.store.Put(k, resp); perr != nil && c.OnPutError != nil {
 		c.OnPutError(perr)
 	}

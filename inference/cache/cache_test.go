@@ -21,7 +21,41 @@ func (c *counting) Complete(ctx context.Context, req *inference.Request) (*infer
 	if req.Messages[0].Content == "fail" {
 		return nil, &inference.Error{Class: inference.ClassServer, Msg: "boom"}
 	}
-	return &inference.Response{Message: pipeline.Message{Role: "assistant", Content: fmt.Sprintf("reply %d to %s", n, req.Messages[0].Content), TokenIDs: []int32{1, 2}, Logprobs: []float32{-0.125, -1.5}}, FinishReason: "stop", PromptTokens: 3, CompletionTokens: 2, Endpoint: "e"}, nil
+	finish := "stop"
+	if req.Messages[0].Content == "aborted" {
+		finish = inference.FinishAbort
+	}
+	return &inference.Response{Message: pipeline.Message{Role: "assistant", Content: fmt.Sprintf("reply %d to %s", n, req.Messages[0].Content), TokenIDs: []int32{1, 2}, Logprobs: []float32{-0.125, -1.5}}, FinishReason: finish, PromptTokens: 3, CompletionTokens: 2, Endpoint: "e"}, nil
+}
+
+// An answer a pause aborted (a partial output, inference.FinishAbort) is
+// passed on and not stored: the same request is sent again; a whole
+// answer is stored.
+func TestAbortedAnswerIsNotStored(t *testing.T) {
+	for _, tc := range []struct {
+		content string
+		asked   int64
+	}{
+		{"aborted", 2},
+		{"whole", 1},
+	} {
+		t.Run(tc.content, func(t *testing.T) {
+			store, err := Open(t.TempDir(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner := &counting{}
+			c := New(inner, store, keyOf, nil)
+			for range 2 {
+				if _, err := c.Complete(context.Background(), req(tc.content, "s0")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := inner.n.Load(); n != tc.asked {
+				t.Errorf("inner asked %d times, want %d", n, tc.asked)
+			}
+		})
+	}
 }
 
 func keyOf(req *inference.Request) (Key, error) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // AbortAll cuts a request in flight short: it answers with a prefix of
@@ -84,4 +86,54 @@ func TestHTTPAbortRequest(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d containing %q", tt.body, resp.StatusCode, b, tt.status, tt.want)
 		}
 	}
+}
+
+// A prompt that ends in a prefix of its answer (an aborted request's
+// partial output, sent again) is answered with the rest of that answer:
+// the ids, logprobs and finish reason the whole answer has from there,
+// max_tokens counted from the prefix. Open assistant text that is no
+// prefix of the answer gets an answer of its own.
+func TestContinuationAnswersTheRest(t *testing.T) {
+	s := New(Options{Seed: 3, Length: LengthModel{Median: 300, Sigma: 0.01, Cap: 1000}})
+	defer s.Close()
+	prompt := Template{}.Render([]pipeline.Message{{Role: pipeline.RoleUser, Content: "What is 2 + 3?"}}, nil, true)
+	complete := func(ids []int32, maxTokens int) *inference.Response {
+		t.Helper()
+		resp, err := s.Complete(context.Background(), &inference.Request{PromptTokenIDs: ids, Params: map[string]any{"max_tokens": maxTokens, "seed": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, tc := range []struct {
+		name      string
+		maxTokens int
+		cut       func(n int) int // the prefix's length, of the whole answer's n
+	}{
+		{"first token", 900, func(int) int { return 1 }},
+		{"midway", 900, func(n int) int { return n / 2 }},
+		{"last token left", 900, func(n int) int { return n - 1 }},
+		{"cut by max_tokens", 120, func(n int) int { return n / 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			whole := complete(prompt, tc.maxTokens)
+			n := len(whole.Message.TokenIDs)
+			k := tc.cut(n)
+			rest := complete(slices.Concat(prompt, whole.Message.TokenIDs[:k]), tc.maxTokens-k)
+			if !slices.Equal(rest.Message.TokenIDs, whole.Message.TokenIDs[k:]) || !slices.Equal(rest.Message.Logprobs, whole.Message.Logprobs[k:]) {
+				t.Errorf("after %d of %d tokens: %v, want %v", k, n, rest.Message.TokenIDs, whole.Message.TokenIDs[k:])
+			}
+			if rest.FinishReason != whole.FinishReason || rest.CompletionTokens != n-k {
+				t.Errorf("finish %q with %d tokens, want %q with %d", rest.FinishReason, rest.CompletionTokens, whole.FinishReason, n-k)
+			}
+		})
+	}
+	t.Run("not a prefix", func(t *testing.T) {
+		whole := complete(prompt, 900)
+		other := slices.Concat(prompt, Tokenize("something else"))
+		got := complete(other, 900)
+		if n := len(Tokenize("something else")); len(got.Message.TokenIDs) >= n && slices.Equal(got.Message.TokenIDs, whole.Message.TokenIDs[n:]) {
+			t.Errorf("open text that is no prefix was continued as one")
+		}
+	})
 }

@@ -278,8 +278,56 @@ func (s *Server) length(in *input) int {
 	return int(l)
 }
 
-// generate produces the reply to in.
+// generate produces the reply to in. A prompt that ends in a prefix of
+// the answer its conversation gets (the partial output of an aborted
+// request, sent again after it: continuation) is answered with the rest
+// of that answer, as a model continues what it began; any other open
+// assistant text gets an answer of its own.
 func (s *Server) generate(in *input) (*reply, error) {
+	if rep, ok := s.continuation(in); ok {
+		return rep, nil
+	}
+	return s.draw(in)
+}
+
+// continuation answers in when its prompt ends in an assistant message
+// begun (after the last assistant marker, with no end) that is a prefix
+// of the answer drawn for the prompt without it: the rest of that
+// answer, its max_tokens counted from the prefix's start; ok is false
+// otherwise.
+func (s *Server) continuation(in *input) (*reply, bool) {
+	ids := in.promptIDs
+	start := len(ids) - 1
+	for start >= 0 && ids[start] != TokAssistant {
+		start--
+	}
+	if start < 0 {
+		return nil, false
+	}
+	tail := ids[start+1:]
+	if len(tail) == 0 || slices.Contains(tail, TokEnd) {
+		return nil, false
+	}
+	whole := *in
+	whole.promptIDs = ids[:start+1]
+	if in.maxTokens > 0 {
+		whole.maxTokens = in.maxTokens + len(tail)
+	}
+	rep, err := s.draw(&whole)
+	if err != nil || len(rep.ids) <= len(tail) || !slices.Equal(rep.ids[:len(tail)], tail) {
+		return nil, false
+	}
+	k := len(tail)
+	rep.ids = rep.ids[k:]
+	rep.logprobs = rep.logprobs[k:]
+	rep.text = Detokenize(rep.ids, true)
+	rep.content = rep.text
+	rep.toolCalls = nil
+	return rep, true
+}
+
+// draw produces the answer to in's conversation.
+func (s *Server) draw(in *input) (*reply, error) {
 	o := &s.opts
 	limit := o.Length.Cap
 	if in.maxTokens > 0 {

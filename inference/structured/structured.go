@@ -167,6 +167,12 @@ func (c *checker) Complete(ctx context.Context, req *inference.Request) (*infere
 			}
 			return nil, err
 		}
+		// An answer a pause aborted (inference.FinishAbort) is a partial
+		// output its caller continues, not a reply to check.
+		if resp.FinishReason == inference.FinishAbort {
+			resp.Discarded = resp.Discarded.Add(spent)
+			return resp, nil
+		}
 		why = c.check(want, resp)
 		if why == "" {
 			resp.Discarded = resp.Discarded.Add(spent)

@@ -69,6 +69,11 @@ func TestCheck(t *testing.T) {
 		{name: "no format", cfg: retries(2), replies: []string{`plain`}, want: `plain`, calls: 1},
 		{name: "cut, retry_on length", cfg: structured.Config{RetryOn: []string{"length"}}, replies: []string{`abc`, `abcd`}, finish: []string{"length", "stop"}, want: `abcd`, calls: 2, discarded: inference.Usage{PromptTokens: 10, CompletionTokens: 3, Tries: 1}},
 		{name: "cut, kept by default", cfg: structured.Config{}, replies: []string{`abc`}, finish: []string{"length"}, want: `abc`, calls: 1},
+		// An answer a pause aborted is a partial output the generate stage
+		// continues: passed on unchecked, with the tries before it.
+		{name: "aborted, unchecked", format: answerSchema, cfg: retries(2), replies: []string{`{"answer": "four"}`, `{"ans`}, finish: []string{"stop", inference.FinishAbort},
+			want: `{"ans`, calls: 2, discarded: inference.Usage{PromptTokens: 10, CompletionTokens: 3, Tries: 1}},
+		{name: "aborted, retry_on length", cfg: structured.Config{RetryOn: []string{"length"}}, replies: []string{`ab`}, finish: []string{inference.FinishAbort}, want: `ab`, calls: 1},
 		{name: "bad schema", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"type": 5}}}, cfg: retries(2), replies: []string{`{}`}, wantErr: "response_format.json_schema.schema", calls: 0},
 		{name: "remote ref", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{"$ref": "http://example.com/s.json"}}}, cfg: retries(2), replies: []string{`{}`}, wantErr: "only the schema in response_format", calls: 0},
 		{name: "local ref", format: map[string]any{"type": "json_schema", "json_schema": map[string]any{"schema": map[string]any{

@@ -140,7 +140,7 @@ func (g *Generator) send(ctx context.Context, r *pipeline.Rollout, req *inferenc
 		}
 		return resp, []segment{{n: len(resp.Message.TokenIDs)}}, nil
 	}
-	continuable := g.tokens() && !stepwise && req.PromptTokenIDs != nil
+	continuable := g.tokens() && !stepwise && req.PromptTokenIDs != nil && !constrained(req.Params)
 	var parts []*inference.Response
 	var segs []segment
 	for {
@@ -191,6 +191,20 @@ func (g *Generator) send(ctx context.Context, r *pipeline.Rollout, req *inferenc
 		}
 		req = &next
 	}
+}
+
+// constrained reports whether p's response_format constrains the output
+// (json_object, json_schema). Such a turn aborted by a pause is sent
+// again from its start: a server's constrained decoding starts its
+// grammar at a continuation's first token, and the structured-output
+// check (inference/structured) sees a whole answer only so.
+func constrained(p map[string]any) bool {
+	rf, ok := p["response_format"].(map[string]any)
+	if !ok {
+		return false
+	}
+	t, _ := rf["type"].(string)
+	return t != "" && t != "text"
 }
 
 // maps copies a params map.
@@ -300,9 +314,10 @@ func (g *Generator) watch(ctx context.Context, cancel context.CancelFunc, done <
 var errNoAbort = errors.New("the inference client cannot abort requests")
 
 // abortServers asks the servers to abort their requests, once for the
-// pause id; every caller waits for that one call.
+// pause id; every caller waits for that one call. The client's backend
+// aborts them through its decorators (inference.AborterOf).
 func (g *Generator) abortServers(ctx context.Context, id <-chan struct{}) error {
-	ab, ok := g.client.(inference.Aborter)
+	ab, ok := inference.AborterOf(g.client)
 	if !ok {
 		return errNoAbort
 	}

@@ -161,6 +161,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		Dir: dir, State: st, Ctx: sctx,
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseTimeout.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
 		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
+		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale,
 		Supply: groups.NewSupply(0),
 		Parquet: parquet.Options{
 			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
@@ -200,6 +201,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		if err != nil {
 			return fmt.Errorf("serve.max_staleness: %w", err)
 		}
+		s.led.setDiscard(stale.Discard)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Serve.Addr)

@@ -75,10 +75,13 @@ type serviceConfig struct {
 	PauseTimeout time.Duration
 	Buffer       int // serve.buffer_steps
 	// Fill and Bound are the ledger's (ledgerConfig).
-	Fill   int
-	Bound  func(v int64) int
-	MaxK   int // serve.max_groups_per_step
-	Supply *groups.Supply
+	Fill  int
+	Bound func(v int64) int
+	// MaxStaleness and OnStale are the ledger's (ledgerConfig).
+	MaxStaleness *int
+	OnStale      string
+	MaxK         int // serve.max_groups_per_step
+	Supply       *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -96,6 +99,7 @@ func newService(c serviceConfig) (*service, error) {
 	}
 	led, err := newLedger(ledgerConfig{
 		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Bound: c.Bound, Supply: c.Supply,
+		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)

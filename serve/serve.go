@@ -189,6 +189,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
+	// A step is served once the state records it, its folder written
+	// beside: one a crash left unwritten is written again from data/.
+	if err := s.rebuildSteps(ctx, st, paths); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 
 	// serve.max_staleness: the capacity gate over the fleet's policy,
 	// counting what earlier runs accepted (served or queued).

@@ -175,6 +175,15 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	if terr == nil {
 		terr = settle(ctx, srv, child.url)
 	}
+	// The groups the service found too stale to serve (max_staleness
+	// at hand-out): in data/, never served.
+	staleServe := 0
+	if terr == nil {
+		var st *client.Status
+		if st, terr = client.New(child.url, "").Status(ctx); terr == nil {
+			staleServe = st.StaleGroups
+		}
+	}
 	serr := child.stop()
 	if err := errors.Join(terr, serr); err != nil {
 		return row, err
@@ -209,8 +218,8 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	for _, d := range tr.waits {
 		row.Waits = append(row.Waits, d.Seconds())
 	}
-	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d dropped as stale (%d tokens)",
-		fin.kept+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale)
+	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served, %d too stale to serve when a step was made), %d dropped by the keep rule; %d dropped as stale when finished (%d tokens)",
+		fin.kept+fin.dropped, fin.kept, tr.groups, staleServe, fin.dropped, fin.staleGroups, fin.stale)
 	if tr.duplicates > 0 {
 		return row, fmt.Errorf("%d groups were served twice", tr.duplicates)
 	}

@@ -357,14 +357,18 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// The step's first answer is made from the records its file is
-		// being written from, not read back from the file.
+		// being written from, not read back from the file. The answer
+		// ends when the handler returns: the write is waited for apart.
+		n := st.Step
 		defer func() {
 			for _, gr := range g.fresh {
 				gr.release()
 			}
-			if err := h.s.written(h.s.ctx, st.Step); err != nil {
-				h.logf("%v; the service writes it again from %s at its next start", err, schema.DataDir)
-			}
+			go func() {
+				if err := h.s.written(h.s.ctx, n); err != nil && h.s.ctx.Err() == nil {
+					h.logf("%v; the service writes it again from %s at its next start", err, schema.DataDir)
+				}
+			}()
 		}()
 	}
 	vs := make([]string, len(st.Versions))

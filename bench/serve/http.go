@@ -121,6 +121,7 @@ type trainerRun struct {
 	start, first, last, end time.Time
 	waited                  time.Duration // in Next, after the first step
 	waits                   []time.Duration // in each Next
+	queued                  []int           // the queued groups then
 	busyAtFirst, busyAtLast time.Duration // the simulator's busy time then
 	busyAtEnd               time.Duration
 	staleness               [3]int
@@ -218,6 +219,7 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	for _, d := range tr.waits {
 		row.Waits = append(row.Waits, d.Seconds())
 	}
+	row.Queued = tr.queued
 	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served, %d too stale to serve when a step was made), %d dropped by the keep rule; %d dropped as stale when finished (%d tokens)",
 		fin.kept+fin.dropped, fin.kept, tr.groups, staleServe, fin.dropped, fin.staleGroups, fin.stale)
 	if tr.duplicates > 0 {
@@ -237,6 +239,11 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 	seen := map[[2]int64]bool{}
 	tr.start = time.Now()
 	for s := range o.steps {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return tr, err
+		}
+		tr.queued = append(tr.queued, st.QueuedGroups)
 		asked := time.Now()
 		step, err := c.Next(ctx, o.k, client.FormatArrow)
 		if err != nil {

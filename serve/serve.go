@@ -173,6 +173,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer s.led.close()
+	// The folders of the steps answered are written before the service
+	// returns (after the HTTP server stopped: no new step comes).
+	defer s.waitWrites()
 	if st.Paused != "" {
 		// Paused when it stopped: it stays paused until POST /v1/resume.
 		logf("paused (%s) as when it stopped, at policy version %d, since %s by %s: POST /v1/resume to go on", st.Paused, st.Policy, st.PausedAt.Format(time.RFC3339), st.PausedBy)

@@ -65,6 +65,8 @@ type service struct {
 	// writes are the step folders being written, by step (startWrite).
 	writeMu sync.Mutex
 	writes  map[int64]*stepWrite
+	// writing counts the writes in flight: a stop waits for them.
+	writing sync.WaitGroup
 	// holdWrite, when set (tests), is called before a step's folder is
 	// written.
 	holdWrite func(n int64)
@@ -327,7 +329,9 @@ func (s *service) startWrite(n int64, fresh []*group) {
 		own[i] = &c
 	}
 	fresh = own
+	s.writing.Add(1)
 	go func() {
+		defer s.writing.Done()
 		defer close(sw.done)
 		defer func() {
 			for _, g := range fresh {
@@ -339,11 +343,16 @@ func (s *service) startWrite(n int64, fresh []*group) {
 		if s.holdWrite != nil {
 			s.holdWrite(n)
 		}
-		if err := s.writeStep(s.ctx, n, fresh); err != nil {
+		// A stop lets the write finish (waitWrites): the step is
+		// recorded and answered already.
+		if err := s.writeStep(context.WithoutCancel(s.ctx), n, fresh); err != nil {
 			sw.err = fmt.Errorf("writing step %d: %w", n, err)
 		}
 	}()
 }
+
+// waitWrites waits for the step folders being written.
+func (s *service) waitWrites() { s.writing.Wait() }
 
 // written waits until step n's folder, if it is being written, is (or
 // could not be: the write's error; a restart writes it again from data/).

@@ -3,9 +3,13 @@ package serve
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -24,6 +28,12 @@ import (
 // It returns the service, the step and its groups (the caller's to
 // release).
 func testStep(tb testing.TB, groups, n, payload int) (*service, *stepState, []*group) {
+	tb.Helper()
+	return testStepHeld(tb, groups, n, payload, nil)
+}
+
+// testStepHeld is testStep with the service's holdWrite set to hold.
+func testStepHeld(tb testing.TB, groups, n, payload int, hold func(int64)) (*service, *stepState, []*group) {
 	tb.Helper()
 	out := tb.TempDir()
 	data := filepath.Join(out, schema.DataDir)
@@ -51,11 +61,15 @@ func testStep(tb testing.TB, groups, n, payload int) (*service, *stepState, []*g
 		tb.Fatal(err)
 	}
 	served := filepath.Join(out, schema.ServedDir)
+	if err := os.MkdirAll(served, 0o755); err != nil {
+		tb.Fatal(err)
+	}
 	s, err := newService(serviceConfig{Dir: served, MaxK: groups, Parquet: parquet.Options{FileRows: 1 << 40, FileBytes: 1 << 62}})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(s.led.close)
+	s.holdWrite = hold
 	if err := s.loadFile(ctx, filepath.Join(data, schema.PartName(0))); err != nil {
 		tb.Fatal(err)
 	}
@@ -174,4 +188,45 @@ func BenchmarkAnswerStep(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A new step is answered once the state records it, in Arrow or JSONL
+// from its records, while its folder is still being written; a Parquet
+// answer, or one read back from the file, waits for the folder.
+func TestAnswerBeforeStepFileWritten(t *testing.T) {
+	release := make(chan struct{})
+	s, st, fresh := testStepHeld(t, 3, 2, 64, func(int64) { <-release })
+	h := &handler{s: s, pauseMode: generate.PauseAbort, logf: t.Logf}
+	ctx := context.Background()
+	if !s.led.steps[st.Step].LeasedUntil.After(time.Time{}) {
+		t.Fatalf("step %d is not recorded before its answer", st.Step)
+	}
+	for _, format := range []string{FormatArrow, FormatJSONL} {
+		var b buffer
+		b.h = http.Header{}
+		if err := h.answerStep(ctx, &b, st.Step, format, fresh, nil); err != nil || b.Len() == 0 {
+			t.Fatalf("%s: %v (%d bytes) while the folder is held", format, err, b.Len())
+		}
+	}
+	if _, err := os.Stat(s.stepFile(st.Step)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the step's file while its write is held: %v", err)
+	}
+	for _, g := range fresh {
+		g.release() // the write holds its own references
+	}
+	parquetDone := make(chan error, 1)
+	var pq buffer
+	pq.h = http.Header{}
+	go func() { parquetDone <- h.answerStep(ctx, &pq, st.Step, FormatParquet, nil, nil) }()
+	close(release)
+	if err := <-parquetDone; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(s.stepFile(st.Step))
+	if err != nil || !bytes.Equal(b, pq.Bytes()) {
+		t.Fatalf("the Parquet answer (%d bytes) is not the step's file (%d bytes, %v)", pq.Len(), len(b), err)
+	}
+	if err := s.written(ctx, st.Step); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -6,9 +6,13 @@
 // requests raise, a policy (generate.Policy) the API versions and pauses,
 // and a hook that hears each committed data file. A loader reads those
 // files, in order and off the run's commit path, into the queue of kept
-// groups. A request for K groups takes K queued groups, writes them as a
-// step under OUTPUT/served/ (schema.ServedDir) with the Parquet sink's
-// writer, records the step in served/state.json, and only then answers.
+// groups. A request for K groups takes K queued groups (oldest policy
+// version first; under serve.max_staleness, those too stale to serve are
+// set aside), records them as a step in served/state.json, and only then
+// answers, from their records, while the step's folder under
+// OUTPUT/served/ (schema.ServedDir) is written beside with the Parquet
+// sink's writer (a restart writes a recorded step's missing folder from
+// data/).
 //
 // The state machine is the ledger (ledger.go): the steps and their
 // leases, the queue, the waiting trainers, the policy version and the

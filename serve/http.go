@@ -23,6 +23,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/internal/pqread"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve/client"
 	"github.com/trajflow/trajflow/stages/generate"
 )
@@ -355,12 +356,19 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "making the step failed: %v", err)
 			return
 		}
-		// The step's first answer is made from the records its file was
-		// written from, not read back from the file.
+		// The step's first answer is made from the records its file is
+		// being written from, not read back from the file. The answer
+		// ends when the handler returns: the write is waited for apart.
+		n := st.Step
 		defer func() {
 			for _, gr := range g.fresh {
 				gr.release()
 			}
+			go func() {
+				if err := h.s.written(h.s.ctx, n); err != nil && h.s.ctx.Err() == nil {
+					h.logf("%v; the service writes it again from %s at its next start", err, schema.DataDir)
+				}
+			}()
 		}()
 	}
 	vs := make([]string, len(st.Versions))
@@ -405,6 +413,13 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 // those alone; Parquet is never asked for).
 func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group, keep map[groupRef]bool) error {
 	path := h.s.stepFile(n)
+	if format == FormatParquet || recordsOf(fresh) == nil {
+		// Read from the file: wait for it to be written.
+		if err := h.s.written(ctx, n); err != nil {
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: %v", n, err)
+			return err
+		}
+	}
 	if format == FormatParquet {
 		f, err := os.Open(path)
 		if err != nil {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -77,6 +78,16 @@ type ledger struct {
 	bound        func(v int64) int // ledgerConfig.Bound; nil: none
 	supply       *groups.Supply    // the run's demand; nil in tests
 	policy       *generate.Policy  // published after the state records it
+	// maxStale is serve.max_staleness (-1: none) and dropStale whether
+	// serve.on_stale drops a group too stale to serve (requeue, drop)
+	// rather than keeping it: a queued group whose oldest token is more
+	// than maxStale versions behind the policy is then never served.
+	maxStale  int64
+	dropStale bool
+	// discard, when set, tells the staleness gate that n groups it
+	// counted as accepted will never be consumed (found stale in the
+	// queue): their places are free again.
+	discard func(n int)
 
 	// recording serialises the changes the state file records.
 	recording sync.Mutex
@@ -98,9 +109,14 @@ type ledger struct {
 	// theirs (a stranded step cut anew), by world, until the state
 	// records it: the world's other ranks take their slices of it.
 	converting map[int64]int
-	handed     map[slot]bool     // the slots served since the start
-	making     map[int]int       // by world (> 0): the steps granted and not yet recorded or given back
-	recent     []int             // the K of the last recentRequests requests, oldest first
+	handed     map[slot]bool // the slots served since the start
+	making     map[int]int   // by world (> 0): the steps granted and not yet recorded or given back
+	recent     []int         // the K of the last recentRequests requests, oldest first
+	// stale are the groups found too stale to serve (recorded in the
+	// state's Stale, or to be with its next record: unrecorded, the
+	// newest of them); never served, never queued again.
+	stale      map[groupRef]bool
+	unrecorded []groupRef
 	ended      error             // the run ended: no more groups come
 	meta       map[string]string // the data files' metadata
 	counts     counts
@@ -129,8 +145,14 @@ type ledgerConfig struct {
 	// staleness gate lets the run accept in all at policy version v
 	// ((v + max_staleness + 1) × step_groups): the demand is at least
 	// that, so the bound, not buffer_steps, limits the look-ahead.
-	Bound  func(v int64) int
-	Supply *groups.Supply
+	Bound func(v int64) int
+	// MaxStaleness is serve.max_staleness (nil: none) and OnStale
+	// serve.on_stale: under requeue or drop a queued group whose oldest
+	// token is more than MaxStaleness versions behind the policy when a
+	// step is made is not served (dropStale).
+	MaxStaleness *int
+	OnStale      string
+	Supply       *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
 }
@@ -198,7 +220,14 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, buffer: c.Buffer, fill: c.Fill, bound: c.Bound, supply: c.Supply, policy: c.Policy,
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
-		lastExpiry: map[int64]time.Time{}, converting: map[int64]int{},
+		lastExpiry: map[int64]time.Time{}, converting: map[int64]int{}, stale: map[groupRef]bool{}, maxStale: -1,
+	}
+	if c.MaxStaleness != nil {
+		l.maxStale = int64(*c.MaxStaleness)
+		l.dropStale = c.OnStale != groups.StaleKeep
+	}
+	for _, g := range st.Stale {
+		l.stale[g] = true
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -262,8 +291,14 @@ func (l *ledger) record(decide func() (*state, error), publish func(*state)) err
 	defer l.recording.Unlock()
 	l.mu.Lock()
 	next, err := decide()
+	stale := len(l.unrecorded)
 	if next != nil {
 		next.Next = l.next
+		if stale > 0 {
+			// The groups found stale since the last record go with
+			// this one.
+			next.Stale = slices.Concat(next.Stale, l.unrecorded)
+		}
 	}
 	l.mu.Unlock()
 	if err != nil || next == nil {
@@ -275,6 +310,7 @@ func (l *ledger) record(decide func() (*state, error), publish func(*state)) err
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.st = next
+	l.unrecorded = slices.Delete(l.unrecorded, 0, stale)
 	publish(next)
 	return nil
 }
@@ -283,7 +319,7 @@ func (l *ledger) record(decide func() (*state, error), publish func(*state)) err
 func (l *ledger) taken(ref groupRef) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.assigned[ref] || l.queued[ref] != nil
+	return l.assigned[ref] || l.queued[ref] != nil || l.stale[ref]
 }
 
 // enqueue adds kept groups to the queue (those taken meanwhile are
@@ -296,7 +332,7 @@ func (l *ledger) enqueue(fresh []*group, meta map[string]string) {
 		l.meta = meta
 	}
 	for _, g := range fresh {
-		if l.assigned[g.ref] || l.queued[g.ref] != nil {
+		if l.assigned[g.ref] || l.queued[g.ref] != nil || l.stale[g.ref] {
 			g.release()
 			continue
 		}
@@ -423,6 +459,7 @@ func (l *ledger) isLeased(s slot) bool {
 // so. It then sets the run's demand. l.mu is held.
 func (l *ledger) dispatch() {
 	l.expire()
+	l.dropStaleGroups()
 	blocked := false
 	kept := l.waiters[:0]
 	for _, w := range l.waiters {
@@ -449,8 +486,7 @@ func (l *ledger) dispatch() {
 			continue
 		}
 		if !blocked && len(l.queue) >= w.k {
-			fresh := slices.Clone(l.queue[:w.k])
-			l.queue = slices.Delete(l.queue, 0, w.k)
+			fresh := l.takeOldest(w.k)
 			for _, g := range fresh {
 				delete(l.queued, g.ref)
 				l.assigned[g.ref] = true
@@ -473,6 +509,72 @@ func (l *ledger) dispatch() {
 	l.setDemand()
 }
 
+// tooStale reports whether a queued group's oldest token is more than
+// serve.max_staleness versions behind the policy: served now, a trainer
+// at the current version would train on it past the bound. l.mu is held.
+func (l *ledger) tooStale(g *group) bool {
+	return l.maxStale >= 0 && len(g.versions) > 0 && l.st.Policy-g.versions[0] > l.maxStale
+}
+
+// dropStaleGroups takes the queued groups too stale to serve out of the
+// queue (serve.on_stale requeue or drop): the state records them with its
+// next change (unrecorded), and the staleness gate gets their places
+// back. Versions only grow, so a group found stale stays stale: one a
+// crash leaves unrecorded is found stale again after the restart, and
+// none is ever served. l.mu is held.
+func (l *ledger) dropStaleGroups() {
+	if !l.dropStale {
+		return
+	}
+	n := 0
+	kept := l.queue[:0]
+	for _, g := range l.queue {
+		if !l.tooStale(g) {
+			kept = append(kept, g)
+			continue
+		}
+		delete(l.queued, g.ref)
+		l.stale[g.ref] = true
+		l.unrecorded = append(l.unrecorded, g.ref)
+		g.release()
+		n++
+	}
+	clear(l.queue[len(kept):])
+	l.queue = kept
+	if n > 0 && l.discard != nil {
+		l.discard(n)
+	}
+}
+
+// takeOldest takes k groups out of the queue (k <= its length), oldest
+// first: by their oldest token's policy version, in queue order within a
+// version. The staleness bound (AReaL's capacity rule) holds when the
+// groups are consumed in the order they were admitted; the queue is in
+// the order they finished, and a slow group admitted early finishes
+// late: served after younger ones, it would age past the bound. l.mu is
+// held.
+func (l *ledger) takeOldest(k int) []*group {
+	order := slices.Clone(l.queue)
+	slices.SortStableFunc(order, func(a, b *group) int {
+		return cmp.Compare(a.versions[0], b.versions[0])
+	})
+	fresh := order[:k]
+	taken := make(map[groupRef]bool, k)
+	for _, g := range fresh {
+		taken[g.ref] = true
+	}
+	l.queue = slices.DeleteFunc(l.queue, func(g *group) bool { return taken[g.ref] })
+	return fresh
+}
+
+// setDiscard sets the function told of the groups found stale in the
+// queue (the staleness gate's Discard).
+func (l *ledger) setDiscard(fn func(n int)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.discard = fn
+}
+
 // setDemand raises the run's demand to the kept groups that are in steps,
 // those the waiting trainers ask for, and the look-ahead: serve.buffer_steps
 // steps, a step being the largest K of the recent requests (stepSize, so
@@ -488,7 +590,9 @@ func (l *ledger) setDemand() {
 	if l.buffer > 0 {
 		ahead = max(ahead, l.fill)
 	}
-	want := len(l.assigned) + ahead
+	// The groups found stale were kept groups of the run's: the
+	// demand counts them, so that others replace them.
+	want := len(l.assigned) + len(l.stale) + ahead
 	worlds := map[int]bool{}
 	for _, w := range l.waiters {
 		if w.world > 0 {
@@ -502,7 +606,7 @@ func (l *ledger) setDemand() {
 		want += w.k
 	}
 	if l.bound != nil {
-		want = max(want, l.bound(l.st.Policy))
+		want = max(want, l.bound(l.st.Policy)+len(l.stale))
 	}
 	if l.supply != nil {
 		l.supply.Raise(want)
@@ -939,6 +1043,7 @@ func (l *ledger) status(out *client.Status) {
 	})
 	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
+	out.StaleGroups = len(l.stale)
 	out.Staleness = map[string]int{}
 	for _, g := range l.queue {
 		lag := out.PolicyVersion - g.versions[0]

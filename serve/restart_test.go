@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
 )
@@ -201,5 +206,46 @@ func TestServeVersionConflict(t *testing.T) {
 	resp.Body.Close()
 	if body["policy_version"] != 5.0 || body["parameter"] != "version" {
 		t.Fatalf("409 body %v", body)
+	}
+}
+
+// TestServeRebuildsUnwrittenStep: a step is served once the state records
+// it, its folder written beside; a crash between the two leaves a
+// recorded step without its folder, which the next start writes again
+// from data/: the same groups, and the Parquet answer of the step served
+// again is that file.
+func TestServeRebuildsUnwrittenStep(t *testing.T) {
+	out, addr := t.TempDir(), freeAddr(t)
+	cfg := func() *config.Config { return testConfig(t, out, "serve.addr="+addr, "serve.lease=1s") }
+	s := start(t, cfg(), serve.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(s.url, "")
+	first, err := c.Next(ctx, 2, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := readStep(t, first.Body)
+	s.stop(t)
+	// What a crash before the folder was written leaves.
+	if err := os.RemoveAll(filepath.Join(out, schema.ServedDir, schema.ServedStepDir(first.Number))); err != nil {
+		t.Fatal(err)
+	}
+	start(t, cfg(), serve.Options{}) // stopped by its cleanup
+	b, err := os.ReadFile(filepath.Join(out, schema.ServedDir, schema.ServedStepFile(first.Number)))
+	if err != nil {
+		t.Fatalf("the recorded step's folder was not written again: %v", err)
+	}
+	if got := readStep(t, b); !maps.Equal(got, want) {
+		t.Fatalf("step %d written again holds %v, served %v", first.Number, got, want)
+	}
+	// Unacknowledged past its lease, it is served again from that file.
+	time.Sleep(1200 * time.Millisecond)
+	again, err := c.Next(ctx, 2, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Number != first.Number || !maps.Equal(readStep(t, again.Body), want) {
+		t.Fatalf("served again: step %d of %v, want step %d of %v", again.Number, readStep(t, again.Body), first.Number, want)
 	}
 }

@@ -161,6 +161,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		Dir: dir, State: st, Ctx: sctx,
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseTimeout.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
 		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
+		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale,
 		Supply: groups.NewSupply(0),
 		Parquet: parquet.Options{
 			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
@@ -172,6 +173,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	defer s.led.close()
+	// The folders of the steps answered are written before the service
+	// returns (after the HTTP server stopped: no new step comes).
+	defer s.waitWrites()
 	if st.Paused != "" {
 		// Paused when it stopped: it stays paused until POST /v1/resume.
 		logf("paused (%s) as when it stopped, at policy version %d, since %s by %s: POST /v1/resume to go on", st.Paused, st.Policy, st.PausedAt.Format(time.RFC3339), st.PausedBy)
@@ -188,6 +192,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
+	// A step is served once the state records it, its folder written
+	// beside: one a crash left unwritten is written again from data/.
+	if err := s.rebuildSteps(ctx, st, paths); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 
 	// serve.max_staleness: the capacity gate over the fleet's policy,
 	// counting what earlier runs accepted (served or queued).
@@ -200,6 +209,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		if err != nil {
 			return fmt.Errorf("serve.max_staleness: %w", err)
 		}
+		s.led.setDiscard(stale.Discard)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Serve.Addr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -60,6 +61,15 @@ type service struct {
 
 	snapMu sync.Mutex
 	snap   runner.Snapshot
+
+	// writes are the step folders being written, by step (startWrite).
+	writeMu sync.Mutex
+	writes  map[int64]*stepWrite
+	// writing counts the writes in flight: a stop waits for them.
+	writing sync.WaitGroup
+	// holdWrite, when set (tests), is called before a step's folder is
+	// written.
+	holdWrite func(n int64)
 }
 
 // serviceConfig is what newService builds a service from.
@@ -75,10 +85,13 @@ type serviceConfig struct {
 	PauseTimeout time.Duration
 	Buffer       int // serve.buffer_steps
 	// Fill and Bound are the ledger's (ledgerConfig).
-	Fill   int
-	Bound  func(v int64) int
-	MaxK   int // serve.max_groups_per_step
-	Supply *groups.Supply
+	Fill  int
+	Bound func(v int64) int
+	// MaxStaleness and OnStale are the ledger's (ledgerConfig).
+	MaxStaleness *int
+	OnStale      string
+	MaxK         int // serve.max_groups_per_step
+	Supply       *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -96,6 +109,7 @@ func newService(c serviceConfig) (*service, error) {
 	}
 	led, err := newLedger(ledgerConfig{
 		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Bound: c.Bound, Supply: c.Supply,
+		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)
@@ -129,9 +143,20 @@ func (s *service) snapshot() runner.Snapshot {
 // these groups is written from their records, and its first answer
 // encoded from them.
 func (s *service) loadFile(ctx context.Context, path string) error {
-	f, err := pqread.Open(path, s.alloc, 4096)
+	fresh, meta, err := s.readGroups(ctx, path, func(ref groupRef) bool { return !s.led.taken(ref) })
 	if err != nil {
 		return err
+	}
+	s.led.enqueue(fresh, meta)
+	return nil
+}
+
+// readGroups reads the kept groups of a committed data file that want
+// asks for, in the file's order, with the file's metadata.
+func (s *service) readGroups(ctx context.Context, path string, want func(groupRef) bool) ([]*group, map[string]string, error) {
+	f, err := pqread.Open(path, s.alloc, 4096)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
 	meta := f.Metadata()
@@ -158,7 +183,7 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 				end++
 			}
 			g := byRef[ref]
-			if g == nil && !s.led.taken(ref) {
+			if g == nil && want(ref) {
 				g = &group{ref: ref}
 				byRef[ref] = g
 				fresh = append(fresh, g)
@@ -178,13 +203,12 @@ func (s *service) loadFile(ctx context.Context, path string) error {
 		for _, g := range fresh {
 			g.release()
 		}
-		return fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for _, g := range fresh {
 		g.tokens = groupTokens(g.recs)
 	}
-	s.led.enqueue(fresh, meta)
-	return nil
+	return fresh, meta, nil
 }
 
 // versionsOf returns, for a record, a function giving the policy versions
@@ -244,11 +268,14 @@ func addVersions(a, vs []int64) []int64 {
 	return a
 }
 
-// makeStep commits granted groups as a new step (for world ranks, rank's
-// slice leased; world 0: served whole): its folder written and renamed
-// into place, then the state recording it, before it is served. On an
-// error the groups go back to the head of the queue; on success they are
-// the caller's, to answer from their records and release.
+// makeStep makes granted groups a new step (for world ranks, rank's
+// slice leased; world 0: served whole): the state records it, and only
+// then is it served, while its folder is written beside (startWrite: the
+// groups are committed in data/ already, and a restart writes the folder
+// of a recorded step that a crash left unwritten from there,
+// rebuildSteps). On an error the groups go back to the head of the
+// queue; on success they are the caller's, to answer from their records
+// and release once the folder is written (written).
 func (s *service) makeStep(ctx context.Context, fresh []*group, rank, world int) (st *stepState, err error) {
 	n := s.led.reserve()
 	st = &stepState{Step: n, World: world, LeasedRank: rank}
@@ -261,18 +288,145 @@ func (s *service) makeStep(ctx context.Context, fresh []*group, rank, world int)
 		st.GroupTokens = append(st.GroupTokens, g.tokens)
 		st.GroupRows = append(st.GroupRows, g.rows)
 	}
-	if err := s.writeStep(ctx, n, fresh); err != nil {
-		s.led.unmade(fresh, world)
-		return nil, fmt.Errorf("writing step %d: %w", n, err)
-	}
+	s.startWrite(n, fresh)
 	if err := s.led.recordStep(st); err != nil {
 		// Best effort: a folder the state does not record is removed at
 		// the next start.
+		_ = s.written(context.WithoutCancel(ctx), n) // the write ends, as the service stops at the latest
 		_ = os.RemoveAll(filepath.Join(s.dir, schema.ServedStepDir(n)))
 		s.led.unmade(fresh, world)
 		return nil, err
 	}
 	return st, nil
+}
+
+// stepWrite is a step's folder being written: done is closed once it is
+// (err nil) or could not be.
+type stepWrite struct {
+	done chan struct{}
+	err  error
+}
+
+// startWrite writes step n's folder from the groups' records in the
+// background, until the service stops; written waits for it.
+func (s *service) startWrite(n int64, fresh []*group) {
+	sw := &stepWrite{done: make(chan struct{})}
+	s.writeMu.Lock()
+	if s.writes == nil {
+		s.writes = map[int64]*stepWrite{}
+	}
+	s.writes[n] = sw
+	s.writeMu.Unlock()
+	// The write holds its own references: the caller may release the
+	// groups once it has answered.
+	own := make([]*group, len(fresh))
+	for i, g := range fresh {
+		c := *g
+		c.recs = slices.Clone(g.recs)
+		for _, r := range c.recs {
+			r.Retain()
+		}
+		own[i] = &c
+	}
+	fresh = own
+	s.writing.Add(1)
+	go func() {
+		defer s.writing.Done()
+		defer close(sw.done)
+		defer func() {
+			for _, g := range fresh {
+				for _, r := range g.recs {
+					r.Release()
+				}
+			}
+		}()
+		if s.holdWrite != nil {
+			s.holdWrite(n)
+		}
+		// A stop lets the write finish (waitWrites): the step is
+		// recorded and answered already.
+		if err := s.writeStep(context.WithoutCancel(s.ctx), n, fresh); err != nil {
+			sw.err = fmt.Errorf("writing step %d: %w", n, err)
+		}
+	}()
+}
+
+// waitWrites waits for the step folders being written.
+func (s *service) waitWrites() { s.writing.Wait() }
+
+// written waits until step n's folder, if it is being written, is (or
+// could not be: the write's error; a restart writes it again from data/).
+func (s *service) written(ctx context.Context, n int64) error {
+	s.writeMu.Lock()
+	sw := s.writes[n]
+	s.writeMu.Unlock()
+	if sw == nil {
+		return nil
+	}
+	select {
+	case <-sw.done:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for step %d's file: %w", n, ctx.Err())
+	}
+	s.writeMu.Lock()
+	if s.writes[n] == sw && sw.err == nil {
+		delete(s.writes, n)
+	}
+	s.writeMu.Unlock()
+	return sw.err
+}
+
+// rebuildSteps writes the folder of every recorded step that has none (a
+// crash came between the state recording the step and its folder being
+// written) from its groups in the data files at paths, in the step's
+// order of groups.
+func (s *service) rebuildSteps(ctx context.Context, st *state, paths []string) error {
+	want := map[groupRef]bool{}
+	var missing []*stepState
+	for _, step := range st.Steps {
+		if _, err := os.Stat(s.stepFile(step.Step)); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, step)
+		for _, g := range step.Groups {
+			want[g] = true
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	found := map[groupRef]*group{}
+	defer func() {
+		for _, g := range found {
+			g.release()
+		}
+	}()
+	for _, p := range paths {
+		gs, _, err := s.readGroups(ctx, p, func(ref groupRef) bool { return want[ref] && found[ref] == nil })
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			found[g.ref] = g
+		}
+	}
+	for _, step := range missing {
+		var gs []*group
+		for _, ref := range step.Groups {
+			g := found[ref]
+			if g == nil {
+				return fmt.Errorf("step %d (recorded in %s): its folder is missing and its group %v is in no data file under %s to write it again from",
+					step.Step, filepath.Join(s.dir, schema.ServeStateFile), ref, schema.DataDir)
+			}
+			gs = append(gs, g)
+		}
+		if err := s.writeStep(ctx, step.Step, gs); err != nil {
+			return fmt.Errorf("writing step %d again from %s: %w", step.Step, schema.DataDir, err)
+		}
+	}
+	return nil
 }
 
 // writeStep writes step n's folder: its part file, in a temporary folder

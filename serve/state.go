@@ -39,6 +39,10 @@ type state struct {
 	// Next is the number of the next step.
 	Next  int64        `json:"next_step"`
 	Steps []*stepState `json:"steps"`
+	// Stale are the kept groups found too stale to serve when a step was
+	// made (serve.max_staleness, serve.on_stale requeue or drop): in
+	// data/, never served.
+	Stale []groupRef `json:"stale,omitempty"`
 }
 
 // stepState is one assembled step.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -119,9 +120,10 @@ func (c *serveChild) stop() error {
 // trainerRun is what the HTTP trainer saw.
 type trainerRun struct {
 	start, first, last, end time.Time
-	waited                  time.Duration // in Next, after the first step
+	waited                  time.Duration   // in Next, after the first step
 	waits                   []time.Duration // in each Next
-	busyAtFirst, busyAtLast time.Duration // the simulator's busy time then
+	queued                  []int           // the queued groups then
+	busyAtFirst, busyAtLast time.Duration   // the simulator's busy time then
 	busyAtEnd               time.Duration
 	staleness               [3]int
 	staleMax                int64
@@ -175,6 +177,15 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	if terr == nil {
 		terr = settle(ctx, srv, child.url)
 	}
+	// The groups the service found too stale to serve (max_staleness
+	// at hand-out): in data/, never served.
+	staleServe := 0
+	if terr == nil {
+		var st *client.Status
+		if st, terr = client.New(child.url, "").Status(ctx); terr == nil {
+			staleServe = st.StaleGroups
+		}
+	}
 	serr := child.stop()
 	if err := errors.Join(terr, serr); err != nil {
 		return row, err
@@ -209,8 +220,9 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	for _, d := range tr.waits {
 		row.Waits = append(row.Waits, d.Seconds())
 	}
-	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d dropped as stale (%d tokens)",
-		fin.kept+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale)
+	row.Queued = tr.queued
+	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d thrown away as stale (%d tokens; %d found too stale to serve when a step was made)",
+		fin.kept+fin.staleGroups+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale, staleServe)
 	if tr.duplicates > 0 {
 		return row, fmt.Errorf("%d groups were served twice", tr.duplicates)
 	}
@@ -228,6 +240,11 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 	seen := map[[2]int64]bool{}
 	tr.start = time.Now()
 	for s := range o.steps {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return tr, err
+		}
+		tr.queued = append(tr.queued, st.QueuedGroups)
 		asked := time.Now()
 		step, err := c.Next(ctx, o.k, client.FormatArrow)
 		if err != nil {
@@ -348,14 +365,32 @@ type finished struct {
 	tokens int64 // completion_tokens of every row but the stale groups'
 	// stale are the completion tokens of the groups dropped as stale
 	// (filter_reason stale: thrown away, their prompts sampled again).
+	// Those the service found too stale to serve count too (in data/,
+	// listed stale in served/state.json).
 	stale                      int64
 	kept, dropped, staleGroups int // groups
 }
 
 // readFinished reads the decode tokens and groups of out's data/ and
-// filtered/ back.
+// filtered/ back. The groups in data/ that the service found too stale
+// to serve (served/state.json's stale) count as stale: their tokens are
+// thrown away.
 func readFinished(ctx context.Context, out string) (finished, error) {
 	var fin finished
+	var st struct {
+		Stale [][2]int64 `json:"stale"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, schema.ServedDir, schema.ServeStateFile))
+	if err != nil {
+		return fin, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fin, fmt.Errorf("%s: %w", schema.ServeStateFile, err)
+	}
+	unserved := map[[2]int64]bool{}
+	for _, g := range st.Stale {
+		unserved[g] = true
+	}
 	for _, sub := range []string{schema.DataDir, schema.FilteredDir} {
 		paths, err := filepath.Glob(filepath.Join(out, sub, schema.PartGlob))
 		if err != nil {
@@ -367,17 +402,20 @@ func readFinished(ctx context.Context, out string) (finished, error) {
 			if err != nil {
 				return fin, err
 			}
-			cols, err := f.Fields(schema.ColumnName(schema.ColCompletionTokens), schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColFilterReason))
+			cols, err := f.Fields(schema.ColumnName(schema.ColCompletionTokens), schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColFilterReason),
+				schema.ColumnName(schema.ColTaskIndex), schema.ColumnName(schema.ColAttempt))
 			if err == nil {
 				err = f.Records(ctx, cols, func(rec arrow.Record) error {
 					toks, ok1 := rec.Column(0).(*array.Int64)
 					gid, ok2 := rec.Column(1).(*array.String)
 					reason, ok3 := rec.Column(2).(*array.String)
-					if !ok1 || !ok2 || !ok3 {
+					task, ok4 := rec.Column(3).(*array.Int64)
+					attempt, ok5 := rec.Column(4).(*array.Int32)
+					if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 						return fmt.Errorf("unexpected columns %s", rec.Schema())
 					}
 					for i := range int(rec.NumRows()) {
-						if reason.Value(i) == groups.ReasonStale {
+						if reason.Value(i) == groups.ReasonStale || unserved[[2]int64{task.Value(i), int64(attempt.Value(i))}] {
 							fin.stale += toks.Value(i)
 							stale[gid.Value(i)] = true
 							continue

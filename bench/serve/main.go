@@ -113,6 +113,10 @@ type Row struct {
 	Duplicates     int     `json:"duplicates,omitempty"`
 	// Waits are the trainer's waits for each step, in seconds.
 	Waits []float64 `json:"trainer_waits_s,omitempty"`
+	// Queued are the kept groups queued when the trainer asked for each
+	// step (GET /v1/status just before): K or more, the step's wait is
+	// the service making and sending it.
+	Queued []int `json:"queued_at_request,omitempty"`
 }
 
 type options struct {
@@ -350,8 +354,11 @@ func runWorkload(ctx context.Context, o options, keep float64, dir string, log i
 					row, err = runHTTP(ctx, o, srv, dir, tasksPath, w, ratio, prio)
 					rs = append(rs, row)
 					fmt.Fprintf(log, "serve:   %s, priority %s: the trainer's waits (s):", row.Schedule, prio)
-					for _, d := range row.Waits {
+					for i, d := range row.Waits {
 						fmt.Fprintf(log, " %.2f", d)
+						if i < len(row.Queued) && row.Queued[i] >= o.k {
+							fmt.Fprint(log, " (ready)")
+						}
 					}
 					fmt.Fprintln(log)
 					if err != nil {

@@ -82,6 +82,11 @@ type Status struct {
 	// Staleness counts the queued groups by how many policy versions
 	// their oldest token is behind the current one ("0", "1", ...).
 	Staleness map[string]int `json:"staleness"`
+	// StaleGroups are the kept groups never served because they were
+	// more than serve.max_staleness versions behind the policy when a
+	// step was made (serve.on_stale requeue or drop), since the first
+	// start.
+	StaleGroups int `json:"stale_groups"`
 	// InGeneration and InEnvironment are the model and environment calls
 	// in flight; GroupsKept and GroupsFinished the run's groups since it
 	// started, KeepRate their ratio; TokensGenerated the model's tokens.

@@ -149,6 +149,22 @@ func (s *Staleness) Done(accepted bool) {
 	s.mu.Unlock()
 }
 
+// Discard gives back the places of n groups accepted that will never be
+// consumed (a service found them too stale to hand out): the capacity
+// counts them no more, as it counts no group the keep rule dropped.
+// They are counted in Dropped.
+func (s *Staleness) Discard(n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.accepted = max(s.accepted-n, 0)
+	s.dropped += n
+	close(s.freed)
+	s.freed = make(chan struct{})
+	s.mu.Unlock()
+}
+
 // Stale reports whether g, admitted at the oldest AdmittedVersion of its
 // rollouts, can no longer be used within MaxStaleness versions of the
 // version now.

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"container/heap"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -79,27 +78,18 @@ type Cancel struct {
 // Sweeping len(gs) past the prefix shows what starting groups beyond the
 // need buys in time and costs in tokens.
 func FirstKept(gs []OracleGroup, target int, c Cost, conc int, cancel Cancel) Stopped {
-	type req struct {
-		g, traj, turn, remaining, prompt int
-	}
 	type state struct {
 		left, seen    int
 		first         bool
 		decided, gone bool
 	}
+	m := newBatchModel(c, conc)
 	var (
-		t        float64
-		arrivals arrivalHeap
-		waiting  []*req
-		queue    []*req
-		running  []*req
-		inServer int
-		seq      int
-		out      Stopped
-		decided  int
+		out     Stopped
+		decided int
+		trajs   []*Traj
+		owner   []int
 	)
-	var trajs []*Traj
-	var owner []int
 	st := make([]state, len(gs))
 	for gi, g := range gs {
 		for _, tr := range g.Trajs {
@@ -107,82 +97,29 @@ func FirstKept(gs []OracleGroup, target int, c Cost, conc int, cancel Cancel) St
 				continue
 			}
 			st[gi].left++
-			heap.Push(&arrivals, arrival{at: 0, seq: seq, traj: len(trajs)})
-			seq++
+			m.arrive(0, len(trajs), 0)
 			trajs = append(trajs, tr)
 			owner = append(owner, gi)
 		}
 	}
-	drop := func() {
-		for gi := range st {
-			if !st[gi].decided && !st[gi].gone && st[gi].left > 0 {
-				st[gi].gone = true
-			}
+	req := func(a arrival) *modelReq {
+		if st[owner[a.traj]].gone {
+			return nil
 		}
-		live := func(rs []*req) []*req {
-			k := rs[:0]
-			for _, r := range rs {
-				if st[r.g].gone {
-					inServer--
-					continue
-				}
-				k = append(k, r)
-			}
-			return k
-		}
-		// waiting holds requests not yet in the server.
-		w := waiting[:0]
-		for _, r := range waiting {
-			if !st[r.g].gone {
-				w = append(w, r)
-			}
-		}
-		waiting = w
-		queue = live(queue)
-		running = live(running)
+		u := trajs[a.traj].Turns[a.turn]
+		return &modelReq{g: owner[a.traj], traj: a.traj, turn: a.turn, remaining: max(u.Decode, 1), prompt: u.Prompt}
 	}
 	for out.Kept < target {
-		for arrivals.Len() > 0 && arrivals[0].at <= t+1e-12 {
-			a := heap.Pop(&arrivals).(arrival)
-			if st[owner[a.traj]].gone {
-				continue
-			}
-			u := trajs[a.traj].Turns[a.turn]
-			waiting = append(waiting, &req{g: owner[a.traj], traj: a.traj, turn: a.turn, remaining: max(u.Decode, 1), prompt: u.Prompt})
+		finished, ran, ok := m.step(req)
+		if !ok {
+			break
 		}
-		for len(waiting) > 0 && (conc <= 0 || inServer < conc) {
-			queue = append(queue, waiting[0])
-			waiting = waiting[1:]
-			inServer++
-		}
-		if len(running) == 0 && len(queue) == 0 {
-			if arrivals.Len() == 0 {
-				break
-			}
-			t = arrivals[0].at
-			continue
-		}
-		prompt := 0
-		for len(queue) > 0 && len(running) < c.B {
-			prompt += queue[0].prompt
-			running = append(running, queue[0])
-			queue = queue[1:]
-		}
-		t += c.A + c.C*float64(len(running)) + c.P*float64(prompt)
-		out.Decoded += int64(len(running))
-		kept := running[:0]
+		out.Decoded += int64(ran)
 		var cut bool
-		for _, r := range running {
-			r.remaining--
-			if r.remaining > 0 {
-				kept = append(kept, r)
-				continue
-			}
-			inServer--
+		for _, r := range finished {
 			tr := trajs[r.traj]
 			if r.turn+1 < len(tr.Turns) {
-				heap.Push(&arrivals, arrival{at: t + tr.Turns[r.turn].EnvDelay.Seconds(), seq: seq, traj: r.traj, turn: r.turn + 1})
-				seq++
+				m.arrive(m.t+tr.Turns[r.turn].EnvDelay.Seconds(), r.traj, r.turn+1)
 				continue
 			}
 			s := &st[r.g]
@@ -200,16 +137,21 @@ func FirstKept(gs []OracleGroup, target int, c Cost, conc int, cancel Cancel) St
 				}
 				if gs[r.g].Kept {
 					out.Kept++
-					out.T = seconds(t + tr.Turns[r.turn].EnvDelay.Seconds())
+					out.T = seconds(m.t + tr.Turns[r.turn].EnvDelay.Seconds())
 				}
 			}
 			if cancel.On && out.Kept+decided >= target+cancel.Spare {
 				cut = true
 			}
 		}
-		running = kept
 		if cut {
-			drop()
+			// every group still undecided is dropped at once
+			for gi := range st {
+				if !st[gi].decided && !st[gi].gone && st[gi].left > 0 {
+					st[gi].gone = true
+				}
+			}
+			m.remove(func(r *modelReq) bool { return st[r.g].gone })
 		}
 	}
 	return out

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"container/heap"
 	"time"
 )
 
@@ -14,68 +13,31 @@ import (
 // lengths in advance, so T_FIFO / T_actual isolates a pipeline's own cost
 // from the drain that the workload's length distribution forces.
 func FIFO(trajs []*Traj, c Cost, conc int) time.Duration {
-	type req struct {
-		traj, turn, remaining, prompt int
-	}
-	var (
-		t        float64
-		arrivals arrivalHeap
-		waiting  []*req // client side, in order
-		queue    []*req // server side, FIFO
-		running  []*req
-		inServer int
-		end      float64
-		seq      int
-	)
+	m := newBatchModel(c, conc)
 	for i, tr := range trajs {
 		if len(tr.Turns) > 0 {
-			heap.Push(&arrivals, arrival{at: 0, seq: seq, traj: i})
-			seq++
+			m.arrive(0, i, 0)
 		}
 	}
+	req := func(a arrival) *modelReq {
+		u := trajs[a.traj].Turns[a.turn]
+		return &modelReq{traj: a.traj, turn: a.turn, remaining: max(u.Decode, 1), prompt: u.Prompt}
+	}
+	var end float64
 	for {
-		for arrivals.Len() > 0 && arrivals[0].at <= t+1e-12 {
-			a := heap.Pop(&arrivals).(arrival)
-			u := trajs[a.traj].Turns[a.turn]
-			waiting = append(waiting, &req{traj: a.traj, turn: a.turn, remaining: max(u.Decode, 1), prompt: u.Prompt})
+		finished, _, ok := m.step(req)
+		if !ok {
+			return seconds(end)
 		}
-		for len(waiting) > 0 && (conc <= 0 || inServer < conc) {
-			queue = append(queue, waiting[0])
-			waiting = waiting[1:]
-			inServer++
-		}
-		if len(running) == 0 && len(queue) == 0 {
-			if arrivals.Len() == 0 {
-				return seconds(end)
-			}
-			t = arrivals[0].at
-			continue
-		}
-		prompt := 0
-		for len(queue) > 0 && len(running) < c.B {
-			prompt += queue[0].prompt
-			running = append(running, queue[0])
-			queue = queue[1:]
-		}
-		t += c.A + c.C*float64(len(running)) + c.P*float64(prompt)
-		kept := running[:0]
-		for _, r := range running {
-			r.remaining--
-			if r.remaining > 0 {
-				kept = append(kept, r)
-				continue
-			}
-			inServer--
+		for _, r := range finished {
 			tr := trajs[r.traj]
-			done := t + tr.Turns[r.turn].EnvDelay.Seconds()
+			done := m.t + tr.Turns[r.turn].EnvDelay.Seconds()
 			if r.turn+1 < len(tr.Turns) {
-				heap.Push(&arrivals, arrival{at: done, seq: seq, traj: r.traj, turn: r.turn + 1})
-				seq++
+				m.arrive(done, r.traj, r.turn+1)
 			} else {
 				end = max(end, done)
 			}
 		}
-		running = kept
 	}
 }
 

@@ -315,8 +315,8 @@ func (r *Tracker) Summary(err error) *Summary {
 	}
 	sum.Hosted = r.hostedStats()
 	sum.CancelledRequests, sum.CancelledTokensEstimate = r.requests()
-	if r.srv.known {
-		sum.ServerTokens = r.srv.generated
+	if srv := r.server(); srv.known {
+		sum.ServerTokens = srv.generated
 	}
 	if s.rewardN > 0 {
 		sum.MeanReward = s.rewardSum / float64(s.rewardN)

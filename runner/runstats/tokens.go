@@ -38,7 +38,8 @@ func (r *Tracker) ServerBaseline(ctx context.Context) {
 // they hold no request (a cancelled request leaves the server a moment
 // after the client gives it up), waiting at most a couple of seconds.
 func (r *Tracker) ServerFinal(ctx context.Context) {
-	if r.scraper == nil || !r.srv.ok {
+	srv := r.server()
+	if r.scraper == nil || !srv.ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
@@ -57,17 +58,26 @@ func (r *Tracker) ServerFinal(ctx context.Context) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if end, ok := r.scraper.generated(); ok && end >= r.srv.start {
-		r.srv.generated, r.srv.known = int64(end-r.srv.start), true
+	if end, ok := r.scraper.generated(); ok && end >= srv.start {
+		r.lifeMu.Lock()
+		r.srv.generated, r.srv.known = int64(end-srv.start), true
+		r.lifeMu.Unlock()
 	}
+}
+
+// server is srv, read under lifeMu.
+func (r *Tracker) server() serverCount {
+	r.lifeMu.Lock()
+	defer r.lifeMu.Unlock()
+	return r.srv
 }
 
 // runTokens are the run's token figures for metrics.json.
 func (r *Tracker) runTokens() *metrics.RunTokens {
 	t := &metrics.RunTokens{CompletionTokens: r.completionTokens.Load()}
 	t.CancelledRequests, t.CancelledTokensEstimate = r.requests()
-	if r.srv.known {
-		n := r.srv.generated
+	if srv := r.server(); srv.known {
+		n := srv.generated
 		t.ServerTokens = &n
 	}
 	return t

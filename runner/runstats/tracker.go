@@ -61,7 +61,8 @@ type Tracker struct {
 	in  Inputs
 	// lifeMu guards what the run's goroutine sets as it starts and the
 	// snapshot reads from others (the progress ticker, the Prometheus
-	// endpoint): started, scraper, and srv's baseline.
+	// endpoint): started, scraper, and srv (its baseline, and its final count
+	// that ServerFinal sets while /metrics may be scraped).
 	lifeMu sync.Mutex
 	// started is when the graph started.
 	started time.Time

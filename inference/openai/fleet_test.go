@@ -344,10 +344,18 @@ func TestNoGoroutineLeftAfterClose(t *testing.T) {
 	noErrors(t, fire(c, 20, "x", "y")())
 	waitFor(t, "probes of the ejected endpoint", func() bool { return probes.Load() >= 4 })
 	c.Close()
-	time.Sleep(20 * time.Millisecond) // a probe sent just before Close may still land
-	n := probes.Load()
-	time.Sleep(20 * time.Millisecond)
-	if probes.Load() != n {
+	// A probe sent just before Close may still land, late on a loaded
+	// machine; a prober left running (every millisecond) never goes
+	// quiet for 100 ms.
+	last, quietSince := probes.Load(), time.Now()
+	waitFor(t, "the probes to stop after Close", func() bool {
+		if n := probes.Load(); n != last {
+			last, quietSince = n, time.Now()
+		}
+		return time.Since(quietSince) >= 100*time.Millisecond
+	})
+	time.Sleep(200 * time.Millisecond)
+	if probes.Load() != last {
 		t.Error("probes go on after Close")
 	}
 }

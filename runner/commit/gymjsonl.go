@@ -38,9 +38,8 @@ type gymFiles struct {
 
 // gymPart is the staged file of one directory's open part.
 type gymPart struct {
-	f   *os.File
-	w   *jsonl.Writer // buffered: Close flushes it
-	tmp string
+	f *durable.File
+	w *jsonl.Writer // buffered: Close flushes it
 }
 
 func newGymFiles(cfg *config.Config) (*gymFiles, error) {
@@ -72,14 +71,13 @@ func (g *gymFiles) add(ctx context.Context, dest string, rec arrow.Record, group
 	}
 	p := g.open[dest]
 	if p == nil {
-		tmp := filepath.Join(g.dir, schema.TempName(schema.JSONLPrefix+dest+schema.JSONLExt))
-		f, err := os.Create(tmp)
+		f, err := durable.Create(filepath.Join(g.dir, schema.JSONLPrefix+dest+schema.JSONLExt), 0o644)
 		if err != nil {
 			return fmt.Errorf("output.jsonl: %w", err)
 		}
 		w := jsonl.New(f)
 		w.Overrides(g.params, g.addSeed)
-		p = &gymPart{f: f, w: w, tmp: tmp}
+		p = &gymPart{f: f, w: w}
 		g.open[dest] = p
 	}
 	var err error
@@ -106,24 +104,15 @@ func (g *gymFiles) commit(dest, final string) error {
 	if p == nil {
 		return nil
 	}
+	// The file's rename (and its directory's sync) comes before the
+	// part's own, so that it survives a crash the part survives.
 	err := p.w.Close(context.Background())
 	if err == nil {
-		err = p.f.Sync()
-	}
-	if cerr := p.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(p.tmp, filepath.Join(g.dir, schema.GymJSONLName(dest, n)))
+		err = p.f.CommitAs(filepath.Join(g.dir, schema.GymJSONLName(dest, n)))
+	} else {
+		err = errors.Join(err, p.f.Abort())
 	}
 	if err != nil {
-		if rerr := os.Remove(p.tmp); rerr != nil && !os.IsNotExist(rerr) {
-			err = errors.Join(err, rerr)
-		}
-		return fmt.Errorf("output.jsonl: %w", err)
-	}
-	// The rename survives a crash before the part's own.
-	if err := durable.SyncDir(g.dir); err != nil {
 		return fmt.Errorf("output.jsonl: %w", err)
 	}
 	return nil
@@ -136,8 +125,7 @@ func (g *gymFiles) abort(dest string) error {
 		return nil
 	}
 	delete(g.open, dest)
-	_ = p.f.Close() // best effort: the file is removed next
-	if err := os.Remove(p.tmp); err != nil && !os.IsNotExist(err) {
+	if err := p.f.Abort(); err != nil {
 		return fmt.Errorf("output.jsonl: %w", err)
 	}
 	return nil

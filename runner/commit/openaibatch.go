@@ -35,10 +35,8 @@ type batchPart struct {
 
 // stagedLines is one staged JSONL file.
 type stagedLines struct {
-	f   *os.File
-	w   *bufio.Writer
-	tmp string
-	n   int
+	f *durable.File
+	w *bufio.Writer
 }
 
 var batchKinds = [2]string{schema.OpenAIBatchOutput, schema.OpenAIBatchErrors}
@@ -70,12 +68,11 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 			}
 			s := p.files[k]
 			if s == nil {
-				tmp := filepath.Join(b.dir, schema.TempName(batchKinds[k]+"-"+dest+schema.JSONLExt))
-				f, err := os.Create(tmp)
+				f, err := durable.Create(filepath.Join(b.dir, batchKinds[k]+"-"+dest+schema.JSONLExt), 0o644)
 				if err != nil {
 					return fmt.Errorf("output.openai_batch: %w", err)
 				}
-				s = &stagedLines{f: f, w: bufio.NewWriterSize(f, 64<<10), tmp: tmp}
+				s = &stagedLines{f: f, w: bufio.NewWriterSize(f, 64<<10)}
 				p.files[k] = s
 			}
 			// A buffered writer keeps its first error: WriteByte returns it.
@@ -83,7 +80,6 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 			if err := s.w.WriteByte('\n'); err != nil {
 				return fmt.Errorf("output.openai_batch: %w", err)
 			}
-			s.n++
 		}
 	}
 	return nil
@@ -101,28 +97,20 @@ func (b *batchFiles) commit(dest, final string) error {
 	if p == nil {
 		return nil
 	}
+	// Each file's rename (and its directory's sync) comes before the
+	// part's own, so that it survives a crash the part survives.
 	for k, s := range p.files {
 		if s == nil {
 			continue
 		}
 		err := s.w.Flush()
 		if err == nil {
-			err = s.f.Sync()
-		}
-		if cerr := s.f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(s.tmp, filepath.Join(b.dir, schema.OpenAIBatchName(batchKinds[k], dest, n)))
+			err = s.f.CommitAs(filepath.Join(b.dir, schema.OpenAIBatchName(batchKinds[k], dest, n)))
 		}
 		if err != nil {
 			return fmt.Errorf("output.openai_batch: %w", errors.Join(err, p.drop()))
 		}
 		p.files[k] = nil
-	}
-	// The renames survive a crash before the part's own.
-	if err := durable.SyncDir(b.dir); err != nil {
-		return fmt.Errorf("output.openai_batch: %w", err)
 	}
 	return nil
 }
@@ -143,8 +131,7 @@ func (p *batchPart) drop() error {
 	var errs []error
 	for k, s := range p.files {
 		if s != nil {
-			_ = s.f.Close() // best effort: the file is removed next
-			if err := os.Remove(s.tmp); err != nil && !os.IsNotExist(err) {
+			if err := s.f.Abort(); err != nil {
 				errs = append(errs, err)
 			}
 			p.files[k] = nil

@@ -214,19 +214,5 @@ func (s *Server) AbortRID(rid string) int {
 	if rid == "" {
 		return 0
 	}
-	s.mu.Lock()
-	t := s.now()
-	s.model.advance(t)
-	n := 0
-	for j, r := range s.jobs {
-		if r != rid || j.finished || j.cancelled {
-			continue
-		}
-		j.aborted = true
-		s.model.cancel(t, j)
-		n++
-	}
-	s.mu.Unlock()
-	s.poke()
-	return n
+	return s.abortWhere(func(r string) bool { return r == rid })
 }

@@ -182,12 +182,19 @@ func (s *Server) run(ctx context.Context, prompt, n, priority int) (int, error) 
 // "abort" (inference.FinishAbort). It returns the number of requests
 // aborted. A server with time scale 0 answers at once and never has any.
 func (s *Server) AbortAll() int {
+	return s.abortWhere(func(string) bool { return true })
+}
+
+// abortWhere aborts the requests in the server (neither finished nor
+// cancelled) whose rid match accepts, as AbortAll describes; it
+// returns how many.
+func (s *Server) abortWhere(match func(rid string) bool) int {
 	s.mu.Lock()
 	t := s.now()
 	s.model.advance(t)
 	n := 0
-	for j := range s.jobs {
-		if j.finished || j.cancelled {
+	for j, rid := range s.jobs {
+		if j.finished || j.cancelled || !match(rid) {
 			continue
 		}
 		j.aborted = true

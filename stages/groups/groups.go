@@ -132,19 +132,9 @@ func (rule Rule) Value(r *pipeline.Rollout) float64 {
 // allSame reports whether every member has the same reward (or value of
 // the rule's metric; a missing metric counts as its own value).
 func (rule Rule) allSame(g *pipeline.Group) bool {
-	value := func(r *pipeline.Rollout) float64 {
-		if rule.Metric == "" {
-			return r.Reward
-		}
-		v, ok := r.Metrics[rule.Metric]
-		if !ok {
-			return math.NaN()
-		}
-		return v
-	}
-	first := value(g.Rollouts[0])
+	first := rule.Value(g.Rollouts[0])
 	for _, r := range g.Rollouts[1:] {
-		v := value(r)
+		v := rule.Value(r)
 		if v != first && !(math.IsNaN(v) && math.IsNaN(first)) {
 			return false
 		}

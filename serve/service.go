@@ -162,26 +162,9 @@ func (s *service) readGroups(ctx context.Context, path string, want func(groupRe
 	meta := f.Metadata()
 	var fresh []*group
 	byRef := map[groupRef]*group{}
-	taskCol, attemptCol := schema.ColumnName(schema.ColTaskIndex), schema.ColumnName(schema.ColAttempt)
 	err = f.Records(ctx, nil, func(rec arrow.Record) error {
-		sc := rec.Schema()
-		ti, ai := sc.FieldIndices(taskCol), sc.FieldIndices(attemptCol)
-		if len(ti) != 1 || len(ai) != 1 {
-			return fmt.Errorf("%s: no %s or %s column", path, taskCol, attemptCol)
-		}
-		tasks, ok1 := rec.Column(ti[0]).(*array.Int64)
-		attempts, ok2 := rec.Column(ai[0]).(*array.Int32)
-		if !ok1 || !ok2 {
-			return fmt.Errorf("%s: %s or %s has an unexpected type", path, taskCol, attemptCol)
-		}
 		versions := versionsOf(rec)
-		n := int(rec.NumRows())
-		for start := 0; start < n; {
-			ref := groupRef{tasks.Value(start), int64(attempts.Value(start))}
-			end := start + 1
-			for end < n && tasks.Value(end) == ref[0] && int64(attempts.Value(end)) == ref[1] {
-				end++
-			}
+		return eachGroup(rec, func(ref groupRef, start, end int) {
 			g := byRef[ref]
 			if g == nil && want(ref) {
 				g = &group{ref: ref}
@@ -195,9 +178,7 @@ func (s *service) readGroups(ctx context.Context, path string, want func(groupRe
 					g.versions = addVersions(g.versions, versions(i))
 				}
 			}
-			start = end
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		for _, g := range fresh {

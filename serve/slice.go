@@ -87,15 +87,26 @@ func column[A arrow.Array](rec arrow.Record, idx []int) (A, bool) {
 }
 
 // keepGroups returns the rows of rec whose group is in keep, as slices of
-// it (each the caller's to release); rows of a group are contiguous.
+// it (each the caller's to release).
 func keepGroups(rec arrow.Record, keep map[groupRef]bool) ([]arrow.Record, error) {
+	var out []arrow.Record
+	err := eachGroup(rec, func(ref groupRef, start, end int) {
+		if keep[ref] {
+			out = append(out, rec.NewSlice(int64(start), int64(end)))
+		}
+	})
+	return out, err
+}
+
+// eachGroup calls fn with each group of rec in order: its ref and its
+// rows start..end-1 (rows of a group are contiguous).
+func eachGroup(rec arrow.Record, fn func(ref groupRef, start, end int)) error {
 	sc := rec.Schema()
 	tasks, ok1 := column[*array.Int64](rec, sc.FieldIndices(schema.ColumnName(schema.ColTaskIndex)))
 	attempts, ok2 := column[*array.Int32](rec, sc.FieldIndices(schema.ColumnName(schema.ColAttempt)))
 	if !ok1 || !ok2 {
-		return nil, errNoGroupColumns
+		return errNoGroupColumns
 	}
-	var out []arrow.Record
 	n := int(rec.NumRows())
 	for start := 0; start < n; {
 		ref := groupRef{tasks.Value(start), int64(attempts.Value(start))}
@@ -103,12 +114,10 @@ func keepGroups(rec arrow.Record, keep map[groupRef]bool) ([]arrow.Record, error
 		for end < n && tasks.Value(end) == ref[0] && int64(attempts.Value(end)) == ref[1] {
 			end++
 		}
-		if keep[ref] {
-			out = append(out, rec.NewSlice(int64(start), int64(end)))
-		}
+		fn(ref, start, end)
 		start = end
 	}
-	return out, nil
+	return nil
 }
 
 // errNoGroupColumns: a step's file without task_index and attempt.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -311,6 +312,11 @@ func parseServerMetrics(r io.Reader) ServerLoad {
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
 			v := value(m)
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				// Not a count or a share: a server's bad sample is left
+				// out rather than carried into the live view.
+				continue
+			}
 			switch name {
 			case "vllm:num_requests_running":
 				l.Running += v

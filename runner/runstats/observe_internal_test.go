@@ -1,6 +1,7 @@
 package runstats
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -17,6 +18,8 @@ func TestParseServerMetrics(t *testing.T) {
 		{"older vllm", "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25\nvllm:num_requests_running 1\n",
 			ServerLoad{OK: true, Running: 1, KVCache: 0.25}},
 		{"not vllm", "process_cpu_seconds_total 12\n", ServerLoad{}},
+		{"bad samples left out", "vllm:num_requests_running NaN\nvllm:num_requests_running{engine=\"1\"} 3\nvllm:num_requests_waiting -2\nvllm:kv_cache_usage_perc +Inf\n",
+			ServerLoad{OK: true, Running: 3}},
 		{"not prometheus text", "<html>no</html>", ServerLoad{}},
 		{"empty", "", ServerLoad{}},
 	}
@@ -25,6 +28,23 @@ func TestParseServerMetrics(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// FuzzParseServerMetrics: whatever a server's /metrics answers, the
+// parser returns (no panic) a load of finite, non-negative figures.
+func FuzzParseServerMetrics(f *testing.F) {
+	f.Add("vllm:num_requests_running{engine=\"0\"} 4\nvllm:num_requests_waiting 5\nvllm:kv_cache_usage_perc 0.5\n")
+	f.Add("# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total 1e300\nvllm:generation_tokens_total{a=\"b\"} 1e300\n")
+	f.Add("vllm:num_requests_running NaN\n")
+	f.Add("<html>no</html>")
+	f.Fuzz(func(t *testing.T, text string) {
+		l := parseServerMetrics(strings.NewReader(text))
+		for name, v := range map[string]float64{"running": l.Running, "waiting": l.Waiting, "kv cache": l.KVCache, "prompt tokens": l.PromptTokens, "generation tokens": l.GenTokens} {
+			if math.IsNaN(v) || v < 0 {
+				t.Fatalf("%s %v from %q", name, v, text)
+			}
+		}
+	})
 }
 
 // Prometheus shows the cost and its projection only for a run with a

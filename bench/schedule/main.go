@@ -379,12 +379,15 @@ func modelRow(w harness.Workload, ideal harness.Ideal, name string, tasks int, s
 	return r
 }
 
-// hedgeBound is one -bounds row of harness.HedgeModel: the policy, and
-// the groups started at t = 0 as a multiple of the prefix (0: none, the
-// policy's own top-up starts them, as a live client must).
+// hedgeBound is one -bounds row of harness.HedgeModel: the policy, the
+// groups started at t = 0 as a multiple of the prefix (0: none, the
+// policy's own top-up starts them, as a live client must), and whether
+// the policy's keep-rate prior is the workload's keep rate (what a
+// client measured on earlier steps) instead of ½.
 type hedgeBound struct {
 	prefix float64
 	h      harness.Hedge
+	prior  bool
 }
 
 // hedgeBounds are the best rows of each length-blind policy family at
@@ -394,24 +397,34 @@ type hedgeBound struct {
 // sibling-informed ordering, age hedging with the policy's own top-up
 // (with and without an input budget), cancelling the surplus decided
 // groups, and, as a counterfactual the simulator does not offer,
-// preemption without recomputation.
+// preemption without recomputation; then the online rows again with the
+// workload's keep rate as the policy's prior.
 var hedgeBounds = []hedgeBound{
-	{1, harness.Hedge{Rank: harness.RankLeast, Quantum: 2000, Preempt: true}},
-	{1.05, harness.Hedge{Probe: 250, Rank: harness.RankMost, Preempt: true}},
-	{1.05, harness.Hedge{Members: 3, Rank: harness.RankSibling, Cancel: harness.Cancel{On: true, Spare: 2}}},
-	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: harness.Cancel{On: true, Spare: 2}, Age: 1000, Replace: true}},
-	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: harness.Cancel{On: true, Spare: 2}, Age: 1000, Replace: true, Over: 1.2}},
-	{0, harness.Hedge{Members: 1, Rank: harness.RankSibling, Cancel: harness.Cancel{On: true, Spare: 2}, Age: 750, Replace: true}},
-	{0, harness.Hedge{Surplus: true, Replace: true, Cancel: harness.Cancel{On: true, Spare: 2}}},
-	{1, harness.Hedge{Rank: harness.RankLeast, Quantum: 250, Preempt: true, Swap: true}},
-	{1.05, harness.Hedge{Rank: harness.RankLeast, Quantum: 250, Preempt: true, Swap: true, Cancel: harness.Cancel{On: true, Spare: 2}}},
+	{1, harness.Hedge{Rank: harness.RankLeast, Quantum: 2000, Preempt: true}, false},
+	{1.05, harness.Hedge{Probe: 250, Rank: harness.RankMost, Preempt: true}, false},
+	{1.05, harness.Hedge{Members: 3, Rank: harness.RankSibling, Cancel: spare2}, false},
+	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: spare2, Age: 1000, Replace: true}, false},
+	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: spare2, Age: 1000, Replace: true, Over: 1.2}, false},
+	{0, harness.Hedge{Members: 1, Rank: harness.RankSibling, Cancel: spare2, Age: 750, Replace: true}, false},
+	{0, harness.Hedge{Surplus: true, Replace: true, Cancel: spare2}, false},
+	{1, harness.Hedge{Rank: harness.RankLeast, Quantum: 250, Preempt: true, Swap: true}, false},
+	{1.05, harness.Hedge{Rank: harness.RankLeast, Quantum: 250, Preempt: true, Swap: true, Cancel: spare2}, false},
+	{0, harness.Hedge{Members: 3, Rank: harness.RankSibling, Cancel: spare2, Replace: true}, true},
+	{0, harness.Hedge{Cancel: spare2, Age: 1000, Replace: true, Over: 1.3}, true},
+	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: spare2, Age: 1000, Replace: true}, true},
 }
+
+// spare2 is cancel_undecided with two spares, the default at K=64.
+var spare2 = harness.Cancel{On: true, Spare: 2}
 
 // hedgeRows are -bounds' rows of hedgeBounds on one workload: the groups
 // started, and what the policy cancelled and preempted.
 func hedgeRows(w harness.Workload, ideal harness.Ideal, oracle, work []harness.OracleGroup, cost harness.Cost, conc int) []Row {
 	var rows []Row
 	for _, hb := range hedgeBounds {
+		if hb.prior {
+			hb.h.Prior = w.Keep
+		}
 		m := 0
 		name := "model: hedge, online start"
 		if hb.prefix > 0 {

@@ -92,6 +92,14 @@ type Hedge struct {
 	// allows a fifth more groups than the expected need), and the run
 	// goes on as without Age.
 	Over float64
+	// From > 0 holds Age's hedging back until the kept and decided groups
+	// reach From × target: only the groups still running late are hedged.
+	From float64
+	// Prior is the keep rate the run assumes before its groups finish
+	// (a client takes it from earlier steps; 0: ½), weighed as two
+	// groups: the keep rate seen so far is (kept + 2·Prior) ÷
+	// (finished + 2).
+	Prior float64
 	// Median is RankSibling's prior median length in tokens (a client
 	// takes it from earlier steps; 0: 2000).
 	Median float64
@@ -136,6 +144,12 @@ func (h Hedge) String() string {
 	}
 	if h.Over > 0 {
 		parts = append(parts, fmt.Sprintf("over %.2f", h.Over))
+	}
+	if h.From > 0 {
+		parts = append(parts, fmt.Sprintf("from %.2f·K", h.From))
+	}
+	if h.Prior > 0 {
+		parts = append(parts, fmt.Sprintf("prior keep %.2g", h.Prior))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -400,10 +414,14 @@ func (r *hedgeRun) hedge() {
 	}
 }
 
-// keepRate is the keep rate seen so far (Laplace's rule: (kept+1) ÷
-// (completed+2)).
+// keepRate is the keep rate seen so far: (kept + 2·prior) ÷
+// (completed + 2), the prior ½ unless Hedge.Prior says.
 func (r *hedgeRun) keepRate() float64 {
-	return float64(r.out.Kept+1) / float64(r.completed+2)
+	prior := r.h.Prior
+	if prior <= 0 {
+		prior = 0.5
+	}
+	return (float64(r.out.Kept) + 2*prior) / float64(r.completed+2)
 }
 
 // oldLooking reports whether live group gi has no member finished while
@@ -423,7 +441,7 @@ func (r *hedgeRun) oldLooking(gi int) bool {
 // cancelOld drops the old-looking groups, latest started first, while the
 // rest still hold the target plus the spares.
 func (r *hedgeRun) cancelOld() {
-	if r.spent() {
+	if r.spent() || float64(r.out.Kept+r.decided) < r.h.From*float64(r.target) {
 		return
 	}
 	for gi := r.next - 1; gi >= 0; gi-- {

@@ -29,6 +29,8 @@ var hedgePolicies = []Hedge{
 	{Age: 6, Replace: true, Cancel: Cancel{On: true, Spare: 1}},
 	{Members: 2, Rank: RankSibling, Median: 10, Age: 5, Replace: true, Cancel: Cancel{On: true}},
 	{Surplus: true, Replace: true},
+	{Age: 4, Replace: true, Over: 1.5, From: 0.3, Prior: 0.7, Cancel: Cancel{On: true}},
+	{Members: 1, Rank: RankLeast, Quantum: 4, Preempt: true, Swap: true},
 }
 
 func TestHedgeModelIsFirstKeptWithoutHedging(t *testing.T) {

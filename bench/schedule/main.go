@@ -336,7 +336,8 @@ func runWorkload(ctx context.Context, o options, w harness.Workload, dir string,
 // for a target the zero-overhead oblivious dynamic-sampling client
 // (harness.FirstKept) on the first M groups of the input, M from the
 // prefix's length up: without cancel_undecided, with it, and with it and
-// groups.cancel_undecided_spare 2, 4 and 8.
+// groups.cancel_undecided_spare 2, 4 and 8; then the length-blind
+// policies of hedgeBounds (harness.HedgeModel).
 func boundRows(w harness.Workload, ideal harness.Ideal, oracle, work []harness.OracleGroup, cost harness.Cost, conc int) []Row {
 	rows := []Row{{Workload: w.Name, Schedule: "bounds", Tasks: len(work), Rollouts: ideal.Trajs,
 		IdealS: ideal.T.Seconds(), BusyS: ideal.Busy.Seconds(), ChainS: ideal.Chain.Seconds(), Needed: ideal.D}}
@@ -344,25 +345,99 @@ func boundRows(w harness.Workload, ideal harness.Ideal, oracle, work []harness.O
 		return rows
 	}
 	for _, f := range []float64{1, 1.05, 1.1, 1.2, 1.3} {
-		m := min(int(math.Ceil(f*float64(len(work)))), len(oracle))
+		m := prefixGroups(f, work, oracle)
 		for _, cancel := range []harness.Cancel{{}, {On: true}, {On: true, Spare: 2}, {On: true, Spare: 4}, {On: true, Spare: 8}} {
 			st := harness.FirstKept(oracle[:m], w.Target, cost, conc, cancel)
-			r := Row{Workload: w.Name, Schedule: fmt.Sprintf("model: first %d groups (%.2f× prefix)", m, f), Tasks: m,
-				Kept: st.Kept, IdealS: ideal.T.Seconds(), ActualS: st.T.Seconds(), Needed: ideal.D, Generated: st.Decoded}
+			name := fmt.Sprintf("model: first %d groups (%.2f× prefix)", m, f)
 			switch {
 			case cancel.Spare > 0:
-				r.Schedule += fmt.Sprintf(", cancel undecided, spare %d", cancel.Spare)
+				name += fmt.Sprintf(", cancel undecided, spare %d", cancel.Spare)
 			case cancel.On:
-				r.Schedule += ", cancel undecided"
+				name += ", cancel undecided"
 			}
-			if st.T > 0 {
-				r.Efficiency = ideal.T.Seconds() / st.T.Seconds()
-			}
-			if st.Decoded > 0 {
-				r.TokenEff = float64(ideal.D) / float64(st.Decoded)
-			}
-			rows = append(rows, r)
+			rows = append(rows, modelRow(w, ideal, name, m, st, ""))
 		}
+	}
+	return append(rows, hedgeRows(w, ideal, oracle, work, cost, conc)...)
+}
+
+// prefixGroups is f times the prefix's groups, at most the input's.
+func prefixGroups(f float64, work, oracle []harness.OracleGroup) int {
+	return min(int(math.Ceil(f*float64(len(work)))), len(oracle))
+}
+
+// modelRow is the row of a model's outcome st on tasks groups.
+func modelRow(w harness.Workload, ideal harness.Ideal, name string, tasks int, st harness.Stopped, note string) Row {
+	r := Row{Workload: w.Name, Schedule: name, Tasks: tasks, Kept: st.Kept, IdealS: ideal.T.Seconds(), ActualS: st.T.Seconds(),
+		Needed: ideal.D, Generated: st.Decoded, Note: note}
+	if st.T > 0 {
+		r.Efficiency = ideal.T.Seconds() / st.T.Seconds()
+	}
+	if st.Decoded > 0 {
+		r.TokenEff = float64(ideal.D) / float64(st.Decoded)
+	}
+	return r
+}
+
+// hedgeBound is one -bounds row of harness.HedgeModel: the policy, the
+// groups started at t = 0 as a multiple of the prefix (0: none, the
+// policy's own top-up starts them, as a live client must), and whether
+// the policy's keep-rate prior is the workload's keep rate (what a
+// client measured on earlier steps) instead of ½.
+type hedgeBound struct {
+	prefix float64
+	h      harness.Hedge
+	prior  bool
+}
+
+// hedgeBounds are the best rows of each length-blind policy family at
+// K=64 keep 0.7 (BENCHMARKS.md, "What a length-blind client can
+// reach"), each with the same parameters at every keep rate and K:
+// ordering with preemption (recomputed, as the simulator does),
+// sibling-informed ordering, age hedging with the policy's own top-up
+// (with and without an input budget), cancelling the surplus decided
+// groups, and, as a counterfactual the simulator does not offer,
+// preemption without recomputation; then the online rows again with the
+// workload's keep rate as the policy's prior.
+var hedgeBounds = []hedgeBound{
+	{1, harness.Hedge{Rank: harness.RankLeast, Quantum: 2000, Preempt: true}, false},
+	{1.05, harness.Hedge{Probe: 250, Rank: harness.RankMost, Preempt: true}, false},
+	{1.05, harness.Hedge{Members: 3, Rank: harness.RankSibling, Cancel: spare2}, false},
+	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: spare2, Age: 1000, Replace: true}, false},
+	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: spare2, Age: 1000, Replace: true, Over: 1.2}, false},
+	{0, harness.Hedge{Members: 1, Rank: harness.RankSibling, Cancel: spare2, Age: 750, Replace: true}, false},
+	{0, harness.Hedge{Surplus: true, Replace: true, Cancel: spare2}, false},
+	{1, harness.Hedge{Rank: harness.RankLeast, Quantum: 250, Preempt: true, Swap: true}, false},
+	{1.05, harness.Hedge{Rank: harness.RankLeast, Quantum: 250, Preempt: true, Swap: true, Cancel: spare2}, false},
+	{0, harness.Hedge{Members: 3, Rank: harness.RankSibling, Cancel: spare2, Replace: true}, true},
+	{0, harness.Hedge{Cancel: spare2, Age: 1000, Replace: true, Over: 1.3}, true},
+	{0, harness.Hedge{Members: 2, Rank: harness.RankSibling, Cancel: spare2, Age: 1000, Replace: true}, true},
+}
+
+// spare2 is cancel_undecided with two spares, the default at K=64.
+var spare2 = harness.Cancel{On: true, Spare: 2}
+
+// hedgeRows are -bounds' rows of hedgeBounds on one workload: the groups
+// started, and what the policy cancelled and preempted.
+func hedgeRows(w harness.Workload, ideal harness.Ideal, oracle, work []harness.OracleGroup, cost harness.Cost, conc int) []Row {
+	var rows []Row
+	for _, hb := range hedgeBounds {
+		if hb.prior {
+			hb.h.Prior = w.Keep
+		}
+		m := 0
+		name := "model: hedge, online start"
+		if hb.prefix > 0 {
+			m = prefixGroups(hb.prefix, work, oracle)
+			name = fmt.Sprintf("model: hedge, first %d groups (%.2f× prefix)", m, hb.prefix)
+		}
+		res, err := harness.HedgeModel(oracle, m, w.Target, cost, conc, hb.h)
+		if err != nil {
+			rows = append(rows, Row{Workload: w.Name, Schedule: name + ", " + hb.h.String(), Note: err.Error()})
+			continue
+		}
+		note := fmt.Sprintf("%d steps, %d groups cancelled, %d preemptions", res.Steps, res.Cancelled, res.Preempted)
+		rows = append(rows, modelRow(w, ideal, name+", "+hb.h.String(), res.Started, res.Stopped, note))
 	}
 	return rows
 }

@@ -117,6 +117,13 @@ type Continuous struct {
 	// reason stale). The caller builds it, with the trainer's batch size
 	// and max_staleness, and reads its counters.
 	Staleness *groups.Staleness
+	// Unserved, when set, holds the tasks of the kept groups a service
+	// has not handed out (serve.on_stale: requeue): the run holds each
+	// kept group's task there, and, resumed, the tasks of the groups it
+	// expects; a group the service sets aside as too stale to hand out
+	// has its task sampled again in a new attempt, at once or, for one
+	// whose task the run has not read again yet, when it does.
+	Unserved *groups.Unserved
 	// Checked tells Run that the caller checked the config with Check
 	// and these options before it started anything of its own (serve
 	// does): the config step does not check it again.
@@ -438,6 +445,9 @@ func (r *run) execute(parent context.Context) error {
 	defer stopProgress()
 
 	r.flow.ctl = r.newController()
+	if u := r.opts.continuous().Unserved; u != nil {
+		u.Bind(r.flow.ctl.Requeue)
+	}
 	r.setPriority()
 	r.setEarlyCancel()
 	r.sourceStage(g).

@@ -86,6 +86,8 @@ type Committed struct {
 type taskState struct {
 	attempt int
 	kept    bool
+	// keptAttempt is the latest attempt kept, when kept.
+	keptAttempt int
 }
 
 // Skip decides, for a task read from the input, whether its work is done
@@ -101,6 +103,30 @@ func (c *Committed) Skip(taskIndex int64, maxAttempts int, resample bool) (skip 
 		return false, st.attempt + 1
 	}
 	return true, 0
+}
+
+// KeptAttempt returns, for a task with a kept group committed, its
+// latest kept attempt and its latest attempt committed (later than the
+// kept one where a service set the kept group aside as too stale and its
+// new attempt was committed, not kept); ok is false when none was kept.
+func (c *Committed) KeptAttempt(taskIndex int64) (kept, last int, ok bool) {
+	st, ok := c.tasks[taskIndex]
+	if !ok || !st.kept {
+		return 0, 0, false
+	}
+	return st.keptAttempt, st.attempt, true
+}
+
+// add counts a group committed, kept or not.
+func (c *Committed) add(k pipeline.GroupKey, kept bool) {
+	st := c.tasks[k.TaskIndex]
+	st.attempt = max(st.attempt, k.Attempt)
+	if kept {
+		c.Kept++
+		st.kept = true
+		st.keptAttempt = max(st.keptAttempt, k.Attempt)
+	}
+	c.tasks[k.TaskIndex] = st
 }
 
 // ErrConfigChanged is returned when an output directory holds work of a
@@ -249,12 +275,7 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 				continue
 			}
 			seen[k] = true
-			if kept {
-				c.Kept++
-			}
-			if st, ok := c.tasks[k.TaskIndex]; !ok || k.Attempt > st.attempt || kept {
-				c.tasks[k.TaskIndex] = taskState{attempt: max(k.Attempt, st.attempt), kept: kept || st.kept}
-			}
+			c.add(k, kept)
 		}
 		return nil
 	})

@@ -203,7 +203,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	done, err := resume.Load(ctx, cfg, resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.built.SourcePath})
+	done, err := resume.Load(ctx, cfg, r.resumeOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -238,6 +238,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	}
 	sum := r.stats.Summary(err)
 	return sum, err
+}
+
+// resumeOptions are the options the run reads its committed work with: a
+// stale group dropped under on_stale requeue (Continuous.Staleness) has
+// its task sampled again after a restart, as it would have been.
+func (r *run) resumeOptions() resume.Options {
+	o := resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.built.SourcePath}
+	if st := r.opts.continuous().Staleness; st != nil && st.OnStale() == groups.StaleRequeue {
+		o.RequeueReason = groups.ReasonStale
+	}
+	return o
 }
 
 // Check reports every problem of the config that a run would meet, without

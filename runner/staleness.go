@@ -67,9 +67,10 @@ func (r *run) holdUnserved(g *pipeline.Group, dest string) {
 // latest group kept (Continuous.Unserved): a group the service set aside
 // as too stale to hand out, with no attempt committed since, is sampled
 // again in the next attempt (skip false); one whose next attempt was
-// committed, not kept, is decided as any attempt dropped
-// (groups.resample); any other stays done, its task held while the
-// service expects its group.
+// committed, not kept, is decided as any attempt dropped (sampled again
+// when it was dropped as stale under requeue, or under groups.resample);
+// any other stays done, its task held while the service expects its
+// group.
 func (r *run) resumeUnserved(t *pipeline.Task) (skip bool, attempt int) {
 	u := r.opts.continuous().Unserved
 	kept, last, ok := r.done.KeptAttempt(t.Index)
@@ -77,8 +78,11 @@ func (r *run) resumeUnserved(t *pipeline.Task) (skip bool, attempt int) {
 		return true, 0
 	}
 	if last > kept {
+		if !u.Settle(pipeline.GroupKey{TaskIndex: t.Index, Attempt: kept}) {
+			return true, 0
+		}
 		gc := r.cfg.Groups
-		if u.Settle(pipeline.GroupKey{TaskIndex: t.Index, Attempt: kept}) && gc.Resample == "same_task" && last+1 < gc.MaxAttempts {
+		if r.done.LastRequeued(t.Index) || gc.Resample == "same_task" && last+1 < gc.MaxAttempts {
 			return false, last + 1
 		}
 		return true, 0

@@ -16,15 +16,15 @@ import (
 
 // TestServeKillStaleRequeue: under serve.max_staleness 1 with
 // on_stale requeue, a policy version two ahead sets the queued groups
-// aside as too stale to hand out, and serve is killed with kill -9 at a
-// moment drawn after it: before the state records them, between the
+// aside as too stale to hand out (and those in flight finish stale), and
+// serve is killed with kill -9 at a moment drawn after it: before the state records them, between the
 // record and their new attempts, or after those were committed. Started
 // again, it samples each task set aside again exactly once: every group
-// served/state.json lists as stale has its next attempt committed, to
-// data/ or filtered/, once; no attempt is committed twice; and a task's
-// only attempts before its last are groups set aside as stale (at
-// hand-out, listed in the state, or when they finished, filter_reason
-// stale).
+// served/state.json lists as stale, and every group dropped as stale when
+// it finished (filtered/, filter_reason stale), has its next attempt
+// committed, to data/ or filtered/, once; no attempt is committed twice;
+// and a task's only attempts before its last are groups set aside as
+// stale.
 func TestServeKillStaleRequeue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("several kill -9 cycles (skipped under -short)")
@@ -37,7 +37,10 @@ func TestServeKillStaleRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = []byte(strings.Replace(string(b), "commit_interval: 100ms}", "commit_interval: 100ms, lease: 2s, max_staleness: 1, step_groups: 2}", 1))
+	// Slower requests than the other tests': groups are still in flight
+	// when the version moves on, and finish stale.
+	b = []byte(strings.NewReplacer("commit_interval: 100ms}", "commit_interval: 100ms, lease: 2s, max_staleness: 1, step_groups: 2}",
+		"time_scale: 0.01", "time_scale: 1").Replace(string(b)))
 	if err := os.WriteFile(cfg, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +51,13 @@ func TestServeKillStaleRequeue(t *testing.T) {
 		c := client.New(p.url, "")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		waitServe(ctx, t, c, "groups queued", func(st *client.Status) bool { return st.QueuedGroups >= 2 })
+		// A version on lets the bound admit more; two more set the
+		// queued groups aside, and those in flight finish stale.
+		version++
+		if err := c.SetPolicy(ctx, version); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		waitServe(ctx, t, c, "groups in flight", func(st *client.Status) bool { return st.InGeneration > 0 })
 		version += 2
 		if err := c.SetPolicy(ctx, version); err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -71,17 +81,12 @@ func TestServeKillStaleRequeue(t *testing.T) {
 	for {
 		stale = staleListed(t, out)
 		committed := committedIn(t, out)
-		missing := 0
-		for g := range stale {
-			if _, ok := committed[groupKey{g.task, g.attempt + 1}]; !ok {
-				missing++
-			}
-		}
-		if missing == 0 {
+		missing := setAsideWithout(stale, committed)
+		if len(missing) == 0 {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("%d of the %d groups recorded stale have no next attempt committed: %s", missing, len(stale), p.log())
+			t.Fatalf("%d groups set aside as stale have no next attempt committed (%v): %s", len(missing), missing, p.log())
 		}
 		st, err := c.Status(ctx)
 		if err != nil {
@@ -123,12 +128,34 @@ func TestServeKillStaleRequeue(t *testing.T) {
 			t.Errorf("task %d: attempt %d (%q) is followed by attempt %d, but was not set aside as stale", g.task, g.attempt, reason, last[g.task])
 		}
 	}
-	for g := range stale {
-		if _, ok := committed[groupKey{g.task, g.attempt + 1}]; !ok {
-			t.Errorf("group %v recorded stale: its next attempt is not committed", g)
+	if missing := setAsideWithout(stale, committed); len(missing) > 0 {
+		t.Errorf("groups set aside as stale without their next attempt committed: %v", missing)
+	}
+	dropped := 0
+	for _, reason := range committed {
+		if reason == "stale" {
+			dropped++
 		}
 	}
-	t.Logf("%d groups recorded stale over 5 kill -9 cycles, each sampled again once; %d groups committed", len(stale), len(committed))
+	t.Logf("%d groups recorded stale at hand-out and %d dropped as stale when they finished over 5 kill -9 cycles, each sampled again once; %d groups committed", len(stale), dropped, len(committed))
+}
+
+// setAsideWithout is the groups set aside as stale, at hand-out (listed
+// in the state) or when they finished (filtered/, filter_reason stale),
+// whose next attempt is not committed.
+func setAsideWithout(stale map[groupKey]bool, committed map[groupKey]string) []groupKey {
+	var out []groupKey
+	for g, reason := range committed {
+		if reason == "stale" {
+			stale[g] = true
+		}
+	}
+	for g := range stale {
+		if _, ok := committed[groupKey{g.task, g.attempt + 1}]; !ok {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // waitServe polls the status until ok holds, failing when ctx ends first.

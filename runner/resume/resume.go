@@ -88,6 +88,8 @@ type taskState struct {
 	kept    bool
 	// keptAttempt is the latest attempt kept, when kept.
 	keptAttempt int
+	// requeue: the latest attempt was dropped for Options.RequeueReason.
+	requeue bool
 }
 
 // Skip decides, for a task read from the input, whether its work is done
@@ -99,10 +101,18 @@ func (c *Committed) Skip(taskIndex int64, maxAttempts int, resample bool) (skip 
 		return false, 0
 	case st.kept:
 		return true, 0
+	case st.requeue:
+		return false, st.attempt + 1
 	case resample && st.attempt+1 < maxAttempts:
 		return false, st.attempt + 1
 	}
 	return true, 0
+}
+
+// LastRequeued reports whether a task's latest attempt committed was
+// dropped for Options.RequeueReason: its task is to be sampled again.
+func (c *Committed) LastRequeued(taskIndex int64) bool {
+	return c.tasks[taskIndex].requeue
 }
 
 // KeptAttempt returns, for a task with a kept group committed, its
@@ -117,9 +127,13 @@ func (c *Committed) KeptAttempt(taskIndex int64) (kept, last int, ok bool) {
 	return st.keptAttempt, st.attempt, true
 }
 
-// add counts a group committed, kept or not.
-func (c *Committed) add(k pipeline.GroupKey, kept bool) {
-	st := c.tasks[k.TaskIndex]
+// add counts a group committed, kept or not (dropped for
+// Options.RequeueReason: requeue).
+func (c *Committed) add(k pipeline.GroupKey, kept, requeue bool) {
+	st, ok := c.tasks[k.TaskIndex]
+	if !ok || k.Attempt > st.attempt {
+		st.requeue = requeue
+	}
 	st.attempt = max(st.attempt, k.Attempt)
 	if kept {
 		c.Kept++
@@ -147,6 +161,13 @@ type Options struct {
 	// SourcePath is the local path of the run's input, checked against the
 	// input the committed files were read from.
 	SourcePath string
+	// RequeueReason, when set, is the filter reason of a dropped group
+	// whose task is sampled again in a new attempt (a continuous run's
+	// stale group under on_stale: requeue): a task whose latest attempt
+	// committed was dropped for it is not done (Skip samples the next
+	// attempt), so that a crash between the drop and the new attempt
+	// loses no prompt.
+	RequeueReason string
 }
 
 // Load reads the keys of the part files in cfg's data and filtered
@@ -256,7 +277,11 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 	}
 	columns := schema.Columns()
 	taskIndex, attempt := columns[schema.ColTaskIndex].Name, columns[schema.ColAttempt].Name
-	cols, err := f.Fields(taskIndex, attempt)
+	names := []string{taskIndex, attempt}
+	if !kept && opts.RequeueReason != "" {
+		names = append(names, columns[schema.ColFilterReason].Name)
+	}
+	cols, err := f.Fields(names...)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
@@ -268,6 +293,14 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 		if !ok1 || !ok2 {
 			return errType
 		}
+		requeue := func(int) bool { return false }
+		if len(cols) > 2 {
+			reasons, ok := rec.Column(2).(*array.String)
+			if !ok {
+				return fmt.Errorf("%s: %s has an unexpected type", path, columns[schema.ColFilterReason].Name)
+			}
+			requeue = func(i int) bool { return reasons.IsValid(i) && reasons.Value(i) == opts.RequeueReason }
+		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			k := pipeline.GroupKey{TaskIndex: tasks.Value(i), Attempt: int(attempts.Value(i))}
 			c.rows++
@@ -275,7 +308,7 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 				continue
 			}
 			seen[k] = true
-			c.add(k, kept)
+			c.add(k, kept, requeue(i))
 		}
 		return nil
 	})

@@ -170,6 +170,10 @@ func (s *Staleness) Discard(n int) {
 	s.mu.Unlock()
 }
 
+// OnStale is what becomes of a group too stale to use (StaleRequeue,
+// StaleDrop, StaleKeep).
+func (s *Staleness) OnStale() string { return s.opts.OnStale }
+
 // Stale reports whether g, admitted at the oldest AdmittedVersion of its
 // rollouts, can no longer be used within MaxStaleness versions of the
 // version now.

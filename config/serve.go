@@ -85,7 +85,9 @@ type Serve struct {
 	StepGroups int `yaml:"step_groups"`
 	// OnStale is what becomes of a finished kept group that is stale
 	// anyway under max_staleness: requeue (the prompt is sampled again),
-	// drop (filter_reason stale) or keep; each is counted.
+	// drop (filter_reason stale) or keep; each is counted. A queued
+	// group found stale when a step is made is not served under requeue
+	// or drop, and under requeue its prompt is sampled again too.
 	//
 	// Default: requeue.
 	OnStale string `yaml:"on_stale"`

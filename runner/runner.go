@@ -117,6 +117,13 @@ type Continuous struct {
 	// reason stale). The caller builds it, with the trainer's batch size
 	// and max_staleness, and reads its counters.
 	Staleness *groups.Staleness
+	// Unserved, when set, holds the tasks of the kept groups a service
+	// has not handed out (serve.on_stale: requeue): the run holds each
+	// kept group's task there, and, resumed, the tasks of the groups it
+	// expects; a group the service sets aside as too stale to hand out
+	// has its task sampled again in a new attempt, at once or, for one
+	// whose task the run has not read again yet, when it does.
+	Unserved *groups.Unserved
 	// Checked tells Run that the caller checked the config with Check
 	// and these options before it started anything of its own (serve
 	// does): the config step does not check it again.
@@ -196,7 +203,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	done, err := resume.Load(ctx, cfg, resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.built.SourcePath})
+	done, err := resume.Load(ctx, cfg, r.resumeOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +238,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	}
 	sum := r.stats.Summary(err)
 	return sum, err
+}
+
+// resumeOptions are the options the run reads its committed work with: a
+// stale group dropped under on_stale requeue (Continuous.Staleness) has
+// its task sampled again after a restart, as it would have been.
+func (r *run) resumeOptions() resume.Options {
+	o := resume.Options{AllowConfigChange: r.opts.AllowConfigChange, SourcePath: r.built.SourcePath}
+	if st := r.opts.continuous().Staleness; st != nil && st.OnStale() == groups.StaleRequeue {
+		o.RequeueReason = groups.ReasonStale
+	}
+	return o
 }
 
 // Check reports every problem of the config that a run would meet, without
@@ -438,6 +456,9 @@ func (r *run) execute(parent context.Context) error {
 	defer stopProgress()
 
 	r.flow.ctl = r.newController()
+	if u := r.opts.continuous().Unserved; u != nil {
+		u.Bind(r.flow.ctl.Requeue)
+	}
 	r.setPriority()
 	r.setEarlyCancel()
 	r.sourceStage(g).

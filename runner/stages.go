@@ -56,6 +56,9 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 				r.stats.Read()
 				skip, attempt := r.done.Skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
+					skip, attempt = r.resumeUnserved(t)
+				}
+				if skip {
 					r.stats.Resumed()
 					ctl.Abandon(t)
 					continue
@@ -160,6 +163,7 @@ func (r *run) groupsStage(g *pipeline.Graph) streams.Flow {
 			if err := r.commit.Externalize(d.Group); err != nil {
 				return nil, err
 			}
+			r.holdUnserved(d.Group, dest)
 			out = append(out, routed{d.Group, dest})
 		}
 		return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/stages/groups"
 )
 
@@ -50,4 +51,44 @@ func (r *run) staleAbandon() {
 	if st := r.opts.continuous().Staleness; st != nil {
 		st.Done(false)
 	}
+}
+
+// holdUnserved holds the task of a kept group routed to data/ until the
+// service hands the group out or sets it aside (Continuous.Unserved).
+func (r *run) holdUnserved(g *pipeline.Group, dest string) {
+	u := r.opts.continuous().Unserved
+	if u == nil || dest != schema.DataDir || len(g.Rollouts) == 0 || g.Rollouts[0].Task == nil {
+		return
+	}
+	u.Hold(g.Rollouts[0].Task, g.Key.Attempt, false)
+}
+
+// resumeUnserved decides a task read that a resumed run found done, its
+// latest group kept (Continuous.Unserved): a group the service set aside
+// as too stale to hand out, with no attempt committed since, is sampled
+// again in the next attempt (skip false); one whose next attempt was
+// committed, not kept, is decided as any attempt dropped (sampled again
+// when it was dropped as stale under requeue, or under groups.resample);
+// any other stays done, its task held while the service expects its
+// group.
+func (r *run) resumeUnserved(t *pipeline.Task) (skip bool, attempt int) {
+	u := r.opts.continuous().Unserved
+	kept, last, ok := r.done.KeptAttempt(t.Index)
+	if u == nil || !ok {
+		return true, 0
+	}
+	if last > kept {
+		if !u.Settle(pipeline.GroupKey{TaskIndex: t.Index, Attempt: kept}) {
+			return true, 0
+		}
+		gc := r.cfg.Groups
+		if r.done.LastRequeued(t.Index) || gc.Resample == "same_task" && last+1 < gc.MaxAttempts {
+			return false, last + 1
+		}
+		return true, 0
+	}
+	if u.Resumed(t, kept) {
+		return false, kept + 1
+	}
+	return true, 0
 }

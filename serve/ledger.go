@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/serve/client"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
@@ -88,6 +89,10 @@ type ledger struct {
 	// counted as accepted will never be consumed (found stale in the
 	// queue): their places are free again.
 	discard func(n int)
+	// unserved, under serve.on_stale requeue, holds the run's tasks of
+	// the groups not handed out: a group found stale has its task
+	// sampled again once the state records it stale; nil otherwise.
+	unserved *groups.Unserved
 
 	// recording serialises the changes the state file records.
 	recording sync.Mutex
@@ -152,7 +157,12 @@ type ledgerConfig struct {
 	// step is made is not served (dropStale).
 	MaxStaleness *int
 	OnStale      string
-	Supply       *groups.Supply
+	// Unserved, under OnStale requeue, holds the run's tasks of the
+	// groups not handed out (runner.Continuous.Unserved): the ledger
+	// tells it of the groups queued (Expect), handed out (Release) and
+	// recorded stale (Requeue). nil: no task is sampled again.
+	Unserved *groups.Unserved
+	Supply   *groups.Supply
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
 }
@@ -229,6 +239,13 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 	for _, g := range st.Stale {
 		l.stale[g] = true
 	}
+	if l.dropStale && c.OnStale != groups.StaleDrop {
+		l.unserved = c.Unserved
+	}
+	// The groups recorded stale have their tasks sampled again unless
+	// their new attempt was committed (the run, resumed, decides as it
+	// reads them: groups.Unserved.Resumed and Settle).
+	l.requeue(st.Stale)
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -310,8 +327,46 @@ func (l *ledger) record(decide func() (*state, error), publish func(*state)) err
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.st = next
+	// The groups recorded stale now have their tasks sampled again:
+	// only once recorded, so that a restart never samples one a second
+	// time (a group found stale and not recorded is found stale again).
+	l.requeue(l.unrecorded[:stale])
 	l.unrecorded = slices.Delete(l.unrecorded, 0, stale)
 	publish(next)
+	return nil
+}
+
+// requeue has the tasks of groups recorded stale sampled again (under
+// serve.on_stale requeue).
+func (l *ledger) requeue(refs []groupRef) {
+	if l.unserved != nil && len(refs) > 0 {
+		l.unserved.Requeue(keysOf(refs)...)
+	}
+}
+
+// keysOf is refs as the run's group keys.
+func keysOf(refs []groupRef) []pipeline.GroupKey {
+	keys := make([]pipeline.GroupKey, len(refs))
+	for i, r := range refs {
+		keys[i] = r.key()
+	}
+	return keys
+}
+
+// recordStale records the groups found stale since the last record, when
+// there are any, without another change: their tasks are then sampled
+// again (serve.on_stale requeue) without waiting for the next step,
+// policy version or pause.
+func (l *ledger) recordStale() error {
+	err := l.record(func() (*state, error) {
+		if len(l.unrecorded) == 0 {
+			return nil, nil
+		}
+		return l.st.clone(), nil
+	}, func(*state) {})
+	if err != nil {
+		return fmt.Errorf("recording the groups found stale: %w", err)
+	}
 	return nil
 }
 
@@ -341,6 +396,9 @@ func (l *ledger) enqueue(fresh []*group, meta map[string]string) {
 		}
 		l.queued[g.ref] = g
 		l.queue = append(l.queue, g)
+		if l.unserved != nil {
+			l.unserved.Expect(g.ref.key())
+		}
 	}
 	l.dispatch()
 }
@@ -518,10 +576,11 @@ func (l *ledger) tooStale(g *group) bool {
 
 // dropStaleGroups takes the queued groups too stale to serve out of the
 // queue (serve.on_stale requeue or drop): the state records them with its
-// next change (unrecorded), and the staleness gate gets their places
-// back. Versions only grow, so a group found stale stays stale: one a
-// crash leaves unrecorded is found stale again after the restart, and
-// none is ever served. l.mu is held.
+// next change (unrecorded; recordStale, at the service's next tick, at
+// the latest), under requeue their tasks are then sampled again, and the
+// staleness gate gets their places back. Versions only grow, so a group
+// found stale stays stale: one a crash leaves unrecorded is found stale
+// again after the restart, and none is ever served. l.mu is held.
 func (l *ledger) dropStaleGroups() {
 	if !l.dropStale {
 		return
@@ -740,6 +799,9 @@ func (l *ledger) recordStep(st *stepState) error {
 		return next, nil
 	}, func(*state) {
 		l.steps[st.Step] = st
+		if l.unserved != nil {
+			l.unserved.Release(keysOf(st.Groups)...)
+		}
 		s := slot{st.Step, st.LeasedRank}
 		l.setLease(s, st.LeasedUntil)
 		l.handed[s] = true
@@ -1044,6 +1106,9 @@ func (l *ledger) status(out *client.Status) {
 	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
 	out.StaleGroups = len(l.stale)
+	if l.unserved != nil {
+		out.RequeuedGroups = l.unserved.Requeued()
+	}
 	out.Staleness = map[string]int{}
 	for _, g := range l.queue {
 		lag := out.PolicyVersion - g.versions[0]

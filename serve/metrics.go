@@ -14,7 +14,9 @@ var (
 	descVersion   = prometheus.NewDesc("trajflow_serve_policy_version", "The fleet's policy version.", nil, nil)
 	descPaused    = prometheus.NewDesc("trajflow_serve_paused", "1 while the fleet is paused.", nil, nil)
 	descStaleness = prometheus.NewDesc("trajflow_serve_queued_groups_by_staleness", "Queued groups by how many policy versions their oldest token is behind.", []string{"versions_behind"}, nil)
-	serveDescs    = []*prometheus.Desc{descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness}
+	descStale     = prometheus.NewDesc("trajflow_serve_stale_groups", "Kept groups never served because they were more than serve.max_staleness versions behind when a step was made, since the first start.", nil, nil)
+	descRequeued  = prometheus.NewDesc("trajflow_serve_stale_groups_requeued_total", "Stale groups whose tasks were handed back to the run to be sampled again (serve.on_stale requeue) since the start.", nil, nil)
+	serveDescs    = []*prometheus.Desc{descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued}
 )
 
 // collector serves the service's gauges on run.metrics_addr.
@@ -53,4 +55,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for lag, n := range st.Staleness {
 		gauge(descStaleness, float64(n), lag)
 	}
+	gauge(descStale, float64(st.StaleGroups))
+	counter(descRequeued, float64(st.RequeuedGroups))
 }

@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		Dir: dir, State: st, Ctx: sctx,
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseTimeout.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
 		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
-		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale,
+		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale, Unserved: groups.NewUnserved(),
 		Supply: groups.NewSupply(0),
 		Parquet: parquet.Options{
 			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
@@ -245,7 +245,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		Stderr: opts.Stderr, Client: opts.Client, Env: opts.Env, Abort: opts.Abort,
 		LookupEnv: opts.LookupEnv, AllowConfigChange: opts.AllowConfigChange,
 		Continuous: &runner.Continuous{
-			Policy: s.policy, Staleness: stale, Supply: s.supply, OnCommit: func(path string, _ int) { loads.add(path) },
+			Policy: s.policy, Staleness: stale, Supply: s.supply, Unserved: s.unserved, OnCommit: func(path string, _ int) { loads.add(path) },
 			Collector: collector{s}, Checked: true,
 		},
 		Progress: s.setSnapshot,
@@ -293,6 +293,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 			}
 		case <-tick.C:
 			s.led.tick()
+			if err := s.led.recordStale(); err != nil {
+				logf("%v", err)
+			}
 			switch p, err := s.led.expirePause(); {
 			case err != nil:
 				logf("%v", err)

@@ -55,9 +55,11 @@ type service struct {
 	ctx   context.Context // ends when the service stops
 	led   *ledger
 	// policy and supply are the ledger's: the fleet's policy and the
-	// run's demand, handed to the run.
-	policy *generate.Policy
-	supply *groups.Supply
+	// run's demand, handed to the run; unserved its tasks of the groups
+	// not handed out (nil unless serve.on_stale requeue).
+	policy   *generate.Policy
+	supply   *groups.Supply
+	unserved *groups.Unserved
 
 	snapMu sync.Mutex
 	snap   runner.Snapshot
@@ -90,8 +92,10 @@ type serviceConfig struct {
 	// MaxStaleness and OnStale are the ledger's (ledgerConfig).
 	MaxStaleness *int
 	OnStale      string
-	MaxK         int // serve.max_groups_per_step
-	Supply       *groups.Supply
+	// Unserved is the ledger's (ledgerConfig), handed to the run too.
+	Unserved *groups.Unserved
+	MaxK     int // serve.max_groups_per_step
+	Supply   *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -109,7 +113,7 @@ func newService(c serviceConfig) (*service, error) {
 	}
 	led, err := newLedger(ledgerConfig{
 		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Bound: c.Bound, Supply: c.Supply,
-		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale,
+		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale, Unserved: c.Unserved,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)
@@ -120,7 +124,7 @@ func newService(c serviceConfig) (*service, error) {
 	}
 	return &service{
 		dir: c.Dir, alloc: memory.NewGoAllocator(), maxK: c.MaxK, popts: c.Parquet, ctx: ctx,
-		led: led, policy: led.policy, supply: led.supply,
+		led: led, policy: led.policy, supply: led.supply, unserved: led.unserved,
 	}, nil
 }
 

@@ -2,10 +2,20 @@ package serve_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow/go/v17/parquet/file"
+	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
 )
@@ -129,5 +139,232 @@ func TestServeLookAheadFillsConcurrency(t *testing.T) {
 	st = waitStatus(ctx, t, c, "the demand after a step", func(st client.Status) bool { return st.Demand >= 6 })
 	if st.Demand != 6 {
 		t.Fatalf("after a step of 2: demand %d, want 6 (2 in steps + 4 ahead)", st.Demand)
+	}
+}
+
+// committedGroups reads the groups committed to data/ and filtered/ under
+// out, each with the directory it is in (both, joined, for a group in
+// both).
+func committedGroups(t *testing.T, out string) map[group]string {
+	t.Helper()
+	got := map[group]string{}
+	rows := map[group]int{}
+	for _, dir := range []string{schema.DataDir, schema.FilteredDir} {
+		paths, err := filepath.Glob(filepath.Join(out, dir, schema.PartGlob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range paths {
+			f, err := file.OpenParquetFile(p, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, memory.NewGoAllocator())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tbl, err := r.ReadTable(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := array.NewTableReader(tbl, 1<<20)
+			for tr.Next() {
+				rec := tr.Record()
+				tasks := rec.Column(rec.Schema().FieldIndices("task_index")[0]).(*array.Int64)
+				attempts := rec.Column(rec.Schema().FieldIndices("attempt")[0]).(*array.Int32)
+				for i := 0; i < int(rec.NumRows()); i++ {
+					g := group{tasks.Value(i), int64(attempts.Value(i))}
+					if d, ok := got[g]; ok && d != dir {
+						got[g] = d + "+" + dir
+					} else {
+						got[g] = dir
+					}
+					rows[g]++
+				}
+			}
+			tr.Release()
+			tbl.Release()
+			_ = f.Close()
+		}
+	}
+	for g, n := range rows {
+		if n != 4 {
+			t.Fatalf("group %v: %d rows committed, want one group of 4 (committed twice?)", g, n)
+		}
+	}
+	return got
+}
+
+// waitCommitted waits until the groups committed hold every group of
+// want, failing when ctx ends first.
+func waitCommitted(ctx context.Context, t *testing.T, out string, want ...group) map[group]string {
+	t.Helper()
+	for {
+		got := committedGroups(t, out)
+		missing := slices.ContainsFunc(want, func(g group) bool { _, ok := got[g]; return !ok })
+		if !missing {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %v to be committed: %v; committed %v", want, ctx.Err(), got)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// attemptsOf is the attempts committed of task, ascending.
+func attemptsOf(got map[group]string, task int64) []int64 {
+	var out []int64
+	for g := range got {
+		if g.task == task {
+			out = append(out, g.attempt)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// serve.max_staleness 0, on_stale requeue (the default): the two groups
+// queued at version 0 are two versions behind once the trainer posts
+// version 2, so they are never served; their tasks are sampled again in
+// attempt 1, once each, and the status counts them.
+func TestServeStaleAtHandOutRequeued(t *testing.T) {
+	out := t.TempDir()
+	s := start(t, testConfig(t, out, "serve.max_staleness=0", "serve.step_groups=2", "serve.buffer_steps=0", "serve.lease=1s"), serve.Options{})
+	c := client.New(s.url, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitStatus(ctx, t, c, "2 groups queued at version 0", func(st client.Status) bool { return st.QueuedGroups == 2 })
+	queued := committedGroups(t, out)
+	var stale []group
+	for g, dir := range queued {
+		if dir == schema.DataDir {
+			stale = append(stale, g)
+		}
+	}
+	if len(stale) != 2 {
+		t.Fatalf("kept before the new version: %v, want 2 groups", queued)
+	}
+	if err := c.SetPolicy(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(ctx, t, c, "the stale groups requeued", func(st client.Status) bool { return st.RequeuedGroups >= 2 })
+	if st.StaleGroups != 2 || st.RequeuedGroups != 2 {
+		t.Fatalf("status stale_groups %d, requeued_groups %d; want 2 and 2", st.StaleGroups, st.RequeuedGroups)
+	}
+	var again []group
+	for _, g := range stale {
+		again = append(again, group{g.task, g.attempt + 1})
+	}
+	// The gate is full at version 2 (the 6 groups kept since): a new
+	// version admits the new attempts.
+	if err := c.SetPolicy(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	got := waitCommitted(ctx, t, out, again...)
+	step, err := c.Next(ctx, 2, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := range readStep(t, step.Body) {
+		if slices.Contains(stale, g) {
+			t.Fatalf("step %d holds %v, found stale", step.Number, g)
+		}
+	}
+	s.stop(t)
+	got = committedGroups(t, out)
+	for _, g := range stale {
+		if a := attemptsOf(got, g.task); !slices.Equal(a, []int64{g.attempt, g.attempt + 1}) {
+			t.Fatalf("task %d: attempts %v committed, want %d and %d", g.task, a, g.attempt, g.attempt+1)
+		}
+	}
+}
+
+// A crash between the state recording a group stale (served/state.json
+// lists it) and its task's new attempt being committed: the restarted
+// service samples the task again in the next attempt, and a further
+// restart does not sample it again, whether that attempt was kept or
+// dropped (a restart with generate.sim.accuracy 1: every group's rewards
+// are equal, and the keep rule drops it).
+func TestServeStaleRequeueAcrossRestart(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		accuracy string // generate.sim.accuracy of the restart that samples it again
+	}{
+		{"new attempt kept or dropped", "0.5"},
+		{"new attempt dropped", "1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			staleRequeueAcrossRestart(t, tt.accuracy)
+		})
+	}
+}
+
+func staleRequeueAcrossRestart(t *testing.T, accuracy string) {
+	out := t.TempDir()
+	sets := []string{"serve.max_staleness=1", "serve.step_groups=2", "serve.lease=1s"}
+	s := start(t, testConfig(t, out, sets...), serve.Options{})
+	c := client.New(s.url, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitStatus(ctx, t, c, "4 groups queued at version 0", func(st client.Status) bool { return st.QueuedGroups == 4 })
+	s.stop(t)
+	var set group // the group the state records stale
+	for g, dir := range committedGroups(t, out) {
+		if dir == schema.DataDir && (set == group{} || g.task > set.task) {
+			set = g
+		}
+	}
+	// No step was made: the state file is written whole, as the record
+	// of the group found stale writes it.
+	b, err := json.Marshal(map[string]any{"version": 1, "policy_version": 0, "next_step": 1, "steps": []any{},
+		"stale": [][2]int64{{set.task, set.attempt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, schema.ServedDir, schema.ServeStateFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	s = start(t, testConfig(t, out, append(sets, "generate.sim.accuracy="+accuracy)...), serve.Options{AllowConfigChange: true})
+	c = client.New(s.url, "")
+	again := group{set.task, set.attempt + 1}
+	got := waitCommitted(ctx, t, out, again)
+	if accuracy == "1" && got[again] != schema.FilteredDir {
+		t.Fatalf("under accuracy 1 the new attempt %v is in %s, want it dropped", again, got[again])
+	}
+	status := waitStatus(ctx, t, c, "the requeue counted", func(st client.Status) bool { return st.RequeuedGroups > 0 })
+	if status.RequeuedGroups != 1 || status.StaleGroups != 1 {
+		t.Fatalf("after the restart: requeued_groups %d, stale_groups %d; want 1 and 1", status.RequeuedGroups, status.StaleGroups)
+	}
+	s.stop(t)
+
+	// Once more: the run reads the task again (a new version, under
+	// which no queued group is stale, asks for groups beyond it, or the
+	// input runs out) and samples it no more.
+	s = start(t, testConfig(t, out, sets...), serve.Options{AllowConfigChange: true})
+	c = client.New(s.url, "")
+	last := int64(0)
+	for g := range committedGroups(t, out) {
+		last = max(last, g.task)
+	}
+	if err := c.SetPolicy(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(ctx, t, c, "a task after the last one committed", func(st client.Status) bool {
+		for g := range committedGroups(t, out) {
+			if g.task > last {
+				return true
+			}
+		}
+		return st.Ended != ""
+	})
+	if status, err := c.Status(ctx); err != nil || status.RequeuedGroups != 0 {
+		t.Fatalf("after the second restart: %+v, %v; want no group requeued", status, err)
+	}
+	s.stop(t)
+	if a := attemptsOf(committedGroups(t, out), set.task); !slices.Equal(a, []int64{set.attempt, set.attempt + 1}) {
+		t.Fatalf("task %d: attempts %v committed, want %d and %d, once each", set.task, a, set.attempt, set.attempt+1)
 	}
 }

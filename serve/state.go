@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -41,7 +42,9 @@ type state struct {
 	Steps []*stepState `json:"steps"`
 	// Stale are the kept groups found too stale to serve when a step was
 	// made (serve.max_staleness, serve.on_stale requeue or drop): in
-	// data/, never served.
+	// data/, never served. Under requeue each one's task is sampled
+	// again once it is recorded here, and a restart samples again those
+	// whose new attempt was not committed.
 	Stale []groupRef `json:"stale,omitempty"`
 }
 
@@ -85,6 +88,11 @@ type stepState struct {
 type groupRef [2]int64
 
 func (g groupRef) String() string { return fmt.Sprintf("task %d attempt %d", g[0], g[1]) }
+
+// key is the group's key in the run.
+func (g groupRef) key() pipeline.GroupKey {
+	return pipeline.GroupKey{TaskIndex: g[0], Attempt: int(g[1])}
+}
 
 // loadState reads dir's state file; a missing one is a fresh state.
 func loadState(dir string) (*state, error) {

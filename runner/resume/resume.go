@@ -86,6 +86,10 @@ type Committed struct {
 type taskState struct {
 	attempt int
 	kept    bool
+	// keptAttempt is the latest attempt kept, when kept.
+	keptAttempt int
+	// requeue: the latest attempt was dropped for Options.RequeueReason.
+	requeue bool
 }
 
 // Skip decides, for a task read from the input, whether its work is done
@@ -97,10 +101,46 @@ func (c *Committed) Skip(taskIndex int64, maxAttempts int, resample bool) (skip 
 		return false, 0
 	case st.kept:
 		return true, 0
+	case st.requeue:
+		return false, st.attempt + 1
 	case resample && st.attempt+1 < maxAttempts:
 		return false, st.attempt + 1
 	}
 	return true, 0
+}
+
+// LastRequeued reports whether a task's latest attempt committed was
+// dropped for Options.RequeueReason: its task is to be sampled again.
+func (c *Committed) LastRequeued(taskIndex int64) bool {
+	return c.tasks[taskIndex].requeue
+}
+
+// KeptAttempt returns, for a task with a kept group committed, its
+// latest kept attempt and its latest attempt committed (later than the
+// kept one where a service set the kept group aside as too stale and its
+// new attempt was committed, not kept); ok is false when none was kept.
+func (c *Committed) KeptAttempt(taskIndex int64) (kept, last int, ok bool) {
+	st, ok := c.tasks[taskIndex]
+	if !ok || !st.kept {
+		return 0, 0, false
+	}
+	return st.keptAttempt, st.attempt, true
+}
+
+// add counts a group committed, kept or not (dropped for
+// Options.RequeueReason: requeue).
+func (c *Committed) add(k pipeline.GroupKey, kept, requeue bool) {
+	st, ok := c.tasks[k.TaskIndex]
+	if !ok || k.Attempt > st.attempt {
+		st.requeue = requeue
+	}
+	st.attempt = max(st.attempt, k.Attempt)
+	if kept {
+		c.Kept++
+		st.kept = true
+		st.keptAttempt = max(st.keptAttempt, k.Attempt)
+	}
+	c.tasks[k.TaskIndex] = st
 }
 
 // ErrConfigChanged is returned when an output directory holds work of a
@@ -121,6 +161,13 @@ type Options struct {
 	// SourcePath is the local path of the run's input, checked against the
 	// input the committed files were read from.
 	SourcePath string
+	// RequeueReason, when set, is the filter reason of a dropped group
+	// whose task is sampled again in a new attempt (a continuous run's
+	// stale group under on_stale: requeue): a task whose latest attempt
+	// committed was dropped for it is not done (Skip samples the next
+	// attempt), so that a crash between the drop and the new attempt
+	// loses no prompt.
+	RequeueReason string
 }
 
 // Load reads the keys of the part files in cfg's data and filtered
@@ -230,7 +277,11 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 	}
 	columns := schema.Columns()
 	taskIndex, attempt := columns[schema.ColTaskIndex].Name, columns[schema.ColAttempt].Name
-	cols, err := f.Fields(taskIndex, attempt)
+	names := []string{taskIndex, attempt}
+	if !kept && opts.RequeueReason != "" {
+		names = append(names, columns[schema.ColFilterReason].Name)
+	}
+	cols, err := f.Fields(names...)
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
@@ -242,6 +293,14 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 		if !ok1 || !ok2 {
 			return errType
 		}
+		requeue := func(int) bool { return false }
+		if len(cols) > 2 {
+			reasons, ok := rec.Column(2).(*array.String)
+			if !ok {
+				return fmt.Errorf("%s: %s has an unexpected type", path, columns[schema.ColFilterReason].Name)
+			}
+			requeue = func(i int) bool { return reasons.IsValid(i) && reasons.Value(i) == opts.RequeueReason }
+		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			k := pipeline.GroupKey{TaskIndex: tasks.Value(i), Attempt: int(attempts.Value(i))}
 			c.rows++
@@ -249,12 +308,7 @@ func (c *Committed) read(ctx context.Context, cfg *config.Config, opts Options, 
 				continue
 			}
 			seen[k] = true
-			if kept {
-				c.Kept++
-			}
-			if st, ok := c.tasks[k.TaskIndex]; !ok || k.Attempt > st.attempt || kept {
-				c.tasks[k.TaskIndex] = taskState{attempt: max(k.Attempt, st.attempt), kept: kept || st.kept}
-			}
+			c.add(k, kept, requeue(i))
 		}
 		return nil
 	})

@@ -62,3 +62,76 @@ func TestLockDirReleaseReportsItsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// KeptAttempt is a task's latest kept attempt and latest attempt, in
+// whatever order the directories are read: a later attempt after a kept
+// one is a service's new attempt of a group it set aside as too stale to
+// hand out. Skip still finds a task with a kept group done.
+func TestKeptAttempt(t *testing.T) {
+	c := &Committed{tasks: map[int64]taskState{}}
+	key := func(task int64, attempt int) pipeline.GroupKey {
+		return pipeline.GroupKey{TaskIndex: task, Attempt: attempt}
+	}
+	c.add(key(0, 1), false, false) // filtered/ after data/ in read order, or before
+	c.add(key(0, 0), true, false)
+	c.add(key(1, 0), true, false)
+	c.add(key(1, 1), true, false)
+	c.add(key(2, 0), false, false)
+	for _, tt := range []struct {
+		task       int64
+		kept, last int
+		ok         bool
+	}{
+		{0, 0, 1, true},
+		{1, 1, 1, true},
+		{2, 0, 0, false},
+		{3, 0, 0, false},
+	} {
+		kept, last, ok := c.KeptAttempt(tt.task)
+		if kept != tt.kept || last != tt.last || ok != tt.ok {
+			t.Errorf("task %d: KeptAttempt %d, %d, %v; want %d, %d, %v", tt.task, kept, last, ok, tt.kept, tt.last, tt.ok)
+		}
+	}
+	if c.Kept != 3 {
+		t.Errorf("kept %d groups, want 3", c.Kept)
+	}
+	if skip, _ := c.Skip(0, 3, true); !skip {
+		t.Error("task 0, kept, not skipped")
+	}
+}
+
+// A task whose latest attempt committed was dropped for
+// Options.RequeueReason (a stale group under on_stale requeue) is not
+// done: Skip samples the next attempt, whatever groups.resample says;
+// one whose later attempt was committed is decided by that attempt.
+func TestSkipRequeueReason(t *testing.T) {
+	c := &Committed{tasks: map[int64]taskState{}}
+	key := func(task int64, attempt int) pipeline.GroupKey {
+		return pipeline.GroupKey{TaskIndex: task, Attempt: attempt}
+	}
+	c.add(key(0, 0), false, true)
+	c.add(key(1, 1), false, false) // its new attempt, dropped by the keep rule
+	c.add(key(1, 0), false, true)
+	c.add(key(2, 0), false, true)
+	c.add(key(2, 1), true, false)
+	c.add(key(3, 1), false, true) // a requeued attempt dropped as stale again
+	c.add(key(3, 0), true, false)
+	for _, tt := range []struct {
+		task    int64
+		skip    bool
+		attempt int
+	}{
+		{0, false, 1},
+		{1, true, 0},
+		{2, true, 0},
+		{3, true, 0}, // kept: decided by the service (groups.Unserved)
+	} {
+		skip, attempt := c.Skip(tt.task, 1, false)
+		if skip != tt.skip || attempt != tt.attempt {
+			t.Errorf("task %d: Skip %v, %d; want %v, %d", tt.task, skip, attempt, tt.skip, tt.attempt)
+		}
+	}
+	if !c.LastRequeued(3) || c.LastRequeued(1) {
+		t.Error("LastRequeued: task 3's latest attempt was dropped as stale, task 1's was not")
+	}
+}

@@ -87,6 +87,10 @@ type Status struct {
 	// step was made (serve.on_stale requeue or drop), since the first
 	// start.
 	StaleGroups int `json:"stale_groups"`
+	// RequeuedGroups are the stale groups whose tasks were handed back
+	// to the run to be sampled again in a new attempt (serve.on_stale
+	// requeue) since the service started.
+	RequeuedGroups int `json:"requeued_groups"`
 	// InGeneration and InEnvironment are the model and environment calls
 	// in flight; GroupsKept and GroupsFinished the run's groups since it
 	// started, KeepRate their ratio; TokensGenerated the model's tokens.

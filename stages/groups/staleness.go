@@ -152,18 +152,27 @@ func (s *Staleness) Done(accepted bool) {
 // Discard gives back the places of n groups accepted that will never be
 // consumed (a service found them too stale to hand out): the capacity
 // counts them no more, as it counts no group the keep rule dropped.
-// They are counted in Dropped.
+// They are counted as OnStale says: in Requeued under requeue (the
+// service has their tasks sampled again), else in Dropped.
 func (s *Staleness) Discard(n int) {
 	if n <= 0 {
 		return
 	}
 	s.mu.Lock()
 	s.accepted = max(s.accepted-n, 0)
-	s.dropped += n
+	if s.opts.OnStale == StaleRequeue {
+		s.requeued += n
+	} else {
+		s.dropped += n
+	}
 	close(s.freed)
 	s.freed = make(chan struct{})
 	s.mu.Unlock()
 }
+
+// OnStale is what becomes of a group too stale to use (StaleRequeue,
+// StaleDrop, StaleKeep).
+func (s *Staleness) OnStale() string { return s.opts.OnStale }
 
 // Stale reports whether g, admitted at the oldest AdmittedVersion of its
 // rollouts, can no longer be used within MaxStaleness versions of the

@@ -189,28 +189,31 @@ func TestStalenessOptionsValidate(t *testing.T) {
 }
 
 // Discard gives back the places of accepted groups that will never be
-// consumed, counted as dropped; a discard of none changes nothing.
+// consumed, counted as on_stale says (requeued under requeue, the
+// default; dropped under drop); a discard of none changes nothing.
 func TestStalenessDiscard(t *testing.T) {
 	for _, tt := range []struct {
 		name              string
+		onStale           string
 		accepted, discard int
 		// At version 0 with max_staleness 0 and B 4 the capacity is
 		// 4 − accepted.
-		wantAccepted, wantCapacity, wantDropped int
+		wantAccepted, wantCapacity, wantRequeued, wantDropped int
 	}{
-		{"none", 4, 0, 4, 0, 0},
-		{"two", 4, 2, 2, 2, 2},
-		{"more than accepted", 1, 3, 0, 4, 3},
+		{"none", "", 4, 0, 4, 0, 0, 0},
+		{"two, requeue", "", 4, 2, 2, 2, 2, 0},
+		{"two, drop", groups.StaleDrop, 4, 2, 2, 2, 0, 2},
+		{"more than accepted", groups.StaleDrop, 1, 3, 0, 4, 0, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 4, Accepted: tt.accepted}, newVersions())
+			s, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 4, Accepted: tt.accepted, OnStale: tt.onStale}, newVersions())
 			if err != nil {
 				t.Fatal(err)
 			}
 			s.Discard(tt.discard)
 			st := s.Stats()
-			if st.Accepted != tt.wantAccepted || st.Capacity != tt.wantCapacity || st.Dropped != tt.wantDropped {
-				t.Fatalf("stats %+v, want accepted %d capacity %d dropped %d", st, tt.wantAccepted, tt.wantCapacity, tt.wantDropped)
+			if st.Accepted != tt.wantAccepted || st.Capacity != tt.wantCapacity || st.Requeued != tt.wantRequeued || st.Dropped != tt.wantDropped {
+				t.Fatalf("stats %+v, want accepted %d capacity %d requeued %d dropped %d", st, tt.wantAccepted, tt.wantCapacity, tt.wantRequeued, tt.wantDropped)
 			}
 		})
 	}

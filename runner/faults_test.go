@@ -93,6 +93,11 @@ func TestFaultyServerEveryRolloutResolvesOnce(t *testing.T) {
 	}
 }
 
+// TestSampleRetriesRecoverFailedRollouts: with 30% of requests failing,
+// groups.sample_retries samples each failed rollout again until it
+// succeeds. 12 retries: one of the 160 rollouts failing 13 times in a
+// row has a chance of about 160·0.3^13 ≈ 3e-5 (with 6, 3.5%: a flaky
+// test).
 func TestSampleRetriesRecoverFailedRollouts(t *testing.T) {
 	defer leak.Check(t)()
 	s := sim.New(sim.Options{Seed: 11, Preset: "short", Faults: sim.Faults{Errors: map[int]float64{500: 0.3}}, Model: "sim-math"})
@@ -100,7 +105,7 @@ func TestSampleRetriesRecoverFailedRollouts(t *testing.T) {
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	cfg := quickstart(t, "source.limit=40", "generate.endpoints=["+srv.URL+"/v1]",
-		"generate.max_attempts=1", "groups.sample_retries=6", "groups.keep=nonzero_std", "output.filtered=true")
+		"generate.max_attempts=1", "groups.sample_retries=12", "groups.keep=nonzero_std", "output.filtered=true")
 	sum, err := run(t, cfg, runner.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -325,17 +325,24 @@ func TestServePauseSurvivesRestart(t *testing.T) {
 	if !strings.Contains(s.log(), "POST /v1/resume to go on") {
 		t.Fatalf("the log does not say it is paused:\n%s", s.log())
 	}
-	// Paused, a step does not come.
+	// Paused, nothing is generated: a step needing one group more than
+	// the first run queued (before its pause took hold; the service
+	// generates ahead from the start) does not come, and the queue does
+	// not grow.
+	queued := st.QueuedGroups
 	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
-	_, err = c.Next(short, 2, "")
+	_, err = c.Next(short, queued+1, "")
 	stop()
 	if err == nil {
-		t.Fatal("a step was made while paused")
+		t.Fatalf("a step of %d groups was made while paused with %d queued", queued+1, queued)
+	}
+	if st, err = c.Status(ctx); err != nil || st.QueuedGroups != queued {
+		t.Fatalf("paused, the queue went from %d to %d groups (%v)", queued, st.QueuedGroups, err)
 	}
 	if err := c.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
-	step, err := c.Next(ctx, 2, "")
+	step, err := c.Next(ctx, queued+1, "")
 	if err != nil {
 		t.Fatal(err)
 	}

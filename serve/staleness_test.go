@@ -262,7 +262,7 @@ func TestServeStaleAtHandOutRequeued(t *testing.T) {
 	if err := c.SetPolicy(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
-	got := waitCommitted(ctx, t, out, again...)
+	waitCommitted(ctx, t, out, again...)
 	step, err := c.Next(ctx, 2, client.FormatParquet)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestServeStaleAtHandOutRequeued(t *testing.T) {
 		}
 	}
 	s.stop(t)
-	got = committedGroups(t, out)
+	got := committedGroups(t, out)
 	for _, g := range stale {
 		if a := attemptsOf(got, g.task); !slices.Equal(a, []int64{g.attempt, g.attempt + 1}) {
 			t.Fatalf("task %d: attempts %v committed, want %d and %d", g.task, a, g.attempt, g.attempt+1)

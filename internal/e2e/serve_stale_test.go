@@ -77,7 +77,7 @@ func TestServeKillStaleRequeue(t *testing.T) {
 	c := client.New(p.url, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stale := map[groupKey]bool{}
+	var stale map[groupKey]bool
 	for {
 		stale = staleListed(t, out)
 		committed := committedIn(t, out)

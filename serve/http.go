@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/schema"
@@ -394,6 +395,13 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		hd.Set(HeaderRank, strconv.Itoa(q.Rank))
 		hd.Set(HeaderWorld, strconv.Itoa(st.World))
 		hd.Set(HeaderStepGroups, strconv.Itoa(len(st.Groups)))
+	} else if len(st.Trained) > 0 {
+		// A remainder served whole: its file holds the groups trained
+		// on before too.
+		keep = map[groupRef]bool{}
+		for _, ref := range st.Groups {
+			keep[ref] = true
+		}
 	}
 	hd.Set(HeaderGroups, strconv.Itoa(groups))
 	hd.Set(HeaderRows, strconv.Itoa(rows))
@@ -409,8 +417,9 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 // part file as it is; an Arrow or JSONL answer is encoded from the
 // records of fresh (the groups the step was just made of) when they share
 // one schema, else from the part file read back (a step served again).
-// keep, when not nil, is a rank's slice: the groups answered (fresh holds
-// those alone; Parquet is never asked for).
+// keep, when not nil, is a rank's slice or a step's remainder (its
+// groups not trained on): the groups answered (fresh holds those alone);
+// Parquet of a remainder is a file encoded from them.
 func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group, keep map[groupRef]bool) error {
 	path := h.s.stepFile(n)
 	if format == FormatParquet || recordsOf(fresh) == nil {
@@ -420,7 +429,7 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 			return err
 		}
 	}
-	if format == FormatParquet {
+	if format == FormatParquet && keep == nil {
 		f, err := os.Open(path)
 		if err != nil {
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
@@ -497,10 +506,18 @@ func recordsOf(groups []*group) []arrow.Record {
 }
 
 // encodeStep writes the records each calls back with as an Arrow IPC
-// stream of schema sc, or as JSON lines.
+// stream of schema sc, as JSON lines, or as one Parquet file.
 func encodeStep(w io.Writer, format string, sc *arrow.Schema, alloc memory.Allocator, each func(func(arrow.Record) error) error) error {
-	if format == FormatJSONL {
+	switch format {
+	case FormatJSONL:
 		return each(func(rec arrow.Record) error { return array.RecordToJSON(rec, w) })
+	case FormatParquet:
+		pw, err := pqarrow.NewFileWriter(sc, w, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(alloc), pqarrow.WithStoreSchema()))
+		if err != nil {
+			return err
+		}
+		err = each(func(rec arrow.Record) error { return pw.WriteBuffered(rec) })
+		return errors.Join(err, pw.Close())
 	}
 	iw := ipc.NewWriter(w, ipc.WithSchema(sc), ipc.WithAllocator(alloc))
 	err := each(func(rec arrow.Record) error { return iw.Write(rec) })

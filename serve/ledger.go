@@ -279,7 +279,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 				l.lastExpiry[step.Step] = exp
 			}
 		}
-		for _, g := range step.Groups {
+		for _, g := range slices.Concat(step.Groups, step.Trained) {
 			l.assigned[g] = true
 		}
 		l.noteRequest(len(step.Groups)) // the recorded steps stand for the requests before the restart
@@ -470,9 +470,10 @@ func (l *ledger) stranded(st *stepState) bool {
 // leased (a step another rank took first, or a slice whose lease ran
 // out). Either caller also takes a step of the other kind that is
 // stranded: a whole-step caller the slices of a world's step that no rank
-// acknowledged, a rank a whole step (or a step of another world whose
-// slices none acknowledged), cut anew for its world. l.mu is held, after
-// expire.
+// acknowledged, a rank a whole step (or a step of another world),
+// cut anew for its world; of a world's step some ranks acknowledged,
+// only the groups of the slices not acknowledged (remainder), at least
+// one for each rank. l.mu is held, after expire.
 func (l *ledger) pendingStep(w *waiter) *stepState {
 	for _, st := range l.st.Steps {
 		if st.Acked {
@@ -494,15 +495,74 @@ func (l *ledger) pendingStep(w *waiter) *stepState {
 		if _, ok := l.converting[st.Step]; ok || !l.stranded(st) {
 			continue
 		}
-		switch {
-		case len(st.RanksAcked) > 0:
-			// Slices were trained on: the rest waits for its world's
-			// ranks (a whole step of Parquet is its file as is).
-		case w.world == 0, len(st.GroupTokens) == len(st.Groups) && len(st.GroupRows) == len(st.Groups) && len(st.Groups) >= w.world:
+		if !cuttable(st) {
+			// A step recorded without its groups' tokens: whole alone.
+			if w.world == 0 && len(st.RanksAcked) == 0 {
+				return st
+			}
+			continue
+		}
+		if len(remainder(st)) >= w.world {
 			return st
 		}
 	}
 	return nil
+}
+
+// cuttable reports whether st records its groups' tokens and rows, which
+// its slices, and its remainder, are cut by.
+func cuttable(st *stepState) bool {
+	return len(st.GroupTokens) == len(st.Groups) && len(st.GroupRows) == len(st.Groups)
+}
+
+// remainder is the indices, in step order, of st's groups that are in no
+// slice its ranks acknowledged: all of them for a step served whole or
+// none of whose slices was acknowledged. st is cuttable.
+func remainder(st *stepState) []int {
+	var out []int
+	if st.World == 0 || len(st.RanksAcked) == 0 {
+		for i := range st.Groups {
+			out = append(out, i)
+		}
+		return out
+	}
+	for rank, slice := range partition(st.GroupTokens, st.World) {
+		if !slices.Contains(st.RanksAcked, rank) {
+			out = append(out, slice...)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// narrowed is st, not acknowledged, less the groups of the slices its
+// ranks acknowledged: those are added to Trained, never served again,
+// and the step is the remainder's groups (remainder), with no rank's
+// ack, to be cut for another world or served whole. A step none of whose
+// slices was acknowledged is returned as it is (a copy). st is cuttable.
+func narrowed(st *stepState) stepState {
+	c := *st
+	if len(st.RanksAcked) == 0 {
+		return c
+	}
+	rest := remainder(st)
+	keep := make(map[int]bool, len(rest))
+	c.Groups, c.GroupTokens, c.GroupRows, c.Rows = nil, nil, nil, 0
+	for _, i := range rest {
+		keep[i] = true
+		c.Groups = append(c.Groups, st.Groups[i])
+		c.GroupTokens = append(c.GroupTokens, st.GroupTokens[i])
+		c.GroupRows = append(c.GroupRows, st.GroupRows[i])
+		c.Rows += st.GroupRows[i]
+	}
+	c.Trained = slices.Clone(st.Trained)
+	for i, g := range st.Groups {
+		if !keep[i] {
+			c.Trained = append(c.Trained, g)
+		}
+	}
+	c.RanksAcked, c.RankLeases = nil, nil
+	return c
 }
 
 // isLeased reports whether a slot is leased; l.mu is held.
@@ -825,8 +885,11 @@ func (l *ledger) recordStep(st *stepState) error {
 // step's, so the trainer holding it acknowledges it rather than another
 // caller getting it too. A stranded step taken by a rank of a world
 // other than its own is recorded cut for that world (its slices by
-// tokens), and the world's other ranks then take their slices of it. It
-// returns the step as recorded, to answer from. Nothing is recorded when
+// tokens), and the world's other ranks then take their slices of it; a
+// stranded step of a world some ranks acknowledged is recorded narrowed
+// to its remainder first (narrowed), cut for the new world or, taken by
+// a whole-step caller, made a whole step. It returns the step as
+// recorded, to answer from. Nothing is recorded when
 // the step was acknowledged or the lease taken back meanwhile. On an
 // error the caller gives the grant back (unlease).
 func (l *ledger) recordLease(g grant, world int) (*stepState, error) {
@@ -848,10 +911,16 @@ func (l *ledger) recordLease(g grant, world int) (*stepState, error) {
 		case st.World == 0 && world == 0:
 			c.LeasedUntil, c.LeasedRank = until.UTC(), 0
 		case world > 0 && st.World != world:
-			// Cut anew for this world: no slice of it was acknowledged.
+			// Cut anew for this world: its remainder, when some ranks
+			// of its world acknowledged their slices.
+			c = narrowed(st)
 			c.World, c.RanksAcked, c.LeasedUntil, c.LeasedRank = world, nil, time.Time{}, 0
 			c.RankLeases = map[int]time.Time{g.rank: until.UTC()}
 			converted = true
+		case world == 0 && len(st.RanksAcked) > 0:
+			// Its remainder, served whole to this caller.
+			c = narrowed(st)
+			c.World, c.LeasedUntil, c.LeasedRank = 0, until.UTC(), 0
 		default:
 			c.RankLeases = maps.Clone(st.RankLeases)
 			if c.RankLeases == nil {

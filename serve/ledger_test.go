@@ -920,19 +920,198 @@ func TestLedgerStrandedSteps(t *testing.T) {
 			t.Fatalf("after both ranks' acks: %+v", s.Steps)
 		}
 	})
-	t.Run("a world's step partly acknowledged waits for its world", func(t *testing.T) {
+	t.Run("a world's step partly acknowledged, within a lease, waits for its world", func(t *testing.T) {
 		l, clock, _ := newTestLedger(t, nil)
 		l.enqueue(testGroups(0, 8), nil)
 		n := makeWorldStep(t, l, 2, 0, 2)
 		if _, err := l.ack(n, 0, 2); err != nil {
 			t.Fatal(err)
 		}
-		clock.advance(3 * testLease)
-		if g := granted(t, l.wait(2, 0, 0)); g.step != nil {
-			t.Fatalf("a whole caller got step %d, half trained on", g.step.Step)
+		clock.advance(testLease)
+		if g := granted(t, l.wait(1, 0, 0)); g.step != nil {
+			t.Fatalf("within a lease of the last one: a whole caller got step %d, half trained on", g.step.Step)
 		}
 		if g := granted(t, l.wait(2, 1, 2)); g.step == nil || g.step.Step != n {
 			t.Fatalf("rank 1 got %+v, want its slice of step %d", g, n)
+		}
+	})
+}
+
+// partlyAckedStep makes a step of 8 groups of tokens 8, 7, …, 1 (tasks 0
+// to 7) for a world of 4 ranks, whose ranks 0 and 1 acknowledge their
+// slices (tasks 0 and 7, 1 and 6: partition) and ranks 2 and 3 never
+// come; the clock is then past the step's last lease by a lease: it is
+// stranded, its remainder tasks 2 to 5.
+func partlyAckedStep(t *testing.T, l *ledger, clock *fakeClock) int64 {
+	t.Helper()
+	gs := testGroups(0, 8)
+	for i, g := range gs {
+		g.tokens = int64(8 - i)
+	}
+	l.enqueue(gs, nil)
+	g := granted(t, l.wait(8, 0, 4))
+	st := &stepState{Step: l.reserve(), World: 4}
+	for _, gr := range g.fresh {
+		st.Groups = append(st.Groups, gr.ref)
+		st.Rows += gr.rows
+		st.GroupTokens = append(st.GroupTokens, gr.tokens)
+		st.GroupRows = append(st.GroupRows, gr.rows)
+	}
+	if err := l.recordStep(st); err != nil {
+		t.Fatal(err)
+	}
+	g1 := granted(t, l.wait(8, 1, 4))
+	if g1.step == nil || g1.step.Step != st.Step {
+		t.Fatalf("rank 1 of 4 got %+v, want its slice of step %d", g1, st.Step)
+	}
+	if _, err := l.recordLease(g1, 4); err != nil {
+		t.Fatal(err)
+	}
+	for rank := range 2 {
+		if _, err := l.ack(st.Step, rank, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.advance(2 * testLease)
+	return st.Step
+}
+
+// tasksOf is the tasks of refs.
+func tasksOf(refs []groupRef) []int64 {
+	out := []int64{}
+	for _, r := range refs {
+		out = append(out, r[0])
+	}
+	return out
+}
+
+// sliceTasks is the tasks of rank's slice of st as its world's ranks are
+// served it.
+func sliceTasks(st *stepState, rank int) []int64 {
+	var refs []groupRef
+	for _, i := range partition(st.GroupTokens, st.World)[rank] {
+		refs = append(refs, st.Groups[i])
+	}
+	return tasksOf(refs)
+}
+
+// A stranded step of a world some ranks acknowledged goes to a caller of
+// another kind with only the groups of the slices not acknowledged: cut
+// for the ranks of another world (by the same greedy token cut), or
+// whole to a whole-step caller, under its number; the groups trained on
+// are recorded (Trained) and never served again, a restart included, and
+// the acks of its new shape complete it.
+func TestLedgerStrandedPartlyAcked(t *testing.T) {
+	t.Run("to the ranks of another world", func(t *testing.T) {
+		l, clock, db := newTestLedger(t, nil)
+		n := partlyAckedStep(t, l, clock)
+		g0 := granted(t, l.wait(4, 0, 2))
+		if g0.step == nil || g0.step.Step != n {
+			t.Fatalf("stranded: rank 0 of 2 got %+v, want step %d", g0, n)
+		}
+		st, err := l.recordLease(g0, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tasksOf(st.Groups); st.World != 2 || !slices.Equal(got, []int64{2, 3, 4, 5}) || st.Rows != 16 || len(st.RanksAcked) != 0 {
+			t.Fatalf("recorded world %d, groups of tasks %v, %d rows, ranks acked %v; want world 2, tasks [2 3 4 5], 16 rows, none acked",
+				st.World, got, st.Rows, st.RanksAcked)
+		}
+		if got := tasksOf(st.Trained); !slices.Equal(got, []int64{0, 1, 6, 7}) {
+			t.Fatalf("trained: tasks %v, want [0 1 6 7]", got)
+		}
+		// Tokens 6, 5, 4, 3: the greedy cut for 2.
+		if a, b := sliceTasks(st, 0), sliceTasks(st, 1); !slices.Equal(a, []int64{2, 5}) || !slices.Equal(b, []int64{3, 4}) {
+			t.Fatalf("slices %v and %v, want [2 5] and [3 4]", a, b)
+		}
+		if _, err := l.ack(n, 2, 4); !errors.Is(err, errWorld) {
+			t.Fatalf("an ack from the old world: %v, want %v", err, errWorld)
+		}
+
+		// A restart (kill -9) in the middle keeps the cut, and the
+		// groups trained on stay taken: never queued again.
+		r, rclock, rdb := newTestLedger(t, db.last())
+		rclock.advance(clock.now().Sub(rclock.now()))
+		rst := r.steps[n]
+		if a, b := sliceTasks(rst, 0), sliceTasks(rst, 1); rst.World != 2 || !slices.Equal(a, []int64{2, 5}) || !slices.Equal(b, []int64{3, 4}) {
+			t.Fatalf("restarted: world %d, slices %v and %v; want world 2, [2 5] and [3 4]", rst.World, a, b)
+		}
+		for task := range 8 {
+			if !r.taken(groupRef{int64(task), 0}) {
+				t.Fatalf("restarted: task %d is not taken; it would be queued and served again", task)
+			}
+		}
+		if g := r.wait(4, 0, 2); len(g.ch) != 0 {
+			t.Fatalf("restarted within rank 0's lease: rank 0 got %+v", <-g.ch)
+		} else {
+			r.cancel(g)
+		}
+		g1 := granted(t, r.wait(4, 1, 2))
+		if g1.step == nil || g1.step.Step != n {
+			t.Fatalf("restarted: rank 1 of 2 got %+v, want its slice of step %d", g1, n)
+		}
+		if st, err := r.recordLease(g1, 2); err != nil || st.World != 2 || len(st.Groups) != 4 {
+			t.Fatalf("rank 1's lease: %+v, %v", st, err)
+		}
+		for rank := range 2 {
+			if _, err := r.ack(n, rank, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, _, _ := newTestLedger(t, rdb.last())
+		if s := statusOf(a); s.Steps.Acked != 1 || s.Steps.Pending != 0 || s.Steps.Leased != 0 {
+			t.Fatalf("both ranks of 2 acknowledged, restarted: steps %+v, want step %d complete", s.Steps, n)
+		}
+	})
+	t.Run("whole to a whole-step caller", func(t *testing.T) {
+		l, clock, db := newTestLedger(t, nil)
+		n := partlyAckedStep(t, l, clock)
+		g := granted(t, l.wait(8, 0, 0))
+		if g.step == nil || g.step.Step != n || g.rank != wholeRank {
+			t.Fatalf("stranded: a whole caller got %+v, want step %d", g, n)
+		}
+		st, err := l.recordLease(g, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tasksOf(st.Groups); st.World != 0 || !slices.Equal(got, []int64{2, 3, 4, 5}) || st.Rows != 16 || st.LeasedUntil.IsZero() {
+			t.Fatalf("recorded world %d, groups of tasks %v, %d rows, leased until %v; want a whole step of tasks [2 3 4 5], 16 rows, leased",
+				st.World, got, st.Rows, st.LeasedUntil)
+		}
+		if got := tasksOf(st.Trained); !slices.Equal(got, []int64{0, 1, 6, 7}) {
+			t.Fatalf("trained: tasks %v, want [0 1 6 7]", got)
+		}
+		if w := l.wait(2, 2, 4); len(w.ch) != 0 {
+			t.Fatalf("rank 2 of the old world got %+v while a whole caller holds step %d", <-w.ch, n)
+		} else {
+			l.cancel(w)
+		}
+
+		r, rclock, rdb := newTestLedger(t, db.last())
+		rclock.advance(clock.now().Sub(rclock.now()))
+		if s := statusOf(r); s.Steps.Leased != 1 || len(s.Leases) != 1 || s.Leases[0].Step != n {
+			t.Fatalf("restarted: steps %+v, leases %+v; want step %d leased", s.Steps, s.Leases, n)
+		}
+		if got := tasksOf(r.steps[n].Groups); !slices.Equal(got, []int64{2, 3, 4, 5}) {
+			t.Fatalf("restarted: tasks %v, want [2 3 4 5]", got)
+		}
+		if _, err := r.ack(n, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		a, _, _ := newTestLedger(t, rdb.last())
+		if s := statusOf(a); s.Steps.Acked != 1 || s.Steps.Pending != 0 {
+			t.Fatalf("acknowledged, restarted: steps %+v", s.Steps)
+		}
+	})
+	t.Run("a remainder of fewer groups than a world's ranks", func(t *testing.T) {
+		l, clock, _ := newTestLedger(t, nil)
+		l.enqueue(testGroups(100, 8), nil) // fresh groups for the ranks of 5
+		n := partlyAckedStep(t, l, clock)
+		if g := granted(t, l.wait(5, 0, 5)); g.step != nil {
+			t.Fatalf("rank 0 of 5 got step %d of 4 groups left", g.step.Step)
+		}
+		if g := granted(t, l.wait(4, 0, 0)); g.step == nil || g.step.Step != n {
+			t.Fatalf("a whole caller got %+v, want step %d", g, n)
 		}
 	})
 }

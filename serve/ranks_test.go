@@ -231,3 +231,104 @@ func TestServeStrandedSteps(t *testing.T) {
 		t.Fatalf("at the end: steps %+v, want 2 acknowledged", st.Steps)
 	}
 }
+
+// partlyAcked serves a step of 8 groups to ranks 0 and 1 of a world of
+// 4, which acknowledge their slices (ranks 2 and 3 never come), and waits
+// until the step is stranded; it returns the step's number and the
+// groups trained on.
+func partlyAcked(ctx context.Context, t *testing.T, c *client.Client, lease time.Duration) (int64, map[group]int) {
+	t.Helper()
+	trained := map[group]int{}
+	var n int64
+	for rank := range 2 {
+		st, err := c.NextRank(ctx, 8, rank, 4, client.FormatJSONL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = st.Number
+		gs, _ := jsonlGroups(t, st.Body)
+		maps.Copy(trained, gs)
+	}
+	for rank := range 2 {
+		if err := c.AckRank(ctx, n, rank, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2*lease + lease/2) // the last lease ran out, and a lease more
+	return n, trained
+}
+
+// TestServeStrandedPartlyAcked: a step of 4 slices whose ranks 0 and 1
+// acknowledged theirs and whose ranks 2 and 3 are gone goes, stranded,
+// with the groups of the slices not acknowledged alone: to the ranks of
+// a world of 2, cut for theirs (Trajflow-Step-Groups counts the
+// remainder), or whole to a whole-step caller (a Parquet file of the
+// remainder); their acks complete it, and no group trained on is served
+// again.
+func TestServeStrandedPartlyAcked(t *testing.T) {
+	const lease = time.Second
+	s := start(t, testConfig(t, t.TempDir(), "serve.lease=1s"), serve.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := client.New(s.url, "")
+
+	n, trained := partlyAcked(ctx, t, c, lease)
+	got := map[group]int{}
+	for rank := range 2 {
+		st, err := c.NextRank(ctx, 8, rank, 2, client.FormatJSONL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Number != n || st.World != 2 || st.StepGroups != 8-len(trained) {
+			t.Fatalf("rank %d of 2: step %d (world %d, %d groups), want its slice of step %d's %d groups left",
+				rank, st.Number, st.World, st.StepGroups, n, 8-len(trained))
+		}
+		gs, _ := jsonlGroups(t, st.Body)
+		if len(gs) != st.Groups {
+			t.Fatalf("rank %d of 2: %d groups in the body, Trajflow-Groups %d", rank, len(gs), st.Groups)
+		}
+		for g, rows := range gs {
+			if _, dup := got[g]; dup {
+				t.Fatalf("group %v in both slices", g)
+			}
+			if _, again := trained[g]; again {
+				t.Fatalf("group %v, trained on, served again", g)
+			}
+			got[g] = rows
+		}
+	}
+	if len(got) != 8-len(trained) {
+		t.Fatalf("the slices hold %d groups, want the %d left", len(got), 8-len(trained))
+	}
+	for rank := range 2 {
+		if err := c.AckRank(ctx, n, rank, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m, trained := partlyAcked(ctx, t, c, lease)
+	whole, err := c.Next(ctx, 8, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := readStep(t, whole.Body)
+	if whole.Number != m || whole.World != 0 || whole.Groups != 8-len(trained) || len(gs) != whole.Groups {
+		t.Fatalf("whole caller: step %d (world %d, %d groups, %d in the body), want step %d's %d groups left",
+			whole.Number, whole.World, whole.Groups, len(gs), m, 8-len(trained))
+	}
+	for g := range gs {
+		if _, again := trained[g]; again {
+			t.Fatalf("group %v, trained on, served again", g)
+		}
+	}
+	if err := c.Ack(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != 2 || st.Steps.Pending != 0 {
+		t.Fatalf("at the end: steps %+v, want 2 acknowledged", st.Steps)
+	}
+}

@@ -82,6 +82,13 @@ type stepState struct {
 	GroupTokens []int64 `json:"group_tokens,omitempty"`
 	GroupRows   []int   `json:"group_rows,omitempty"`
 	RanksAcked  []int   `json:"ranks_acked,omitempty"`
+	// Trained are the groups of slices the ranks of an earlier world
+	// acknowledged before the step was stranded and its remainder went
+	// to a caller of another kind (narrowed): never served again.
+	// Groups, GroupTokens, GroupRows and Rows are then the remainder's,
+	// which the step's file holds with the trained groups; Versions stay
+	// the whole step's.
+	Trained []groupRef `json:"trained_groups,omitempty"`
 }
 
 // groupRef names a group: its task and attempt.

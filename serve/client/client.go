@@ -290,7 +290,9 @@ type Step struct {
 	// slice's).
 	Groups, Rows int
 	// Rank and World are the slice's (NextRank); StepGroups the groups
-	// of the whole step. World 0: the whole step.
+	// of the whole step (of a step whose slices some ranks of another
+	// world acknowledged before it was cut anew, its remainder's). World
+	// 0: the whole step.
 	Rank, World, StepGroups int
 	// Format is the body's format.
 	Format string

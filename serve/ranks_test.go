@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
 )
@@ -330,5 +331,70 @@ func TestServeStrandedPartlyAcked(t *testing.T) {
 	}
 	if st.Steps.Acked != 2 || st.Steps.Pending != 0 {
 		t.Fatalf("at the end: steps %+v, want 2 acknowledged", st.Steps)
+	}
+}
+
+// TestServeStrandedPartlyAckedAcrossRestart: the remainder of a step of 4
+// slices two ranks acknowledged, cut for a world of 2, keeps its cut
+// across a restart of the service: rank 1 gets the rest of the remainder,
+// rank 0, its lease run out, the same groups again, and their acks
+// complete the step.
+func TestServeStrandedPartlyAckedAcrossRestart(t *testing.T) {
+	const lease = time.Second
+	out, addr := t.TempDir(), freeAddr(t)
+	cfg := func() *config.Config { return testConfig(t, out, "serve.addr="+addr, "serve.lease=1s") }
+	s := start(t, cfg(), serve.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(s.url, "")
+
+	n, trained := partlyAcked(ctx, t, c, lease)
+	first, err := c.NextRank(ctx, 8, 0, 2, client.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Number != n || first.StepGroups != 8-len(trained) {
+		t.Fatalf("rank 0 of 2: step %d of %d groups, want step %d's %d groups left", first.Number, first.StepGroups, n, 8-len(trained))
+	}
+	slice0, _ := jsonlGroups(t, first.Body)
+	s.stop(t)
+	start(t, cfg(), serve.Options{}) // stopped by its cleanup
+
+	second, err := c.NextRank(ctx, 8, 1, 2, client.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice1, _ := jsonlGroups(t, second.Body)
+	if second.Number != n || second.World != 2 || second.StepGroups != first.StepGroups || len(slice0)+len(slice1) != first.StepGroups {
+		t.Fatalf("restarted: rank 1 got step %d (world %d, %d groups, %d in its slice), want the rest of step %d's %d groups left",
+			second.Number, second.World, second.StepGroups, len(slice1), n, first.StepGroups)
+	}
+	for g := range slice1 {
+		if _, dup := slice0[g]; dup {
+			t.Fatalf("group %v in both slices", g)
+		}
+		if _, again := trained[g]; again {
+			t.Fatalf("group %v, trained on, served again", g)
+		}
+	}
+	time.Sleep(lease + lease/2) // rank 0's recorded lease runs out
+	again, err := c.NextRank(ctx, 8, 0, 2, client.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := jsonlGroups(t, again.Body); again.Number != n || !maps.Equal(got, slice0) {
+		t.Fatalf("rank 0 again: step %d of %v, want step %d of %v", again.Number, got, n, slice0)
+	}
+	for rank := range 2 {
+		if err := c.AckRank(ctx, n, rank, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != 1 || st.Steps.Pending != 0 {
+		t.Fatalf("at the end: steps %+v, want step %d acknowledged", st.Steps, n)
 	}
 }

@@ -965,6 +965,8 @@ func (l *ledger) unlease(g grant) {
 // a no-op), recorded before it returns. With a world (> 0) it
 // acknowledges rank's slice of a step served to that world, and the step
 // is complete once every rank's is; world 0 acknowledges the whole step.
+// A rank's ack of a stranded step being cut anew for another world
+// (converting) is errWorld, as once it is cut: its remainder is fixed.
 func (l *ledger) ack(n int64, rank, world int) (*stepState, error) {
 	var acked *stepState
 	err := l.record(func() (*state, error) {
@@ -975,6 +977,11 @@ func (l *ledger) ack(n int64, rank, world int) (*stepState, error) {
 		acked = st
 		if world > 0 && st.World != world {
 			return nil, fmt.Errorf("step %d was served to a world of %d ranks (0: whole), not %d: %w", n, st.World, world, errWorld)
+		}
+		if cw, ok := l.converting[n]; ok && world > 0 {
+			// Stranded, it is being cut anew for another world from
+			// the slices acknowledged until now.
+			return nil, fmt.Errorf("step %d is being cut anew for a world of %d ranks, not %d: %w", n, cw, world, errWorld)
 		}
 		if st.Acked || world > 0 && slices.Contains(st.RanksAcked, rank) {
 			return nil, nil

@@ -1103,6 +1103,24 @@ func TestLedgerStrandedPartlyAcked(t *testing.T) {
 			t.Fatalf("acknowledged, restarted: steps %+v", s.Steps)
 		}
 	})
+	t.Run("an old world's ack while the remainder is being cut", func(t *testing.T) {
+		l, clock, _ := newTestLedger(t, nil)
+		n := partlyAckedStep(t, l, clock)
+		g0 := granted(t, l.wait(4, 0, 2))
+		if g0.step == nil || g0.step.Step != n {
+			t.Fatalf("stranded: rank 0 of 2 got %+v, want step %d", g0, n)
+		}
+		if _, err := l.ack(n, 2, 4); !errors.Is(err, errWorld) {
+			t.Fatalf("rank 2 of 4's ack while the step is cut for 2: %v, want %v", err, errWorld)
+		}
+		st, err := l.recordLease(g0, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tasksOf(st.Groups); !slices.Equal(got, []int64{2, 3, 4, 5}) {
+			t.Fatalf("recorded tasks %v, want [2 3 4 5]", got)
+		}
+	})
 	t.Run("a remainder of fewer groups than a world's ranks", func(t *testing.T) {
 		l, clock, _ := newTestLedger(t, nil)
 		l.enqueue(testGroups(100, 8), nil) // fresh groups for the ranks of 5

@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,6 +74,41 @@ func keys(refs [][2]int64) map[groupKey]bool {
 	return out
 }
 
+// strandedOf4 has a job of 4 ranks take the slices of a step of 8
+// groups and ranks 0 and 1 acknowledge theirs, then waits until the step
+// is stranded: its number, its groups, and the groups trained on.
+func strandedOf4(ctx context.Context, t *testing.T, c *client.Client, lease time.Duration) (int64, map[groupKey]bool, map[groupKey]bool) {
+	t.Helper()
+	var n int64
+	all, trained := map[groupKey]bool{}, map[groupKey]bool{}
+	for rank := range 4 {
+		st, err := c.NextRank(ctx, 8, rank, 4, client.FormatJSONL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank > 0 && st.Number != n {
+			t.Fatalf("rank %d of 4: step %d, want step %d", rank, st.Number, n)
+		}
+		n = st.Number
+		gs := sliceGroups(t, st.Body)
+		maps.Copy(all, gs)
+		if rank < 2 {
+			maps.Copy(trained, gs)
+		}
+	}
+	for rank := range 2 {
+		if err := c.AckRank(ctx, n, rank, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(all) != 8 {
+		t.Fatalf("the slices of step %d hold %d groups, want 8", n, len(all))
+	}
+	// The ranks' leases run out, and one lease more: stranded.
+	time.Sleep(2*lease + lease/2)
+	return n, all, trained
+}
+
 // TestServeKillWorldChange: a job of 4 ranks takes the slices of a step
 // of 8 groups, ranks 0 and 1 acknowledge theirs, and the job is gone; the
 // step stranded, rank 0 of a job of 2 takes it, which records it
@@ -108,33 +146,7 @@ func TestServeKillWorldChange(t *testing.T) {
 
 			p := startServe(t, set...)
 			c := client.New(p.url, "")
-			var n int64
-			all, trained := map[groupKey]bool{}, map[groupKey]bool{}
-			for rank := range 4 {
-				st, err := c.NextRank(ctx, 8, rank, 4, client.FormatJSONL)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rank > 0 && st.Number != n {
-					t.Fatalf("rank %d of 4: step %d, want step %d", rank, st.Number, n)
-				}
-				n = st.Number
-				gs := sliceGroups(t, st.Body)
-				maps.Copy(all, gs)
-				if rank < 2 {
-					maps.Copy(trained, gs)
-				}
-			}
-			for rank := range 2 {
-				if err := c.AckRank(ctx, n, rank, 4); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if len(all) != 8 {
-				t.Fatalf("the slices of step %d hold %d groups, want 8", n, len(all))
-			}
-			// The ranks' leases run out, and one lease more: stranded.
-			time.Sleep(2*lease + lease/2)
+			n, all, trained := strandedOf4(ctx, t, c, lease)
 
 			// Every answer after the acks of the job of 4.
 			answers := []map[groupKey]bool{}
@@ -237,6 +249,137 @@ func TestServeKillWorldChange(t *testing.T) {
 			}
 			if rec := recordedStep(t, out, n); !rec.Acked || !maps.Equal(keys(rec.Trained), trained) {
 				t.Fatalf("at the end: step %d recorded %+v, want it acknowledged, trained_groups %v", n, rec, trained)
+			}
+		})
+	}
+}
+
+// TestServeKillWorldChangeRandom: as TestServeKillWorldChange, the step
+// narrowed for a job of 2 by rank 0's answer, but serve is killed with
+// kill -9 at a random moment while the job of 2 goes on (rank 0
+// acknowledging its slice, rank 1 taking and acknowledging its own, at
+// once); restarted, each rank acknowledges the slice it holds or takes
+// it (once the lease recorded for a lost answer ran out). In each of 4
+// rounds (seeded) no answer holds a group trained on, each rank gets the
+// same slice every time, the two slices partition the remainder, and
+// served/state.json records the step acknowledged with the job of 4's
+// acknowledged groups in trained_groups and the remainder's in groups.
+func TestServeKillWorldChangeRandom(t *testing.T) {
+	const lease = time.Second
+	for round := range 4 {
+		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(uint64(round), 29))
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			cfg := writeServeConfig(t, dir, writeTasks(t, dir, 400, 13), out)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			set := []string{cfg, "--set", "serve.lease=1s"}
+			p := startServe(t, set...)
+			c := client.New(p.url, "")
+			n, all, trained := strandedOf4(ctx, t, c, lease)
+
+			var mu sync.Mutex
+			held := map[int]map[groupKey]bool{} // each rank's slice of 2
+			// take has rank take its slice of 2: an error of the
+			// request is returned, an answer not the rank's slice of
+			// the remainder fails the test.
+			take := func(ctx context.Context, c *client.Client, rank int) error {
+				st, err := c.NextRank(ctx, 8, rank, 2, client.FormatJSONL)
+				if err != nil {
+					return err
+				}
+				gs := sliceGroups(t, st.Body)
+				mu.Lock()
+				defer mu.Unlock()
+				if st.Number != n || st.World != 2 {
+					t.Errorf("rank %d of 2: step %d (world %d), want step %d", rank, st.Number, st.World, n)
+					return nil
+				}
+				for g := range gs {
+					if trained[g] {
+						t.Errorf("rank %d of 2 got %v, trained on", rank, g)
+					}
+				}
+				if prev, ok := held[rank]; ok && !maps.Equal(prev, gs) {
+					t.Errorf("rank %d of 2 got %v, before %v", rank, gs, prev)
+				}
+				held[rank] = gs
+				return nil
+			}
+			if err := take(ctx, c, 0); err != nil {
+				t.Fatal(err)
+			}
+			// The job of 2 goes on; serve is killed at a random moment,
+			// the job's requests then given up (the client would retry
+			// the refused connections).
+			jobCtx, stopJob := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_ = c.AckRank(jobCtx, n, 0, 2) // cut short by the kill, or not: acknowledged again after it
+			}()
+			go func() {
+				defer wg.Done()
+				if take(jobCtx, c, 1) == nil {
+					_ = c.AckRank(jobCtx, n, 1, 2) // likewise
+				}
+			}()
+			time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-p.done
+			stopJob()
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+
+			p = startServe(t, set...)
+			c = client.New(p.url, "")
+			if len(held) < 2 {
+				// Rank 1's request may have been recorded, its answer
+				// lost: its slice is served again once the lease
+				// recorded runs out (before, it would get a new step).
+				time.Sleep(lease + lease/2)
+			}
+			for rank := range 2 {
+				if _, ok := held[rank]; !ok {
+					if err := take(ctx, c, rank); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := c.AckRank(ctx, n, rank, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if code := p.signal(t, syscall.SIGTERM); code != 130 {
+				t.Fatalf("SIGTERM: exit %d: %s", code, p.log())
+			}
+			rest := map[groupKey]bool{}
+			for g := range all {
+				if !trained[g] {
+					rest[g] = true
+				}
+			}
+			got := map[groupKey]bool{}
+			for rank, gs := range held {
+				for g := range gs {
+					if got[g] {
+						t.Fatalf("group %v in both slices of 2 (rank %d)", g, rank)
+					}
+					got[g] = true
+				}
+			}
+			if !maps.Equal(got, rest) {
+				t.Fatalf("the slices of 2 hold %v, want the remainder %v", got, rest)
+			}
+			rec := recordedStep(t, out, n)
+			if !rec.Acked || !maps.Equal(keys(rec.Trained), trained) || !maps.Equal(keys(rec.Groups), rest) {
+				t.Fatalf("at the end: step %d recorded %+v, want it acknowledged, trained_groups %v, groups %v", n, rec, trained, rest)
 			}
 		})
 	}

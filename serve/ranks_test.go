@@ -5,12 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
 )
@@ -397,4 +403,195 @@ func TestServeStrandedPartlyAckedAcrossRestart(t *testing.T) {
 	if st.Steps.Acked != 1 || st.Steps.Pending != 0 {
 		t.Fatalf("at the end: steps %+v, want step %d acknowledged", st.Steps, n)
 	}
+}
+
+// arrowGroups are the groups of an Arrow step's records, with their rows.
+func arrowGroups(t *testing.T, recs []arrow.Record) map[group]int {
+	t.Helper()
+	out := map[group]int{}
+	for _, rec := range recs {
+		sc := rec.Schema()
+		ti, ai := sc.FieldIndices(schema.ColumnName(schema.ColTaskIndex)), sc.FieldIndices(schema.ColumnName(schema.ColAttempt))
+		if len(ti) != 1 || len(ai) != 1 {
+			t.Fatalf("an Arrow step without task_index or attempt: %v", sc)
+		}
+		tasks, ok1 := rec.Column(ti[0]).(*array.Int64)
+		attempts, ok2 := rec.Column(ai[0]).(*array.Int32)
+		if !ok1 || !ok2 {
+			t.Fatalf("task_index or attempt of another type: %v", sc)
+		}
+		for i := range int(rec.NumRows()) {
+			out[group{tasks.Value(i), int64(attempts.Value(i))}]++
+		}
+	}
+	return out
+}
+
+// TestServeNarrowedStepRebuilt: a step of 4 slices two ranks
+// acknowledged, its remainder taken by a caller of another kind
+// (recorded narrowed), whose folder is missing at a restart (its write
+// failed, or it was lost), has its folder written again from data/ with
+// all its groups, the ones trained on and the remainder's, as the folder
+// first written held them (the steps' folders are a record of what was
+// trained on); after the restart the answers, a world of 2's JSONL or
+// Arrow slices or a whole caller's Parquet, hold exactly the remainder's
+// groups, never a group trained on, and their acks complete the step.
+func TestServeNarrowedStepRebuilt(t *testing.T) {
+	const lease = time.Second
+	for _, tc := range []struct {
+		name   string
+		world  int // 0: a whole-step caller
+		format string
+	}{
+		{"slices of 2, JSONL", 2, client.FormatJSONL},
+		{"slices of 2, Arrow", 2, client.FormatArrow},
+		{"whole, Parquet", 0, client.FormatParquet},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, addr := t.TempDir(), freeAddr(t)
+			cfg := func() *config.Config { return testConfig(t, out, "serve.addr="+addr, "serve.lease=1s") }
+			s := start(t, cfg(), serve.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c := client.New(s.url, "")
+			groupsOf := func(st *client.Step) map[group]int {
+				switch tc.format {
+				case client.FormatJSONL:
+					gs, _ := jsonlGroups(t, st.Body)
+					return gs
+				case client.FormatArrow:
+					defer st.Release()
+					return arrowGroups(t, st.Records)
+				default:
+					return readStep(t, st.Body)
+				}
+			}
+			next := func(rank int) *client.Step {
+				t.Helper()
+				var st *client.Step
+				var err error
+				if tc.world == 0 {
+					st, err = c.Next(ctx, 8, tc.format)
+				} else {
+					st, err = c.NextRank(ctx, 8, rank, tc.world, tc.format)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+
+			n, trained := partlyAcked(ctx, t, c, lease)
+			if first := next(0); first.Number != n || first.World != tc.world {
+				t.Fatalf("the first caller of the new kind: step %d (world %d), want step %d (world %d)", first.Number, first.World, n, tc.world)
+			}
+			s.stop(t)
+			var rec struct {
+				Steps []struct {
+					Step    int64      `json:"step"`
+					Groups  [][2]int64 `json:"groups"`
+					Trained [][2]int64 `json:"trained_groups"`
+				} `json:"steps"`
+			}
+			b, err := os.ReadFile(filepath.Join(out, schema.ServedDir, schema.ServeStateFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &rec); err != nil {
+				t.Fatal(err)
+			}
+			remainder := map[group]bool{}
+			for _, st := range rec.Steps {
+				if st.Step != n {
+					continue
+				}
+				if len(st.Trained) != len(trained) || len(st.Groups) != 8-len(trained) {
+					t.Fatalf("step %d recorded with %d groups and %d trained on, want %d and %d", n, len(st.Groups), len(st.Trained), 8-len(trained), len(trained))
+				}
+				for _, g := range st.Trained {
+					if _, ok := trained[group{g[0], g[1]}]; !ok {
+						t.Fatalf("step %d records %v trained on, not in an acknowledged slice", n, g)
+					}
+				}
+				for _, g := range st.Groups {
+					remainder[group{g[0], g[1]}] = true
+				}
+			}
+			if len(remainder) != 8-len(trained) {
+				t.Fatalf("step %d not recorded narrowed: %s", n, b)
+			}
+			// What a crash before the folder was written leaves.
+			if err := os.RemoveAll(filepath.Join(out, schema.ServedDir, schema.ServedStepDir(n))); err != nil {
+				t.Fatal(err)
+			}
+			start(t, cfg(), serve.Options{}) // stopped by its cleanup
+			b, err = os.ReadFile(filepath.Join(out, schema.ServedDir, schema.ServedStepFile(n)))
+			if err != nil {
+				t.Fatalf("the narrowed step's folder was not written again: %v", err)
+			}
+			// A record of what was trained on, as the folder first
+			// written: the groups trained on and the remainder.
+			whole := maps.Clone(remainder)
+			for g := range trained {
+				whole[g] = true
+			}
+			if got := readStep(t, b); len(got) != 8 || !everyIn(got, whole) {
+				t.Fatalf("step %d written again holds %v, want its 8 groups, trained on %v and the remainder %v", n, got, trained, remainder)
+			}
+
+			// The lease recorded before the restart runs out; then every
+			// caller of the new kind gets its part of the remainder.
+			time.Sleep(lease + lease/2)
+			got := map[group]int{}
+			ranks := max(tc.world, 1)
+			for rank := range ranks {
+				st := next(rank)
+				gs := groupsOf(st)
+				if st.Number != n || st.World != tc.world || len(gs) != st.Groups {
+					t.Fatalf("rank %d: step %d (world %d, %d groups in the body, Trajflow-Groups %d), want step %d (world %d)",
+						rank, st.Number, st.World, len(gs), st.Groups, n, tc.world)
+				}
+				for g, rows := range gs {
+					if _, again := trained[g]; again {
+						t.Fatalf("group %v, trained on, served again", g)
+					}
+					if _, dup := got[g]; dup {
+						t.Fatalf("group %v in two answers", g)
+					}
+					got[g] = rows
+				}
+			}
+			if len(got) != len(remainder) || !everyIn(got, remainder) {
+				t.Fatalf("the answers hold %v, want the remainder %v", got, remainder)
+			}
+			for rank := range ranks {
+				if tc.world == 0 {
+					err = c.Ack(ctx, n)
+				} else {
+					err = c.AckRank(ctx, n, rank, tc.world)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := c.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Steps.Acked != 1 || st.Steps.Pending != 0 {
+				t.Fatalf("at the end: steps %+v, want step %d acknowledged", st.Steps, n)
+			}
+		})
+	}
+}
+
+// everyIn reports whether every group of gs is in set.
+func everyIn(gs map[group]int, set map[group]bool) bool {
+	for g := range gs {
+		if !set[g] {
+			return false
+		}
+	}
+	return true
 }

@@ -364,7 +364,10 @@ func (s *service) written(ctx context.Context, n int64) error {
 // rebuildSteps writes the folder of every recorded step that has none (a
 // crash came between the state recording the step and its folder being
 // written) from its groups in the data files at paths, in the step's
-// order of groups.
+// order of groups. A narrowed step's folder holds, as its first did, the
+// groups trained on too (a record of what was trained on; answers keep
+// its remainder's alone): those first, then the remainder's, each in
+// step order.
 func (s *service) rebuildSteps(ctx context.Context, st *state, paths []string) error {
 	want := map[groupRef]bool{}
 	var missing []*stepState
@@ -375,7 +378,7 @@ func (s *service) rebuildSteps(ctx context.Context, st *state, paths []string) e
 			return err
 		}
 		missing = append(missing, step)
-		for _, g := range step.Groups {
+		for _, g := range slices.Concat(step.Trained, step.Groups) {
 			want[g] = true
 		}
 	}
@@ -399,7 +402,7 @@ func (s *service) rebuildSteps(ctx context.Context, st *state, paths []string) e
 	}
 	for _, step := range missing {
 		var gs []*group
-		for _, ref := range step.Groups {
+		for _, ref := range slices.Concat(step.Trained, step.Groups) {
 			g := found[ref]
 			if g == nil {
 				return fmt.Errorf("step %d (recorded in %s): its folder is missing and its group %v is in no data file under %s to write it again from",

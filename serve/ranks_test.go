@@ -230,13 +230,7 @@ func TestServeStrandedSteps(t *testing.T) {
 	if err := c.Ack(ctx, again.Number); err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Steps.Acked != 2 || st.Steps.Pending != 0 {
-		t.Fatalf("at the end: steps %+v, want 2 acknowledged", st.Steps)
-	}
+	wantAcked(ctx, t, c, 2)
 }
 
 // partlyAcked serves a step of 8 groups to ranks 0 and 1 of a world of
@@ -331,13 +325,7 @@ func TestServeStrandedPartlyAcked(t *testing.T) {
 	if err := c.Ack(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Steps.Acked != 2 || st.Steps.Pending != 0 {
-		t.Fatalf("at the end: steps %+v, want 2 acknowledged", st.Steps)
-	}
+	wantAcked(ctx, t, c, 2)
 }
 
 // TestServeStrandedPartlyAckedAcrossRestart: the remainder of a step of 4
@@ -396,13 +384,7 @@ func TestServeStrandedPartlyAckedAcrossRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Steps.Acked != 1 || st.Steps.Pending != 0 {
-		t.Fatalf("at the end: steps %+v, want step %d acknowledged", st.Steps, n)
-	}
+	wantAcked(ctx, t, c, 1)
 }
 
 // arrowGroups are the groups of an Arrow step's records, with their rows.
@@ -575,14 +557,21 @@ func TestServeNarrowedStepRebuilt(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			st, err := c.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Steps.Acked != 1 || st.Steps.Pending != 0 {
-				t.Fatalf("at the end: steps %+v, want step %d acknowledged", st.Steps, n)
-			}
+			wantAcked(ctx, t, c, 1)
 		})
+	}
+}
+
+// wantAcked fails the test unless the service's status counts acked
+// steps acknowledged and none pending.
+func wantAcked(ctx context.Context, t *testing.T, c *client.Client, acked int) {
+	t.Helper()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps.Acked != acked || st.Steps.Pending != 0 {
+		t.Fatalf("at the end: steps %+v, want %d acknowledged and none pending", st.Steps, acked)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/schema"
@@ -419,7 +419,8 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 // one schema, else from the part file read back (a step served again).
 // keep, when not nil, is a rank's slice or a step's remainder (its
 // groups not trained on): the groups answered (fresh holds those alone);
-// Parquet of a remainder is a file encoded from them.
+// Parquet of a remainder is a part file written for the answer as the
+// step's was (writePart), of those groups alone.
 func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64, format string, fresh []*group, keep map[groupRef]bool) error {
 	path := h.s.stepFile(n)
 	if format == FormatParquet || recordsOf(fresh) == nil {
@@ -429,7 +430,25 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 			return err
 		}
 	}
-	if format == FormatParquet && keep == nil {
+	if format == FormatParquet && keep != nil {
+		tmp, err := os.MkdirTemp("", "trajflow-step-answer-")
+		if err != nil {
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: %v", n, err)
+			return err
+		}
+		defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary folder, answered
+		f, err := pqread.Open(path, h.s.alloc, 4096)
+		if err == nil {
+			err = h.s.writePart(ctx, tmp, n, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, n, keep, fn) })
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: %v", n, err)
+			return err
+		}
+		path = filepath.Join(tmp, schema.PartName(0))
+	}
+	if format == FormatParquet {
 		f, err := os.Open(path)
 		if err != nil {
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
@@ -466,27 +485,31 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
-	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error {
-		if keep == nil {
-			return f.Records(ctx, nil, fn)
+	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, n, keep, fn) })
+}
+
+// eachKept calls fn with the records of step n's part file f, of the
+// groups in keep alone when keep is not nil.
+func eachKept(ctx context.Context, f *pqread.File, n int64, keep map[groupRef]bool, fn func(arrow.Record) error) error {
+	if keep == nil {
+		return f.Records(ctx, nil, fn)
+	}
+	return f.Records(ctx, nil, func(rec arrow.Record) error {
+		parts, err := keepGroups(rec, keep)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", n, err)
 		}
-		return f.Records(ctx, nil, func(rec arrow.Record) error {
-			parts, err := keepGroups(rec, keep)
-			if err != nil {
-				return fmt.Errorf("step %d: %w", n, err)
-			}
-			defer func() {
-				for _, p := range parts {
-					p.Release()
-				}
-			}()
+		defer func() {
 			for _, p := range parts {
-				if err := fn(p); err != nil {
-					return err
-				}
+				p.Release()
 			}
-			return nil
-		})
+		}()
+		for _, p := range parts {
+			if err := fn(p); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -506,18 +529,10 @@ func recordsOf(groups []*group) []arrow.Record {
 }
 
 // encodeStep writes the records each calls back with as an Arrow IPC
-// stream of schema sc, as JSON lines, or as one Parquet file.
+// stream of schema sc, or as JSON lines.
 func encodeStep(w io.Writer, format string, sc *arrow.Schema, alloc memory.Allocator, each func(func(arrow.Record) error) error) error {
-	switch format {
-	case FormatJSONL:
+	if format == FormatJSONL {
 		return each(func(rec arrow.Record) error { return array.RecordToJSON(rec, w) })
-	case FormatParquet:
-		pw, err := pqarrow.NewFileWriter(sc, w, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(alloc), pqarrow.WithStoreSchema()))
-		if err != nil {
-			return err
-		}
-		err = each(func(rec arrow.Record) error { return pw.WriteBuffered(rec) })
-		return errors.Join(err, pw.Close())
 	}
 	iw := ipc.NewWriter(w, ipc.WithSchema(sc), ipc.WithAllocator(alloc))
 	err := each(func(rec arrow.Record) error { return iw.Write(rec) })

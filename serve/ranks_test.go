@@ -1,9 +1,11 @@
 package serve_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/parquet/file"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/schema"
@@ -313,6 +316,9 @@ func TestServeStrandedPartlyAcked(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := readStep(t, whole.Body)
+	if got := stepMetadata(t, whole.Body)[schema.KeyServedStep]; got != fmt.Sprint(m) {
+		t.Fatalf("whole caller: the remainder's Parquet answer says %s %q, want %d as the step files do", schema.KeyServedStep, got, m)
+	}
 	if whole.Number != m || whole.World != 0 || whole.Groups != 8-len(trained) || len(gs) != whole.Groups {
 		t.Fatalf("whole caller: step %d (world %d, %d groups, %d in the body), want step %d's %d groups left",
 			whole.Number, whole.World, whole.Groups, len(gs), m, 8-len(trained))
@@ -560,6 +566,22 @@ func TestServeNarrowedStepRebuilt(t *testing.T) {
 			wantAcked(ctx, t, c, 1)
 		})
 	}
+}
+
+// stepMetadata is a Parquet answer's key-value metadata.
+func stepMetadata(t *testing.T, body []byte) map[string]string {
+	t.Helper()
+	pf, err := file.NewParquetReader(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	out := map[string]string{}
+	kv := pf.MetaData().KeyValueMetadata()
+	for i, k := range kv.Keys() {
+		out[k] = kv.Values()[i]
+	}
+	return out
 }
 
 // wantAcked fails the test unless the service's status counts acked

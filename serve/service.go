@@ -425,28 +425,17 @@ func (s *service) writeStep(ctx context.Context, n int64, fresh []*group) error 
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	popts := s.popts
-	popts.Metadata = map[string]string{}
-	for k, v := range s.led.metadata() {
-		popts.Metadata[k] = v
-	}
-	popts.Metadata[schema.KeyServedStep] = fmt.Sprint(n)
-	w, err := parquet.New(tmp, popts)
-	if err != nil {
-		return err
-	}
-	for _, g := range fresh {
-		for _, rec := range g.recs {
-			if err := w.Write(ctx, rec); err != nil {
-				// The writer's open file goes with its folder.
-				err = errors.Join(err, w.Abort())
-				_ = os.RemoveAll(tmp) // best effort: a temporary folder; the write's error is returned
-				return err
+	err := s.writePart(ctx, tmp, n, func(fn func(arrow.Record) error) error {
+		for _, g := range fresh {
+			for _, rec := range g.recs {
+				if err := fn(rec); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if err := w.Close(ctx); err != nil {
-		_ = os.RemoveAll(tmp) // best effort: a temporary folder; the close's error is returned
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	if err := durable.SyncDir(tmp); err != nil {
@@ -457,6 +446,33 @@ func (s *service) writeStep(ctx context.Context, n int64, fresh []*group) error 
 		return err
 	}
 	return durable.SyncDir(s.dir)
+}
+
+// writePart writes the records each calls back with as step n's part
+// file into dir (created; removed on an error): the output schema, with
+// the run's and the step's metadata (schema.KeyServedStep).
+func (s *service) writePart(ctx context.Context, dir string, n int64, each func(func(arrow.Record) error) error) error {
+	popts := s.popts
+	popts.Metadata = map[string]string{}
+	for k, v := range s.led.metadata() {
+		popts.Metadata[k] = v
+	}
+	popts.Metadata[schema.KeyServedStep] = fmt.Sprint(n)
+	w, err := parquet.New(dir, popts)
+	if err != nil {
+		return err
+	}
+	if err := each(func(rec arrow.Record) error { return w.Write(ctx, rec) }); err != nil {
+		// The writer's open file goes with its folder.
+		err = errors.Join(err, w.Abort())
+		_ = os.RemoveAll(dir) // best effort: a temporary folder; the write's error is returned
+		return err
+	}
+	if err := w.Close(ctx); err != nil {
+		_ = os.RemoveAll(dir) // best effort: a temporary folder; the close's error is returned
+		return err
+	}
+	return nil
 }
 
 // stepFile is the path of step n's part file.

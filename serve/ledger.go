@@ -279,7 +279,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 				l.lastExpiry[step.Step] = exp
 			}
 		}
-		for _, g := range slices.Concat(step.Groups, step.Trained) {
+		for _, g := range step.made() {
 			l.assigned[g] = true
 		}
 		l.noteRequest(len(step.Groups)) // the recorded steps stand for the requests before the restart

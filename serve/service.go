@@ -378,7 +378,7 @@ func (s *service) rebuildSteps(ctx context.Context, st *state, paths []string) e
 			return err
 		}
 		missing = append(missing, step)
-		for _, g := range slices.Concat(step.Trained, step.Groups) {
+		for _, g := range step.made() {
 			want[g] = true
 		}
 	}
@@ -402,7 +402,7 @@ func (s *service) rebuildSteps(ctx context.Context, st *state, paths []string) e
 	}
 	for _, step := range missing {
 		var gs []*group
-		for _, ref := range slices.Concat(step.Trained, step.Groups) {
+		for _, ref := range step.made() {
 			g := found[ref]
 			if g == nil {
 				return fmt.Errorf("step %d (recorded in %s): its folder is missing and its group %v is in no data file under %s to write it again from",

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,6 +91,10 @@ type stepState struct {
 	// the whole step's.
 	Trained []groupRef `json:"trained_groups,omitempty"`
 }
+
+// made is every group the step was made of: the groups trained on
+// before it was narrowed (Trained), then those it serves (Groups).
+func (st *stepState) made() []groupRef { return slices.Concat(st.Trained, st.Groups) }
 
 // groupRef names a group: its task and attempt.
 type groupRef [2]int64

@@ -56,7 +56,7 @@ func (r *run) sourceStage(g *pipeline.Graph) streams.Source {
 				r.stats.Read()
 				skip, attempt := r.done.Skip(t.Index, cfg.Groups.MaxAttempts, resample)
 				if skip {
-					skip, attempt = r.resumeUnserved(t)
+					skip, attempt = r.resumeUnserved(t, resample)
 				}
 				if skip {
 					r.stats.Resumed()

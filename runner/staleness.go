@@ -71,7 +71,7 @@ func (r *run) holdUnserved(g *pipeline.Group, dest string) {
 // when it was dropped as stale under requeue, or under groups.resample);
 // any other stays done, its task held while the service expects its
 // group.
-func (r *run) resumeUnserved(t *pipeline.Task) (skip bool, attempt int) {
+func (r *run) resumeUnserved(t *pipeline.Task, resample bool) (skip bool, attempt int) {
 	u := r.opts.continuous().Unserved
 	kept, last, ok := r.done.KeptAttempt(t.Index)
 	if u == nil || !ok {
@@ -81,11 +81,7 @@ func (r *run) resumeUnserved(t *pipeline.Task) (skip bool, attempt int) {
 		if !u.Settle(pipeline.GroupKey{TaskIndex: t.Index, Attempt: kept}) {
 			return true, 0
 		}
-		gc := r.cfg.Groups
-		if r.done.LastRequeued(t.Index) || gc.Resample == "same_task" && last+1 < gc.MaxAttempts {
-			return false, last + 1
-		}
-		return true, 0
+		return r.done.SkipDropped(t.Index, r.cfg.Groups.MaxAttempts, resample)
 	}
 	if u.Resumed(t, kept) {
 		return false, kept + 1

@@ -101,18 +101,25 @@ func (c *Committed) Skip(taskIndex int64, maxAttempts int, resample bool) (skip 
 		return false, 0
 	case st.kept:
 		return true, 0
-	case st.requeue:
-		return false, st.attempt + 1
-	case resample && st.attempt+1 < maxAttempts:
+	}
+	return st.afterDrop(maxAttempts, resample)
+}
+
+// SkipDropped decides as Skip does, by the task's latest attempt alone,
+// as dropped, whatever attempt of it was kept before (a kept group a
+// service set aside, followed by an attempt not kept).
+func (c *Committed) SkipDropped(taskIndex int64, maxAttempts int, resample bool) (skip bool, attempt int) {
+	return c.tasks[taskIndex].afterDrop(maxAttempts, resample)
+}
+
+// afterDrop decides a task whose latest attempt was dropped: sampled
+// again when it was dropped for Options.RequeueReason, or under
+// groups.resample with attempts left; else done.
+func (st taskState) afterDrop(maxAttempts int, resample bool) (skip bool, attempt int) {
+	if st.requeue || resample && st.attempt+1 < maxAttempts {
 		return false, st.attempt + 1
 	}
 	return true, 0
-}
-
-// LastRequeued reports whether a task's latest attempt committed was
-// dropped for Options.RequeueReason: its task is to be sampled again.
-func (c *Committed) LastRequeued(taskIndex int64) bool {
-	return c.tasks[taskIndex].requeue
 }
 
 // KeptAttempt returns, for a task with a kept group committed, its

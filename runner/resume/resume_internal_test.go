@@ -131,7 +131,12 @@ func TestSkipRequeueReason(t *testing.T) {
 			t.Errorf("task %d: Skip %v, %d; want %v, %d", tt.task, skip, attempt, tt.skip, tt.attempt)
 		}
 	}
-	if !c.LastRequeued(3) || c.LastRequeued(1) {
-		t.Error("LastRequeued: task 3's latest attempt was dropped as stale, task 1's was not")
+	// Task 3's latest attempt was dropped as stale (sampled again), task
+	// 1's by the keep rule (done, without groups.resample).
+	if skip, attempt := c.SkipDropped(3, 1, false); skip || attempt != 2 {
+		t.Errorf("task 3: SkipDropped %v, %d; want false, 2", skip, attempt)
+	}
+	if skip, _ := c.SkipDropped(1, 1, false); !skip {
+		t.Error("task 1: SkipDropped samples it again, its latest attempt was not dropped as stale")
 	}
 }

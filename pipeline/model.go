@@ -263,8 +263,22 @@ type Rollout struct {
 	// AdmittedVersion is the policy version when the rollout was admitted
 	// (its first request prepared).
 	AdmittedVersion int64
+	// AnsweredVersion is the oldest policy version that one of r's
+	// answers was requested under (nil before its first answer). It is
+	// known where spans are not: an answer without token ids (generate.api
+	// chat without return_token_ids) has no positions to tag. Not written
+	// out: min_policy_version holds it.
+	AnsweredVersion *int64
 	// Sampling are the sampling parameters of the rollout's requests.
 	Sampling Sampling
+}
+
+// NoteAnswered records that an answer requested under policy version v
+// (the oldest that may have generated it) was added to r.
+func (r *Rollout) NoteAnswered(v int64) {
+	if r.AnsweredVersion == nil || v < *r.AnsweredVersion {
+		r.AnsweredVersion = &v
+	}
 }
 
 // VersionSpan says which policy version generated the tokens at positions
@@ -288,10 +302,14 @@ type Sampling struct {
 	MaxTokens   *int32
 }
 
-// MinPolicyVersion is the oldest version among r's spans, or
-// AdmittedVersion when r has none.
+// MinPolicyVersion is the oldest version among r's spans; where r has
+// none, the oldest version an answer of r's was requested under
+// (AnsweredVersion), else AdmittedVersion (nothing generated).
 func (r *Rollout) MinPolicyVersion() int64 {
 	if len(r.PolicyVersions) == 0 {
+		if r.AnsweredVersion != nil {
+			return *r.AnsweredVersion
+		}
 		return r.AdmittedVersion
 	}
 	m := r.PolicyVersions[0].Version

@@ -66,8 +66,8 @@ func sameLayout(a, b arrow.DataType) bool {
 // gen_tokens and total_tokens, also derived from the training view, and
 // turn_gen_tokens, derived from the messages' spans
 // (pipeline.Rollout.TurnGenTokens), and min_policy_version, derived from
-// policy_versions (pipeline.Rollout.MinPolicyVersion), have no field and
-// are not decoded.
+// policy_versions or the version answers were requested under
+// (pipeline.Rollout.MinPolicyVersion), have no field and are not decoded.
 //
 // Each message gets its span (TokenStart, TokenEnd) and, when the span is
 // not empty, its TokenIDs restored from the sequence PromptTokenIDs ++

@@ -197,10 +197,29 @@ func (s *service) readGroups(ctx context.Context, path string, want func(groupRe
 }
 
 // versionsOf returns, for a record, a function giving the policy versions
-// of a row's tokens: from the policy_versions column (spans whose struct
-// has a version field) where the schema has one, else version 0 (output
+// of a row's tokens: those of its policy_versions spans, or, for a row
+// without spans (answers without token ids: generate.api chat without
+// return_token_ids), its min_policy_version, the version its oldest
+// answer was requested under. nil where the schema has neither (output
 // written without a policy).
 func versionsOf(rec arrow.Record) func(i int) []int64 {
+	spans := spanVersionsOf(rec)
+	var minV *array.Int64
+	if idx := rec.Schema().FieldIndices(schema.ColumnName(schema.ColMinPolicyVersion)); len(idx) == 1 {
+		minV, _ = rec.Column(idx[0]).(*array.Int64)
+	}
+	return func(i int) []int64 {
+		if vs := spans(i); len(vs) > 0 || minV == nil || minV.IsNull(i) {
+			return vs
+		}
+		return []int64{minV.Value(i)}
+	}
+}
+
+// spanVersionsOf returns, for a record, a function giving the versions of
+// a row's policy_versions spans (spans whose struct has a version field);
+// nil where the schema has none.
+func spanVersionsOf(rec arrow.Record) func(i int) []int64 {
 	idx := rec.Schema().FieldIndices(schema.ColumnName(schema.ColPolicyVersions))
 	if len(idx) != 1 {
 		return func(int) []int64 { return nil }

@@ -10,20 +10,31 @@ import (
 )
 
 // TestVersionsOf: a row's policy versions are read from the
-// policy_versions spans where the schema has them, else none (version 0).
+// policy_versions spans where the schema has them; a row without spans
+// (answers without token ids: chat mode) has its min_policy_version, the
+// version its oldest answer was requested under; else none (version 0).
+// Reading version 0 for a chat row generated at version 2 set every group
+// after a version bump aside as stale, forever.
 func TestVersionsOf(t *testing.T) {
 	span := arrow.StructOf(
 		arrow.Field{Name: "version", Type: arrow.PrimitiveTypes.Int64},
 		arrow.Field{Name: "start", Type: arrow.PrimitiveTypes.Int32},
 		arrow.Field{Name: "end", Type: arrow.PrimitiveTypes.Int32},
 	)
-	sc := arrow.NewSchema([]arrow.Field{{Name: "policy_versions", Type: arrow.ListOf(span), Nullable: true}}, nil)
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "policy_versions", Type: arrow.ListOf(span), Nullable: true},
+		{Name: "min_policy_version", Type: arrow.PrimitiveTypes.Int64},
+	}, nil)
 	b := array.NewRecordBuilder(memory.NewGoAllocator(), sc)
 	defer b.Release()
 	lb := b.Field(0).(*array.ListBuilder)
 	sb := lb.ValueBuilder().(*array.StructBuilder)
+	mb := b.Field(1).(*array.Int64Builder)
 	add := func(spans ...[3]int64) {
 		lb.Append(true)
+		if len(spans) > 0 {
+			mb.Append(spans[0][0])
+		}
 		for _, s := range spans {
 			sb.Append(true)
 			sb.FieldBuilder(0).(*array.Int64Builder).Append(s[0])
@@ -32,13 +43,15 @@ func TestVersionsOf(t *testing.T) {
 		}
 	}
 	add([3]int64{2, 0, 10}, [3]int64{3, 10, 40}, [3]int64{2, 40, 41})
-	add()
-	lb.AppendNull()
+	add() // a chat row generated at version 4
+	mb.Append(4)
+	lb.AppendNull() // a chat row generated at version 0
+	mb.Append(0)
 	add([3]int64{5, 0, 3})
 	rec := b.NewRecord()
 	defer rec.Release()
 	v := versionsOf(rec)
-	for i, want := range [][]int64{{2, 3}, nil, nil, {5}} {
+	for i, want := range [][]int64{{2, 3}, {4}, {0}, {5}} {
 		if got := v(i); !slices.Equal(got, want) {
 			t.Errorf("row %d: %v, want %v", i, got, want)
 		}

@@ -247,6 +247,7 @@ func (g *Generator) Turn(ctx context.Context, r *pipeline.Rollout) error {
 	if resp == nil {
 		return err
 	}
+	noteAnswered(r, segs)
 	if stepwise {
 		g.applyStep(r, req, resp)
 		return nil

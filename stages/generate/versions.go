@@ -364,6 +364,15 @@ func tagVersions(r *pipeline.Rollout, segs []segment) {
 	}
 }
 
+// noteAnswered records the oldest version an answer of segs was requested
+// under (r.AnsweredVersion): a row's staleness where its answer has no
+// token positions to tag (chat mode without token ids, step-wise turns).
+func noteAnswered(r *pipeline.Rollout, segs []segment) {
+	for _, s := range segs {
+		r.NoteAnswered(s.vmin)
+	}
+}
+
 // addSpan appends s to r's spans, merged into the last one when it
 // continues it with the same versions.
 func addSpan(r *pipeline.Rollout, s pipeline.VersionSpan) {

@@ -86,6 +86,53 @@ func TestSetVersionTagsLaterTokens(t *testing.T) {
 	}
 }
 
+// An answer without token ids (chat mode without return_token_ids) has no
+// positions to tag, so no span: the row's min_policy_version is the
+// version its request was sent under, not the one its rollout was
+// admitted at. A rollout admitted at version 1 that waited out a pause
+// while the version went to 3 was generated at 3: read as 1, a service
+// with max_staleness 1 set every such group aside as stale.
+func TestAnswerWithoutTokenIDsKeepsItsVersion(t *testing.T) {
+	noIDs := &inference.Response{Message: pipeline.Message{Content: "x"}, FinishReason: "stop", CompletionTokens: 2}
+	c := &scripted{resps: []*inference.Response{noIDs, noIDs}}
+	pol := generate.NewPolicy(1)
+	g, err := generate.New(c, generate.Options{Model: "m", Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pol.Pause(generate.PauseKeep); err != nil {
+		t.Fatal(err)
+	}
+	r := rollout()
+	done := make(chan error, 1)
+	go func() { done <- g.Turn(context.Background(), r) }()
+	// The turn is admitted at once and waits for the resume (a turn not
+	// yet admitted when the version moves is admitted at 3: the row's
+	// admitted_version, checked below, tells).
+	time.Sleep(100 * time.Millisecond)
+	if err := pol.SetVersion(3); err != nil {
+		t.Fatal(err)
+	}
+	pol.Resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(r.PolicyVersions) != 0 || r.AdmittedVersion != 1 || r.MinPolicyVersion() != 3 {
+		t.Fatalf("spans %v admitted %d min %d; want none, 1, 3", r.PolicyVersions, r.AdmittedVersion, r.MinPolicyVersion())
+	}
+	// A later turn under a newer version leaves the oldest.
+	if err := pol.SetVersion(4); err != nil {
+		t.Fatal(err)
+	}
+	r.Messages = append(r.Messages, pipeline.Message{Role: "user", Content: "obs", Turn: 1})
+	if err := g.Turn(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.MinPolicyVersion() != 3 {
+		t.Fatalf("after a turn at version 4: min %d, want 3", r.MinPolicyVersion())
+	}
+}
+
 // gated answers each request once release is closed, and counts them.
 type gated struct {
 	mu      sync.Mutex

@@ -174,16 +174,18 @@ func (s *Staleness) Discard(n int) {
 // StaleDrop, StaleKeep).
 func (s *Staleness) OnStale() string { return s.opts.OnStale }
 
-// Stale reports whether g, admitted at the oldest AdmittedVersion of its
-// rollouts, can no longer be used within MaxStaleness versions of the
-// version now.
+// Stale reports whether g, judged by the oldest version of its own
+// tokens (pipeline.Rollout.MinPolicyVersion: the version the oldest
+// answer was requested under, not the one its rollout was admitted at,
+// which a pause may have left behind), can no longer be used within
+// MaxStaleness versions of the version now.
 func (s *Staleness) Stale(g *pipeline.Group) bool {
 	if len(g.Rollouts) == 0 {
 		return false
 	}
-	a := g.Rollouts[0].AdmittedVersion
+	a := g.Rollouts[0].MinPolicyVersion()
 	for _, r := range g.Rollouts[1:] {
-		a = min(a, r.AdmittedVersion)
+		a = min(a, r.MinPolicyVersion())
 	}
 	return s.ver.Version()-a > int64(s.opts.MaxStaleness)
 }

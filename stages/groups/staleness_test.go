@@ -145,6 +145,13 @@ func TestStalenessOnStale(t *testing.T) {
 		if s.Apply(fresh) || !fresh.Kept || s.Stale(fresh) {
 			t.Errorf("%s: a group admitted at 2 is stale at 3 with s 1", tt.onStale)
 		}
+		// Judged on its tokens, not its admission: admitted at 1, it
+		// waited out a pause and was generated at 3.
+		waited := admittedGroup(1, 3)
+		waited.Rollouts[0].NoteAnswered(3)
+		if s.Stale(waited) {
+			t.Errorf("%s: a group whose tokens are of version 3 is stale at 3", tt.onStale)
+		}
 		old := admittedGroup(3, 1)
 		if !s.Stale(old) {
 			t.Fatalf("%s: a group admitted at 1 is not stale at 3", tt.onStale)

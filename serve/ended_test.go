@@ -80,6 +80,8 @@ func TestServeMetrics(t *testing.T) {
 		"trajflow_serve_steps_served_total 1",
 		"trajflow_serve_stale_groups 0",
 		"trajflow_serve_stale_groups_requeued_total 0",
+		"trajflow_serve_stale_share 0",
+		"trajflow_serve_stale_alarm 0",
 		"trajflow_rollouts_total",
 	} {
 		if !strings.Contains(string(b), want) {

@@ -120,7 +120,10 @@ type ledger struct {
 	// stale are the groups found too stale to serve (recorded in the
 	// state's Stale, or to be with its next record: unrecorded, the
 	// newest of them); never served, never queued again.
-	stale      map[groupRef]bool
+	stale map[groupRef]bool
+	// staleWatch is the guard on the share of kept groups set aside as
+	// stale among the latest decided.
+	staleWatch *staleWatch
 	unrecorded []groupRef
 	ended      error             // the run ended: no more groups come
 	meta       map[string]string // the data files' metadata
@@ -163,6 +166,10 @@ type ledgerConfig struct {
 	// recorded stale (Requeue). nil: no task is sampled again.
 	Unserved *groups.Unserved
 	Supply   *groups.Supply
+	// StaleWindow is the stale guard's window: the latest kept groups
+	// decided over which the share set aside as stale is watched
+	// (staleWindow; 0: its least).
+	StaleWindow int
 	// Policy is the fleet's policy; default a new one.
 	Policy *generate.Policy
 }
@@ -231,6 +238,7 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 		st: st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
 		lastExpiry: map[int64]time.Time{}, converting: map[int64]int{}, stale: map[groupRef]bool{}, maxStale: -1,
+		staleWatch: newStaleWatch(max(c.StaleWindow, staleWindow(0))),
 	}
 	if c.MaxStaleness != nil {
 		l.maxStale = int64(*c.MaxStaleness)
@@ -654,6 +662,7 @@ func (l *ledger) dropStaleGroups() {
 		}
 		delete(l.queued, g.ref)
 		l.stale[g.ref] = true
+		l.staleWatch.add(true, g.versions[0])
 		l.unrecorded = append(l.unrecorded, g.ref)
 		g.release()
 		n++
@@ -681,9 +690,18 @@ func (l *ledger) takeOldest(k int) []*group {
 	taken := make(map[groupRef]bool, k)
 	for _, g := range fresh {
 		taken[g.ref] = true
+		l.staleWatch.add(false, 0)
 	}
 	l.queue = slices.DeleteFunc(l.queue, func(g *group) bool { return taken[g.ref] })
 	return fresh
+}
+
+// staleCheck turns the stale guard's alarm on or off as its window says
+// and returns the line to log when it changed ("" otherwise).
+func (l *ledger) staleCheck() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.staleWatch.check(l.now(), l.st.Policy, l.maxStale)
 }
 
 // setDiscard sets the function told of the groups found stale in the
@@ -1182,6 +1200,8 @@ func (l *ledger) status(out *client.Status) {
 	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
 	out.StaleGroups = len(l.stale)
+	out.StaleShare = l.staleWatch.share()
+	out.StaleAlarm = l.staleWatch.report(l.st.Policy, l.maxStale)
 	if l.unserved != nil {
 		out.RequeuedGroups = l.unserved.Requeued()
 	}

@@ -16,7 +16,9 @@ var (
 	descStaleness = prometheus.NewDesc("trajflow_serve_queued_groups_by_staleness", "Queued groups by how many policy versions their oldest token is behind.", []string{"versions_behind"}, nil)
 	descStale     = prometheus.NewDesc("trajflow_serve_stale_groups", "Kept groups never served because they were more than serve.max_staleness versions behind when a step was made, since the first start.", nil, nil)
 	descRequeued  = prometheus.NewDesc("trajflow_serve_stale_groups_requeued_total", "Stale groups whose tasks were handed back to the run to be sampled again (serve.on_stale requeue) since the start.", nil, nil)
-	serveDescs    = []*prometheus.Desc{descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued}
+	descShare     = prometheus.NewDesc("trajflow_serve_stale_share", "Share of the latest kept groups decided (handed out or set aside; four steps' worth, at least 32) that were set aside as stale.", nil, nil)
+	descAlarm     = prometheus.NewDesc("trajflow_serve_stale_alarm", "1 while more than half of a full window of the latest kept groups decided were set aside as stale.", nil, nil)
+	serveDescs    = []*prometheus.Desc{descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued, descShare, descAlarm}
 )
 
 // collector serves the service's gauges on run.metrics_addr.
@@ -57,4 +59,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descStale, float64(st.StaleGroups))
 	counter(descRequeued, float64(st.RequeuedGroups))
+	gauge(descShare, st.StaleShare)
+	alarm := 0.0
+	if st.StaleAlarm != nil {
+		alarm = 1
+	}
+	gauge(descAlarm, alarm)
 }

@@ -162,7 +162,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseTimeout.D(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
 		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
 		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale, Unserved: groups.NewUnserved(),
-		Supply: groups.NewSupply(0),
+		StaleWindow: staleWindow(cfg.Serve.StepGroups),
+		Supply:      groups.NewSupply(0),
 		Parquet: parquet.Options{
 			FileRows: 1 << 40, FileBytes: 1 << 62, // one part file per step
 			RowGroupRows: cfg.Output.Parquet.RowGroupRows,
@@ -295,6 +296,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 			s.led.tick()
 			if err := s.led.recordStale(); err != nil {
 				logf("%v", err)
+			}
+			if line := s.led.staleCheck(); line != "" {
+				logf("%s", line)
 			}
 			switch p, err := s.led.expirePause(); {
 			case err != nil:

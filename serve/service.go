@@ -94,8 +94,10 @@ type serviceConfig struct {
 	OnStale      string
 	// Unserved is the ledger's (ledgerConfig), handed to the run too.
 	Unserved *groups.Unserved
-	MaxK     int // serve.max_groups_per_step
-	Supply   *groups.Supply
+	// StaleWindow is the ledger's (ledgerConfig).
+	StaleWindow int
+	MaxK        int // serve.max_groups_per_step
+	Supply      *groups.Supply
 	// Parquet are the step files' writer options.
 	Parquet parquet.Options
 	// Now is the clock (default time.Now); Persist records a state
@@ -113,7 +115,7 @@ func newService(c serviceConfig) (*service, error) {
 	}
 	led, err := newLedger(ledgerConfig{
 		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Bound: c.Bound, Supply: c.Supply,
-		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale, Unserved: c.Unserved,
+		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale, Unserved: c.Unserved, StaleWindow: c.StaleWindow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)

@@ -28,7 +28,8 @@ import (
 // serveYAML is the serve child's config: the workload's tasks and
 // simulator, the sim environment, dynamic sampling (nonzero_std),
 // serve.max_staleness 1 with steps of K, token-in-token-out (so that a
-// pause in abort mode continues each request from its tokens).
+// pause in abort mode continues each request from its tokens) or chat
+// without token ids (-api chat).
 const serveYAML = `run: {id: bench-serve, progress: 1h}
 source: {path: %q, limit: %d}
 prompt: {user: "{question}"}
@@ -36,10 +37,10 @@ repeat: {n: %d, seed: %d}
 generate:
   endpoints: [%q]
   model: sim
-  api: tokens
+  api: %s
   concurrency: %d
   priority: %s
-  params: {return_token_ids: true%s}
+  params: {%s}
 env: {name: sim, max_turns: 1000, concurrency: %d}
 groups: {keep: nonzero_std, cancel_undecided: %t}
 output: {dir: %q}
@@ -143,13 +144,20 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 		bound = "training-bound"
 	}
 	row := Row{Schedule: fmt.Sprintf("serve over HTTP, %s (train %g×)", bound, ratio), Priority: prio}
+	if o.jump != 1 || o.api != "tokens" {
+		row.Schedule += fmt.Sprintf(", versions +%d, api %s", o.jump, o.api)
+	}
 	train := time.Duration(float64(w.genStep) * ratio)
 	ideal := max(w.genStep, train+w.upd)
 	out := filepath.Join(dir, fmt.Sprintf("out-http-%s-%g", prio, ratio))
-	maxTok, commit := "", ""
-	if o.maxTokens > 0 {
-		maxTok = fmt.Sprintf(", max_tokens: %d", o.maxTokens)
+	var params []string
+	if o.api == "tokens" {
+		params = append(params, "return_token_ids: true")
 	}
+	if o.maxTokens > 0 {
+		params = append(params, fmt.Sprintf("max_tokens: %d", o.maxTokens))
+	}
+	commit := ""
 	if o.commit > 0 {
 		commit = fmt.Sprintf(", commit_interval: %s", o.commit)
 	}
@@ -157,7 +165,7 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	if prio == "off" {
 		priority = "off"
 	}
-	text := fmt.Sprintf(serveYAML, tasksPath, w.Tasks, o.n, o.bench.RepeatSeed, srv.URL, o.bench.Concurrency, priority, maxTok,
+	text := fmt.Sprintf(serveYAML, tasksPath, w.Tasks, o.n, o.bench.RepeatSeed, srv.URL, o.api, o.bench.Concurrency, priority, strings.Join(params, ", "),
 		o.bench.EnvConcurrency, prio == "on", out, o.k, o.pause, commit)
 	cfgPath := filepath.Join(dir, fmt.Sprintf("serve-%s-%g.yaml", prio, ratio))
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
@@ -238,6 +246,7 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 	c := client.New(url, "")
 	c.Name = "bench-trainer"
 	seen := map[[2]int64]bool{}
+	version := int64(0)
 	tr.start = time.Now()
 	for s := range o.steps {
 		st, err := c.Status(ctx)
@@ -260,7 +269,7 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 		}
 		tr.last, tr.busyAtLast = got, busy
 		tr.groups += step.Groups
-		err = readStep(step, int64(s), seen, &tr) // the trainer is at version s
+		err = readStep(step, version, seen, &tr)
 		step.Release()
 		if err != nil {
 			return tr, fmt.Errorf("step %d: %w", step.Number, err)
@@ -275,8 +284,9 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 			return tr, err
 		}
 		err = sleep(ctx, upd)
+		version += int64(o.jump)
 		if err == nil {
-			err = c.SetPolicy(ctx, int64(s+1))
+			err = c.SetPolicy(ctx, version)
 		}
 		if rerr := c.Resume(ctx); err == nil {
 			err = rerr

@@ -16,7 +16,8 @@
 //     1, step_groups K) fed by a trainer over HTTP with the Go client:
 //     take a step, train, acknowledge, pause, post a new policy version,
 //     resume; one row per -http-train ratio (below 1 generation-bound,
-//     above training-bound);
+//     above training-bound); -jump moves the version on by more than
+//     one at each update, -api chat generates without token ids;
 //
 // and reports the fleet's busy fraction, tokens generated ÷ needed, the time
 // per step against the ideal and the staleness of the groups consumed; the
@@ -30,6 +31,7 @@
 //	go run ./bench/serve                 # K=64, n=8, 10 steps, keep 0.3/0.5/0.7
 //	go run ./bench/serve -keep 0.5       # one keep rate
 //	go run ./bench/serve -schedules http -keep 0.5 -priority on,off
+//	go run ./bench/serve -schedules http -keep 0.5 -jump 2 -api chat  # versions moved on by 2, answers without token ids
 //	go run ./bench/serve -quick          # smoke run, seconds
 //
 // BENCHMARKS.md explains every column.
@@ -138,6 +140,11 @@ type options struct {
 	httpTrains []float64
 	pause      string
 	commit     time.Duration
+	// jump is how many versions the HTTP trainer moves the policy on at
+	// each update; api the serve child's generate.api (tokens, or chat:
+	// answers without token ids, as a server not asked for them gives).
+	jump int
+	api  string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -157,6 +164,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	httpTrains := fs.String("http-train", "0.5,2", "the HTTP trainer's step in multiples of one step's ideal generation time, comma-separated: below 1 generation-bound, above training-bound")
 	pause := fs.String("pause", "abort", "the HTTP trainer's pause mode (abort, keep)")
 	commit := fs.Duration("commit", 0, "the serve child's serve.commit_interval (default: serve's, 500ms; quick 50ms)")
+	jump := fs.Int("jump", 1, "versions the HTTP trainer moves the policy on at each update (2: a jump past max_staleness 1)")
+	api := fs.String("api", "tokens", "the serve child's generate.api: tokens, or chat (answers without token ids)")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
 	workdir := fs.String("workdir", "", "directory for tasks and outputs (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
@@ -191,6 +200,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o.pause = *pause
+	if *jump < 1 {
+		fmt.Fprintf(stderr, "serve: -jump: %d, want at least 1\n", *jump)
+		return 2
+	}
+	if *api != "tokens" && *api != "chat" {
+		fmt.Fprintf(stderr, "serve: -api: %q is not tokens or chat\n", *api)
+		return 2
+	}
+	o.jump, o.api = *jump, *api
 	if *commit > 0 {
 		o.commit = *commit
 	}

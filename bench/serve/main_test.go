@@ -22,3 +22,16 @@ func TestQuick(t *testing.T) {
 	harness.RunQuick(t, run, []string{"-quick"}, "| continuous, pause abort |", "| continuous, pause keep |", "| one run per step |", "| barrier, G=8 |",
 		"| serve over HTTP, generation-bound (train 0.5×) |", "| serve over HTTP, training-bound (train 2×) |")
 }
+
+// TestQuickVersionJumps: the serve process over HTTP with a trainer that
+// moves the policy on by two versions at each update (past max_staleness
+// 1) while the fleet answers without token ids, in pause mode keep,
+// serves every step of K groups, none twice (the command fails
+// otherwise; before the fix of issue 46 the second step never came).
+func TestQuickVersionJumps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
+	harness.RunQuick(t, run, []string{"-quick", "-schedules", "http", "-jump", "2", "-api", "chat", "-pause", "keep"},
+		"| serve over HTTP, generation-bound (train 0.5×), versions +2, api chat |", "| serve over HTTP, training-bound (train 2×), versions +2, api chat |")
+}

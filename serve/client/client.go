@@ -91,6 +91,13 @@ type Status struct {
 	// to the run to be sampled again in a new attempt (serve.on_stale
 	// requeue) since the service started.
 	RequeuedGroups int `json:"requeued_groups"`
+	// StaleShare is the share of the latest kept groups decided (handed
+	// out in a step or set aside as stale; a window of four steps'
+	// worth, at least 32) that were set aside as stale. StaleAlarm is set
+	// while the window is full and more than half of it was set aside:
+	// the fleet generates while little reaches the trainer.
+	StaleShare float64     `json:"stale_share"`
+	StaleAlarm *StaleAlarm `json:"stale_alarm,omitempty"`
 	// InGeneration and InEnvironment are the model and environment calls
 	// in flight; GroupsKept and GroupsFinished the run's groups since it
 	// started, KeepRate their ratio; TokensGenerated the model's tokens.
@@ -110,6 +117,20 @@ type StepCounts struct {
 	Acked   int `json:"acked"`
 	Leased  int `json:"leased"`
 	Pending int `json:"pending"`
+}
+
+// StaleAlarm says that most of the latest kept groups were set aside as
+// stale (Status.StaleAlarm): SetAside of the last Window, their oldest
+// tokens of versions Oldest to Newest, the policy at version Policy,
+// under serve.max_staleness MaxStaleness, since Since.
+type StaleAlarm struct {
+	Since        time.Time `json:"since"`
+	SetAside     int       `json:"set_aside"`
+	Window       int       `json:"window"`
+	Oldest       int64     `json:"oldest_version"`
+	Newest       int64     `json:"newest_version"`
+	Policy       int64     `json:"policy_version"`
+	MaxStaleness int64     `json:"max_staleness"`
 }
 
 // Lease is one leased step (Rank's slice, for a step served to the ranks

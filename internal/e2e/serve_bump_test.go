@@ -96,10 +96,10 @@ serve: {addr: "127.0.0.1:0", commit_interval: 100ms, max_staleness: %d, step_gro
 			// What a bump can make stale: the groups in flight (at most
 			// concurrency/n) and those queued ahead, at most the
 			// staleness bound's look-ahead ((max_staleness+1) steps).
+			// (A jump past max_staleness at every step sets about as
+			// many groups aside as it serves: the stale guard may warn,
+			// as it should; its alarm is not checked here.)
 			bound := steps * (conc/n + (maxStale+1)*k)
-			if st.StaleAlarm != nil {
-				t.Errorf("the stale guard's alarm is on: %+v", st.StaleAlarm)
-			}
 			if st.StaleGroups > bound {
 				t.Errorf("%d groups set aside as stale over %d bumps (at most %d in flight or queued), %d kept", st.StaleGroups, steps, bound, st.GroupsKept)
 			}

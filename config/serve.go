@@ -16,6 +16,10 @@ const (
 	DefaultServeCommit      = 500 * time.Millisecond
 	DefaultServeBufferSteps = 1
 	DefaultServeOnStale     = "requeue"
+	// DefaultServePauseTimeout ends a pause no resume ended: a trainer
+	// that dies between pause and resume, or restarts and gets a 409,
+	// would otherwise leave the fleet paused for good.
+	DefaultServePauseTimeout = 30 * time.Minute
 )
 
 // Serve is the serve section: the settings of `trajflow serve`, the
@@ -50,12 +54,16 @@ type Serve struct {
 	//
 	// Default: abort.
 	PauseMode string `yaml:"pause_mode"`
-	// PauseTimeout, when set, ends a pause (POST /v1/pause) that no
-	// POST /v1/resume ended within it, as a resume would, and logs it: the
-	// trainer that paused the fleet never came back. It counts from the
-	// pause's time in the state file, across restarts. Unset (0): a pause
-	// lasts until a resume.
-	PauseTimeout Duration `yaml:"pause_timeout"`
+	// PauseTimeout ends a pause (POST /v1/pause) that no POST
+	// /v1/resume ended within it, as a resume would, and logs it: the
+	// trainer that paused the fleet never came back (it died between
+	// pause and resume, or was restarted and got a 409). It counts from
+	// the pause's time in the state file, across restarts; the status
+	// says when a pause ends so (pause_expires). 0: a pause lasts until a
+	// resume.
+	//
+	// Default: 30m.
+	PauseTimeout *Duration `yaml:"pause_timeout"`
 	// BufferSteps is how many steps of kept groups the service generates
 	// ahead of the trainers' requests, a step being the largest K of the
 	// last 8 requests (a single large request does not set it for good),
@@ -117,6 +125,19 @@ func (s *Serve) SetDefaults() {
 	if s.OnStale == "" {
 		s.OnStale = DefaultServeOnStale
 	}
+	if s.PauseTimeout == nil {
+		d := Duration(DefaultServePauseTimeout)
+		s.PauseTimeout = &d
+	}
+}
+
+// PauseLimit is how long a pause lasts with no resume (pause_timeout;
+// its default when unset); 0: until a resume.
+func (s *Serve) PauseLimit() time.Duration {
+	if s.PauseTimeout == nil {
+		return DefaultServePauseTimeout
+	}
+	return s.PauseTimeout.D()
 }
 
 // Validate reports every problem of the serve section's keys at once. The
@@ -134,7 +155,7 @@ func (s *Serve) Validate() error {
 		p.Add("max_groups_per_step", "must be > 0, got %d", s.MaxGroupsPerStep)
 	}
 	p.OneOf("pause_mode", s.PauseMode, "abort", "keep")
-	if s.PauseTimeout < 0 {
+	if s.PauseTimeout != nil && *s.PauseTimeout < 0 {
 		p.Add("pause_timeout", "must be >= 0 (0: a pause lasts until a resume), got %s", s.PauseTimeout.D())
 	}
 	if s.BufferSteps != nil && *s.BufferSteps < 0 {

@@ -128,6 +128,10 @@ type Continuous struct {
 	// and these options before it started anything of its own (serve
 	// does): the config step does not check it again.
 	Checked bool
+	// Locked tells Run that the caller holds the output directory's lock
+	// (resume.LockDir) for the run's whole life (serve takes it before it
+	// says it serves): Run does not take it again.
+	Locked bool
 }
 
 // continuous is opts.Continuous, or none.
@@ -375,12 +379,15 @@ func (r *run) provisionOutput(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
-	unlock, err := resume.LockDir(cfg.Output.Dir)
-	if err != nil {
-		return err
+	if !r.opts.continuous().Locked {
+		unlock, err := resume.LockDir(cfg.Output.Dir)
+		if err != nil {
+			return err
+		}
+		r.closeChecked(unlock)
 	}
-	r.closeChecked(unlock)
 	// What a crashed run left half-written goes before anything is read.
+	var err error
 	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.stats.Committed, Upload: r.upload()}); err != nil {
 		return err
 	}

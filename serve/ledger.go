@@ -1151,6 +1151,9 @@ func (l *ledger) status(out *client.Status) {
 	if l.st.Paused != "" {
 		out.Paused, out.PauseMode = true, l.st.Paused
 		out.PausedSince, out.PausedBy = l.st.PausedAt, l.st.PausedBy
+		if l.pauseTimeout > 0 {
+			out.PauseExpires = l.st.PausedAt.Add(l.pauseTimeout)
+		}
 	}
 	out.QueuedGroups = len(l.queue)
 	out.Waiting = []int{}

@@ -127,6 +127,9 @@ func TestServePauseTimeout(t *testing.T) {
 	if !st.Paused || st.PauseMode != "keep" || st.PausedBy != "trainer rank 0" || st.PausedSince.Before(before.Add(-time.Second)) || st.PausedSince.After(time.Now()) {
 		t.Fatalf("paused: %v %q since %v by %q", st.Paused, st.PauseMode, st.PausedSince, st.PausedBy)
 	}
+	if want := st.PausedSince.Add(300 * time.Millisecond); !st.PauseExpires.Equal(want) {
+		t.Fatalf("pause_expires %v, want %v (paused_since + pause_timeout)", st.PauseExpires, want)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for st.Paused {
 		if time.Now().After(deadline) {
@@ -247,5 +250,37 @@ func TestServeRebuildsUnwrittenStep(t *testing.T) {
 	}
 	if again.Number != first.Number || !maps.Equal(readStep(t, again.Body), want) {
 		t.Fatalf("served again: step %d of %v, want step %d of %v", again.Number, readStep(t, again.Body), first.Number, want)
+	}
+}
+
+// TestServePauseTimeoutDefault: a pause has a limit unless one says
+// otherwise: 30 minutes, shown in the status (pause_expires), so that a
+// trainer that dies between pause and resume does not leave the fleet
+// paused for good; serve.pause_timeout 0 keeps a pause until a resume.
+func TestServePauseTimeoutDefault(t *testing.T) {
+	for _, tt := range []struct {
+		sets []string
+		want time.Duration
+	}{
+		{nil, config.DefaultServePauseTimeout},
+		{[]string{"serve.pause_timeout=0"}, 0},
+	} {
+		s := start(t, testConfig(t, t.TempDir(), tt.sets...), serve.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c := client.New(s.url, "")
+		if err := c.Pause(ctx, "keep"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Status(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case tt.want == 0 && !st.PauseExpires.IsZero():
+			t.Errorf("%v: pause_expires %v, want none", tt.sets, st.PauseExpires)
+		case tt.want > 0 && !st.PauseExpires.Equal(st.PausedSince.Add(tt.want)):
+			t.Errorf("%v: pause_expires %v, want %v after %v", tt.sets, st.PauseExpires, tt.want, st.PausedSince)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	_ "github.com/trajflow/trajflow/envs/builtin"
+	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
 )
@@ -313,4 +314,39 @@ func decodeJSON(t *testing.T, resp *http.Response, v any) {
 	if err := jsonUnmarshal(b.Bytes(), v); err != nil {
 		t.Fatalf("%s: %v", b, err)
 	}
+}
+
+// An output directory a run (or another service) holds stops the service
+// before it listens or says it serves: the error names the holder, and
+// nothing was announced. Before, the service printed "serving on …" and
+// exited 1 only when its run found the directory locked.
+func TestServeOutputLockedBeforeListening(t *testing.T) {
+	out := t.TempDir()
+	release, err := resume.LockDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := release(); err != nil {
+			t.Error(err)
+		}
+	}()
+	var log bytes.Buffer
+	listened := false
+	err = serve.Run(context.Background(), testConfig(t, out), serve.Options{
+		Stderr:    &log,
+		Listening: func(net.Addr) { listened = true },
+	})
+	if err == nil || !strings.Contains(err.Error(), "in use by another trajflow run") {
+		t.Fatalf("serve over a locked output: %v, want in use by another trajflow run", err)
+	}
+	if listened || strings.Contains(log.String(), "serving on") {
+		t.Fatalf("serve announced itself over a locked output: listened %v, log %q", listened, log.String())
+	}
+	// Released, the same output serves.
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	release = func() error { return nil }
+	start(t, testConfig(t, out), serve.Options{})
 }

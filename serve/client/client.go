@@ -58,6 +58,10 @@ type Status struct {
 	PauseMode     string    `json:"pause_mode,omitempty"`
 	PausedSince   time.Time `json:"paused_since,omitzero"`
 	PausedBy      string    `json:"paused_by,omitempty"`
+	// PauseExpires is when the service ends the pause itself, no resume
+	// having come (serve.pause_timeout, 30 minutes by default); zero when
+	// not paused or with pause_timeout 0.
+	PauseExpires time.Time `json:"pause_expires,omitzero"`
 	// QueuedGroups are the kept groups committed and in no step yet;
 	// Waiting the step sizes the trainers waiting now ask for.
 	QueuedGroups int   `json:"queued_groups"`

@@ -126,7 +126,7 @@ func newService(c serviceConfig) (*service, error) {
 	}
 	return &service{
 		dir: c.Dir, alloc: memory.NewGoAllocator(), maxK: c.MaxK, popts: c.Parquet, ctx: ctx,
-		led: led, policy: led.policy, supply: led.supply, unserved: led.unserved,
+		led: led, policy: led.policy, supply: led.dem.supply, unserved: led.sp.unserved,
 	}, nil
 }
 

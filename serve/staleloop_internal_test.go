@@ -92,10 +92,10 @@ func TestStaleGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := len(l.staleWatch.ring); w != 32 {
+	if w := len(l.sp.watch.ring); w != 32 {
 		t.Fatalf("window %d, want at least 32", w)
 	}
-	l.staleWatch = newStaleWatch(8)
+	l.sp.watch = newStaleWatch(8)
 	if err := l.setVersion(3); err != nil {
 		t.Fatal(err)
 	}

@@ -107,9 +107,17 @@ func NewStaleness(opts StalenessOptions, ver Versions) (*Staleness, error) {
 	return &Staleness{opts: opts, ver: ver, accepted: opts.Accepted, freed: make(chan struct{})}, nil
 }
 
+// StalenessBound is the kept groups a gate of maximum staleness s and
+// steps of b groups lets a run accept in all at policy version v:
+// (v + s + 1) × b, a version below 0 counting as 0. The one formula of the
+// bound: the gate's capacity and serve's demand both take it from here.
+func StalenessBound(v int64, s, b int) int {
+	return int((max(v, 0) + int64(s) + 1) * int64(b))
+}
+
 // capacity is the groups that may be admitted now; s.mu is held.
 func (s *Staleness) capacity(v int64) int {
-	return int((v+int64(s.opts.MaxStaleness)+1)*int64(s.opts.BatchSize)) - s.accepted - s.running
+	return StalenessBound(v, s.opts.MaxStaleness, s.opts.BatchSize) - s.accepted - s.running
 }
 
 // Admit blocks until a group may be admitted, counts it running and

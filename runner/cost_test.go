@@ -85,6 +85,11 @@ func TestOneCostEverywhere(t *testing.T) {
 				PricedRows int     `json:"priced_rows"`
 			} `json:"dirs"`
 		} `json:"cost"`
+		Envs map[string]struct {
+			Cost *struct {
+				Total float64 `json:"total"`
+			} `json:"cost"`
+		} `json:"envs"`
 	}
 	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
 	if err != nil {
@@ -96,6 +101,17 @@ func TestOneCostEverywhere(t *testing.T) {
 	figures["metrics.json"] = m.Cost.Total
 	if m.Cost.Dirs["errors"].PricedRows == 0 || m.Cost.Dirs["errors"].Total == 0 || !near(m.Cost.Dirs["data"].Total+m.Cost.Dirs["errors"].Total, m.Cost.Total) {
 		t.Fatalf("metrics.json's cost does not split into data and errors rows: %+v", m.Cost)
+	}
+	// The environments' costs add up to the total, the error rows'
+	// included.
+	envSum := 0.0
+	for _, e := range m.Envs {
+		if e.Cost != nil {
+			envSum += e.Cost.Total
+		}
+	}
+	if len(m.Envs) == 0 || !near(envSum, m.Cost.Total) {
+		t.Fatalf("metrics.json's environments cost %v in all, its total %v (%d environments)", envSum, m.Cost.Total, len(m.Envs))
 	}
 
 	var text bytes.Buffer

@@ -66,16 +66,26 @@ func addBesideCost(ctx context.Context, paths []string, agg *metrics.Aggregator,
 	}
 	for _, d := range besideDirs {
 		c := metrics.Cost{}
+		var envs map[string]metrics.Cost
 		if files := dirs[d]; len(files) > 0 {
 			sub, err := statsFiles(ctx, files, opts, false)
 			if err != nil {
 				return err
 			}
-			if m := sub.Result(); m.Cost != nil {
+			m := sub.Result()
+			if m.Cost != nil {
 				c = *m.Cost
 			}
+			for name, e := range m.Envs {
+				if e.Cost != nil {
+					if envs == nil {
+						envs = map[string]metrics.Cost{}
+					}
+					envs[name] = *e.Cost
+				}
+			}
 		}
-		agg.AddCost(d, c)
+		agg.AddCost(d, c, envs)
 	}
 	return nil
 }

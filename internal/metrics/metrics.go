@@ -508,15 +508,7 @@ func (a *Aggregator) AddCounts(r *pipeline.Rollout, c Counts) {
 		return
 	}
 	if !a.sub {
-		env, ok := a.envs[r.Env]
-		if !ok {
-			env = NewWithOptions(a.opts)
-			env.sub = true
-			if a.envs == nil {
-				a.envs = map[string]*Aggregator{}
-			}
-			a.envs[strings.Clone(r.Env)] = env
-		}
+		env := a.envAgg(r.Env)
 		env.AddCounts(r, c)
 		if env.err != nil {
 			a.err = env.err
@@ -725,12 +717,36 @@ func (o Options) judge(r *pipeline.Rollout) (correct, byMetric bool) {
 	return r.Reward > o.Threshold, false
 }
 
-// AddCost adds the cost of rows read for their cost alone (an output
+// AddCost adds the cost c of rows read for their cost alone (an output
 // directory's filtered/, surplus/ and errors/ rows, whose other figures
-// are not the metrics'), under dir in Cost.Dirs.
-func (a *Aggregator) AddCost(dir string, c Cost) {
+// are not the metrics'), under dir in Cost.Dirs, and, split by
+// environment in envs (the env column), to each environment's cost, so
+// that the environments' costs add up to the total. An environment whose
+// rows were all read for their cost alone (every rollout failed) gets an
+// entry of its own with no rows.
+func (a *Aggregator) AddCost(dir string, c Cost, envs map[string]Cost) {
 	c.Dirs = map[string]DirCost{dir: {Total: c.Total, PricedRows: c.PricedRows}}
 	a.besideCost = a.besideCost.Add(c)
+	if a.sub {
+		return
+	}
+	for name, ec := range envs {
+		a.envAgg(name).AddCost(dir, ec, nil)
+	}
+}
+
+// envAgg is the aggregator of one environment's rows, made on first use.
+func (a *Aggregator) envAgg(name string) *Aggregator {
+	env, ok := a.envs[name]
+	if !ok {
+		env = NewWithOptions(a.opts)
+		env.sub = true
+		if a.envs == nil {
+			a.envs = map[string]*Aggregator{}
+		}
+		a.envs[strings.Clone(name)] = env
+	}
+	return env
 }
 
 // Result returns the metrics of every rollout added so far. The

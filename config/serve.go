@@ -20,6 +20,8 @@ const (
 	// that dies between pause and resume, or restarts and gets a 409,
 	// would otherwise leave the fleet paused for good.
 	DefaultServePauseTimeout = 30 * time.Minute
+	// DefaultServeDriftRatio is drift_ratio's default.
+	DefaultServeDriftRatio = 2.0
 )
 
 // Serve is the serve section: the settings of `trajflow serve`, the
@@ -64,6 +66,12 @@ type Serve struct {
 	//
 	// Default: 30m.
 	PauseTimeout *Duration `yaml:"pause_timeout"`
+	// DriftRatio is the c of the drift an ack's logprobs measure
+	// (docs/serve.md, "Drift"): the share of tokens whose ratio
+	// π_trainer/π_engine lies outside [1/c, c]. Above 1.
+	//
+	// Default: 2.
+	DriftRatio float64 `yaml:"drift_ratio"`
 	// BufferSteps is how many steps of kept groups the service generates
 	// ahead of the trainers' requests, a step being the largest K of the
 	// last 8 requests (a single large request does not set it for good),
@@ -129,6 +137,9 @@ func (s *Serve) SetDefaults() {
 		d := Duration(DefaultServePauseTimeout)
 		s.PauseTimeout = &d
 	}
+	if s.DriftRatio == 0 {
+		s.DriftRatio = DefaultServeDriftRatio
+	}
 }
 
 // PauseLimit is how long a pause lasts with no resume (pause_timeout;
@@ -155,6 +166,9 @@ func (s *Serve) Validate() error {
 		p.Add("max_groups_per_step", "must be > 0, got %d", s.MaxGroupsPerStep)
 	}
 	p.OneOf("pause_mode", s.PauseMode, "abort", "keep")
+	if s.DriftRatio != 0 && !(s.DriftRatio > 1) {
+		p.Add("drift_ratio", "must be above 1 (tokens whose ratio lies outside [1/c, c] are counted), got %g", s.DriftRatio)
+	}
 	if s.PauseTimeout != nil && *s.PauseTimeout < 0 {
 		p.Add("pause_timeout", "must be >= 0 (0: a pause lasts until a resume), got %s", s.PauseTimeout.D())
 	}

@@ -77,7 +77,10 @@ func failReason(w http.ResponseWriter, code int, reason, format string, args ...
 
 // handler is the service's HTTP API.
 type handler struct {
-	s *service
+	// driftRatio is serve.drift_ratio: the c of the drift's outside
+	// share.
+	driftRatio float64
+	s          *service
 	// token is the bearer token every request but /healthz carries; ""
 	// when none is required (loopback).
 	token     string
@@ -91,6 +94,8 @@ type route struct {
 	handle       http.HandlerFunc
 	// open: served without the bearer token.
 	open bool
+	// maxBody is the largest body (0: MaxBody).
+	maxBody int64
 }
 
 // routeTable is the API: every endpoint, once. The mux, and the 405s of a
@@ -99,13 +104,13 @@ func (h *handler) routeTable() []route {
 	return []route{
 		{"GET", "/healthz", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		}, true},
-		{"GET", "/v1/steps/next", h.next, false},
-		{"POST", "/v1/steps/{n}/ack", h.ack, false},
-		{"POST", "/v1/policy", h.setPolicy, false},
-		{"POST", "/v1/pause", h.pause, false},
-		{"POST", "/v1/resume", h.resume, false},
-		{"GET", "/v1/status", h.status, false},
+		}, true, 0},
+		{"GET", "/v1/steps/next", h.next, false, 0},
+		{"POST", "/v1/steps/{n}/ack", h.ack, false, MaxAckBody},
+		{"POST", "/v1/policy", h.setPolicy, false, 0},
+		{"POST", "/v1/pause", h.pause, false, 0},
+		{"POST", "/v1/resume", h.resume, false, 0},
+		{"GET", "/v1/status", h.status, false, 0},
 	}
 }
 
@@ -114,7 +119,11 @@ func (h *handler) routes() http.Handler {
 	var paths []string
 	allowed := map[string][]string{}
 	for _, rt := range h.routeTable() {
-		handle := limitBody(rt.handle)
+		limit := rt.maxBody
+		if limit == 0 {
+			limit = MaxBody
+		}
+		handle := limitBody(rt.handle, limit)
 		if !rt.open {
 			handle = h.auth(handle)
 		}
@@ -140,11 +149,11 @@ func (h *handler) routes() http.Handler {
 }
 
 // limitBody reads a request's body before its handler, whatever the
-// endpoint: over MaxBody bytes it is a 413 naming body, and the handler
+// endpoint: over limit bytes it is a 413 naming body, and the handler
 // reads the body from memory.
-func limitBody(next http.HandlerFunc) http.HandlerFunc {
+func limitBody(next http.HandlerFunc, limit int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		b, ok := readBody(w, r)
+		b, ok := readBody(w, r, limit)
 		if !ok {
 			return
 		}
@@ -284,14 +293,12 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	hd.Set(HeaderStep, strconv.FormatInt(st.Step, 10))
 	hd.Set(HeaderVersions, strings.Join(vs, ","))
 	groups, rows := len(st.Groups), st.Rows
-	var keep map[groupRef]bool // a rank's slice; nil: the whole step
+	keep := stepKeep(st, q.Rank, q.World) // nil: the whole step
 	fresh := g.fresh
 	if st.World > 0 && q.World > 0 {
-		keep = map[groupRef]bool{}
 		rows = 0
 		slice := partition(st.GroupTokens, st.World)[q.Rank]
 		for _, i := range slice {
-			keep[st.Groups[i]] = true
 			rows += st.GroupRows[i]
 		}
 		groups = len(slice)
@@ -299,13 +306,6 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		hd.Set(HeaderRank, strconv.Itoa(q.Rank))
 		hd.Set(HeaderWorld, strconv.Itoa(st.World))
 		hd.Set(HeaderStepGroups, strconv.Itoa(len(st.Groups)))
-	} else if len(st.Trained) > 0 {
-		// A remainder served whole: its file holds the groups trained
-		// on before too.
-		keep = map[groupRef]bool{}
-		for _, ref := range st.Groups {
-			keep[ref] = true
-		}
 	}
 	hd.Set(HeaderGroups, strconv.Itoa(groups))
 	hd.Set(HeaderRows, strconv.Itoa(rows))
@@ -315,6 +315,29 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	if err := h.answerStep(r.Context(), w, st.Step, q.Format, fresh, keep); err != nil {
 		h.logf("sending step %d: %v", st.Step, err)
 	}
+}
+
+// stepKeep is the groups of st a caller of rank and world is answered: a
+// rank's slice of a step served to a world, a remainder's groups (a
+// narrowed step served whole: its file holds the groups trained on
+// before too), or nil for the whole step.
+func stepKeep(st *stepState, rank, world int) map[groupRef]bool {
+	var refs []groupRef
+	switch {
+	case st.World > 0 && world > 0:
+		for _, i := range partition(st.GroupTokens, st.World)[rank] {
+			refs = append(refs, st.Groups[i])
+		}
+	case len(st.Trained) > 0:
+		refs = st.Groups
+	default:
+		return nil
+	}
+	keep := make(map[groupRef]bool, len(refs))
+	for _, ref := range refs {
+		keep[ref] = true
+	}
+	return keep
 }
 
 // answerStep writes step n in a format: a Parquet answer is the step's
@@ -462,7 +485,16 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	st, err := h.s.led.ack(n, rank, world)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "body", "body: %v", err)
+		return
+	}
+	drift, ok := h.drift(w, r, n, rank, world, body)
+	if !ok {
+		return
+	}
+	st, err := h.s.led.ack(n, rank, world, drift)
 	if err != nil {
 		h.failWith(w, err)
 		return
@@ -472,16 +504,59 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		answer["ranks_acked"] = st.RanksAcked
 		answer["world"] = st.World
 	}
+	if drift != nil {
+		answer["drift"] = drift.view(n)
+	}
 	writeJSON(w, http.StatusOK, answer)
 }
 
-// readBody reads a request body of at most MaxBody bytes.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+// drift measures an ack body's logprobs (ParseAckBody) against the
+// engine's of the rows the caller was answered (the step's, or rank's
+// slice), the trainer at the policy version now; nil for an ack without
+// logprobs. A bad body is answered with a 400 naming the problem (ok
+// false), and nothing is recorded.
+func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, world int, body []byte) (d *stepDrift, ok bool) {
+	rows, perr := ParseAckBody(body, n)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return nil, false
+	}
+	if rows == nil {
+		return nil, true
+	}
+	st := h.s.led.stepOf(n)
+	if st == nil {
+		h.failWith(w, fmt.Errorf("step %d %w", n, errNeverServed))
+		return nil, false
+	}
+	if world > 0 && st.World != world {
+		h.failWith(w, fmt.Errorf("step %d was served to a world of %d ranks (0: whole), not %d: %w", n, st.World, world, errWorld))
+		return nil, false
+	}
+	engine, err := h.s.engineRows(r.Context(), st, stepKeep(st, rank, world))
+	if err != nil {
+		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: reading the engine's logprobs: %v", n, err)
+		return nil, false
+	}
+	field := "logprobs"
+	if bytes.Contains(body, []byte(`"logprobs_f32"`)) {
+		field = "logprobs_f32"
+	}
+	d, perr = driftOf(engine, rows, h.s.led.version(), h.driftRatio, field)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return nil, false
+	}
+	return d, true
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			fail(w, http.StatusRequestEntityTooLarge, "body", "the body is over %d bytes", MaxBody)
+			fail(w, http.StatusRequestEntityTooLarge, "body", "the body is over %d bytes", limit)
 		} else {
 			fail(w, http.StatusBadRequest, "body", "reading the body: %v", err)
 		}
@@ -494,7 +569,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 const MaxBody = 64 << 10
 
 func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
-	b, ok := readBody(w, r)
+	b, ok := readBody(w, r, MaxBody)
 	if !ok {
 		return
 	}
@@ -511,7 +586,7 @@ func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
-	b, ok := readBody(w, r)
+	b, ok := readBody(w, r, MaxBody)
 	if !ok {
 		return
 	}
@@ -537,7 +612,7 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 const MaxBy = 200
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
-	if _, ok := readBody(w, r); !ok {
+	if _, ok := readBody(w, r, MaxBody); !ok {
 		return
 	}
 	if err := h.s.led.resume(); err != nil {

@@ -251,7 +251,9 @@ func (l *ledger) unlease(g grant) {
 // is complete once every rank's is; world 0 acknowledges the whole step.
 // A rank's ack of a stranded step being cut anew for another world
 // (converting) is errWorld, as once it is cut: its remainder is fixed.
-func (l *ledger) ack(n int64, rank, world int) (*stepState, error) {
+// drift, when not nil, is recorded with the ack (merged with the ranks'
+// before); a repeated ack records nothing.
+func (l *ledger) ack(n int64, rank, world int, drift *stepDrift) (*stepState, error) {
 	var acked *stepState
 	err := l.record(func() (*state, error) {
 		st := l.steps[n]
@@ -271,6 +273,15 @@ func (l *ledger) ack(n int64, rank, world int) (*stepState, error) {
 			return nil, nil
 		}
 		done := *st
+		if drift != nil {
+			merged := &stepDrift{Trainer: drift.Trainer, Ratio: drift.Ratio, ByLag: map[string]*driftAcc{}}
+			if st.Drift != nil {
+				merged.Trainer = st.Drift.Trainer
+				merged.merge(st.Drift)
+			}
+			merged.merge(drift)
+			done.Drift = merged
+		}
 		if world > 0 {
 			done.RanksAcked = append(slices.Clone(st.RanksAcked), rank)
 			slices.Sort(done.RanksAcked)

@@ -118,6 +118,13 @@ func (l *ledger) expirePause() (*pauseInfo, error) {
 	return ended, nil
 }
 
+// stepOf is step n as recorded (nil: never made).
+func (l *ledger) stepOf(n int64) *stepState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.steps[n]
+}
+
 // version is the policy version the ledger recorded and published.
 func (l *ledger) version() int64 {
 	l.mu.Lock()

@@ -69,6 +69,7 @@ func (l *ledger) status(out *client.Status) {
 	})
 	out.NextStep = l.next
 	out.Served, out.Reserved, out.Expired, out.Acked = l.counts.served, l.counts.reserved, expired, l.counts.acked
+	out.Drift = driftStatus(l.st.Steps)
 	out.StaleGroups = len(l.sp.stale)
 	out.StaleShare = l.sp.watch.share()
 	out.StaleAlarm = l.sp.watch.report(l.st.Policy, l.sp.maxStale)

@@ -155,7 +155,7 @@ func TestLedgerLeaseAckExpiry(t *testing.T) {
 				t.Fatalf("first step %d (again %v), want 1", first, again)
 			}
 			if tt.ack {
-				if _, err := l.ack(first, 0, 0); err != nil {
+				if _, err := l.ack(first, 0, 0, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -230,7 +230,7 @@ func TestLedgerAck(t *testing.T) {
 		{n, nil, 2},
 		{n, nil, 2},
 	} {
-		st, err := l.ack(tt.step, 0, 0)
+		st, err := l.ack(tt.step, 0, 0, nil)
 		if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 			t.Fatalf("ack %d: %v, want %v", tt.step, err, tt.wantErr)
 		}
@@ -454,7 +454,7 @@ func TestLedgerNothingPublishedUnrecorded(t *testing.T) {
 				t.Fatalf("status %+v", st)
 			}
 		}},
-		{"ack", func(l *ledger) error { _, err := l.ack(1, 0, 0); return err }, func(t *testing.T, l *ledger) {
+		{"ack", func(l *ledger) error { _, err := l.ack(1, 0, 0, nil); return err }, func(t *testing.T, l *ledger) {
 			if st := statusOf(l); st.Steps.Acked != 0 || st.Acked != 0 || st.Steps.Leased != 1 {
 				t.Fatalf("status %+v", st)
 			}
@@ -555,7 +555,7 @@ func TestLedgerRestart(t *testing.T) {
 	l.enqueue(testGroups(0, 6), nil)
 	a, _ := serveStep(t, l, 2)
 	b, _ := serveStep(t, l, 2)
-	if _, err := l.ack(a, 0, 0); err != nil {
+	if _, err := l.ack(a, 0, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.setVersion(2); err != nil {
@@ -800,11 +800,11 @@ func TestLedgerLeaseRecordedAcrossRestart(t *testing.T) {
 			if g.step == nil || g.step.Step != n {
 				t.Fatalf("restarted, past the lease: %+v, want step %d again", g, n)
 			}
-			if _, err := r.ack(n, tt.rank, tt.world); err != nil {
+			if _, err := r.ack(n, tt.rank, tt.world, nil); err != nil {
 				t.Fatal(err)
 			}
 			if tt.world > 0 {
-				if _, err := r.ack(n, 0, tt.world); err != nil {
+				if _, err := r.ack(n, 0, tt.world, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -870,7 +870,7 @@ func TestLedgerStrandedSteps(t *testing.T) {
 		if g := granted(t, l.wait(2, 1, 2)); g.step != nil {
 			t.Fatalf("rank 1 got step %d while a whole caller holds step %d, want fresh groups", g.step.Step, n)
 		}
-		if _, err := l.ack(n, 0, 0); err != nil {
+		if _, err := l.ack(n, 0, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if s := statusOf(l); s.Steps.Acked != 1 || s.Steps.Pending != 0 {
@@ -912,7 +912,7 @@ func TestLedgerStrandedSteps(t *testing.T) {
 			t.Fatalf("restarted: steps %+v, leases %+v", s.Steps, s.Leases)
 		}
 		for rank := range 2 {
-			if _, err := l.ack(n, rank, 2); err != nil {
+			if _, err := l.ack(n, rank, 2, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -924,7 +924,7 @@ func TestLedgerStrandedSteps(t *testing.T) {
 		l, clock, _ := newTestLedger(t, nil)
 		l.enqueue(testGroups(0, 8), nil)
 		n := makeWorldStep(t, l, 2, 0, 2)
-		if _, err := l.ack(n, 0, 2); err != nil {
+		if _, err := l.ack(n, 0, 2, nil); err != nil {
 			t.Fatal(err)
 		}
 		clock.advance(testLease)
@@ -968,7 +968,7 @@ func partlyAckedStep(t *testing.T, l *ledger, clock *fakeClock) int64 {
 		t.Fatal(err)
 	}
 	for rank := range 2 {
-		if _, err := l.ack(st.Step, rank, 4); err != nil {
+		if _, err := l.ack(st.Step, rank, 4, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1024,7 +1024,7 @@ func TestLedgerStrandedPartlyAcked(t *testing.T) {
 		if a, b := sliceTasks(st, 0), sliceTasks(st, 1); !slices.Equal(a, []int64{2, 5}) || !slices.Equal(b, []int64{3, 4}) {
 			t.Fatalf("slices %v and %v, want [2 5] and [3 4]", a, b)
 		}
-		if _, err := l.ack(n, 2, 4); !errors.Is(err, errWorld) {
+		if _, err := l.ack(n, 2, 4, nil); !errors.Is(err, errWorld) {
 			t.Fatalf("an ack from the old world: %v, want %v", err, errWorld)
 		}
 
@@ -1054,7 +1054,7 @@ func TestLedgerStrandedPartlyAcked(t *testing.T) {
 			t.Fatalf("rank 1's lease: %+v, %v", st, err)
 		}
 		for rank := range 2 {
-			if _, err := r.ack(n, rank, 2); err != nil {
+			if _, err := r.ack(n, rank, 2, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1095,7 +1095,7 @@ func TestLedgerStrandedPartlyAcked(t *testing.T) {
 		if got := tasksOf(r.steps[n].Groups); !slices.Equal(got, []int64{2, 3, 4, 5}) {
 			t.Fatalf("restarted: tasks %v, want [2 3 4 5]", got)
 		}
-		if _, err := r.ack(n, 0, 0); err != nil {
+		if _, err := r.ack(n, 0, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		a, _, _ := newTestLedger(t, rdb.last())
@@ -1110,7 +1110,7 @@ func TestLedgerStrandedPartlyAcked(t *testing.T) {
 		if g0.step == nil || g0.step.Step != n {
 			t.Fatalf("stranded: rank 0 of 2 got %+v, want step %d", g0, n)
 		}
-		if _, err := l.ack(n, 2, 4); !errors.Is(err, errWorld) {
+		if _, err := l.ack(n, 2, 4, nil); !errors.Is(err, errWorld) {
 			t.Fatalf("rank 2 of 4's ack while the step is cut for 2: %v, want %v", err, errWorld)
 		}
 		st, err := l.recordLease(g0, 2)

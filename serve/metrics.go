@@ -18,7 +18,12 @@ var (
 	descRequeued  = prometheus.NewDesc("trajflow_serve_stale_groups_requeued_total", "Stale groups whose tasks were handed back to the run to be sampled again (serve.on_stale requeue) since the start.", nil, nil)
 	descShare     = prometheus.NewDesc("trajflow_serve_stale_share", "Share of the latest kept groups decided (handed out or set aside; four steps' worth, at least 32) that were set aside as stale.", nil, nil)
 	descAlarm     = prometheus.NewDesc("trajflow_serve_stale_alarm", "1 while more than half of a full window of the latest kept groups decided were set aside as stale.", nil, nil)
-	serveDescs    = []*prometheus.Desc{descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued, descShare, descAlarm}
+	descDriftStep = prometheus.NewDesc("trajflow_serve_drift_step", "The latest step acknowledged with the trainer's logprobs (drift).", nil, nil)
+	descDriftMean = prometheus.NewDesc("trajflow_serve_drift_mean_abs", "The latest drift step's mean |log π_trainer − log π_engine| over its tokens, by how many versions they are behind the trainer's.", []string{"lag"}, nil)
+	descDriftMax  = prometheus.NewDesc("trajflow_serve_drift_max_abs", "The latest drift step's largest |log π_trainer − log π_engine|, by lag.", []string{"lag"}, nil)
+	descDriftK3   = prometheus.NewDesc("trajflow_serve_drift_k3", "The latest drift step's k3 estimate of KL(engine ‖ trainer) per token, by lag.", []string{"lag"}, nil)
+	descDriftOut  = prometheus.NewDesc("trajflow_serve_drift_outside_share", "The latest drift step's share of tokens whose ratio π_trainer/π_engine lies outside [1/c, c] (serve.drift_ratio), by lag.", []string{"lag"}, nil)
+	serveDescs    = []*prometheus.Desc{descDriftStep, descDriftMean, descDriftMax, descDriftK3, descDriftOut, descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued, descShare, descAlarm}
 )
 
 // collector serves the service's gauges on run.metrics_addr.
@@ -65,4 +70,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		alarm = 1
 	}
 	gauge(descAlarm, alarm)
+	if d := st.Drift; d != nil {
+		gauge(descDriftStep, float64(d.Last.Step))
+		for lag, v := range d.Last.ByLag {
+			gauge(descDriftMean, v.MeanAbs, lag)
+			gauge(descDriftMax, v.MaxAbs, lag)
+			gauge(descDriftK3, v.K3, lag)
+			gauge(descDriftOut, v.Outside, lag)
+		}
+	}
 }

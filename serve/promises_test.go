@@ -50,14 +50,46 @@ func answer(t *testing.T, method, url, auth string, body io.Reader) (int, client
 	return resp.StatusCode, e, string(raw)
 }
 
-// TestServeBodyLimits: a body over 64 KiB is a 413 naming body on every
-// endpoint, whether its length is announced or not, and the service goes
-// on.
+// spaces reads n spaces.
+type spaces struct{ n int64 }
+
+func (s *spaces) Read(p []byte) (int, error) {
+	if s.n <= 0 {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), s.n)
+	for i := range k {
+		p[i] = ' '
+	}
+	s.n -= k
+	return int(k), nil
+}
+
+// TestServeBodyLimits: a body over 64 KiB (an ack's: over 64 MiB, the
+// room of a trainer's logprobs) is a 413 naming body on every endpoint,
+// whether its length is announced or not, and the service goes on.
 func TestServeBodyLimits(t *testing.T) {
 	s := start(t, testConfig(t, t.TempDir()), serve.Options{})
+	for _, announced := range []bool{true, false} {
+		req, err := http.NewRequest("POST", s.url+"/v1/steps/1/ack", &spaces{serve.MaxAckBody + 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if announced {
+			req.ContentLength = serve.MaxAckBody + 1
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), `"parameter":"body"`) {
+			t.Errorf("an ack over %d bytes (length announced %v): %d %s, want 413 naming body", serve.MaxAckBody, announced, resp.StatusCode, raw)
+		}
+	}
 	big := bytes.Repeat([]byte(" "), 10<<20)
 	for _, rt := range []struct{ method, path string }{
-		{"POST", "/v1/steps/1/ack"},
 		{"POST", "/v1/policy"},
 		{"POST", "/v1/pause"},
 		{"POST", "/v1/resume"},

@@ -257,7 +257,7 @@ func (b *boot) listen(context.Context) (func() error, error) {
 		return nil, fmt.Errorf("serve.addr: %w", err)
 	}
 	b.ln = ln
-	h := &handler{s: b.s, token: b.token, pauseMode: generate.PauseMode(b.cfg.Serve.PauseMode), logf: b.logf}
+	h := &handler{s: b.s, token: b.token, pauseMode: generate.PauseMode(b.cfg.Serve.PauseMode), logf: b.logf, driftRatio: b.cfg.Serve.DriftRatio}
 	srv := &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

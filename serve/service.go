@@ -496,6 +496,23 @@ func (s *service) writePart(ctx context.Context, dir string, n int64, each func(
 	return nil
 }
 
+// engineRows reads the engine's side of step st's rows (the groups in
+// keep; nil: all), in the order they are answered: each row's logprobs
+// of its generated tokens and their versions (driftOf).
+func (s *service) engineRows(ctx context.Context, st *stepState, keep map[groupRef]bool) (engineRows, error) {
+	var out engineRows
+	if err := s.written(ctx, st.Step); err != nil {
+		return out, err
+	}
+	f, err := pqread.Open(s.stepFile(st.Step), s.alloc, 4096)
+	if err != nil {
+		return out, err
+	}
+	defer func() { _ = f.Close() }() // best effort: read only
+	err = eachKept(ctx, f, st.Step, keep, out.addRecord)
+	return out, err
+}
+
 // stepFile is the path of step n's part file.
 func (s *service) stepFile(n int64) string {
 	return filepath.Join(s.dir, schema.ServedStepFile(n))

@@ -90,6 +90,10 @@ type stepState struct {
 	// which the step's file holds with the trained groups; Versions stay
 	// the whole step's.
 	Trained []groupRef `json:"trained_groups,omitempty"`
+	// Drift is the drift between the trainer's logprobs and the
+	// engine's, recorded with the ack that sent them (a step of a world:
+	// its ranks' slices merged); nil when no ack sent any.
+	Drift *stepDrift `json:"drift,omitempty"`
 }
 
 // made is every group the step was made of: the groups trained on

@@ -20,12 +20,14 @@ from the call's first failure (None: no retries); every call is safe to
 retry.
 """
 
+import base64
 import http.client
 import io
 import json
 import os
 import random
 import socket
+import struct
 import time
 import urllib.error
 import urllib.parse
@@ -187,11 +189,20 @@ class ServeClient:
             opt("Trajflow-Step-Groups"),
         )
 
-    def ack(self, step, rank=None, world=None):
+    def ack(self, step, rank=None, world=None, logprobs=None):
         """Acknowledges a step (idempotent); with rank and world, that
-        rank's slice of it."""
+        rank's slice of it. logprobs, when given, are the trainer's own
+        logprobs of the step's generated tokens: one sequence of floats
+        per row, in the step's row order, each row's tokens whose
+        loss_mask is 1 ([] for a row without token ids); the service
+        measures the drift from the engine's and answers it under
+        "drift" (docs/serve.md, "Drift")."""
         q = f"?rank={int(rank)}&world={int(world)}" if rank is not None or world is not None else ""
-        return self._json("POST", f"/v1/steps/{int(step)}/ack{q}")
+        body = None
+        if logprobs is not None:
+            rows = [base64.b64encode(struct.pack(f"<{len(row)}f", *row)).decode() for row in logprobs]
+            body = {"step": int(step), "logprobs_f32": rows}
+        return self._json("POST", f"/v1/steps/{int(step)}/ack{q}", body)
 
     def set_policy(self, version):
         """Weights of this version are live on the fleet."""

@@ -26,7 +26,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             answer = srv.script.pop(0) if srv.script else srv.default
         n = int(self.headers.get("Content-Length") or 0)
         if n:
-            self.rfile.read(n)
+            body = self.rfile.read(n)
+            with srv.lock:
+                srv.bodies.append(body)
         if answer == "cut":
             # The service died mid-request: the connection closes with no
             # answer at all.
@@ -56,6 +58,7 @@ class _Server(http.server.ThreadingHTTPServer):
 def _start(script, default=(200, {"status": "ok"}, None), port=0):
     srv = _Server(("127.0.0.1", port), _Handler)
     srv.script, srv.default, srv.requests, srv.lock = list(script), default, [], threading.Lock()
+    srv.bodies = []
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     return srv
 
@@ -103,6 +106,21 @@ class RetryTest(unittest.TestCase):
                 self.assertEqual(got, {"status": "ok"})
                 self.assertEqual(len(self.retried), 2)
                 self.assertEqual(len(srv.requests), 3)
+
+    def test_ack_logprobs(self):
+        """An ack with logprobs sends them as the service reads them: the
+        step, and one base64 string of little-endian float32 values a
+        row, in order (an empty row for a row without token ids)."""
+        import base64
+        import struct
+        srv, url = self.serve([(200, {"step": 3, "acked": True, "drift": {"step": 3}}, None)])
+        got = self.client(url).ack(3, logprobs=[[-0.5, -1.25], [], [-3.0]])
+        self.assertEqual(got["drift"], {"step": 3})
+        self.assertEqual(srv.requests[0][:2], ("POST", "/v1/steps/3/ack"))
+        body = json.loads(srv.bodies[0])
+        self.assertEqual(body["step"], 3)
+        rows = [list(struct.unpack(f"<{len(base64.b64decode(r)) // 4}f", base64.b64decode(r))) for r in body["logprobs_f32"]]
+        self.assertEqual(rows, [[-0.5, -1.25], [], [-3.0]])
 
     def test_not_retried(self):
         """A 503 whose reason is ended, a 409, a 400 and a 500 are raised at

@@ -7,10 +7,13 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -102,6 +105,9 @@ type Status struct {
 	// the fleet generates while little reaches the trainer.
 	StaleShare float64     `json:"stale_share"`
 	StaleAlarm *StaleAlarm `json:"stale_alarm,omitempty"`
+	// Drift is the drift between the trainers' logprobs and the
+	// engine's, from the acks that sent logprobs; nil before the first.
+	Drift *DriftStatus `json:"drift,omitempty"`
 	// InGeneration and InEnvironment are the model and environment calls
 	// in flight; GroupsKept and GroupsFinished the run's groups since it
 	// started, KeepRate their ratio; TokensGenerated the model's tokens.
@@ -121,6 +127,46 @@ type StepCounts struct {
 	Acked   int `json:"acked"`
 	Leased  int `json:"leased"`
 	Pending int `json:"pending"`
+}
+
+// Drift compares a trainer's logprobs of generated tokens with the
+// engine's (an ack's logprobs), over Tokens tokens of Sequences rows, d
+// being log π_trainer − log π_engine of a token: MeanAbs and MaxAbs of
+// |d|; K3 the mean of e^d − 1 − d, the k3 estimate of KL(engine ‖
+// trainer); Outside the share of tokens whose ratio e^d lies outside
+// [1/c, c] (serve.drift_ratio); per row, the sequence-level ratio
+// exp(mean d), its smallest and largest (SeqRatioMin, SeqRatioMax) and
+// the standard deviation of its log (SeqLogRatioStd).
+type Drift struct {
+	Tokens         int64   `json:"tokens"`
+	Sequences      int64   `json:"sequences"`
+	MeanAbs        float64 `json:"mean_abs"`
+	MaxAbs         float64 `json:"max_abs"`
+	K3             float64 `json:"k3"`
+	Outside        float64 `json:"outside_share"`
+	SeqRatioMin    float64 `json:"seq_ratio_min"`
+	SeqRatioMax    float64 `json:"seq_ratio_max"`
+	SeqLogRatioStd float64 `json:"seq_log_ratio_std"`
+}
+
+// StepDrift is one step's drift: over all its tokens and by lag, the
+// number of policy versions a token is behind the trainer's version
+// when it acknowledged (a row's sequence ratio counted at its oldest
+// token's lag).
+type StepDrift struct {
+	Step           int64            `json:"step"`
+	TrainerVersion int64            `json:"trainer_version"`
+	RatioBound     float64          `json:"ratio_bound"`
+	All            Drift            `json:"all"`
+	ByLag          map[string]Drift `json:"by_lag"`
+}
+
+// DriftStatus is the drift of the steps acknowledged with logprobs:
+// how many, the latest, and all of them together by lag.
+type DriftStatus struct {
+	Steps int              `json:"steps"`
+	Last  StepDrift        `json:"last"`
+	ByLag map[string]Drift `json:"by_lag"`
 }
 
 // StaleAlarm says that most of the latest kept groups were set aside as
@@ -447,6 +493,31 @@ func (c *Client) Ack(ctx context.Context, n int64) error {
 // slice. Acking twice is harmless.
 func (c *Client) AckRank(ctx context.Context, n int64, rank, world int) error {
 	return c.call(ctx, http.MethodPost, fmt.Sprintf("/v1/steps/%d/ack?rank=%d&world=%d", n, rank, world), nil, nil)
+}
+
+// AckLogprobs acknowledges step n with the trainer's own logprobs of its
+// generated tokens: per row in the step's row order, each row's tokens
+// whose loss_mask is 1, in order ([] for a row without token ids). The
+// service measures the drift from the engine's (Status.Drift) and
+// answers it. rank and world as for AckRank (world 0: the whole step).
+func (c *Client) AckLogprobs(ctx context.Context, n int64, rank, world int, logprobs [][]float32) (*StepDrift, error) {
+	rows := make([]string, len(logprobs))
+	for i, row := range logprobs {
+		b := make([]byte, 4*len(row))
+		for j, v := range row {
+			binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(v))
+		}
+		rows[i] = base64.StdEncoding.EncodeToString(b)
+	}
+	path := fmt.Sprintf("/v1/steps/%d/ack", n)
+	if world > 0 {
+		path += fmt.Sprintf("?rank=%d&world=%d", rank, world)
+	}
+	var out struct {
+		Drift *StepDrift `json:"drift"`
+	}
+	err := c.call(ctx, http.MethodPost, path, map[string]any{"step": n, "logprobs_f32": rows}, &out)
+	return out.Drift, err
 }
 
 // SetPolicy tells the service that weights of version v are live on the

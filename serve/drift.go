@@ -1,0 +1,408 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+
+	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/serve/client"
+)
+
+// MaxAckBody is the largest ack body: a trainer's logprobs for a step's
+// generated tokens (about 5.4 bytes a token in logprobs_f32: some 12
+// million tokens).
+const MaxAckBody = 64 << 20
+
+// DefaultDriftRatio is the c of the drift's outside share: the share of
+// tokens whose ratio π_trainer/π_engine lies outside [1/c, c].
+const DefaultDriftRatio = 2.0
+
+// AckBody is the body an ack may carry: the trainer's own logprobs of
+// the step's generated tokens, per row in the step's row order (the
+// rank's slice for a rank's ack), each row's in its token order (the
+// positions of the response whose loss_mask is 1), as Logprobs (JSON
+// numbers) or LogprobsF32 (per row, the little-endian float32 values in
+// standard base64). Step, when set, must be the step acknowledged.
+type AckBody struct {
+	Step        *int64      `json:"step,omitempty"`
+	Logprobs    [][]float64 `json:"logprobs,omitempty"`
+	LogprobsF32 []string    `json:"logprobs_f32,omitempty"`
+}
+
+// ParseAckBody reads an ack's body: nil rows for an empty one (an ack
+// without drift). Every problem is a *ParamError naming the field (and
+// the row and token): unknown keys, both forms or neither, a step other
+// than n, a value that is not a finite logprob (≤ 0), base64 that is not
+// whole float32 values.
+func ParseAckBody(b []byte, n int64) ([][]float32, *ParamError) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var body AckBody
+	if err := dec.Decode(&body); err != nil {
+		return nil, bodyError(err, `{"logprobs": [[…], …]} or {"logprobs_f32": ["base64", …]}`)
+	}
+	if dec.More() {
+		return nil, &ParamError{"body", "body: one JSON object, not several"}
+	}
+	if body.Step != nil && *body.Step != n {
+		return nil, &ParamError{"step", fmt.Sprintf("step: the body is for step %d, the ack for step %d", *body.Step, n)}
+	}
+	switch {
+	case body.Logprobs != nil && body.LogprobsF32 != nil:
+		return nil, &ParamError{"logprobs", "logprobs: give logprobs or logprobs_f32, not both"}
+	case body.Logprobs == nil && body.LogprobsF32 == nil:
+		return nil, &ParamError{"logprobs", "logprobs: missing (logprobs or logprobs_f32, one list a row)"}
+	}
+	var rows [][]float32
+	if body.Logprobs != nil {
+		rows = make([][]float32, len(body.Logprobs))
+		for i, row := range body.Logprobs {
+			rows[i] = make([]float32, len(row))
+			for j, v := range row {
+				rows[i][j] = float32(v)
+			}
+		}
+	} else {
+		rows = make([][]float32, len(body.LogprobsF32))
+		for i, s := range body.LogprobsF32 {
+			raw, err := base64.StdEncoding.DecodeString(s)
+			if err != nil || len(raw)%4 != 0 {
+				return nil, &ParamError{"logprobs_f32", fmt.Sprintf("logprobs_f32[%d]: want standard base64 of little-endian float32 values", i)}
+			}
+			rows[i] = make([]float32, len(raw)/4)
+			for j := range rows[i] {
+				rows[i][j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+			}
+		}
+	}
+	field := "logprobs"
+	if body.LogprobsF32 != nil {
+		field = "logprobs_f32"
+	}
+	for i, row := range rows {
+		for j, v := range row {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) || f > logprobSlack {
+				return nil, &ParamError{field, fmt.Sprintf("%s[%d][%d]: %v is not a logprob (finite, at most 0)", field, i, j, v)}
+			}
+		}
+	}
+	return rows, nil
+}
+
+// logprobSlack is how far above 0 a logprob may round.
+const logprobSlack = 1e-4
+
+// driftAcc accumulates the drift of tokens and sequences: sums, so that
+// the drifts of a step's ranks' slices add up exactly.
+type driftAcc struct {
+	Tokens  int64   `json:"tokens"`
+	SumAbs  float64 `json:"sum_abs"`
+	MaxAbs  float64 `json:"max_abs"`
+	SumK3   float64 `json:"sum_k3"`
+	Outside int64   `json:"outside"`
+	// Seqs are the rows; SeqSum and SeqSumSq the sums of their
+	// sequence-level log ratios (the mean of their tokens' log ratios),
+	// SeqMin and SeqMax the smallest and largest.
+	Seqs     int64   `json:"sequences"`
+	SeqSum   float64 `json:"seq_sum"`
+	SeqSumSq float64 `json:"seq_sum_sq"`
+	SeqMin   float64 `json:"seq_min"`
+	SeqMax   float64 `json:"seq_max"`
+}
+
+// add adds one token's log ratio d = logπ_trainer − logπ_engine under
+// the ratio bound c.
+func (a *driftAcc) add(d, c float64) {
+	a.Tokens++
+	a.SumAbs += math.Abs(d)
+	a.MaxAbs = max(a.MaxAbs, math.Abs(d))
+	// k3 (Schulman): r − 1 − log r, r = π_trainer/π_engine, an unbiased
+	// estimate of KL(engine ‖ trainer) over tokens the engine sampled.
+	a.SumK3 += math.Expm1(d) - d
+	if math.Abs(d) > math.Log(c) {
+		a.Outside++
+	}
+}
+
+// addSeq adds one row's sequence-level log ratio.
+func (a *driftAcc) addSeq(l float64) {
+	if a.Seqs == 0 {
+		a.SeqMin, a.SeqMax = l, l
+	}
+	a.Seqs++
+	a.SeqSum += l
+	a.SeqSumSq += l * l
+	a.SeqMin, a.SeqMax = min(a.SeqMin, l), max(a.SeqMax, l)
+}
+
+// merge adds b to a.
+func (a *driftAcc) merge(b *driftAcc) {
+	if b.Seqs > 0 {
+		if a.Seqs == 0 {
+			a.SeqMin, a.SeqMax = b.SeqMin, b.SeqMax
+		}
+		a.SeqMin, a.SeqMax = min(a.SeqMin, b.SeqMin), max(a.SeqMax, b.SeqMax)
+	}
+	a.Tokens += b.Tokens
+	a.SumAbs += b.SumAbs
+	a.MaxAbs = max(a.MaxAbs, b.MaxAbs)
+	a.SumK3 += b.SumK3
+	a.Outside += b.Outside
+	a.Seqs += b.Seqs
+	a.SeqSum += b.SeqSum
+	a.SeqSumSq += b.SeqSumSq
+}
+
+// view is the accumulated drift as the status and the ack show it.
+func (a *driftAcc) view() client.Drift {
+	d := client.Drift{Tokens: a.Tokens, Sequences: a.Seqs, MaxAbs: a.MaxAbs}
+	if a.Tokens > 0 {
+		n := float64(a.Tokens)
+		d.MeanAbs, d.K3, d.Outside = a.SumAbs/n, a.SumK3/n, float64(a.Outside)/n
+	}
+	if a.Seqs > 0 {
+		n := float64(a.Seqs)
+		mean := a.SeqSum / n
+		d.SeqRatioMin, d.SeqRatioMax = math.Exp(a.SeqMin), math.Exp(a.SeqMax)
+		d.SeqLogRatioStd = math.Sqrt(max(a.SeqSumSq/n-mean*mean, 0))
+	}
+	return d
+}
+
+// stepDrift is a step's drift, recorded with its ack: by how many policy
+// versions the tokens' are behind the trainer's (lag, as a string key
+// for JSON), and over all. Ranks' acks merge into it.
+type stepDrift struct {
+	// Trainer is the policy version when the (first) ack came: the
+	// weights the trainer's logprobs are of.
+	Trainer int64                `json:"trainer_version"`
+	Ratio   float64              `json:"ratio_bound"`
+	All     driftAcc             `json:"all"`
+	ByLag   map[string]*driftAcc `json:"by_lag"`
+}
+
+// merge adds b (another rank's slice) to d.
+func (d *stepDrift) merge(b *stepDrift) {
+	d.All.merge(&b.All)
+	for k, a := range b.ByLag {
+		if d.ByLag[k] == nil {
+			d.ByLag[k] = &driftAcc{}
+		}
+		d.ByLag[k].merge(a)
+	}
+}
+
+// view is d as the status and the ack show it.
+func (d *stepDrift) view(step int64) client.StepDrift {
+	out := client.StepDrift{Step: step, TrainerVersion: d.Trainer, RatioBound: d.Ratio, All: d.All.view(), ByLag: map[string]client.Drift{}}
+	for k, a := range d.ByLag {
+		out.ByLag[k] = a.view()
+	}
+	return out
+}
+
+// driftStatus is the drift of the recorded steps that have one: how
+// many, the latest (the highest step number), and all together by lag;
+// nil when none has.
+func driftStatus(steps []*stepState) *client.DriftStatus {
+	var out *client.DriftStatus
+	all := map[string]*driftAcc{}
+	for _, st := range steps {
+		if st.Drift == nil {
+			continue
+		}
+		if out == nil {
+			out = &client.DriftStatus{}
+		}
+		out.Steps++
+		if st.Step >= out.Last.Step {
+			out.Last = st.Drift.view(st.Step)
+		}
+		for k, a := range st.Drift.ByLag {
+			if all[k] == nil {
+				all[k] = &driftAcc{}
+			}
+			all[k].merge(a)
+		}
+	}
+	if out != nil {
+		out.ByLag = map[string]client.Drift{}
+		for k, a := range all {
+			out.ByLag[k] = a.view()
+		}
+	}
+	return out
+}
+
+// engineRows are the engine's side of a step's rows, in order: each
+// row's logprobs of its generated tokens (loss_mask 1) and their policy
+// versions.
+type engineRows struct {
+	logprobs [][]float32
+	versions [][]int64
+}
+
+// addRecord adds the rows of rec (a step file's record, in the output
+// schema).
+func (e *engineRows) addRecord(rec arrow.Record) error {
+	sc := rec.Schema()
+	col := func(c int) arrow.Array {
+		if idx := sc.FieldIndices(schema.ColumnName(c)); len(idx) == 1 {
+			return rec.Column(idx[0])
+		}
+		return nil
+	}
+	prompt, ok1 := col(schema.ColPromptTokenIDs).(*array.List)
+	mask, ok2 := col(schema.ColLossMask).(*array.List)
+	lps, ok3 := col(schema.ColResponseLogprobs).(*array.List)
+	minV, ok4 := col(schema.ColMinPolicyVersion).(*array.Int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return fmt.Errorf("the step's rows lack the training view (prompt_token_ids, loss_mask, response_logprobs, min_policy_version)")
+	}
+	maskV, okM := mask.ListValues().(*array.Int8)
+	lpV, okL := lps.ListValues().(*array.Float32)
+	if !okM || !okL {
+		return fmt.Errorf("the step's loss_mask or response_logprobs have an unexpected type")
+	}
+	spans := spanOf(rec)
+	for i := range int(rec.NumRows()) {
+		var lp []float32
+		var vs []int64
+		if !mask.IsNull(i) && !lps.IsNull(i) {
+			pFrom, pTo := prompt.ValueOffsets(i)
+			base := int32(pTo - pFrom)
+			mFrom, mTo := mask.ValueOffsets(i)
+			lFrom, lTo := lps.ValueOffsets(i)
+			if mTo-mFrom != lTo-lFrom {
+				return fmt.Errorf("row %d: %d loss_mask values, %d response_logprobs", i, mTo-mFrom, lTo-lFrom)
+			}
+			rowSpans := spans(i)
+			for j := int64(0); j < mTo-mFrom; j++ {
+				if maskV.Value(int(mFrom+j)) != 1 {
+					continue
+				}
+				lp = append(lp, lpV.Value(int(lFrom+j)))
+				vs = append(vs, versionAt(rowSpans, base+int32(j), minV.Value(i)))
+			}
+		}
+		e.logprobs = append(e.logprobs, lp)
+		e.versions = append(e.versions, vs)
+	}
+	return nil
+}
+
+// span is one policy_versions span of a row.
+type span struct {
+	version    int64
+	start, end int32
+}
+
+// spanOf returns, for a record, a function giving a row's spans (none
+// where the record has no policy_versions column).
+func spanOf(rec arrow.Record) func(i int) []span {
+	idx := rec.Schema().FieldIndices(schema.ColumnName(schema.ColPolicyVersions))
+	if len(idx) != 1 {
+		return func(int) []span { return nil }
+	}
+	list, ok := rec.Column(idx[0]).(*array.List)
+	if !ok {
+		return func(int) []span { return nil }
+	}
+	st, ok := list.ListValues().(*array.Struct)
+	if !ok {
+		return func(int) []span { return nil }
+	}
+	v, ok1 := st.Field(schema.SpanVersion).(*array.Int64)
+	s, ok2 := st.Field(schema.SpanStart).(*array.Int32)
+	e, ok3 := st.Field(schema.SpanEnd).(*array.Int32)
+	if !ok1 || !ok2 || !ok3 {
+		return func(int) []span { return nil }
+	}
+	return func(i int) []span {
+		if list.IsNull(i) {
+			return nil
+		}
+		from, to := list.ValueOffsets(i)
+		out := make([]span, 0, to-from)
+		for j := int(from); j < int(to); j++ {
+			out = append(out, span{v.Value(j), s.Value(j), e.Value(j)})
+		}
+		return out
+	}
+}
+
+// versionAt is the version of the token at position p: its span's (the
+// oldest that may have generated it), else the row's min_policy_version.
+func versionAt(spans []span, p int32, fallback int64) int64 {
+	i, found := slices.BinarySearchFunc(spans, p, func(s span, p int32) int {
+		switch {
+		case s.end <= p:
+			return -1
+		case s.start > p:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		return spans[i].version
+	}
+	return fallback
+}
+
+// driftOf compares the trainer's logprobs of a step's rows with the
+// engine's, the trainer at version trainer, under the ratio bound c. A
+// count that does not match (rows, or a row's tokens) is a *ParamError
+// naming the row.
+func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, field string) (*stepDrift, *ParamError) {
+	if len(trainer) != len(engine.logprobs) {
+		return nil, &ParamError{field, fmt.Sprintf("%s: %d rows, the step's answer holds %d (one list a row, in its order; [] for a row without token ids)", field, len(trainer), len(engine.logprobs))}
+	}
+	d := &stepDrift{Trainer: version, Ratio: c, ByLag: map[string]*driftAcc{}}
+	for i, row := range trainer {
+		eng := engine.logprobs[i]
+		if len(row) != len(eng) {
+			return nil, &ParamError{field, fmt.Sprintf("%s[%d]: %d values, the row has %d generated tokens (loss_mask 1)", field, i, len(row), len(eng))}
+		}
+		if len(row) == 0 {
+			continue
+		}
+		var sum float64
+		oldest := engine.versions[i][0]
+		for j, t := range row {
+			diff := float64(t) - float64(eng[j])
+			sum += diff
+			v := engine.versions[i][j]
+			oldest = min(oldest, v)
+			d.All.add(diff, c)
+			d.lag(version-v).add(diff, c)
+		}
+		seq := sum / float64(len(row))
+		d.All.addSeq(seq)
+		d.lag(version - oldest).addSeq(seq)
+	}
+	return d, nil
+}
+
+// lag is the accumulator of tokens lag versions behind (0 for a token
+// newer than the trainer's version).
+func (d *stepDrift) lag(lag int64) *driftAcc {
+	k := strconv.FormatInt(max(lag, 0), 10)
+	a := d.ByLag[k]
+	if a == nil {
+		a = &driftAcc{}
+		d.ByLag[k] = a
+	}
+	return a
+}

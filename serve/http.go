@@ -456,14 +456,96 @@ func recordsOf(groups []*group) []arrow.Record {
 }
 
 // encodeStep writes the records each calls back with as an Arrow IPC
-// stream of schema sc, or as JSON lines.
+// stream of schema sc, one record batch a group (byGroup), or as JSON
+// lines: the same bytes whether the records are the step's groups as
+// read from data/ (a new step) or its part file read back (a step served
+// again, or replayed).
 func encodeStep(w io.Writer, format string, sc *arrow.Schema, alloc memory.Allocator, each func(func(arrow.Record) error) error) error {
 	if format == FormatJSONL {
 		return each(func(rec arrow.Record) error { return array.RecordToJSON(rec, w) })
 	}
 	iw := ipc.NewWriter(w, ipc.WithSchema(sc), ipc.WithAllocator(alloc))
-	err := each(func(rec arrow.Record) error { return iw.Write(rec) })
+	err := byGroup(alloc, each, iw.Write)
 	return errors.Join(err, iw.Close())
+}
+
+// byGroup calls fn with one record a group, in order, from the records
+// each calls back with: a record holding several groups is sliced, a
+// group spread over several records is concatenated.
+func byGroup(alloc memory.Allocator, each func(func(arrow.Record) error) error, fn func(arrow.Record) error) error {
+	var parts []arrow.Record
+	var cur groupRef
+	release := func() {
+		for _, p := range parts {
+			p.Release()
+		}
+		parts = parts[:0]
+	}
+	defer release()
+	flush := func() error {
+		if len(parts) == 0 {
+			return nil
+		}
+		if len(parts) == 1 {
+			err := fn(parts[0])
+			release()
+			return err
+		}
+		rec, err := concatRecords(alloc, parts)
+		release()
+		if err != nil {
+			return err
+		}
+		defer rec.Release()
+		return fn(rec)
+	}
+	err := each(func(rec arrow.Record) error {
+		var err error
+		gerr := eachGroup(rec, func(ref groupRef, start, end int) {
+			if err != nil {
+				return
+			}
+			if len(parts) > 0 && ref != cur {
+				err = flush()
+			}
+			cur = ref
+			parts = append(parts, rec.NewSlice(int64(start), int64(end)))
+		})
+		return errors.Join(gerr, err)
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// concatRecords is recs (one schema) as one record.
+func concatRecords(alloc memory.Allocator, recs []arrow.Record) (arrow.Record, error) {
+	sc := recs[0].Schema()
+	cols := make([]arrow.Array, sc.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	var rows int64
+	for _, r := range recs {
+		rows += r.NumRows()
+	}
+	for i := range cols {
+		arrs := make([]arrow.Array, len(recs))
+		for j, r := range recs {
+			arrs[j] = r.Column(i)
+		}
+		c, err := array.Concatenate(arrs, alloc)
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", sc.Field(i).Name, err)
+		}
+		cols[i] = c
+	}
+	return array.NewRecord(sc, cols, rows), nil
 }
 
 func (h *handler) ack(w http.ResponseWriter, r *http.Request) {

@@ -180,6 +180,11 @@ const (
 	// ServeLockFile is held (flock) by a running service in ServedDir, so
 	// that two services never hand out the steps of one output.
 	ServeLockFile = ".lock"
+	// ReplayDir holds the state of `trajflow serve --replay` over an
+	// output directory (its own ServeStateFile and ServeLockFile): the
+	// leases and acks of the replay, apart from those of the service
+	// that recorded the steps, which it never changes.
+	ReplayDir = "replay"
 	// KeyServedStep is the Parquet metadata key holding a served step's
 	// number, in the step's part file.
 	KeyServedStep = "trajflow.served_step"

@@ -31,7 +31,8 @@ type boot struct {
 	logf  func(format string, args ...any)
 	token string
 
-	dir         string // OUTPUT/served
+	dir         string // OUTPUT/served (a replay's: OUTPUT/replay)
+	stepsDir    string // a replay's recorded steps (OUTPUT/served)
 	st          *state
 	stopService context.CancelFunc
 	s           *service
@@ -180,7 +181,7 @@ func (b *boot) ledger(context.Context) (func() error, error) {
 	sctx, stop := context.WithCancel(context.Background())
 	b.stopService = stop
 	s, err := newService(serviceConfig{
-		Dir: b.dir, State: b.st, Ctx: sctx,
+		Dir: b.dir, StepsDir: b.stepsDir, State: b.st, Ctx: sctx,
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseLimit(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
 		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
 		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale, Unserved: groups.NewUnserved(),

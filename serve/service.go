@@ -48,7 +48,10 @@ func (g *group) release() {
 // queue and the waiting trainers), the served directory its steps are
 // written to, and the run's progress for the status.
 type service struct {
-	dir   string // OUTPUT/served
+	dir   string // OUTPUT/served (a replay's: OUTPUT/replay)
+	// stepsDir, in a replay, is where the recorded steps' folders are
+	// (OUTPUT/served); "": dir.
+	stepsDir string
 	alloc memory.Allocator
 	maxK  int // serve.max_groups_per_step
 	popts parquet.Options
@@ -78,6 +81,9 @@ type service struct {
 type serviceConfig struct {
 	// Dir is the served directory (OUTPUT/served), locked.
 	Dir string
+	// StepsDir is, in a replay, the recorded steps' directory
+	// (OUTPUT/served); "": Dir.
+	StepsDir string
 	// State is the recorded state (loadState).
 	State *state
 	// Ctx ends when the service stops.
@@ -125,7 +131,7 @@ func newService(c serviceConfig) (*service, error) {
 		ctx = context.Background()
 	}
 	return &service{
-		dir: c.Dir, alloc: memory.NewGoAllocator(), maxK: c.MaxK, popts: c.Parquet, ctx: ctx,
+		dir: c.Dir, stepsDir: c.StepsDir, alloc: memory.NewGoAllocator(), maxK: c.MaxK, popts: c.Parquet, ctx: ctx,
 		led: led, policy: led.policy, supply: led.dem.supply, unserved: led.sp.unserved,
 	}, nil
 }
@@ -513,8 +519,12 @@ func (s *service) engineRows(ctx context.Context, st *stepState, keep map[groupR
 	return out, err
 }
 
-// stepFile is the path of step n's part file.
+// stepFile is the path of step n's part file (in stepsDir, a replay's
+// recorded steps, else in dir).
 func (s *service) stepFile(n int64) string {
+	if s.stepsDir != "" {
+		return filepath.Join(s.stepsDir, schema.ServedStepFile(n))
+	}
 	return filepath.Join(s.dir, schema.ServedStepFile(n))
 }
 

@@ -15,6 +15,7 @@ import (
 )
 
 const serveUsage = `Usage: trajflow serve CONFIG.yaml [--addr HOST:PORT] [--set section.key=value ...]
+       trajflow serve --replay OUT [--addr HOST:PORT] [--set serve.key=value ...]
 
 Runs the pipeline continuously and hands out training steps over HTTP
 (docs/serve.md): GET /v1/steps/next?groups=K, POST /v1/steps/N/ack,
@@ -25,6 +26,10 @@ POST /v1/policy, /v1/pause, /v1/resume, GET /v1/status, GET /healthz.
   --set section.key=value   override a config key (YAML value), repeatable
   --allow-config-change     resume an output directory whose committed work
                             came from a config with other semantic keys
+  --replay OUT              serve the steps a service recorded in the output
+                            directory OUT again, in the same order and bytes,
+                            with no engine and no config (its leases and acks
+                            in OUT/replay; the serve section by --set serve.…)
 
 On SIGINT, SIGTERM or SIGHUP the service stops as a run does: no more work
 is admitted, every finished group is committed, and a restart serves the
@@ -43,6 +48,11 @@ func serveLine(st client.Status) string {
 }
 
 func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		if name, _, _ := strings.Cut(a, "="); name == "--replay" {
+			return replayCmd(ctx, args, stdout, stderr)
+		}
+	}
 	allowChange := false
 	var addr string
 	path, sets, code := configArgs("serve", serveUsage, args, stdout, stderr, func(a string, next func() (string, bool)) (bool, int) {
@@ -120,6 +130,73 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 		return ExitInterrupted
 	default:
 		fmt.Fprintln(stderr, "trajflow serve:", err)
+		return ExitFailed
+	}
+}
+
+// replayCmd is `trajflow serve --replay OUT`: the steps OUT recorded,
+// served again (serve.Replay).
+func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var out, addr string
+	var sets []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, v, hasV := strings.Cut(a, "=")
+		value := func() (string, bool) {
+			if hasV {
+				return v, true
+			}
+			if i+1 >= len(args) {
+				return "", false
+			}
+			i++
+			return args[i], true
+		}
+		var ok bool
+		switch name {
+		case "-h", "--help":
+			fmt.Fprint(stdout, serveUsage)
+			return ExitOK
+		case "--replay":
+			out, ok = value()
+		case "--addr":
+			addr, ok = value()
+		case "--set":
+			var s string
+			s, ok = value()
+			if ok && !strings.HasPrefix(s, "serve.") {
+				fmt.Fprintf(stderr, "trajflow serve --replay: --set %s: a replay takes the serve section's keys alone (serve.lease, serve.token_env, …)\n", s)
+				return ExitUsage
+			}
+			sets = append(sets, s)
+		default:
+			fmt.Fprintf(stderr, "trajflow serve --replay: unexpected %s (a replay takes no config)\n\n%s", a, serveUsage)
+			return ExitUsage
+		}
+		if !ok || (name != "--set" && strings.TrimSpace(args[i]) == "") {
+			fmt.Fprintf(stderr, "trajflow serve: %s needs a value\n\n%s", name, serveUsage)
+			return ExitUsage
+		}
+	}
+	cfg, err := config.Decode([]byte("{}"), "--replay", sets)
+	if err == nil && addr != "" {
+		err = cfg.SetByFlag("serve.addr", addr, "--addr")
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "trajflow serve --replay:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	}
+	stderr = cfg.Redactor().Writer(stderr)
+	err = serve.Replay(ctx, out, cfg.Serve, serve.Options{Stderr: stderr})
+	switch {
+	case err == nil || ctx.Err() != nil && err == nil:
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "trajflow serve: stopped (%v); the replay's acks are kept in %s\n", context.Cause(ctx), out)
+			return ExitInterrupted
+		}
+		return ExitOK
+	default:
+		fmt.Fprintln(stderr, "trajflow serve --replay:", err)
 		return ExitFailed
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
@@ -128,7 +129,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	cfg.Run.Progress = config.Duration(250 * time.Millisecond)
 
 	dir := filepath.Join(cfg.Output.Dir, schema.ServedDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
 	unlock, err := lock(dir)

@@ -40,8 +40,9 @@ const (
 // committed (its progress lines' "rows committed", its summary's "rows
 // written") is there and every part file reads back with trajflow's
 // reader (readback), each key once, each part's output.jsonl file beside
-// it with one line per row, inputs.jsonl holding every committed task;
-// the next run resumes from there. The last run of each directory
+// it with one line per row, inputs.jsonl holding every committed task,
+// the secret key whole, and after a run that finished every row and
+// metrics.json; the next run resumes from there. The last run of each directory
 // finishes, and then every (task_index, rollout_index) is there exactly
 // once and inputs.jsonl holds one line per task.
 func TestPowerCutResume(t *testing.T) {
@@ -252,6 +253,13 @@ wait:
 	if !killed && rows != cutTasks*cutN {
 		t.Errorf("%s: the run had finished, and after the cut %d rows of %d are there", name, rows, cutTasks*cutN)
 		ok = false
+	}
+	if !killed {
+		// A finished run leaves its metrics durable too.
+		if b, err := os.ReadFile(filepath.Join(out, schema.MetricsFile)); err != nil || !json.Valid(b) {
+			t.Errorf("%s: the run had finished, and after the cut %s is %d bytes (%v)", name, schema.MetricsFile, len(b), err)
+			ok = false
+		}
 	}
 	t.Logf("%s: killed %v (%v); rows %d before, %d reported by the run, %d after the cut", name, killed, st, before, reported, rows)
 	return killed, ok

@@ -24,6 +24,7 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/internal/arrowmem"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sinks/lines"
@@ -376,7 +377,7 @@ func (r *run) provisionOutput(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
+	if err := durable.MkdirAll(cfg.Output.Dir, 0o755); err != nil {
 		return fmt.Errorf("output.dir: %w", err)
 	}
 	if !r.opts.continuous().Locked {

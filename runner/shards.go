@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner/build"
 	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/schema"
@@ -26,7 +27,7 @@ var ErrManifest = resume.ErrManifest
 // once agree on the ones written first.
 func (r *run) provisionRoot(ctx context.Context) error {
 	if !storage.IsURL(r.root) {
-		if err := os.MkdirAll(r.root, 0o755); err != nil {
+		if err := durable.MkdirAll(r.root, 0o755); err != nil {
 			return fmt.Errorf("output.dir: %w", err)
 		}
 		return r.rootFiles(r.root)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -88,7 +89,7 @@ func (b *boot) replayLock(context.Context) (func() error, error) {
 	}
 	b.dir = filepath.Join(out, schema.ReplayDir)
 	b.stepsDir = filepath.Join(out, schema.ServedDir)
-	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+	if err := durable.MkdirAll(b.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	unlockOut, err := resume.LockDir(out)

@@ -7,13 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/schema"
@@ -138,7 +138,7 @@ func (b *boot) check(context.Context) (func() error, error) {
 // of this service's.
 func (b *boot) lock(context.Context) (func() error, error) {
 	b.dir = filepath.Join(b.cfg.Output.Dir, schema.ServedDir)
-	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+	if err := durable.MkdirAll(b.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
 	unlockOut, err := resume.LockDir(b.cfg.Output.Dir)

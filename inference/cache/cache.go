@@ -110,7 +110,7 @@ func Open(dir string, maxBytes int64) (*Store, error) {
 	if maxBytes < 0 {
 		return nil, fmt.Errorf("cache: max bytes must be >= 0, got %d", maxBytes)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
 	s := &Store{dir: dir, max: maxBytes, entries: map[string]*entry{}}
@@ -229,7 +229,7 @@ func (s *Store) Put(k Key, v any) error {
 	sum := sha256.Sum256(payload)
 	r := rel(k)
 	final := filepath.Join(s.dir, r)
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+	if err := durable.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
 	var rnd [8]byte

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // SyncDir syncs a directory, so that a rename or a new name in it survives
@@ -146,4 +147,85 @@ func (f *File) remove() error {
 		return err
 	}
 	return nil
+}
+
+// CommitNew is Commit for a file that must never replace another: the
+// synced file is linked to its path (not renamed over it), the directory
+// synced, and the temporary name removed. When a file is already at the
+// path the error wraps fs.ErrExist, and that file is untouched (for
+// writers that may race: the first one's file stays, the others read it).
+// The file keeps the mode it was created with.
+func (f *File) CommitNew() error {
+	if f.done {
+		return fmt.Errorf("commit of %s: already done", f.final)
+	}
+	tmp := f.Name()
+	if err := f.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("sync %s: %w", tmp, err), f.Abort())
+	}
+	if err := f.File.Close(); err != nil {
+		return errors.Join(fmt.Errorf("close %s: %w", tmp, err), f.remove())
+	}
+	if err := os.Link(tmp, f.final); err != nil {
+		return errors.Join(fmt.Errorf("link %s: %w", f.final, err), f.remove())
+	}
+	// Linked, the file stays at its path; the temporary name goes.
+	if err := f.remove(); err != nil {
+		return fmt.Errorf("remove %s: %w", tmp, err)
+	}
+	if err := SyncDir(filepath.Dir(f.final)); err != nil {
+		return fmt.Errorf("sync directory of %s: %w", f.final, err)
+	}
+	return nil
+}
+
+// MkdirAll is os.MkdirAll whose new directories survive a power loss:
+// the parent of each directory it creates is synced once the directory
+// is made.
+func MkdirAll(path string, perm fs.FileMode) error {
+	path = filepath.Clean(path)
+	var missing []string // deepest first
+	for p := path; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return &fs.PathError{Op: "mkdir", Path: p, Err: syscall.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], perm); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := SyncDir(filepath.Dir(missing[i])); err != nil {
+			return fmt.Errorf("sync directory of %s: %w", missing[i], err)
+		}
+	}
+	return nil
+}
+
+// OpenAppend opens the file at path for appending, creating it with perm
+// if needed; a file it creates has its directory synced, so that its
+// name survives a power loss. What is appended is durable once the
+// caller syncs the file (os.File.Sync).
+func OpenAppend(path string, perm fs.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	if f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, perm); err != nil {
+		return nil, err
+	}
+	if err := SyncDir(filepath.Dir(path)); err != nil {
+		return nil, errors.Join(fmt.Errorf("sync directory of %s: %w", path, err), f.Close())
+	}
+	return f, nil
 }

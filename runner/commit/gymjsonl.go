@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,7 +43,7 @@ type gymPart struct {
 
 func newGymFiles(cfg *config.Config) (*gymFiles, error) {
 	dir := filepath.Join(cfg.Output.Dir, schema.JSONLDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.jsonl: %w", err)
 	}
 	g := &gymFiles{dir: dir, dests: map[string]bool{schema.DataDir: true}, open: map[string]*gymPart{}}

@@ -43,7 +43,7 @@ var batchKinds = [2]string{schema.OpenAIBatchOutput, schema.OpenAIBatchErrors}
 
 func newBatchFiles(outDir string) (*batchFiles, error) {
 	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.openai_batch: %w", err)
 	}
 	return &batchFiles{dir: dir, open: map[string]*batchPart{}}, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -31,7 +32,10 @@ type Input struct {
 
 // Inputs appends Input lines, each task index once across resumes:
 // the indexes a file already holds are read when it is opened, and a last
-// line a crash cut short is cut off.
+// line a crash cut short is cut off. Flush and Close make what was
+// written durable (the file synced; its directory synced when the file
+// was created), so that the lines of every task committed before them
+// survive a power cut.
 type Inputs struct {
 	path string
 	mu   sync.Mutex
@@ -100,7 +104,7 @@ func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	if w.f == nil {
-		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := durable.OpenAppend(w.path, 0o644)
 		if err != nil {
 			return fmt.Errorf("%s: %w", filepath.Base(w.path), err)
 		}
@@ -112,14 +116,18 @@ func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 	return nil
 }
 
-// Flush writes the buffered lines to the file.
+// Flush writes the buffered lines to the file and syncs it.
 func (w *Inputs) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.bw == nil {
 		return nil
 	}
-	if err := w.bw.Flush(); err != nil {
+	err := w.bw.Flush()
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
 	return nil
@@ -133,6 +141,9 @@ func (w *Inputs) Close() error {
 		return nil
 	}
 	err := w.bw.Flush()
+	if err == nil {
+		err = w.f.Sync()
+	}
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}

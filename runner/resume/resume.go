@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
@@ -41,27 +42,21 @@ func SecretKey(dir string) ([]byte, error) {
 		return nil, err
 	}
 	// Shards of one run may start at once: the key is written beside its
-	// place and linked into it, which fails when another got there first;
-	// then that one's key is the run's.
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// place, synced, and linked into it (durable.File.CommitNew, the
+	// directory synced), which fails when another got there first; then
+	// that one's key is the run's. Synced before the link, the key is
+	// never found empty after a power cut.
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, schema.SecretKeyFile+schema.TempSuffix+"-*")
+	f, err := durable.Create(path, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("output.dir: %w", err)
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // best effort: a temporary file, not output
-	_, err = tmp.WriteString(hex.EncodeToString(key) + "\n")
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
+		return nil, fmt.Errorf("output.dir: %w", errors.Join(err, f.Abort()))
 	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o600)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("output.dir: %w", err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := f.CommitNew(); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return SecretKey(dir)
 		}

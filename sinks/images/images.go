@@ -99,7 +99,7 @@ func (s *Store) Put(dataURL string) (string, error) {
 // writeFile writes data to path durably (durable.WriteFile: a temporary
 // file, synced, renamed, the directory synced), creating dir first.
 func writeFile(dir, path string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	return durable.WriteFile(path, data, 0o644)

@@ -32,7 +32,7 @@ var (
 // CreateNext creates the next free prefixNNNNNsuffix file in dir: a
 // resumed run adds a file, it never overwrites one.
 func CreateNext(dir, prefix, suffix string) (*File, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	for i := 0; ; i++ {

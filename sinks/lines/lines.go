@@ -2,17 +2,22 @@ package lines
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
 // Writer appends JSON lines to a file it creates on the first line, so a
-// run without failures leaves no empty file. It is safe for concurrent use.
+// run without failures leaves no empty file. Close syncs the file (its
+// directory synced when it was created), so that a run that ended leaves
+// its lines durable. It is safe for concurrent use.
 type Writer struct {
 	path string
 	mu   sync.Mutex
@@ -31,7 +36,7 @@ func (w *Writer) Write(v any) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.f == nil {
-		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := durable.OpenAppend(w.path, 0o644)
 		if err != nil {
 			return fmt.Errorf("%s: %w", filepath.Base(w.path), err)
 		}
@@ -43,14 +48,20 @@ func (w *Writer) Write(v any) error {
 	return nil
 }
 
-// Close closes the file, if one was created.
+// Close syncs and closes the file, if one was created.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.f == nil {
 		return nil
 	}
-	err := w.f.Close()
+	err := w.f.Sync()
+	if errors.Is(err, syscall.EINVAL) {
+		err = nil // not a file that can be synced: a device, a pipe
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
 	w.f = nil
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(w.path), err)

@@ -37,7 +37,7 @@ func NewStepWriter(dir, compression string, meta map[string]string) (*StepWriter
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("parquet: create %s: %w", dir, err)
 	}
 	if err := RemoveStale(dir, schema.PartPrefix); err != nil {

@@ -182,7 +182,7 @@ func New(dir string, opts Options) (*Writer, error) {
 	}
 	opts = opts.withDefaults()
 	c, _ := codec(opts.Compression)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("parquet: create %s: %w", dir, err)
 	}
 	entries, err := os.ReadDir(dir)

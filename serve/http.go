@@ -389,7 +389,7 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 		return err
 	}
 	if recs := recordsOf(fresh); recs != nil {
-		return encodeStep(w, format, recs[0].Schema(), h.s.alloc, func(fn func(arrow.Record) error) error {
+		return encodeStep(w, format, answerSchema(recs[0].Schema(), h.s.stepMetadata(n)), h.s.alloc, func(fn func(arrow.Record) error) error {
 			for _, rec := range recs {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -412,7 +412,7 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
-	return encodeStep(w, format, sc, h.s.alloc, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, n, keep, fn) })
+	return encodeStep(w, format, answerSchema(sc, f.Metadata()), h.s.alloc, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, n, keep, fn) })
 }
 
 // eachKept calls fn with the records of step n's part file f, of the
@@ -471,7 +471,8 @@ func encodeStep(w io.Writer, format string, sc *arrow.Schema, alloc memory.Alloc
 
 // byGroup calls fn with one record a group, in order, from the records
 // each calls back with: a record holding several groups is sliced, a
-// group spread over several records is concatenated.
+// group spread over several records is concatenated, and each group's
+// record is a compact copy (its own buffers).
 func byGroup(alloc memory.Allocator, each func(func(arrow.Record) error) error, fn func(arrow.Record) error) error {
 	var parts []arrow.Record
 	var cur groupRef
@@ -486,11 +487,9 @@ func byGroup(alloc memory.Allocator, each func(func(arrow.Record) error) error, 
 		if len(parts) == 0 {
 			return nil
 		}
-		if len(parts) == 1 {
-			err := fn(parts[0])
-			release()
-			return err
-		}
+		// Copied whole even from one slice: a slice's nested values
+		// are written as far as its parent's reach, which differs
+		// between the data files' records and the step file's.
 		rec, err := concatRecords(alloc, parts)
 		release()
 		if err != nil {

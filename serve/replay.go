@@ -133,24 +133,27 @@ func (b *boot) replayState(context.Context) (func() error, error) {
 }
 
 // replaySteps checks that every recorded step's folder is there: one
-// that is not is said (logged) and never served. No step is made: the
+// that is not is said (logged) and never served (left out of the
+// replay's state). No step is made: the
 // ledger has ended, so a trainer asking once every step was served is
 // told so.
 func (b *boot) replaySteps(context.Context) (func() error, error) {
 	led := b.s.led
 	var missing []int64
 	led.mu.Lock()
+	n := len(led.st.Steps)
+	next := led.st.clone()
+	next.Steps = nil
 	for _, st := range led.st.Steps {
 		if _, err := os.Stat(b.s.stepFile(st.Step)); err != nil {
 			missing = append(missing, st.Step)
 			b.logf("step %d is recorded but %s is missing: it is not replayed", st.Step, b.s.stepFile(st.Step))
-			// Never served: as if acknowledged, in memory alone.
-			done := *st
-			done.Acked = true
-			led.steps[st.Step] = &done
+			delete(led.steps, st.Step)
+			continue
 		}
+		next.Steps = append(next.Steps, st)
 	}
-	n := len(led.st.Steps)
+	led.st = next
 	led.mu.Unlock()
 	msg := fmt.Errorf("%w: the %d steps recorded in %s", errReplayed, n, b.stepsDir)
 	if len(missing) > 0 {
@@ -175,7 +178,7 @@ func (b *boot) replayServe(ctx context.Context) error {
 	if b.opts.Listening != nil {
 		b.opts.Listening(b.ln.Addr())
 	}
-	b.logf("replaying the steps recorded in %s on http://%s (nothing is generated)", b.stepsDir, b.ln.Addr())
+	b.logf("serving on http://%s (a replay of the steps recorded in %s: nothing is generated)", b.ln.Addr(), b.stepsDir)
 	for {
 		select {
 		case <-tick.C:

@@ -480,11 +480,7 @@ func (s *service) writeStep(ctx context.Context, n int64, fresh []*group) error 
 // the run's and the step's metadata (schema.KeyServedStep).
 func (s *service) writePart(ctx context.Context, dir string, n int64, each func(func(arrow.Record) error) error) error {
 	popts := s.popts
-	popts.Metadata = map[string]string{}
-	for k, v := range s.led.metadata() {
-		popts.Metadata[k] = v
-	}
-	popts.Metadata[schema.KeyServedStep] = fmt.Sprint(n)
+	popts.Metadata = s.stepMetadata(n)
 	w, err := parquet.New(dir, popts)
 	if err != nil {
 		return err
@@ -500,6 +496,26 @@ func (s *service) writePart(ctx context.Context, dir string, n int64, each func(
 		return err
 	}
 	return nil
+}
+
+// stepMetadata is step n's metadata: the data files' (as first read),
+// and its number (schema.KeyServedStep).
+func (s *service) stepMetadata(n int64) map[string]string {
+	md := map[string]string{}
+	for k, v := range s.led.metadata() {
+		md[k] = v
+	}
+	md[schema.KeyServedStep] = fmt.Sprint(n)
+	return md
+}
+
+// answerSchema is sc with the metadata of the step's part file (md: as
+// written, stepMetadata, or as read back), keys in order: an Arrow
+// answer's schema, the same whether its records come from the data files
+// (a new step) or the step's file (served again, or replayed).
+func answerSchema(sc *arrow.Schema, md map[string]string) *arrow.Schema {
+	m := arrow.MetadataFrom(md)
+	return arrow.NewSchema(sc.Fields(), &m)
 }
 
 // engineRows reads the engine's side of step st's rows (the groups in

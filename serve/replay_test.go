@@ -22,7 +22,7 @@ import (
 // answered is a step as a trainer received it: its body's bytes and the
 // headers that say what it is.
 type answered struct {
-	body                          []byte
+	body                         []byte
 	step, versions, rows, groups string
 }
 

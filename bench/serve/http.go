@@ -130,6 +130,7 @@ type trainerRun struct {
 	staleMax                int64
 	groups, duplicates      int
 	servedTokens            int64
+	acks                    time.Duration // in Ack, in all
 }
 
 // runHTTP is `trajflow serve` in a child process over the workload's
@@ -146,6 +147,9 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	row := Row{Schedule: fmt.Sprintf("serve over HTTP, %s (train %g×)", bound, ratio), Priority: prio}
 	if o.jump != 1 || o.api != "tokens" {
 		row.Schedule += fmt.Sprintf(", versions +%d, api %s", o.jump, o.api)
+	}
+	if o.drift {
+		row.Schedule += ", acks with logprobs"
 	}
 	train := time.Duration(float64(w.genStep) * ratio)
 	ideal := max(w.genStep, train+w.upd)
@@ -229,8 +233,11 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 		row.Waits = append(row.Waits, d.Seconds())
 	}
 	row.Queued = tr.queued
-	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d thrown away as stale (%d tokens; %d found too stale to serve when a step was made)",
-		fin.kept+fin.staleGroups+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale, staleServe)
+	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d thrown away as stale (%d tokens; %d found too stale to serve when a step was made); acks %.0f ms a step",
+		fin.kept+fin.staleGroups+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale, staleServe, 1000*tr.acks.Seconds()/float64(o.steps))
+	if o.drift {
+		row.Note += ", each with the trainer's logprobs (drift measured: 0)"
+	}
 	if tr.duplicates > 0 {
 		return row, fmt.Errorf("%d groups were served twice", tr.duplicates)
 	}
@@ -270,6 +277,10 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 		tr.last, tr.busyAtLast = got, busy
 		tr.groups += step.Groups
 		err = readStep(step, version, seen, &tr)
+		var lps [][]float32
+		if o.drift && err == nil {
+			lps, err = engineLogprobs(step)
+		}
 		step.Release()
 		if err != nil {
 			return tr, fmt.Errorf("step %d: %w", step.Number, err)
@@ -277,9 +288,20 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 		if err := sleep(ctx, train); err != nil {
 			return tr, err
 		}
-		if err := c.Ack(ctx, step.Number); err != nil {
+		acking := time.Now()
+		if o.drift {
+			// The trainer's logprobs are the engine's own: drift 0.
+			d, err := c.AckLogprobs(ctx, step.Number, 0, 0, lps)
+			if err != nil {
+				return tr, fmt.Errorf("ack of step %d: %w", step.Number, err)
+			}
+			if d == nil || d.All.MeanAbs != 0 {
+				return tr, fmt.Errorf("ack of step %d: drift %+v, want 0 for the engine's own logprobs", step.Number, d)
+			}
+		} else if err := c.Ack(ctx, step.Number); err != nil {
 			return tr, fmt.Errorf("ack of step %d: %w", step.Number, err)
 		}
+		tr.acks += time.Since(acking)
 		if err := c.Pause(ctx, ""); err != nil {
 			return tr, err
 		}
@@ -297,6 +319,44 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 	}
 	tr.end, tr.busyAtEnd = time.Now(), srv.Stats().Busy
 	return tr, nil
+}
+
+// engineLogprobs is a step's logprobs of its generated tokens (loss_mask
+// 1), per row in order: what a trainer whose weights are the engine's
+// sends with its ack.
+func engineLogprobs(step *client.Step) ([][]float32, error) {
+	var out [][]float32
+	for _, rec := range step.Records {
+		sc := rec.Schema()
+		mi, li := sc.FieldIndices(schema.ColumnName(schema.ColLossMask)), sc.FieldIndices(schema.ColumnName(schema.ColResponseLogprobs))
+		if len(mi) != 1 || len(li) != 1 {
+			return nil, fmt.Errorf("no loss_mask or response_logprobs column")
+		}
+		mask, ok1 := rec.Column(mi[0]).(*array.List)
+		lps, ok2 := rec.Column(li[0]).(*array.List)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("unexpected loss_mask or response_logprobs type")
+		}
+		mv, ok3 := mask.ListValues().(*array.Int8)
+		lv, ok4 := lps.ListValues().(*array.Float32)
+		if !ok3 || !ok4 {
+			return nil, fmt.Errorf("unexpected loss_mask or response_logprobs values")
+		}
+		for i := range int(rec.NumRows()) {
+			row := []float32{}
+			if !mask.IsNull(i) && !lps.IsNull(i) {
+				from, to := mask.ValueOffsets(i)
+				lfrom, _ := lps.ValueOffsets(i)
+				for j := from; j < to; j++ {
+					if mv.Value(int(j)) == 1 {
+						row = append(row, lv.Value(int(lfrom+j-from)))
+					}
+				}
+			}
+			out = append(out, row)
+		}
+	}
+	return out, nil
 }
 
 // readStep counts a step's groups (task_index, attempt) against those

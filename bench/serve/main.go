@@ -32,6 +32,7 @@
 //	go run ./bench/serve -keep 0.5       # one keep rate
 //	go run ./bench/serve -schedules http -keep 0.5 -priority on,off
 //	go run ./bench/serve -schedules http -keep 0.5 -jump 2 -api chat  # versions moved on by 2, answers without token ids
+//	go run ./bench/serve -schedules http -keep 0.5 -drift  # acks carry the trainer's logprobs (drift measured)
 //	go run ./bench/serve -quick          # smoke run, seconds
 //
 // BENCHMARKS.md explains every column.
@@ -145,6 +146,8 @@ type options struct {
 	// answers without token ids, as a server not asked for them gives).
 	jump int
 	api  string
+	// drift: the HTTP trainer acks with its logprobs (the engine's own).
+	drift bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -166,6 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	commit := fs.Duration("commit", 0, "the serve child's serve.commit_interval (default: serve's, 500ms; quick 50ms)")
 	jump := fs.Int("jump", 1, "versions the HTTP trainer moves the policy on at each update (2: a jump past max_staleness 1)")
 	api := fs.String("api", "tokens", "the serve child's generate.api: tokens, or chat (answers without token ids)")
+	drift := fs.Bool("drift", false, "the HTTP trainer acknowledges each step with its logprobs of the step's tokens (the engine's own: drift 0)")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
 	workdir := fs.String("workdir", "", "directory for tasks and outputs (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
@@ -208,7 +212,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: -api: %q is not tokens or chat\n", *api)
 		return 2
 	}
-	o.jump, o.api = *jump, *api
+	o.jump, o.api, o.drift = *jump, *api, *drift
 	if *commit > 0 {
 		o.commit = *commit
 	}

@@ -35,3 +35,14 @@ func TestQuickVersionJumps(t *testing.T) {
 	harness.RunQuick(t, run, []string{"-quick", "-schedules", "http", "-jump", "2", "-api", "chat", "-pause", "keep"},
 		"| serve over HTTP, generation-bound (train 0.5×), versions +2, api chat |", "| serve over HTTP, training-bound (train 2×), versions +2, api chat |")
 }
+
+// TestQuickDrift: the HTTP trainer acknowledges each step with its
+// logprobs of the step's tokens (the engine's own), and the service
+// measures drift 0 for every step (the command fails otherwise).
+func TestQuickDrift(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
+	harness.RunQuick(t, run, []string{"-quick", "-schedules", "http", "-drift"},
+		"| serve over HTTP, generation-bound (train 0.5×), acks with logprobs |", "(drift measured: 0)")
+}

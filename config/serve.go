@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/sources"
 )
 
 // Defaults of the serve section.
@@ -66,6 +67,10 @@ type Serve struct {
 	//
 	// Default: 30m.
 	PauseTimeout *Duration `yaml:"pause_timeout"`
+	// Eval, when set, runs an evaluation set every few policy versions
+	// (docs/serve.md, "Evaluation"), its rows apart from the training
+	// steps.
+	Eval *ServeEval `yaml:"eval"`
 	// DriftRatio is the c of the drift an ack's logprobs measure
 	// (docs/serve.md, "Drift"): the share of tokens whose ratio
 	// π_trainer/π_engine lies outside [1/c, c]. Above 1.
@@ -140,6 +145,28 @@ func (s *Serve) SetDefaults() {
 	if s.DriftRatio == 0 {
 		s.DriftRatio = DefaultServeDriftRatio
 	}
+	if e := s.Eval; e != nil {
+		if e.N == 0 {
+			e.N = 1
+		}
+		e.Source.SetDefaults()
+	}
+}
+
+// ServeEval is serve.eval: an evaluation set the service runs at policy
+// versions every, 2×every, …, each pinned to its version (its requests
+// all carry it), its results in OUTPUT/eval/v-NNNNNN beside the steps.
+type ServeEval struct {
+	// Source is the evaluation set: its own source section (path,
+	// limit, …); the config's prompt and env score it.
+	Source sources.Config `yaml:"source"`
+	// N is the samples of each task, for pass@k up to N.
+	//
+	// Default: 1.
+	N int `yaml:"n"`
+	// Every is how many policy versions apart evaluations run: at
+	// versions every, 2×every, … Required, at least 1.
+	Every int `yaml:"every"`
 }
 
 // PauseLimit is how long a pause lasts with no resume (pause_timeout;
@@ -188,6 +215,15 @@ func (s *Serve) Validate() error {
 		p.Add("step_groups", "required with max_staleness: the groups a trainer takes per policy version")
 	}
 	p.OneOf("on_stale", s.OnStale, "requeue", "drop", "keep")
+	if e := s.Eval; e != nil {
+		if e.Every < 1 {
+			p.Add("eval.every", "required: at least 1 (evaluations run at versions every, 2×every, …), got %d", e.Every)
+		}
+		if e.N < 1 {
+			p.Add("eval.n", "must be at least 1 (samples a task, for pass@k), got %d", e.N)
+		}
+		p.Section("eval.source", e.Source.Validate())
+	}
 	return p.Err()
 }
 

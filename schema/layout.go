@@ -180,6 +180,9 @@ const (
 	// ServeLockFile is held (flock) by a running service in ServedDir, so
 	// that two services never hand out the steps of one output.
 	ServeLockFile = ".lock"
+	// EvalDir holds the evaluations serve.eval runs, one folder a
+	// policy version (v-NNNNNN), each an output directory of its own.
+	EvalDir = "eval"
 	// ReplayDir holds the state of `trajflow serve --replay` over an
 	// output directory (its own ServeStateFile and ServeLockFile): the
 	// leases and acks of the replay, apart from those of the service

@@ -663,6 +663,7 @@ func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
 		h.failWith(w, err)
 		return
 	}
+	h.s.eval.onVersion(h.s.led.version())
 	writeJSON(w, http.StatusOK, map[string]any{"policy_version": h.s.led.version()})
 }
 
@@ -679,6 +680,12 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 	by, perr := ParseBy(r.URL.Query(), r.Header, r.RemoteAddr)
 	if perr != nil {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return
+	}
+	// An evaluation running finishes on the weights it started on: the
+	// pause (the trainer's move before it changes them) waits for it.
+	if err := h.s.eval.wait(r.Context()); err != nil {
+		h.failWith(w, err)
 		return
 	}
 	if err := h.s.led.pause(mode, by); err != nil {

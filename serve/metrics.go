@@ -23,7 +23,11 @@ var (
 	descDriftMax  = prometheus.NewDesc("trajflow_serve_drift_max_abs", "The latest drift step's largest |log π_trainer − log π_engine|, by lag.", []string{"lag"}, nil)
 	descDriftK3   = prometheus.NewDesc("trajflow_serve_drift_k3", "The latest drift step's k3 estimate of KL(engine ‖ trainer) per token, by lag.", []string{"lag"}, nil)
 	descDriftOut  = prometheus.NewDesc("trajflow_serve_drift_outside_share", "The latest drift step's share of tokens whose ratio π_trainer/π_engine lies outside [1/c, c] (serve.drift_ratio), by lag.", []string{"lag"}, nil)
-	serveDescs    = []*prometheus.Desc{descDriftStep, descDriftMean, descDriftMax, descDriftK3, descDriftOut, descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued, descShare, descAlarm}
+	descEvalVer   = prometheus.NewDesc("trajflow_serve_eval_version", "The policy version of the latest evaluation (serve.eval).", nil, nil)
+	descEvalPass1 = prometheus.NewDesc("trajflow_serve_eval_pass_at_1", "The latest evaluation's pass@1.", nil, nil)
+	descEvalPassK = prometheus.NewDesc("trajflow_serve_eval_pass_at_k", "The latest evaluation's pass@k, k the samples a task (serve.eval.n).", nil, nil)
+	descEvalMean  = prometheus.NewDesc("trajflow_serve_eval_mean_reward", "The latest evaluation's mean reward.", nil, nil)
+	serveDescs    = []*prometheus.Desc{descEvalVer, descEvalPass1, descEvalPassK, descEvalMean, descDriftStep, descDriftMean, descDriftMax, descDriftK3, descDriftOut, descQueued, descWaiting, descDemand, descSteps, descServed, descReserved, descExpired, descAcked, descVersion, descPaused, descStaleness, descStale, descRequeued, descShare, descAlarm}
 )
 
 // collector serves the service's gauges on run.metrics_addr.
@@ -70,6 +74,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		alarm = 1
 	}
 	gauge(descAlarm, alarm)
+	if e := st.Eval; e != nil && len(e.Results) > 0 {
+		r := e.Results[len(e.Results)-1]
+		gauge(descEvalVer, float64(r.Version))
+		gauge(descEvalPass1, r.PassAt1)
+		gauge(descEvalPassK, r.PassAtK)
+		gauge(descEvalMean, r.MeanReward)
+	}
 	if d := st.Drift; d != nil {
 		gauge(descDriftStep, float64(d.Last.Step))
 		for lag, v := range d.Last.ByLag {

@@ -56,8 +56,9 @@ type Step struct {
 // the served directory's, so that no other service hands out its steps),
 // taken before anything is announced; the recorded state; the ledger
 // over it; the groups committed before the start queued and the steps a
-// crash left unwritten written again; the staleness gate; the HTTP
-// listener; the loader of the files the run commits; the run.
+// crash left unwritten written again; the staleness gate; serve.eval's
+// evaluations; the HTTP listener; the loader of the files the run
+// commits; the run.
 var Steps = []Step{
 	{Name: "config", do: (*boot).check},
 	{Name: "lock", do: (*boot).lock},
@@ -65,6 +66,7 @@ var Steps = []Step{
 	{Name: "ledger", do: (*boot).ledger},
 	{Name: "queue", do: (*boot).queue},
 	{Name: "staleness", do: (*boot).staleness},
+	{Name: "eval", do: (*boot).eval},
 	{Name: "http", do: (*boot).listen},
 	{Name: "loader", do: (*boot).loader},
 	{Name: "run", do: (*boot).run},
@@ -248,6 +250,23 @@ func (b *boot) staleness(context.Context) (func() error, error) {
 	b.s.led.setDiscard(stale.Discard)
 	b.stale = stale
 	return nil, nil
+}
+
+// eval sets up serve.eval's evaluations: the results written before a
+// restart read back, and the evaluation of the current version started
+// when it is due and has none. Its closer waits for an evaluation in
+// flight, cancelled with the service.
+func (b *boot) eval(context.Context) (func() error, error) {
+	e := newEvaluator(b.s.ctx, b.cfg, b.logf)
+	if e == nil {
+		return nil, nil
+	}
+	if err := e.load(); err != nil {
+		return nil, fmt.Errorf("serve.eval: %w", err)
+	}
+	b.s.eval = e
+	e.onVersion(b.s.led.version())
+	return func() error { e.close(); return nil }, nil
 }
 
 // listen listens on serve.addr and serves the API; its closer stops the

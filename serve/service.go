@@ -75,6 +75,8 @@ type service struct {
 	// holdWrite, when set (tests), is called before a step's folder is
 	// written.
 	holdWrite func(n int64)
+	// eval runs serve.eval's evaluations; nil without it.
+	eval *evaluator
 }
 
 // serviceConfig is what newService builds a service from.
@@ -559,5 +561,6 @@ func (s *service) status() client.Status {
 		out.KeepRate = 0
 	}
 	s.led.status(&out)
+	out.Eval = s.eval.status()
 	return out
 }

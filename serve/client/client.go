@@ -108,6 +108,8 @@ type Status struct {
 	// Drift is the drift between the trainers' logprobs and the
 	// engine's, from the acks that sent logprobs; nil before the first.
 	Drift *DriftStatus `json:"drift,omitempty"`
+	// Eval is serve.eval's evaluations; nil without serve.eval.
+	Eval *EvalStatus `json:"eval,omitempty"`
 	// InGeneration and InEnvironment are the model and environment calls
 	// in flight; GroupsKept and GroupsFinished the run's groups since it
 	// started, KeepRate their ratio; TokensGenerated the model's tokens.
@@ -167,6 +169,30 @@ type DriftStatus struct {
 	Steps int              `json:"steps"`
 	Last  StepDrift        `json:"last"`
 	ByLag map[string]Drift `json:"by_lag"`
+}
+
+// EvalResult is one evaluation (serve.eval) at policy Version: every
+// request of it carried that version. PassAt1 and PassAtK (K: the
+// largest k up to the samples a task) are over Tasks tasks, MeanReward
+// over its Rows rows; Dir is its output directory.
+type EvalResult struct {
+	Version    int64   `json:"version"`
+	Tasks      int64   `json:"tasks"`
+	Rows       int64   `json:"rows"`
+	PassAt1    float64 `json:"pass_at_1"`
+	K          int     `json:"k"`
+	PassAtK    float64 `json:"pass_at_k"`
+	MeanReward float64 `json:"mean_reward"`
+	Seconds    float64 `json:"seconds"`
+	Dir        string  `json:"dir"`
+}
+
+// EvalStatus is serve.eval's part of the status: every how many versions,
+// the version being evaluated now, and the results so far.
+type EvalStatus struct {
+	Every   int64        `json:"every"`
+	Running *int64       `json:"running,omitempty"`
+	Results []EvalResult `json:"results"`
 }
 
 // StaleAlarm says that most of the latest kept groups were set aside as

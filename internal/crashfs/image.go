@@ -132,7 +132,7 @@ func (img *image) syncFile(path string, ino uint64, store string) error {
 		return fmt.Errorf("%s is no longer inode %d", path, ino)
 	}
 	name := filepath.Join(store, strconv.FormatUint(ino, 10))
-	tmp := name + ".tmp"
+	tmp := name + "-copying"
 	dst, err := os.Create(tmp)
 	if err != nil {
 		return err

@@ -7,7 +7,7 @@
 //
 // Each value of generate.api is a Protocol registered under its name
 // (RegisterProtocol, protocol.go): what its requests can guarantee
-// (Caps: token ids held and exact, a text prompt, the Batch API, logprobs,
+// (Caps: token ids held and exact, a text prompt, the Batch API,
 // continuation after an abort). The protocols register from
 // inference/openai, which adds each one's wire format; the config's
 // checks, the generate stage, validate and the run ask API.Caps (or

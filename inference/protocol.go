@@ -45,12 +45,11 @@ type Caps struct {
 	// another (the Batch API's lines are chat requests); empty: the
 	// protocol's own.
 	Body API
-	// Logprobs: every answer carries each generated token's logprob,
-	// whatever the params ask (tokens, sglang).
-	Logprobs bool
-	// AbortContinues: an aborted request answers with the tokens it
-	// generated, and the turn continues token-in-token-out after the
-	// resume (sglang: POST /abort_request by rid).
+	// AbortContinues: a request aborted mid-answer (finish_reason abort,
+	// with the tokens generated so far) continues token-in-token-out: the
+	// partial ids are appended to the prompt's ids and the rest is asked
+	// for (tokens, sglang; docs/policy.md). Without it the turn is sent
+	// again from its start.
 	AbortContinues bool
 }
 

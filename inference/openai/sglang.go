@@ -314,7 +314,7 @@ func (sglang) API() inference.API { return inference.APISGLang }
 func (sglang) Caps() inference.Caps {
 	return inference.Caps{
 		Tokens: true, TokenAPI: inference.APISGLang, TokenPrompts: "SGLang's /generate",
-		Logprobs: true, AbortContinues: true,
+		AbortContinues: true,
 	}
 }
 

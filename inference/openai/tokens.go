@@ -11,6 +11,6 @@ type tokens struct{ abortAll }
 
 func (tokens) API() inference.API { return inference.APITokens }
 
-func (tokens) Caps() inference.Caps { return inference.Caps{Tokens: true} }
+func (tokens) Caps() inference.Caps { return inference.Caps{Tokens: true, AbortContinues: true} }
 
 func (tokens) Call(req *inference.Request) (*Call, error) { return openAICall(req, false) }

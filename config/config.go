@@ -267,7 +267,7 @@ func (c *Config) Validate() error {
 		p.Add("generate.params", "%v", err)
 	}
 	p.Section("generate.price", c.Generate.Price.Validate())
-	if c.Prompt.MaxTokens > 0 && c.Generate.API == inference.APICompletions {
+	if c.Prompt.MaxTokens > 0 && c.Generate.API.Caps().TextPrompt {
 		p.Add("prompt.max_tokens", "counts the prompt with the server's chat template (POST /tokenize), which generate.api: completions does not use; use chat or tokens")
 	}
 	switch c.Prompt.Truncation {

@@ -2,10 +2,14 @@ package inference
 
 // API is generate.api: the API a client's requests go to, and with it
 // what the generate stage holds of a trajectory. It decodes from YAML as
-// the plain string.
+// the plain string. Each value is a registered Protocol (protocol.go);
+// what an API can do is asked of its protocol (Caps), never by comparing
+// it with a value.
 type API string
 
-// The values of generate.api.
+// The values of generate.api that trajflow registers (inference/openai's
+// protocol files). They name the values; what each does is its
+// protocol's.
 const (
 	// APIChat sends messages to /v1/chat/completions (the default).
 	APIChat API = "chat"
@@ -26,31 +30,46 @@ const (
 	APISGLang API = "sglang"
 )
 
-// APIs returns the values of generate.api, the default first.
-func APIs() []API { return []API{APIChat, APICompletions, APITokens, APIBatch, APISGLang} }
-
-// Valid reports whether a is one of APIs().
-func (a API) Valid() bool {
-	switch a {
-	case APIChat, APICompletions, APITokens, APIBatch, APISGLang:
-		return true
+// APIs returns the values of generate.api, in the order their protocols
+// were registered (the default first).
+func APIs() []API {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	out := make([]API, len(reg.order))
+	for i, p := range reg.order {
+		out[i] = p.API()
 	}
-	return false
+	return out
 }
 
-// Tokens reports whether a is APITokens or APISGLang: the generate stage
-// holds each trajectory's token ids and sends them as the prompt.
-func (a API) Tokens() bool { return a == APITokens || a == APISGLang }
+// Valid reports whether a is one of APIs(): a registered protocol.
+func (a API) Valid() bool {
+	_, ok := ProtocolOf(a)
+	return ok
+}
 
-// Batch reports whether a is APIBatch: requests wait in Batch API
-// batches, at the provider's batch price.
-func (a API) Batch() bool { return a == APIBatch }
+// Caps is what a's protocol can guarantee; the zero Caps for an API no
+// protocol registered.
+func (a API) Caps() Caps {
+	if p, ok := ProtocolOf(a); ok {
+		return p.Caps()
+	}
+	return Caps{}
+}
 
-// Body is the API whose request body a's requests carry: APIChat for
-// APIBatch (the Batch API's lines are chat requests), a otherwise.
+// Tokens reports whether a's protocol has the generate stage hold each
+// trajectory's token ids and send them as the prompt (Caps.Tokens).
+func (a API) Tokens() bool { return a.Caps().Tokens }
+
+// Batch reports whether a's requests wait in Batch API batches, at the
+// provider's batch price (Caps.Batch).
+func (a API) Batch() bool { return a.Caps().Batch }
+
+// Body is the API whose request body a's requests carry (Caps.Body: chat
+// for the Batch API, whose lines are chat requests), a otherwise.
 func (a API) Body() API {
-	if a == APIBatch {
-		return APIChat
+	if b := a.Caps().Body; b != "" {
+		return b
 	}
 	return a
 }

@@ -287,23 +287,9 @@ func (c *BatchClient) Complete(ctx context.Context, req *inference.Request) (*in
 	if req.PromptTokenIDs != nil {
 		return nil, errors.New("batch: token-id prompts are not sent through the Batch API")
 	}
-	if req.Model == "" {
-		r := *req
-		r.Model = c.cfg.Model
-		req = &r
-	}
-	body, err := encodeRequest(inference.APIChat, req)
+	id, line, err := c.line(req)
 	if err != nil {
 		return nil, err
-	}
-	id := CustomID(req.Model, body, req.Sample)
-	line, err := json.Marshal(map[string]any{"custom_id": id, "method": http.MethodPost, "url": batchURL, "body": json.RawMessage(body)})
-	if err != nil {
-		return nil, err
-	}
-	line = append(line, '\n')
-	if int64(len(line)) > c.bc.MaxBytes {
-		return nil, &inference.Error{Class: inference.ClassHTTP, Msg: fmt.Sprintf("batch: the request's line (%d bytes) is over generate.batch.max_bytes (%d)", len(line), c.bc.MaxBytes)}
 	}
 
 	c.mu.Lock()
@@ -311,32 +297,7 @@ func (c *BatchClient) Complete(ctx context.Context, req *inference.Request) (*in
 		c.mu.Unlock()
 		return nil, errors.New("batch: client is closed")
 	}
-	b := c.byID[id]
-	if b == nil {
-		b = c.filling
-		if b != nil && (len(b.ids) >= c.bc.MaxRequests || int64(b.lines.Len()+len(line)) > c.bc.MaxBytes) {
-			c.flushLocked()
-			b = nil
-		}
-		if b == nil {
-			b = &batchRun{key: newBatchKey(c.opts.RunID), done: make(chan struct{})}
-			c.filling = b
-		}
-		b.ids = append(b.ids, id)
-		b.lines.Write(line)
-		c.byID[id] = b
-		if len(b.ids) >= c.bc.MaxRequests {
-			c.flushLocked()
-		} else {
-			c.armLocked()
-		}
-	} else if !b.collecting && b.batch != "" {
-		// A batch of an earlier run, first asked for now.
-		b.collecting = true
-		c.stats.Recovered++
-		c.wg.Add(1)
-		go c.collect(b)
-	}
+	b := c.enqueueLocked(id, line)
 	b.waiting++
 	c.stats.Pending++
 	c.mu.Unlock()
@@ -372,6 +333,62 @@ func (c *BatchClient) Complete(ctx context.Context, req *inference.Request) (*in
 	}
 	resp := *r.resp
 	return &resp, nil
+}
+
+// line is req's line of a batch input file, and its custom_id.
+func (c *BatchClient) line(req *inference.Request) (id string, line []byte, err error) {
+	if req.Model == "" {
+		r := *req
+		r.Model = c.cfg.Model
+		req = &r
+	}
+	body, err := encodeRequest(req, false)
+	if err != nil {
+		return "", nil, err
+	}
+	id = CustomID(req.Model, body, req.Sample)
+	line, err = json.Marshal(map[string]any{"custom_id": id, "method": http.MethodPost, "url": batchURL, "body": json.RawMessage(body)})
+	if err != nil {
+		return "", nil, err
+	}
+	line = append(line, '\n')
+	if int64(len(line)) > c.bc.MaxBytes {
+		return "", nil, &inference.Error{Class: inference.ClassHTTP, Msg: fmt.Sprintf("batch: the request's line (%d bytes) is over generate.batch.max_bytes (%d)", len(line), c.bc.MaxBytes)}
+	}
+	return id, line, nil
+}
+
+// enqueueLocked is the batch that answers the request id: the batch
+// holding it already (one of an earlier run is collected from now on), or
+// the batch filling, which line joins (flushed when full).
+func (c *BatchClient) enqueueLocked(id string, line []byte) *batchRun {
+	b := c.byID[id]
+	if b == nil {
+		b = c.filling
+		if b != nil && (len(b.ids) >= c.bc.MaxRequests || int64(b.lines.Len()+len(line)) > c.bc.MaxBytes) {
+			c.flushLocked()
+			b = nil
+		}
+		if b == nil {
+			b = &batchRun{key: newBatchKey(c.opts.RunID), done: make(chan struct{})}
+			c.filling = b
+		}
+		b.ids = append(b.ids, id)
+		b.lines.Write(line)
+		c.byID[id] = b
+		if len(b.ids) >= c.bc.MaxRequests {
+			c.flushLocked()
+		} else {
+			c.armLocked()
+		}
+	} else if !b.collecting && b.batch != "" {
+		// A batch of an earlier run, first asked for now.
+		b.collecting = true
+		c.stats.Recovered++
+		c.wg.Add(1)
+		go c.collect(b)
+	}
+	return b
 }
 
 func newBatchKey(run string) string {

@@ -163,3 +163,19 @@ func (c *HTTPClient) fetchJSON(ctx context.Context, method, u string, body []byt
 	}
 	return json.Unmarshal(data, v) == nil
 }
+
+// MaxModelLen is the model's context length as the servers reported it
+// (the smallest, for a fleet): /tokenize's max_model_len, or, learnt
+// after an endpoint's first chat answer, vLLM's /v1/models or Ollama's
+// /api/ps and /api/show (learnContext); 0 before one did.
+func (c *HTTPClient) MaxModelLen() int { return int(c.maxModelLen.Load()) }
+
+// noteMaxModelLen records a max_model_len a server reported.
+func (c *HTTPClient) noteMaxModelLen(n int64) {
+	for n > 0 {
+		cur := c.maxModelLen.Load()
+		if cur != 0 && cur <= n || c.maxModelLen.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}

@@ -147,28 +147,17 @@ func (f *fleet) free(e *endpoint) bool { return f.perCap == 0 || e.inflight < f.
 // free slot is tried (the fleet never stays out forever).
 func (f *fleet) pickLocked(affinity string, tried []bool) *endpoint {
 	now := f.now()
-	anyHealthy := false
+	var akey uint64
+	if affinity != "" {
+		akey = hashString(affinity)
+	}
 	for tier := 1; tier <= 3; tier++ {
 		var least, pref *endpoint
 		var prefScore uint64
-		var akey uint64
-		if affinity != "" {
-			akey = hashString(affinity)
-		}
 		n := len(f.eps)
 		for i := 0; i < n; i++ {
 			e := f.eps[(f.rr+i)%n]
-			if !e.healthy {
-				continue
-			}
-			anyHealthy = true
-			if tier <= 2 && now.Before(e.coolUntil) {
-				continue
-			}
-			if tier == 1 && tried[e.idx] {
-				continue
-			}
-			if !f.free(e) {
+			if !f.inTier(e, tier, tried, now) {
 				continue
 			}
 			if least == nil || e.inflight < least.inflight {
@@ -189,8 +178,10 @@ func (f *fleet) pickLocked(affinity string, tried []bool) *endpoint {
 		}
 		return least
 	}
-	if anyHealthy {
-		return nil // healthy endpoints exist but are full: wait
+	for _, e := range f.eps {
+		if e.healthy {
+			return nil // healthy endpoints exist but are full: wait
+		}
 	}
 	var best *endpoint
 	for _, e := range f.eps {
@@ -199,6 +190,21 @@ func (f *fleet) pickLocked(affinity string, tried []bool) *endpoint {
 		}
 	}
 	return best
+}
+
+// inTier reports whether e may take a request in tier (pickLocked): it is
+// healthy and has a free slot, and, in tiers 1 and 2, is not cooling
+// down, and, in tier 1, was not tried by this request.
+func (f *fleet) inTier(e *endpoint, tier int, tried []bool, now time.Time) bool {
+	switch {
+	case !e.healthy:
+		return false
+	case tier <= 2 && now.Before(e.coolUntil):
+		return false
+	case tier == 1 && tried[e.idx]:
+		return false
+	}
+	return f.free(e)
 }
 
 // margin is how many more outstanding requests the affinity endpoint may

@@ -17,7 +17,6 @@ package openai
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -26,7 +25,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
@@ -213,34 +211,11 @@ func decodeSGLang(data []byte) (*inference.Response, error) {
 	if m.CachedTokens < 0 || m.CachedTokens > m.PromptTokens {
 		return nil, fmt.Errorf("meta_info.cached_tokens: %d is out of range (0 to prompt_tokens %d)", m.CachedTokens, m.PromptTokens)
 	}
-	ids := w.OutputIDs
-	if n := len(m.OutputTokenLogprobs); n > 0 || ids != nil {
-		lps := make([]float32, n)
-		lpIDs := make([]int32, n)
-		for i, e := range m.OutputTokenLogprobs {
-			if e.HasLP {
-				lps[i] = float32(max(e.LP, -math.MaxFloat32)) // -inf is spelt as a huge negative number by some servers
-			}
-			lpIDs[i] = e.ID
-		}
-		switch {
-		case ids == nil:
-			ids = lpIDs // a server that sends no output_ids: the ids of the logprobs
-		case n == 0 && len(ids) > 0:
-			return nil, fmt.Errorf("meta_info.output_token_logprobs: none for %d output_ids (return_logprob was sent)", len(ids))
-		case n != len(ids):
-			return nil, fmt.Errorf("meta_info.output_token_logprobs: %d entries for %d output_ids", n, len(ids))
-		default:
-			for i := range ids {
-				if ids[i] != lpIDs[i] {
-					return nil, fmt.Errorf("meta_info.output_token_logprobs[%d]: token %d, output_ids has %d", i, lpIDs[i], ids[i])
-				}
-			}
-		}
-		if n > 0 {
-			resp.Message.Logprobs = lps
-		}
+	ids, lps, err := sglangTokens(w.OutputIDs, m.OutputTokenLogprobs)
+	if err != nil {
+		return nil, err
 	}
+	resp.Message.Logprobs = lps
 	if ids == nil {
 		ids = []int32{}
 	}
@@ -252,6 +227,42 @@ func decodeSGLang(data []byte) (*inference.Response, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// sglangTokens checks output_ids against output_token_logprobs and
+// returns the generated ids (those of the logprobs from a server that
+// sends no output_ids) and their logprobs (nil when there are none).
+func sglangTokens(ids []int32, entries []sglangLogprob) ([]int32, []float32, error) {
+	n := len(entries)
+	if n == 0 && ids == nil {
+		return nil, nil, nil
+	}
+	lps := make([]float32, n)
+	lpIDs := make([]int32, n)
+	for i, e := range entries {
+		if e.HasLP {
+			lps[i] = float32(max(e.LP, -math.MaxFloat32)) // -inf is spelt as a huge negative number by some servers
+		}
+		lpIDs[i] = e.ID
+	}
+	switch {
+	case ids == nil:
+		ids = lpIDs // a server that sends no output_ids: the ids of the logprobs
+	case n == 0 && len(ids) > 0:
+		return nil, nil, fmt.Errorf("meta_info.output_token_logprobs: none for %d output_ids (return_logprob was sent)", len(ids))
+	case n != len(ids):
+		return nil, nil, fmt.Errorf("meta_info.output_token_logprobs: %d entries for %d output_ids", n, len(ids))
+	default:
+		for i := range ids {
+			if ids[i] != lpIDs[i] {
+				return nil, nil, fmt.Errorf("meta_info.output_token_logprobs[%d]: token %d, output_ids has %d", i, lpIDs[i], ids[i])
+			}
+		}
+	}
+	if n == 0 {
+		lps = nil
+	}
+	return ids, lps, nil
 }
 
 // sglangFinish reads meta_info.finish_reason: {"type": "stop", "matched":
@@ -289,108 +300,66 @@ func newRID() string {
 	return "tf-" + hex.EncodeToString(b[:])
 }
 
-// completeSGLang is Complete for a token-id prompt under generate.api:
-// sglang: POST {root}/generate.
-func (c *HTTPClient) completeSGLang(ctx context.Context, req *inference.Request) (*inference.Response, error) {
+// sglang is generate.api: sglang: the generate stage holds each
+// trajectory's token ids as with tokens, and sends each token-id prompt
+// to SGLang's native POST {root}/generate (encodeSGLang, decodeSGLang),
+// named by a fresh rid; a pause aborts this client's requests alone, by
+// rid, and each answers with the tokens it generated, so the turn
+// continues token-in-token-out. Its requests without ids (the checks of
+// trajflow validate) are chat requests.
+type sglang struct{}
+
+func (sglang) API() inference.API { return inference.APISGLang }
+
+func (sglang) Caps() inference.Caps {
+	return inference.Caps{
+		Tokens: true, TokenAPI: inference.APISGLang, TokenPrompts: "SGLang's /generate",
+		AbortContinues: true,
+	}
+}
+
+// sglangHint is added to a 404 or 405 of /generate.
+const sglangHint = " (generate.api: sglang sends token-id prompts to SGLang's native POST /generate; other servers need generate.api: tokens or chat)"
+
+func (sglang) Call(req *inference.Request) (*Call, error) {
+	if req.PromptTokenIDs == nil {
+		return openAICall(req, false)
+	}
 	rid := newRID()
 	body, err := encodeSGLang(req, rid)
 	if err != nil {
 		return nil, fmt.Errorf("llm: encode /generate body: %w", err)
 	}
-	var resp *inference.Response
-	defer c.rids.done(rid)
-	ep, err := c.do(ctx, req.Affinity, func(ep *endpoint) string {
-		c.rids.sent(rid, ep)
-		return ep.root + sglangPath
-	}, body, func(data []byte, h http.Header) error {
-		var err error
-		resp, err = decodeSGLang(data)
-		if err == nil && c.opts.KeepBody {
-			resp.Raw = bytes.Clone(data)
-			resp.RequestID = rid
-		}
-		return err
-	})
-	if err != nil {
-		var e *inference.Error
-		if errors.As(err, &e) && e.Class == inference.ClassHTTP && (e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed) {
-			e.Msg += " (generate.api: sglang sends token-id prompts to SGLang's native POST /generate; other servers need generate.api: tokens or chat)"
-		}
-		return nil, err
-	}
-	if resp.PromptTokens == 0 {
-		resp.PromptTokens = len(req.PromptTokenIDs)
-	}
-	if resp.CompletionTokens == 0 {
-		resp.CompletionTokens = len(resp.Message.TokenIDs)
-	}
-	resp.Endpoint = ep
-	return resp, nil
+	return &Call{
+		Path: sglangPath, Root: true, Body: body, ID: rid,
+		Hint: sglangHint, HintOn: []int{http.StatusNotFound, http.StatusMethodNotAllowed},
+		// The priority is GenerateReqInput's own field: no fallback.
+		PriorityFinal: true,
+		Decode: func(data []byte) (*inference.Response, error) {
+			resp, err := decodeSGLang(data)
+			if err != nil {
+				return nil, err
+			}
+			if resp.PromptTokens == 0 {
+				resp.PromptTokens = len(req.PromptTokenIDs)
+			}
+			if resp.CompletionTokens == 0 {
+				resp.CompletionTokens = len(resp.Message.TokenIDs)
+			}
+			return resp, nil
+		},
+	}, nil
 }
 
-// ridSet are the rids of the /generate requests in flight, with the
-// endpoint each was last sent to.
-type ridSet struct {
-	mu sync.Mutex
-	m  map[string]*endpoint
-}
-
-func (s *ridSet) sent(rid string, ep *endpoint) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]*endpoint{}
-	}
-	s.m[rid] = ep
-}
-
-func (s *ridSet) done(rid string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, rid)
-}
-
-// byEndpoint returns the rids in flight grouped by endpoint.
-func (s *ridSet) byEndpoint() map[*endpoint][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[*endpoint][]string{}
-	for rid, ep := range s.m {
-		out[ep] = append(out[ep], rid)
+// AbortBodies is POST /abort_request {"rid": rid} for each of this
+// client's requests in flight on the endpoint, so that a pause aborts none
+// of another client's requests on a shared server (abort_all would).
+// SGLang answers 200 for an rid it no longer holds.
+func (sglang) AbortBodies(rids []string) []string {
+	out := make([]string, len(rids))
+	for i, rid := range rids {
+		body, _ := json.Marshal(map[string]string{"rid": rid}) // best effort: a map of strings always marshals
+		out[i] = string(body)
 	}
 	return out
-}
-
-// abortParallel bounds the POST /abort_request calls of one Abort in
-// flight at once.
-const abortParallel = 16
-
-// abortRIDs is Abort under generate.api: sglang: POST {root}/abort_request
-// {"rid": rid} for each of this client's requests in flight, to the
-// endpoint it went to, so that a pause aborts none of another client's
-// requests on a shared server (abort_all would). SGLang answers 200 for
-// an rid it no longer holds. The error names each call that failed.
-func (c *HTTPClient) abortRIDs(ctx context.Context) error {
-	sem := make(chan struct{}, abortParallel)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for ep, rids := range c.rids.byEndpoint() {
-		for _, rid := range rids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				body, _ := json.Marshal(map[string]string{"rid": rid}) // best effort: a map of strings always marshals
-				if err := c.postAbort(ctx, ep, string(body)); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/trajflow/trajflow/inference"
 	"math"
+	"net/http"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -84,10 +85,12 @@ func renderPrompt(msgs []pipeline.Message) string {
 	return b.String()
 }
 
-// encodeRequest builds the JSON body of req for api (its Body: chat or
-// completions): every key of req.Params, then model and messages (chat) or
-// prompt (completions, unless req.Params carries one), then tools.
-func encodeRequest(api inference.API, req *inference.Request) ([]byte, error) {
+// encodeRequest builds the JSON body of req on the OpenAI API: every key
+// of req.Params, then model, and the prompt: the token ids (a token-id
+// completions request, tokenParams), a text prompt with text (the
+// completions API: the params' prompt, or renderPrompt of the messages),
+// or the messages (chat); then tools.
+func encodeRequest(req *inference.Request, text bool) ([]byte, error) {
 	body := make(map[string]any, len(req.Params)+3)
 	for k, v := range req.Params {
 		if reservedKeys[k] {
@@ -108,7 +111,7 @@ func encodeRequest(api inference.API, req *inference.Request) ([]byte, error) {
 			return nil, fmt.Errorf("llm: encode request body: %w", err)
 		}
 		return b, nil
-	case api == inference.APICompletions:
+	case text:
 		if _, ok := req.Params["prompt"]; !ok {
 			body["prompt"] = renderPrompt(req.Messages)
 		}
@@ -123,6 +126,36 @@ func encodeRequest(api inference.API, req *inference.Request) ([]byte, error) {
 		return nil, fmt.Errorf("llm: encode request body: %w", err)
 	}
 	return b, nil
+}
+
+// Where the OpenAI API's requests go, under the endpoint's base URL.
+const (
+	chatPath = "/chat/completions"
+	// completionsPath is where text and token-id prompts go.
+	completionsPath = "/completions"
+)
+
+// tokenIDHint is added to a refusal of a token-id prompt on
+// /v1/completions.
+const tokenIDHint = " (generate.api: tokens sends token-id prompts to /v1/completions; a server that does not take them needs generate.api: chat)"
+
+// openAICall is req on the OpenAI API, the call of the chat, completions,
+// tokens and batch protocols: a token-id prompt on /completions, a text
+// prompt (text) on /completions, else the messages on /chat/completions.
+func openAICall(req *inference.Request, text bool) (*Call, error) {
+	body, err := encodeRequest(req, text)
+	if err != nil {
+		return nil, err
+	}
+	c := &Call{Path: chatPath, Body: body, Decode: decodeResponse}
+	switch {
+	case req.PromptTokenIDs != nil:
+		c.Path = completionsPath
+		c.Hint, c.HintOn = tokenIDHint, []int{http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusNotFound}
+	case text:
+		c.Path = completionsPath
+	}
+	return c, nil
 }
 
 // chatOnlyKeys are chat parameters a token-id completions request drops:
@@ -217,29 +250,8 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 	}
 	ch := &w.Choices[0]
 	resp := &inference.Response{Message: pipeline.Message{Role: pipeline.RoleAssistant}}
-	switch {
-	case ch.Message != nil:
-		if ch.Message.Content != nil {
-			resp.Message.Content = *ch.Message.Content
-		}
-		if n := len(ch.Message.ToolCalls); n > 0 {
-			resp.Message.ToolCalls = make([]pipeline.ToolCall, n)
-			for i, tc := range ch.Message.ToolCalls {
-				typ := tc.Type
-				if typ == "" {
-					typ = "function"
-				}
-				args, err := decodeArguments(tc.Function.Arguments)
-				if err != nil {
-					return nil, fmt.Errorf("choices[0].message.tool_calls[%d].function.arguments: %w", i, err)
-				}
-				resp.Message.ToolCalls[i] = pipeline.ToolCall{ID: tc.ID, Type: typ, Name: tc.Function.Name, Arguments: args}
-			}
-		}
-	case ch.Text != nil:
-		resp.Message.Content = *ch.Text
-	default:
-		return nil, errors.New("choices[0] has neither message nor text")
+	if err := decodeMessage(ch, &resp.Message); err != nil {
+		return nil, err
 	}
 	if ch.FinishReason != nil {
 		resp.FinishReason = *ch.FinishReason
@@ -256,22 +268,7 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 		resp.PromptTokenIDs = ch.PromptTokenIDs
 	}
 	resp.Message.TokenIDs = ch.TokenIDs
-	if lp := ch.Logprobs; lp != nil {
-		switch {
-		case len(lp.Content) > 0:
-			resp.Message.Logprobs = make([]float32, len(lp.Content))
-			for i := range lp.Content {
-				resp.Message.Logprobs[i] = lp.Content[i].Logprob
-			}
-		case len(lp.TokenLogprobs) > 0:
-			resp.Message.Logprobs = make([]float32, len(lp.TokenLogprobs))
-			for i, p := range lp.TokenLogprobs {
-				if p != nil {
-					resp.Message.Logprobs[i] = *p
-				}
-			}
-		}
-	}
+	resp.Message.Logprobs = ch.Logprobs.values()
 	if len(w.SimTrailer) > 0 && !bytes.Equal(w.SimTrailer, []byte("null")) {
 		resp.Extra = w.SimTrailer
 	}
@@ -279,6 +276,60 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// decodeMessage reads choices[0]'s text and tool calls into m: the chat
+// message's, or the completions text.
+func decodeMessage(ch *wireChoice, m *pipeline.Message) error {
+	switch {
+	case ch.Message != nil:
+		if ch.Message.Content != nil {
+			m.Content = *ch.Message.Content
+		}
+		if n := len(ch.Message.ToolCalls); n > 0 {
+			m.ToolCalls = make([]pipeline.ToolCall, n)
+			for i, tc := range ch.Message.ToolCalls {
+				typ := tc.Type
+				if typ == "" {
+					typ = "function"
+				}
+				args, err := decodeArguments(tc.Function.Arguments)
+				if err != nil {
+					return fmt.Errorf("choices[0].message.tool_calls[%d].function.arguments: %w", i, err)
+				}
+				m.ToolCalls[i] = pipeline.ToolCall{ID: tc.ID, Type: typ, Name: tc.Function.Name, Arguments: args}
+			}
+		}
+	case ch.Text != nil:
+		m.Content = *ch.Text
+	default:
+		return errors.New("choices[0] has neither message nor text")
+	}
+	return nil
+}
+
+// values are the per-token logprobs of either shape; nil when there are
+// none.
+func (lp *wireLogprobs) values() []float32 {
+	switch {
+	case lp == nil:
+		return nil
+	case len(lp.Content) > 0:
+		out := make([]float32, len(lp.Content))
+		for i := range lp.Content {
+			out[i] = lp.Content[i].Logprob
+		}
+		return out
+	case len(lp.TokenLogprobs) > 0:
+		out := make([]float32, len(lp.TokenLogprobs))
+		for i, p := range lp.TokenLogprobs {
+			if p != nil {
+				out[i] = *p
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // maxTokenCount bounds the token counts a server may report: more than

@@ -291,7 +291,7 @@ func (s *Server) runBatch(bt *simBatch, lines []batchLine) {
 			defer func() { <-sem }()
 			rec := httptest.NewRecorder()
 			hr := httptest.NewRequest(http.MethodPost, l.URL, bytes.NewReader(l.Body))
-			s.answer(rec, hr, l.Body, l.URL == "/v1/chat/completions", false)
+			s.answer(rec, hr, l.Body, openAIAPI(l.URL == "/v1/chat/completions"), false)
 			body := rec.Body.Bytes()
 			if !json.Valid(body) {
 				body, _ = json.Marshal(map[string]any{"error": map[string]any{"message": string(body)}})

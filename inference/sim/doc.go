@@ -25,4 +25,12 @@
 // chat rendering keeps token continuity: turn k+1's prompt ids start with
 // turn k's prompt ids followed by turn k's generated ids when the client
 // sends the assistant message back unchanged.
+//
+// Over HTTP each API is an api of its own, as the client's protocols are
+// (inference/openai): the OpenAI API's chat and completions (openAIAPI,
+// http.go) and SGLang's native /generate (nativeAPI, native.go) each read
+// a request body into the model's input and write the answer; the serving
+// around them (the body read, rate limits, faults, the scheduler, the
+// charge) is one (Server.handle, Server.answer). A new API is its function
+// and one route in Handler.
 package sim

@@ -36,12 +36,12 @@ const maxBody = 32 << 20
 // sim_trailer field carries the Trailer.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", s.handle(openAIAPI(true)))
+	mux.HandleFunc("POST /v1/completions", s.handle(openAIAPI(false)))
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("POST /abort_request", s.abort)
-	mux.HandleFunc("POST /generate", s.generateNative) // SGLang's native API (native.go)
+	mux.HandleFunc("POST /generate", s.handle(nativeAPI)) // SGLang's native API (native.go)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /metrics", s.metrics)
@@ -333,23 +333,75 @@ func contentParts(raw json.RawMessage) (string, []pipeline.ContentPart, error) {
 	return strings.Join(texts, "\n"), parts, nil
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
-	// Read the body first: only then does net/http notice a client that
-	// goes away (and cancel r.Context()).
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
-		return
-	}
-	if !s.limits.admit(w) {
-		return
-	}
-	s.answer(w, r, body, chat, true)
+// api is one API the simulator serves: the OpenAI API's chat and
+// completions (openAIAPI) and SGLang's native /generate (nativeAPI,
+// native.go). It reads a request body into the model's input and says how
+// the reply is answered; the serving around it (the body read, the rate
+// limits, faults, the scheduler, the charge, the write) is the Server's
+// (handle, answer), whatever the API. Errors are client errors.
+type api func(s *Server, body []byte) (*exchange, error)
+
+// exchange is one request as its API read it.
+type exchange struct {
+	in       *input
+	priority int
+	// rid names the request to POST /abort_request {"rid"} (SGLang's);
+	// "" when it has none.
+	rid string
+	// answer is the body answering rep.
+	answer func(rep *reply) any
 }
 
-// answer writes the response to a request body; faults says whether
+// handle serves the requests of a.
+func (s *Server) handle(a api) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// Read the body first: only then does net/http notice a client that
+		// goes away (and cancel r.Context()).
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+			return
+		}
+		if !s.limits.admit(w) {
+			return
+		}
+		s.answer(w, r, body, a, true)
+	}
+}
+
+// openAIAPI is the OpenAI API: chat completions (chat) or completions
+// (a text prompt, or token ids as vLLM takes them).
+func openAIAPI(chat bool) api {
+	return func(s *Server, body []byte) (*exchange, error) {
+		req, err := decodeRequest(body, chat)
+		if err != nil {
+			return nil, err
+		}
+		var in *input
+		switch {
+		case chat:
+			in, err = s.chatInput(req.messages, req.params, req.wire.Tools)
+		case req.promptIDs != nil:
+			in, err = s.tokenInput(req.promptIDs, req.params)
+		default:
+			in, err = s.completionInput(req.prompt, req.params)
+		}
+		if err != nil {
+			return nil, err
+		}
+		model := req.wire.Model
+		if model == "" {
+			model = s.opts.Model
+		}
+		return &exchange{in: in, priority: req.priority, answer: func(rep *reply) any {
+			return s.wireResponse(in, rep, req, chat, model)
+		}}, nil
+	}
+}
+
+// answer writes the response to a request body of a; faults says whether
 // injected faults apply (not to the lines of a batch).
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, chat, faults bool) {
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, a api, faults bool) {
 	f := fault{}
 	if faults {
 		f = s.drawFault()
@@ -357,31 +409,17 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 	if s.injectFault(w, r, f) {
 		return
 	}
-
-	req, err := decodeRequest(body, chat)
+	x, err := a(s, body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	var in *input
-	switch {
-	case chat:
-		in, err = s.chatInput(req.messages, req.params, req.wire.Tools)
-	case req.promptIDs != nil:
-		in, err = s.tokenInput(req.promptIDs, req.params)
-	default:
-		in, err = s.completionInput(req.prompt, req.params)
-	}
+	rep, err := s.generate(x.in)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rep, err := s.generate(in)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	k, err := s.run(r.Context(), len(in.promptIDs), len(rep.ids), req.priority)
+	k, err := s.run(withRID(r.Context(), x.rid), len(x.in.promptIDs), len(rep.ids), x.priority)
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			writeError(w, http.StatusServiceUnavailable, err.Error())
@@ -391,13 +429,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 	if k < len(rep.ids) {
 		rep.cut(k)
 	}
-	s.limits.charge(len(in.promptIDs) + len(rep.ids))
-	model := req.wire.Model
-	if model == "" {
-		model = s.opts.Model
-	}
-	out := s.wireResponse(in, rep, req, chat, model)
-	data, err := json.Marshal(out)
+	s.limits.charge(len(x.in.promptIDs) + len(rep.ids))
+	data, err := json.Marshal(x.answer(rep))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -408,7 +441,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body []byte, cha
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data)
+	_, _ = w.Write(data) // best effort: the client may have gone
 }
 
 func (s *Server) wireResponse(in *input, rep *reply, req *parsedRequest, chat bool, model string) map[string]any {

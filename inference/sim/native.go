@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
 )
 
 // nativeRequest is the part of SGLang's GenerateReqInput the simulator
@@ -57,7 +54,7 @@ func nativeParams(raw json.RawMessage) (map[string]any, error) {
 	return params, nil
 }
 
-// generateNative serves SGLang's native POST /generate for one prompt of
+// nativeAPI serves SGLang's native POST /generate for one prompt of
 // token ids: {"input_ids": [...], "sampling_params": {...},
 // "return_logprob", "rid", "priority"} → {"text", "output_ids",
 // "meta_info": {"id", "finish_reason": {"type": ...}, "prompt_tokens",
@@ -65,48 +62,28 @@ func nativeParams(raw json.RawMessage) (map[string]any, error) {
 // return_logprob)}, "sim_trailer"}. A text prompt, a batch of prompts and
 // streaming are refused with a 400 (trajflow sends none); priority
 // orders the schedule as on the OpenAI APIs (the waiting queue, and
-// preemption under a full batch). Faults (Options.Faults) are
-// drawn as for the OpenAI APIs. An aborted request
-// (POST /abort_request) answers with the tokens it generated and
-// finish_reason {"type": "abort"}. SGLang's errors are {"error":
-// {"message"}} bodies, as writeError writes them.
-func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
-		return
-	}
-	if !s.limits.admit(w) {
-		return
-	}
-	f := s.drawFault()
-	if s.injectFault(w, r, f) {
-		return
-	}
+// preemption under a full batch). The serving around it is the Server's
+// (handle, answer), as for the OpenAI APIs: faults (Options.Faults) are
+// drawn as for them. An aborted request (POST /abort_request, by the
+// request's rid) answers with the tokens it generated and finish_reason
+// {"type": "abort"}. SGLang's errors are {"error": {"message"}} bodies, as
+// writeError writes them.
+func nativeAPI(s *Server, body []byte) (*exchange, error) {
 	var req nativeRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return
+		return nil, errors.New("invalid JSON body: " + err.Error())
 	}
 	ids, err := nativeInputIDs(req)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, err
 	}
 	params, err := nativeParams(req.SamplingParams)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, err
 	}
 	in, err := s.tokenInput(ids, params)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	rep, err := s.generate(in)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, err
 	}
 	rid := ""
 	if len(req.RID) > 0 {
@@ -116,17 +93,14 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 	if req.Priority != nil {
 		priority = int(*req.Priority)
 	}
-	k, err := s.run(withRID(r.Context(), rid), len(in.promptIDs), len(rep.ids), priority)
-	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			writeError(w, http.StatusServiceUnavailable, err.Error())
-		}
-		return // the client went away
-	}
-	if k < len(rep.ids) {
-		rep.cut(k)
-	}
-	s.limits.charge(len(in.promptIDs) + len(rep.ids))
+	return &exchange{in: in, priority: priority, rid: rid, answer: func(rep *reply) any {
+		return s.nativeResponse(in, rep, rid, req.ReturnLogprob != nil && *req.ReturnLogprob)
+	}}, nil
+}
+
+// nativeResponse is /generate's answer: rid names the request (the
+// sampling key's when it named none).
+func (s *Server) nativeResponse(in *input, rep *reply, rid string, logprobs bool) map[string]any {
 	if rid == "" {
 		rid = fmt.Sprintf("%016x", key(s.seed, in.promptKey, in.sampleKey, uint64(in.turn)))
 	}
@@ -144,26 +118,14 @@ func (s *Server) generateNative(w http.ResponseWriter, r *http.Request) {
 		"completion_tokens": len(rep.ids),
 		"cached_tokens":     0,
 	}
-	if req.ReturnLogprob != nil && *req.ReturnLogprob {
+	if logprobs {
 		lps := make([][]any, len(rep.ids))
 		for i, id := range rep.ids {
 			lps[i] = []any{rep.logprobs[i], id, nil}
 		}
 		meta["output_token_logprobs"] = lps
 	}
-	out := map[string]any{"text": rep.text, "output_ids": rep.ids, "meta_info": meta, "sim_trailer": rep.trailer}
-	data, err := json.Marshal(out)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	if f.kind == faultTruncate {
-		truncate(w, data)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data) // best effort: the client may have gone
+	return map[string]any{"text": rep.text, "output_ids": rep.ids, "meta_info": meta, "sim_trailer": rep.trailer}
 }
 
 // nativeInputIDs checks a /generate request and returns its prompt's ids.

@@ -122,11 +122,12 @@ func cacheKey(model string, api inference.API) cache.KeyFunc {
 			return cache.Key{}, err
 		}
 		endpoint := api
-		if r.PromptTokenIDs != nil && api != inference.APISGLang {
-			endpoint = inference.APICompletions
+		if r.PromptTokenIDs != nil {
+			endpoint = api.TokenAPI()
 		}
-		// generate.api: sglang's token-id prompts go to /generate: keyed
-		// apart from the same prompt on /v1/completions (the body is the
+		// Token-id prompts are keyed by the endpoint they go to
+		// (Caps.TokenAPI): generate.api: sglang's, on /generate, apart
+		// from the same prompt on /v1/completions (the body is the
 		// completions encoding, which holds every param; /generate's own
 		// carries a fresh rid a request).
 		return cache.KeyOf([]byte(r.Model), []byte(endpoint), body, []byte(r.Sample)), nil

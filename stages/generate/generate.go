@@ -209,10 +209,7 @@ func (g *Generator) Check(ctx context.Context) error {
 		Model: g.opts.Model, Messages: []pipeline.Message{{Role: pipeline.RoleUser, Content: "Say OK."}}, AddGenerationPrompt: true,
 		TemplateArgs: inference.TemplateArgs(g.opts.Params),
 	})
-	api, where := g.opts.API, "/v1/completions"
-	if api == inference.APISGLang {
-		where = "SGLang's /generate"
-	}
+	api, where := g.opts.API, g.opts.API.TokenPrompts()
 	if err != nil {
 		return fmt.Errorf("generate.api: %s: POST /tokenize: %w", api, err)
 	}
@@ -275,7 +272,7 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 		r.Fail(ClassInvalidRequest, fmt.Errorf("%s: %s", rowName(r), r.Task.Invalid))
 		return nil, false, false, nil
 	}
-	if g.tokens() || g.opts.API == inference.APICompletions {
+	if g.tokens() || g.opts.API.Caps().TextPrompt {
 		if i := firstImage(r.Messages); i >= 0 {
 			r.Fail(ClassImageUnsupported, fmt.Errorf("%s: message %d (%s, turn %d) holds an image, which generate.api: %s cannot send (it sends the prompt as token ids or text); use generate.api: chat",
 				rowName(r), i, r.Messages[i].Role, r.Messages[i].Turn, g.opts.API))

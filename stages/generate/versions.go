@@ -140,7 +140,7 @@ func (g *Generator) send(ctx context.Context, r *pipeline.Rollout, req *inferenc
 		}
 		return resp, []segment{{n: len(resp.Message.TokenIDs)}}, nil
 	}
-	continuable := g.tokens() && !stepwise && req.PromptTokenIDs != nil && !constrained(req.Params)
+	continuable := g.opts.API.Caps().AbortContinues && !stepwise && req.PromptTokenIDs != nil && !constrained(req.Params)
 	var parts []*inference.Response
 	var segs []segment
 	for {

@@ -1,9 +1,11 @@
 package serve
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -165,4 +167,55 @@ func TestVersionAt(t *testing.T) {
 			t.Errorf("position %d: %d, want %d", tt.p, got, tt.want)
 		}
 	}
+}
+
+// BenchmarkAckDrift: what an ack with the trainer's logprobs costs the
+// service for a step of 64 groups of 8 rows (about 615 generated tokens a
+// row): parsing the compact body, reading the engine's side back from the
+// step's file, and the comparison; beside the Arrow answer of the same
+// step, for scale.
+func BenchmarkAckDrift(b *testing.B) {
+	s, st, fresh := testStep(b, 64, 8, 8000)
+	for _, g := range fresh {
+		g.release()
+	}
+	ctx := context.Background()
+	if err := s.written(ctx, st.Step); err != nil {
+		b.Fatal(err)
+	}
+	engine, err := s.engineRows(ctx, st, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := make([]string, len(engine.logprobs))
+	tokens := 0
+	for i, row := range engine.logprobs {
+		rows[i] = f32b64(row...)
+		tokens += len(row)
+	}
+	body := []byte(`{"logprobs_f32": ["` + strings.Join(rows, `", "`) + `"]}`)
+	b.Logf("%d rows, %d tokens, a body of %d bytes", len(rows), tokens, len(body))
+	b.Run("ack drift", func(b *testing.B) {
+		for b.Loop() {
+			trainer, perr := ParseAckBody(body, st.Step)
+			if perr != nil {
+				b.Fatal(perr)
+			}
+			eng, err := s.engineRows(ctx, st, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, perr := driftOf(eng, trainer, 1, 2, "logprobs_f32"); perr != nil {
+				b.Fatal(perr)
+			}
+		}
+	})
+	h := &handler{s: s, logf: b.Logf}
+	b.Run("arrow answer", func(b *testing.B) {
+		for b.Loop() {
+			if err := h.answerStep(ctx, &discard{http.Header{}}, st.Step, FormatArrow, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -104,121 +103,12 @@ func ParseAckBody(b []byte, n int64) ([][]float32, *ParamError) {
 // logprobSlack is how far above 0 a logprob may round.
 const logprobSlack = 1e-4
 
-// driftAcc accumulates the drift of tokens and sequences: sums, so that
-// the drifts of a step's ranks' slices add up exactly.
-type driftAcc struct {
-	Tokens  int64   `json:"tokens"`
-	SumAbs  float64 `json:"sum_abs"`
-	MaxAbs  float64 `json:"max_abs"`
-	SumK3   float64 `json:"sum_k3"`
-	Outside int64   `json:"outside"`
-	// Seqs are the rows; SeqSum and SeqSumSq the sums of their
-	// sequence-level log ratios (the mean of their tokens' log ratios),
-	// SeqMin and SeqMax the smallest and largest.
-	Seqs     int64   `json:"sequences"`
-	SeqSum   float64 `json:"seq_sum"`
-	SeqSumSq float64 `json:"seq_sum_sq"`
-	SeqMin   float64 `json:"seq_min"`
-	SeqMax   float64 `json:"seq_max"`
-}
-
-// add adds one token's log ratio d = logπ_trainer − logπ_engine under
-// the ratio bound c.
-func (a *driftAcc) add(d, c float64) {
-	a.Tokens++
-	a.SumAbs += math.Abs(d)
-	a.MaxAbs = max(a.MaxAbs, math.Abs(d))
-	// k3 (Schulman): r − 1 − log r, r = π_trainer/π_engine, an unbiased
-	// estimate of KL(engine ‖ trainer) over tokens the engine sampled.
-	a.SumK3 += math.Expm1(d) - d
-	if math.Abs(d) > math.Log(c) {
-		a.Outside++
-	}
-}
-
-// addSeq adds one row's sequence-level log ratio.
-func (a *driftAcc) addSeq(l float64) {
-	if a.Seqs == 0 {
-		a.SeqMin, a.SeqMax = l, l
-	}
-	a.Seqs++
-	a.SeqSum += l
-	a.SeqSumSq += l * l
-	a.SeqMin, a.SeqMax = min(a.SeqMin, l), max(a.SeqMax, l)
-}
-
-// merge adds b to a.
-func (a *driftAcc) merge(b *driftAcc) {
-	if b.Seqs > 0 {
-		if a.Seqs == 0 {
-			a.SeqMin, a.SeqMax = b.SeqMin, b.SeqMax
-		}
-		a.SeqMin, a.SeqMax = min(a.SeqMin, b.SeqMin), max(a.SeqMax, b.SeqMax)
-	}
-	a.Tokens += b.Tokens
-	a.SumAbs += b.SumAbs
-	a.MaxAbs = max(a.MaxAbs, b.MaxAbs)
-	a.SumK3 += b.SumK3
-	a.Outside += b.Outside
-	a.Seqs += b.Seqs
-	a.SeqSum += b.SeqSum
-	a.SeqSumSq += b.SeqSumSq
-}
-
-// view is the accumulated drift as the status and the ack show it.
-func (a *driftAcc) view() client.Drift {
-	d := client.Drift{Tokens: a.Tokens, Sequences: a.Seqs, MaxAbs: a.MaxAbs}
-	if a.Tokens > 0 {
-		n := float64(a.Tokens)
-		d.MeanAbs, d.K3, d.Outside = a.SumAbs/n, a.SumK3/n, float64(a.Outside)/n
-	}
-	if a.Seqs > 0 {
-		n := float64(a.Seqs)
-		mean := a.SeqSum / n
-		d.SeqRatioMin, d.SeqRatioMax = math.Exp(a.SeqMin), math.Exp(a.SeqMax)
-		d.SeqLogRatioStd = math.Sqrt(max(a.SeqSumSq/n-mean*mean, 0))
-	}
-	return d
-}
-
-// stepDrift is a step's drift, recorded with its ack: by how many policy
-// versions the tokens' are behind the trainer's (lag, as a string key
-// for JSON), and over all. Ranks' acks merge into it.
-type stepDrift struct {
-	// Trainer is the policy version when the (first) ack came: the
-	// weights the trainer's logprobs are of.
-	Trainer int64                `json:"trainer_version"`
-	Ratio   float64              `json:"ratio_bound"`
-	All     driftAcc             `json:"all"`
-	ByLag   map[string]*driftAcc `json:"by_lag"`
-}
-
-// merge adds b (another rank's slice) to d.
-func (d *stepDrift) merge(b *stepDrift) {
-	d.All.merge(&b.All)
-	for k, a := range b.ByLag {
-		if d.ByLag[k] == nil {
-			d.ByLag[k] = &driftAcc{}
-		}
-		d.ByLag[k].merge(a)
-	}
-}
-
-// view is d as the status and the ack show it.
-func (d *stepDrift) view(step int64) client.StepDrift {
-	out := client.StepDrift{Step: step, TrainerVersion: d.Trainer, RatioBound: d.Ratio, All: d.All.view(), ByLag: map[string]client.Drift{}}
-	for k, a := range d.ByLag {
-		out.ByLag[k] = a.view()
-	}
-	return out
-}
-
 // driftStatus is the drift of the recorded steps that have one: how
 // many, the latest (the highest step number), and all together by lag;
 // nil when none has.
 func driftStatus(steps []*stepState) *client.DriftStatus {
 	var out *client.DriftStatus
-	all := map[string]*driftAcc{}
+	all := map[string]*client.DriftSums{}
 	for _, st := range steps {
 		if st.Drift == nil {
 			continue
@@ -228,19 +118,19 @@ func driftStatus(steps []*stepState) *client.DriftStatus {
 		}
 		out.Steps++
 		if st.Step >= out.Last.Step {
-			out.Last = st.Drift.view(st.Step)
+			out.Last = st.Drift.View(st.Step)
 		}
 		for k, a := range st.Drift.ByLag {
 			if all[k] == nil {
-				all[k] = &driftAcc{}
+				all[k] = &client.DriftSums{}
 			}
-			all[k].merge(a)
+			all[k].Merge(a)
 		}
 	}
 	if out != nil {
 		out.ByLag = map[string]client.Drift{}
 		for k, a := range all {
-			out.ByLag[k] = a.view()
+			out.ByLag[k] = a.View()
 		}
 	}
 	return out
@@ -365,11 +255,11 @@ func versionAt(spans []span, p int32, fallback int64) int64 {
 // engine's, the trainer at version trainer, under the ratio bound c. A
 // count that does not match (rows, or a row's tokens) is a *ParamError
 // naming the row.
-func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, field string) (*stepDrift, *ParamError) {
+func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, field string) (*client.StepDriftRecord, *ParamError) {
 	if len(trainer) != len(engine.logprobs) {
 		return nil, &ParamError{field, fmt.Sprintf("%s: %d rows, the step's answer holds %d (one list a row, in its order; [] for a row without token ids)", field, len(trainer), len(engine.logprobs))}
 	}
-	d := &stepDrift{Trainer: version, Ratio: c, ByLag: map[string]*driftAcc{}}
+	d := &client.StepDriftRecord{Trainer: version, Ratio: c, ByLag: map[string]*client.DriftSums{}}
 	for i, row := range trainer {
 		eng := engine.logprobs[i]
 		if len(row) != len(eng) {
@@ -385,24 +275,12 @@ func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, f
 			sum += diff
 			v := engine.versions[i][j]
 			oldest = min(oldest, v)
-			d.All.add(diff, c)
-			d.lag(version-v).add(diff, c)
+			d.All.Add(diff, c)
+			d.Lag(version-v).Add(diff, c)
 		}
 		seq := sum / float64(len(row))
-		d.All.addSeq(seq)
-		d.lag(version - oldest).addSeq(seq)
+		d.All.AddSeq(seq)
+		d.Lag(version - oldest).AddSeq(seq)
 	}
 	return d, nil
-}
-
-// lag is the accumulator of tokens lag versions behind (0 for a token
-// newer than the trainer's version).
-func (d *stepDrift) lag(lag int64) *driftAcc {
-	k := strconv.FormatInt(max(lag, 0), 10)
-	a := d.ByLag[k]
-	if a == nil {
-		a = &driftAcc{}
-		d.ByLag[k] = a
-	}
-	return a
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/trajflow/trajflow/serve/client"
 )
 
 func f32b64(vs ...float32) string {
@@ -108,7 +110,7 @@ func TestDriftOf(t *testing.T) {
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	if v := d.All.view(); v.Tokens != 6 || v.MeanAbs != 0 || v.MaxAbs != 0 || v.K3 != 0 || v.Outside != 0 || v.Sequences != 2 || v.SeqRatioMin != 1 || v.SeqRatioMax != 1 {
+	if v := d.All.View(); v.Tokens != 6 || v.MeanAbs != 0 || v.MaxAbs != 0 || v.K3 != 0 || v.Outside != 0 || v.Sequences != 2 || v.SeqRatioMin != 1 || v.SeqRatioMax != 1 {
 		t.Fatalf("equal logprobs: %+v", v)
 	}
 	// The trainer (at version 5) is 0.5 above the engine on the tokens
@@ -118,7 +120,7 @@ func TestDriftOf(t *testing.T) {
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	lag0, lag1 := d.ByLag["0"].view(), d.ByLag["1"].view()
+	lag0, lag1 := d.ByLag["0"].View(), d.ByLag["1"].View()
 	if lag0.Tokens != 4 || lag0.MeanAbs != 0 || lag0.Outside != 0 {
 		t.Fatalf("lag 0: %+v", lag0)
 	}
@@ -126,7 +128,7 @@ func TestDriftOf(t *testing.T) {
 	if lag1.Tokens != 2 || lag1.MeanAbs != 0.5 || lag1.MaxAbs != 0.5 || math.Abs(lag1.K3-k3) > 1e-12 || lag1.Outside != 1 {
 		t.Fatalf("lag 1: %+v, want 2 tokens, 0.5, 0.5, k3 %v, all outside [1/1.5, 1.5]", lag1, k3)
 	}
-	all := d.All.view()
+	all := d.All.View()
 	// Row 0's sequence log ratio: mean(0.5, 0.5, 0, 0) = 0.25, counted
 	// at its oldest token's lag (1); row 2's 0.
 	if all.Tokens != 6 || math.Abs(all.MeanAbs-1.0/6) > 1e-12 || math.Abs(all.SeqRatioMax-math.Exp(0.25)) > 1e-12 || all.SeqRatioMin != 1 ||
@@ -134,13 +136,13 @@ func TestDriftOf(t *testing.T) {
 		t.Fatalf("all: %+v; seqs by lag %d %d", all, d.ByLag["0"].Seqs, d.ByLag["1"].Seqs)
 	}
 	// Ranks' slices merge into the same sums.
-	half := &stepDrift{ByLag: map[string]*driftAcc{}}
+	half := &client.StepDriftRecord{ByLag: map[string]*client.DriftSums{}}
 	a, _ := driftOf(engineRows{logprobs: engine.logprobs[:1], versions: engine.versions[:1]}, off[:1], 5, 1.5, "logprobs")
 	b, _ := driftOf(engineRows{logprobs: engine.logprobs[1:], versions: engine.versions[1:]}, off[1:], 5, 1.5, "logprobs")
-	half.merge(a)
-	half.merge(b)
-	if half.All.view() != all {
-		t.Fatalf("merged %+v, whole %+v", half.All.view(), all)
+	half.Merge(a)
+	half.Merge(b)
+	if half.All.View() != all {
+		t.Fatalf("merged %+v, whole %+v", half.All.View(), all)
 	}
 	for _, tt := range []struct {
 		rows [][]float32

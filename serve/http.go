@@ -586,7 +586,7 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		answer["world"] = st.World
 	}
 	if drift != nil {
-		answer["drift"] = drift.view(n)
+		answer["drift"] = drift.View(n)
 	}
 	writeJSON(w, http.StatusOK, answer)
 }
@@ -596,7 +596,7 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 // slice), the trainer at the policy version now; nil for an ack without
 // logprobs. A bad body is answered with a 400 naming the problem (ok
 // false), and nothing is recorded.
-func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, world int, body []byte) (d *stepDrift, ok bool) {
+func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, world int, body []byte) (d *client.StepDriftRecord, ok bool) {
 	rows, perr := ParseAckBody(body, n)
 	if perr != nil {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/trajflow/trajflow/serve/client"
 )
 
 // expire removes the leases past their expiry, counting them: the one
@@ -253,7 +255,7 @@ func (l *ledger) unlease(g grant) {
 // (converting) is errWorld, as once it is cut: its remainder is fixed.
 // drift, when not nil, is recorded with the ack (merged with the ranks'
 // before); a repeated ack records nothing.
-func (l *ledger) ack(n int64, rank, world int, drift *stepDrift) (*stepState, error) {
+func (l *ledger) ack(n int64, rank, world int, drift *client.StepDriftRecord) (*stepState, error) {
 	var acked *stepState
 	err := l.record(func() (*state, error) {
 		st := l.steps[n]
@@ -274,12 +276,12 @@ func (l *ledger) ack(n int64, rank, world int, drift *stepDrift) (*stepState, er
 		}
 		done := *st
 		if drift != nil {
-			merged := &stepDrift{Trainer: drift.Trainer, Ratio: drift.Ratio, ByLag: map[string]*driftAcc{}}
+			merged := &client.StepDriftRecord{Trainer: drift.Trainer, Ratio: drift.Ratio, ByLag: map[string]*client.DriftSums{}}
 			if st.Drift != nil {
 				merged.Trainer = st.Drift.Trainer
-				merged.merge(st.Drift)
+				merged.Merge(st.Drift)
 			}
-			merged.merge(drift)
+			merged.Merge(drift)
 			done.Drift = merged
 		}
 		if world > 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/serve/client"
 )
 
 // stateVersion is the version of the state file's layout.
@@ -93,7 +94,7 @@ type stepState struct {
 	// Drift is the drift between the trainer's logprobs and the
 	// engine's, recorded with the ack that sent them (a step of a world:
 	// its ranks' slices merged); nil when no ack sent any.
-	Drift *stepDrift `json:"drift,omitempty"`
+	Drift *client.StepDriftRecord `json:"drift,omitempty"`
 }
 
 // made is every group the step was made of: the groups trained on

@@ -90,9 +90,9 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	inputs := []string{output}
 	var also, failures []string
-	runMetrics := ""
+	runMetrics, served := "", ""
 	if st.IsDir() {
-		runMetrics = filepath.Join(output, schema.MetricsFile)
+		runMetrics, served = filepath.Join(output, schema.MetricsFile), output
 		also, failures = report.Also(output), report.FailureLogs(output)
 		if _, err := reportShards("report", []string{output}, &namedWriter{stderr, &f}); err != nil {
 			fmt.Fprintln(stderr, "trajflow report:", f.names(err.Error()))
@@ -104,6 +104,7 @@ func reportCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Also:        also,
 		Failures:    failures,
 		RunMetrics:  runMetrics,
+		Served:      served,
 		Correctness: metrics.Options{Metric: *metric, Threshold: *threshold, UseReward: *useReward},
 	})
 	if err != nil {

@@ -253,6 +253,7 @@ func (p *page) charts() []chart {
 
 	out = append(out, p.timeCharts()...)
 	out = append(out, p.envChart())
+	out = append(out, p.serveCharts()...)
 	return out
 }
 

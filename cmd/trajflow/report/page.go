@@ -47,6 +47,7 @@ type page struct {
 
 	outcomes []metrics.TaskOutcome
 	c        *collector
+	served   *served // what trajflow serve left (Options.Served); nil: none
 }
 
 type envRow struct {

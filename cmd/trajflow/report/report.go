@@ -56,6 +56,10 @@ type Options struct {
 	// requests cancelled in flight, the servers' own count) the summary
 	// shows; "" or a missing file: none.
 	RunMetrics string
+	// Served is an output directory `trajflow serve` served: the drift of
+	// its steps (served/state.json) and its evaluations (eval/) get a
+	// chart each; "" or an output with neither: none.
+	Served string
 }
 
 func (o Options) withDefaults(paths []string) Options {
@@ -176,7 +180,14 @@ func Write(ctx context.Context, paths []string, w io.Writer, opts Options) error
 	if err != nil {
 		return err
 	}
+	var sv *served
+	if opts.Served != "" {
+		if sv, err = readServed(opts.Served); err != nil {
+			return err
+		}
+	}
 	p := &page{
+		served:   sv,
 		Title:    opts.Title,
 		Inputs:   paths,
 		Files:    len(files),

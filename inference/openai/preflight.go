@@ -1,17 +1,19 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/pipeline"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/trajflow/trajflow/pipeline"
 
 	"github.com/trajflow/trajflow/inference"
 )
@@ -119,6 +121,13 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 			ID string `json:"id"`
 		} `json:"data"`
 	}
+	if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
+		// An HTML page (a proxy's, a login page, a web server's index)
+		// answers GET /models with 200 where no OpenAI API is: every
+		// request would fail.
+		return fmt.Errorf("%s: GET /models answered HTTP %d with a body that is not JSON (Content-Type %q, %s): the OpenAI API is not there; is the base URL right (it usually ends in /v1), or is a proxy or login page in the way?",
+			name, resp.StatusCode, resp.Header.Get("Content-Type"), notJSONStart(body))
+	}
 	if json.Unmarshal(body, &list) != nil || len(list.Data) == 0 {
 		return nil // not a model list we can read: nothing to check
 	}
@@ -134,6 +143,16 @@ func checkEndpoint(ctx context.Context, client *http.Client, timeout time.Durati
 		served = append(served[:10], fmt.Sprintf("… (%d in all)", len(list.Data)))
 	}
 	return fmt.Errorf("%s: the model %q (generate.model) is not served; it serves: %s", name, model, strings.Join(served, ", "))
+}
+
+// notJSONStart shows the start of a body that is not JSON: its first
+// bytes, printable, at most 60.
+func notJSONStart(body []byte) string {
+	s := strings.Join(strings.Fields(string(body[:min(len(body), 200)])), " ")
+	if len(s) > 60 {
+		s = s[:60] + "…"
+	}
+	return fmt.Sprintf("starting %q", s)
 }
 
 // servesModel reports whether a model the server lists (id) is the one

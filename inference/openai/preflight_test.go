@@ -76,6 +76,12 @@ func TestPreflight(t *testing.T) {
 		{"wrong path", func(t *testing.T) string { return strings.TrimSuffix(modelsServer(t, 200, list, ""), "/v1") + "/api" }, "qwen", "", "answered 404"},
 		{"server error", func(t *testing.T) string { return modelsServer(t, 503, `{"message":"loading"}`, "") }, "qwen", "", "HTTP 503: loading"},
 		{"refused", refusedURL, "qwen", "", "unreachable"},
+		// A page where the API should be: validate and run refuse it
+		// rather than start a run whose every request fails.
+		{"an HTML page", func(t *testing.T) string {
+			return modelsServer(t, 200, "<!DOCTYPE html><html><head><title>Sign in</title></head></html>", "")
+		}, "qwen", "", `a body that is not JSON (Content-Type "text/html; charset=utf-8", starting "<!DOCTYPE html><html><head><title>Sign in</title></head></ht…")`},
+		{"an empty body: nothing to check", func(t *testing.T) string { return modelsServer(t, 200, "", "") }, "qwen", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

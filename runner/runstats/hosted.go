@@ -42,7 +42,9 @@ type HostedStats struct {
 func (h HostedStats) Parts() []string {
 	var out []string
 	if h.RateLimitWaiting > 0 || h.RateLimitWait > 0 {
-		out = append(out, fmt.Sprintf("rate limit: %d waiting, waited %s", h.RateLimitWaiting, h.RateLimitWait.Round(time.Second)))
+		// The waits of requests waiting at once add up: 36 s of a run
+		// can hold 18 minutes of them. Summed, and said so.
+		out = append(out, fmt.Sprintf("rate limit: %d waiting, %s of waits summed over requests", h.RateLimitWaiting, h.RateLimitWait.Round(time.Second)))
 	}
 	if h.CacheHits+h.CacheMisses > 0 {
 		out = append(out, fmt.Sprintf("cache %d hits, %d misses", h.CacheHits, h.CacheMisses))

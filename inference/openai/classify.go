@@ -13,7 +13,8 @@ import (
 )
 
 // classify decodes a 2xx body, or classifies the status of any other
-// answer: the attempt's error and the server's Retry-After.
+// answer: the attempt's error, naming the URL requested (where: a 502 of
+// /v1/chat/completions is not one of /v1), and the server's Retry-After.
 func (c *HTTPClient) classify(ep *endpoint, where string, hresp *http.Response, data []byte, decode func([]byte, http.Header) error) (*inference.Error, time.Duration) {
 	st := hresp.StatusCode
 	fail := func(class, at string) *inference.Error {
@@ -27,15 +28,15 @@ func (c *HTTPClient) classify(ep *endpoint, where string, hresp *http.Response, 
 		}
 		return nil, 0
 	case st == http.StatusTooManyRequests:
-		return fail(inference.ClassRateLimited, ep.name), retryAfter()
+		return fail(inference.ClassRateLimited, where), retryAfter()
 	case st >= 500:
-		return fail(inference.ClassServer, ep.name), retryAfter()
+		return fail(inference.ClassServer, where), retryAfter()
 	case st == http.StatusRequestTimeout:
-		return fail(inference.ClassTimeout, ep.name), retryAfter()
+		return fail(inference.ClassTimeout, where), retryAfter()
 	case st >= 300 && st < 400:
 		return &inference.Error{Class: inference.ClassHTTP, Status: st, Msg: redirectMessage(where, st, hresp.Header.Get("Location"))}, 0
 	case (st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge || st == http.StatusUnprocessableEntity) && isContextLength(data):
-		return fail(inference.ClassContextLength, ep.name), 0
+		return fail(inference.ClassContextLength, where), 0
 	default:
 		return fail(inference.ClassHTTP, where), 0
 	}

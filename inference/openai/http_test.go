@@ -103,6 +103,11 @@ func TestRetryClasses(t *testing.T) {
 			if e.Class != tt.class || e.Status != tt.status {
 				t.Errorf("class %s status %d, want %s %d (%v)", e.Class, e.Status, tt.class, tt.status, e)
 			}
+			// An answer's error names the path requested, not the base
+			// URL alone (a 502 of /v1/chat/completions, not of /v1).
+			if e.Status != 0 && !strings.Contains(e.Msg, "/v1/chat/completions") {
+				t.Errorf("the error %q does not name the path requested", e.Msg)
+			}
 			if inference.ErrorClass(err) != tt.class {
 				t.Errorf("ErrorClass = %s", inference.ErrorClass(err))
 			}

@@ -298,3 +298,29 @@ func TestOpenAIBatchFileThroughBatchAPI(t *testing.T) {
 		}
 	}
 }
+
+// generate.api: batch under an ordinary generate.concurrency warns at the
+// start, with the number to set: a batch holds at most the requests in
+// flight, and the run would send small batches one after another.
+func TestBatchAPISmallConcurrencyWarns(t *testing.T) {
+	s := sim.New(sim.Options{Seed: 3, Model: "m"})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	defer s.Close()
+	input, _ := writeBatchInput(t, t.TempDir(), 20)
+	for _, tt := range []struct {
+		concurrency string
+		warn        bool
+	}{{"32", true}, {"50000", false}} {
+		cfg := batchConfig(t, input, hs.URL, "generate.api=batch", "generate.batch.flush_after=50ms", "generate.batch.poll_interval=20ms", "generate.concurrency="+tt.concurrency)
+		var stderr strings.Builder
+		if _, err := run(t, cfg, runner.Options{Stderr: &stderr}); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Contains(stderr.String(), "holds at most generate.concurrency ("+tt.concurrency+") requests in a batch") &&
+			strings.Contains(stderr.String(), "up to generate.batch.max_requests (50000)")
+		if got != tt.warn {
+			t.Errorf("concurrency %s: warned %v, want %v:\n%s", tt.concurrency, got, tt.warn, stderr.String())
+		}
+	}
+}

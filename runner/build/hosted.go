@@ -53,10 +53,13 @@ func (b *Components) openBatch(ctx context.Context) error {
 	if err := openai.CheckBatchAPI(ctx, cfg.Generate.Config, key); err != nil {
 		return err
 	}
+	stderr := b.opts.Stderr
+	if w := batchSizeWarning(cfg.Generate.Concurrency, cfg.Generate.Batch); w != "" {
+		fmt.Fprintln(stderr, w)
+	}
 	if b.opts.Dry {
 		return nil
 	}
-	stderr := b.opts.Stderr
 	c, err := openai.NewBatch(ctx, cfg.Generate.Config, cfg.Generate.Batch, openai.BatchOptions{
 		APIKey: key, StateFile: filepath.Join(cfg.Output.Dir, schema.BatchStateFile), RunID: cfg.Run.ID,
 		Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "trajflow: "+format+"\n", args...) },
@@ -68,6 +71,20 @@ func (b *Components) openBatch(ctx context.Context) error {
 	b.Client = c
 	b.closers = append(b.closers, c.Close)
 	return nil
+}
+
+// batchSizeWarning is the warning of generate.api: batch under a
+// generate.concurrency below generate.batch.max_requests: a batch holds
+// at most the requests in flight, and the next waits for its results, so
+// a run of more requests than that sends small batches one after another,
+// each up to the completion window; "" when concurrency allows whole
+// batches.
+func batchSizeWarning(concurrency int, bc openai.BatchConfig) string {
+	if concurrency >= bc.MaxRequests {
+		return ""
+	}
+	return fmt.Sprintf("trajflow: warning: generate.api: batch holds at most generate.concurrency (%d) requests in a batch, and the next batch waits for its results (up to completion_window %s each): a run of more requests sends batches of %d one after another. Set generate.concurrency to the requests you want in one batch, e.g. the rows × repeat.n, up to generate.batch.max_requests (%d)",
+		concurrency, bc.CompletionWindow, concurrency, bc.MaxRequests)
 }
 
 // decorate wraps the client in the rate limiter, the structured-output

@@ -527,7 +527,13 @@ func envLabel(cfg *config.Config) string {
 // credentials may list it.
 func (v *validation) storage(ctx context.Context) {
 	dir := v.cfg.Output.Dir
-	if !storage.IsURL(dir) || v.skip("output") {
+	if v.skip("output") {
+		return
+	}
+	if !storage.IsURL(dir) {
+		if err := writable(dir); err != nil {
+			v.problem(fmt.Errorf("output.dir: %s: a run could not write there: %w", dir, err))
+		}
 		return
 	}
 	u, err := storage.ParseURL(dir)

@@ -3,8 +3,10 @@ package serve_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,4 +133,15 @@ func evalVersions(t *testing.T, dir string) map[int64]bool {
 		}
 	}
 	return out
+}
+
+// An evaluation set that is not there stops the service at its start,
+// naming the key, rather than at the first version due.
+func TestServeEvalMissingSet(t *testing.T) {
+	err := serve.Run(context.Background(), testConfig(t, t.TempDir(), "serve.eval={source: {path: nope.jsonl}, every: 2}"), serve.Options{
+		Listening: func(net.Addr) { t.Error("listened") },
+	})
+	if err == nil || !strings.Contains(err.Error(), "serve.eval.source.path") {
+		t.Fatalf("serve with a missing evaluation set: %v", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
+	"github.com/trajflow/trajflow/storage"
 )
 
 // boot is a service being started: what its steps (Steps) built, for
@@ -260,6 +262,15 @@ func (b *boot) eval(context.Context) (func() error, error) {
 	e := newEvaluator(b.s.ctx, b.cfg, b.logf)
 	if e == nil {
 		return nil, nil
+	}
+	// The evaluation set is checked now, not at the first version due.
+	if err := runner.Check(e.cfg, runner.Options{Env: b.opts.Env, Client: b.opts.Client, LookupEnv: b.opts.LookupEnv}); err != nil {
+		return nil, fmt.Errorf("serve.eval: %w", err)
+	}
+	if p := e.cfg.Source.Path; !storage.IsURL(p) {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("serve.eval.source.path: %w", err)
+		}
 	}
 	if err := e.load(); err != nil {
 		return nil, fmt.Errorf("serve.eval: %w", err)

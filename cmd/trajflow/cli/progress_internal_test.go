@@ -38,7 +38,7 @@ func TestHostedText(t *testing.T) {
 	}{
 		{runner.HostedStats{}, ""},
 		{runner.HostedStats{RateLimitWaiting: 3, RateLimitWait: 90 * time.Second, CacheHits: 5, CacheMisses: 2},
-			"   rate limit: 3 waiting, waited 1m30s   cache 5 hits, 2 misses"},
+			"   rate limit: 3 waiting, 1m30s of waits summed over requests   cache 5 hits, 2 misses"},
 		{runner.HostedStats{Batches: 2, BatchesRecovered: 1, BatchPending: 40}, "   batches 2 submitted, 1 collected from earlier runs, 40 requests waiting"},
 	} {
 		if got := hostedText(tt.h); got != tt.want {

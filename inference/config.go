@@ -55,6 +55,16 @@ type Config struct {
 	MaxAttempts int `yaml:"max_attempts"`
 	// Deadline bounds one request over all its retries (0: none).
 	Deadline pipeline.Duration `yaml:"deadline"`
+	// SilenceAfter is the least time an endpoint may hold requests
+	// without answering any while the other endpoints answer, before it
+	// is taken out as silent (logged by name) and its requests move to the
+	// others: an engine that accepts connections and never answers no
+	// longer holds the run's tail until generate.timeout. The time is ten
+	// times the fleet's mean answer time when that is longer; an endpoint
+	// is never judged while no endpoint answers (engines still loading).
+	//
+	// Default: 30s.
+	SilenceAfter pipeline.Duration `yaml:"silence_after"`
 	// BackoffBase is the jittered exponential backoff's first delay.
 	BackoffBase pipeline.Duration `yaml:"backoff_base"`
 	// BackoffMax bounds one backoff delay.

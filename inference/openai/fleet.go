@@ -3,13 +3,14 @@ package openai
 import (
 	"context"
 	"fmt"
-	"github.com/trajflow/trajflow/inference"
-	"github.com/trajflow/trajflow/pipeline"
 	"hash/fnv"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/trajflow/trajflow/inference"
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // endpoint is one server of the fleet. Fields below mu are guarded by the
@@ -29,6 +30,17 @@ type endpoint struct {
 	requests   int64
 	retries    int64
 	failures   int64
+
+	// busySince is when e last answered, or began to hold requests
+	// (silence); zero while it holds none. attempts are its attempts in
+	// flight, to move when it goes silent; silentOuts how often it went
+	// silent, probeAfter when the prober may try it again, moved the
+	// attempts moved off it.
+	busySince  time.Time
+	attempts   map[uint64]context.CancelCauseFunc
+	silentOuts int
+	probeAfter time.Time
+	moved      int64
 }
 
 // EndpointStats is one endpoint's counters.
@@ -41,8 +53,12 @@ type EndpointStats struct {
 	// InFlight is the number of attempts outstanding now.
 	InFlight int
 	// Healthy is false while the endpoint is taken out after consecutive
-	// connection or server failures.
+	// connection or server failures, or while it is silent (holding
+	// requests and answering none while others answer).
 	Healthy bool
+	// Moved counts the attempts moved off the endpoint when it went
+	// silent (each sent again to another).
+	Moved int64
 	// ConsecutiveFailures counts connection/5xx failures since the last
 	// success.
 	ConsecutiveFailures int
@@ -95,6 +111,7 @@ type fleet struct {
 	now      func() time.Time
 	logf     func(string, ...any)
 	unhealth int // number of endpoints out
+	sil      silence
 }
 
 func newFleet(eps []*endpoint, perCap, slack, ejectK int, now func() time.Time, logf func(string, ...any)) *fleet {
@@ -113,6 +130,9 @@ func (f *fleet) acquire(ctx context.Context, affinity string, tried []bool, retr
 	for {
 		f.mu.Lock()
 		if e := f.pickLocked(affinity, tried); e != nil {
+			if e.inflight == 0 {
+				e.busySince = f.now()
+			}
 			e.inflight++
 			e.requests++
 			if retry {
@@ -217,11 +237,17 @@ func (f *fleet) margin(least int) int {
 }
 
 // release returns e's slot and records the attempt's outcome.
-func (f *fleet) release(e *endpoint, err *inference.Error, retryAfter time.Duration) {
+func (f *fleet) release(e *endpoint, err *inference.Error, retryAfter, took time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e.inflight--
 	now := f.now()
+	if err == nil || err.Status != 0 {
+		f.answered(e, took, now)
+	}
+	if e.inflight == 0 {
+		e.busySince = time.Time{}
+	}
 	switch {
 	case err == nil:
 		e.consecFail = 0
@@ -296,8 +322,9 @@ func (f *fleet) unhealthy() []*endpoint {
 		return nil
 	}
 	var out []*endpoint
+	now := f.now()
 	for _, e := range f.eps {
-		if !e.healthy {
+		if !e.healthy && !now.Before(e.probeAfter) {
 			out = append(out, e)
 		}
 	}
@@ -317,7 +344,7 @@ func (f *fleet) stats() []EndpointStats {
 	now := f.now()
 	for i, e := range f.eps {
 		out[i] = EndpointStats{
-			Endpoint: e.name, Requests: e.requests, Retries: e.retries, Failures: e.failures,
+			Endpoint: e.name, Requests: e.requests, Retries: e.retries, Failures: e.failures, Moved: e.moved,
 			InFlight: e.inflight, Healthy: e.healthy, ConsecutiveFailures: e.consecFail,
 		}
 		if left := e.coolUntil.Sub(now); left > 0 {

@@ -86,14 +86,20 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 		}
 		c.client = &http.Client{Transport: c.owned, CheckRedirect: noRedirect}
 	}
-	c.fleet = newFleet(eps, cfg.EndpointConcurrency, opts.AffinitySlack, opts.EjectAfter, opts.Now, opts.Logf)
+	healthLog := opts.Logf
+	if opts.HealthLogf != nil {
+		healthLog = opts.HealthLogf
+	}
+	c.fleet = newFleet(eps, cfg.EndpointConcurrency, opts.AffinitySlack, opts.EjectAfter, opts.Now, healthLog)
 	if opts.BreakAfter > 0 {
 		c.brk = newBreaker(opts.BreakAfter, len(eps), opts.OnBreak)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	c.wg.Add(1)
+	c.fleet.sil.floor = opts.SilenceAfter
+	c.wg.Add(2)
 	go c.probeLoop(ctx)
+	go c.silenceLoop(ctx, max(min(opts.SilenceAfter/4, time.Second), 10*time.Millisecond))
 	return c, nil
 }
 
@@ -334,12 +340,12 @@ func (c *HTTPClient) do(ctx context.Context, affinity string, url func(*endpoint
 		}
 		if aerr != nil && ctx.Err() != nil {
 			// The caller's cancel or the overall deadline, not the endpoint's fault.
-			c.fleet.release(ep, &inference.Error{Class: inference.ClassCancelled}, 0)
+			c.fleet.release(ep, &inference.Error{Class: inference.ClassCancelled}, 0, took)
 			<-c.sem
 			observe(false)
 			return "", c.ctxErr(ctx, last, attempt)
 		}
-		c.fleet.release(ep, aerr, retryAfter)
+		c.fleet.release(ep, aerr, retryAfter, took)
 		<-c.sem
 		broken := c.brk.record(ep.idx, aerr)
 		if aerr == nil {
@@ -382,12 +388,22 @@ func (c *HTTPClient) acquire(ctx context.Context, affinity string, tried []bool,
 // attempt sends body to u on ep once and decodes a 2xx body. It returns
 // the attempt's classified error and the server's Retry-After (0 when
 // none), or nil.
-func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte, http.Header) error) (*inference.Error, time.Duration) {
+func (c *HTTPClient) attempt(ctx context.Context, ep *endpoint, u string, body []byte, decode func([]byte, http.Header) error) (aerr *inference.Error, retryAfter time.Duration) {
 	if t := c.cfg.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
+	// Moved to another endpoint when this one goes silent.
+	ctx, move := context.WithCancelCause(ctx)
+	defer move(nil)
+	id := c.fleet.track(ep, move)
+	defer c.fleet.untrack(ep, id)
+	defer func() {
+		if aerr != nil && errors.Is(context.Cause(ctx), errSilent) {
+			aerr = &inference.Error{Class: inference.ClassConnection, Msg: fmt.Sprintf("%s: %v: the request goes to another endpoint", ep.name, errSilent)}
+		}
+	}()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return &inference.Error{Class: inference.ClassConnection, Msg: fmt.Sprintf("%s: %v", ep.name, err)}, 0

@@ -20,6 +20,16 @@ type HTTPOptions struct {
 	HTTPClient *http.Client
 	// Logf receives endpoint health changes and retries. Default: silent.
 	Logf func(format string, args ...any)
+	// HealthLogf, when set, receives the endpoint health changes alone
+	// (an endpoint taken out, silent or failing, and back in) in place of
+	// Logf: a run prints them, not every retry.
+	HealthLogf func(format string, args ...any)
+	// SilenceAfter is the least time an endpoint may hold requests without
+	// answering any while the other endpoints answer, before it is taken
+	// out as silent and its requests move to the others (the time is
+	// silenceFactor times the fleet's mean answer time when that is
+	// longer). Default 30s.
+	SilenceAfter time.Duration
 	// EjectAfter is the number of consecutive connection or 5xx failures
 	// that take an endpoint out of the fleet. Default 3.
 	EjectAfter int
@@ -80,6 +90,9 @@ type HTTPOptions struct {
 func (o *HTTPOptions) setDefaults() {
 	if o.EjectAfter <= 0 {
 		o.EjectAfter = 3
+	}
+	if o.SilenceAfter <= 0 {
+		o.SilenceAfter = 30 * time.Second
 	}
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = 2 * time.Second

@@ -271,7 +271,10 @@ func (b *Components) httpOptions() openai.HTTPOptions {
 		KeepBody: b.cfg.Output.OpenAIBatch,
 		// The context length tells a prompt Ollama cut silently
 		// (generate.Generator's check after each chat answer).
-		LearnContext: true}
+		LearnContext: true,
+		SilenceAfter: b.cfg.Generate.SilenceAfter.D(),
+		// An endpoint taken out (failing or silent) and back in is said.
+		HealthLogf: func(format string, args ...any) { fmt.Fprintf(b.Stderr, "trajflow: "+format+"\n", args...) }}
 }
 
 // HTTPEndpoints reports whether the client is the config's HTTP client

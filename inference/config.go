@@ -59,9 +59,10 @@ type Config struct {
 	// without answering any while the other endpoints answer, before it
 	// is taken out as silent (logged by name) and its requests move to the
 	// others: an engine that accepts connections and never answers no
-	// longer holds the run's tail until generate.timeout. The time is ten
-	// times the fleet's mean answer time when that is longer; an endpoint
-	// is never judged while no endpoint answers (engines still loading).
+	// longer holds the run's tail until generate.timeout. The time is
+	// twice the fleet's longest recent answer time when that is longer (an
+	// endpoint busy with long answers is not silent); an endpoint is never
+	// judged while no endpoint answers (engines still loading).
 	//
 	// Default: 30s.
 	SilenceAfter pipeline.Duration `yaml:"silence_after"`

@@ -27,8 +27,8 @@ type HTTPOptions struct {
 	// SilenceAfter is the least time an endpoint may hold requests without
 	// answering any while the other endpoints answer, before it is taken
 	// out as silent and its requests move to the others (the time is
-	// silenceFactor times the fleet's mean answer time when that is
-	// longer). Default 30s.
+	// twice the fleet's longest recent answer time when that is longer).
+	// Default 30s.
 	SilenceAfter time.Duration
 	// EjectAfter is the number of consecutive connection or 5xx failures
 	// that take an endpoint out of the fleet. Default 3.

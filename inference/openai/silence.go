@@ -11,10 +11,16 @@ import (
 // silent: the request is sent again on another endpoint.
 var errSilent = errors.New("its endpoint went silent")
 
-// silenceFactor times the fleet's mean answer time is how long an
-// endpoint may hold requests without answering any, while others answer,
-// before it is taken out as silent (at least HTTPOptions.SilenceAfter).
-const silenceFactor = 10
+// silenceFactor times the fleet's longest recent answer time is how long
+// an endpoint may hold requests without answering any, while others
+// answer, before it is taken out as silent (at least
+// HTTPOptions.SilenceAfter): an endpoint busy with long answers is not
+// silent for as long as the longest answers take.
+const silenceFactor = 2
+
+// longestDecay is how fast the longest answer time seen forgets: each
+// answer shrinks it by this factor before taking the max.
+const longestDecay = 0.995
 
 // silence is the fleet's watch for endpoints that accept requests and
 // never answer: per endpoint, since when it holds requests without
@@ -24,7 +30,7 @@ const silenceFactor = 10
 type silence struct {
 	floor      time.Duration // HTTPOptions.SilenceAfter
 	lastAnswer time.Time
-	meanTook   float64 // seconds, an exponential moving mean of the answers' times
+	longest    time.Duration // the longest answer time seen, slowly forgotten (longestDecay)
 	nextID     uint64
 }
 
@@ -53,17 +59,13 @@ func (f *fleet) untrack(e *endpoint, id uint64) {
 func (f *fleet) answered(e *endpoint, took time.Duration, now time.Time) {
 	f.sil.lastAnswer = now
 	e.busySince = now
-	if f.sil.meanTook == 0 {
-		f.sil.meanTook = took.Seconds()
-	} else {
-		f.sil.meanTook += 0.1 * (took.Seconds() - f.sil.meanTook)
-	}
+	f.sil.longest = max(took, time.Duration(float64(f.sil.longest)*longestDecay))
 }
 
 // silentAfter is how long an endpoint may hold requests without an
 // answer while others answer; f.mu is held.
 func (f *fleet) silentAfter() time.Duration {
-	return max(f.sil.floor, time.Duration(silenceFactor*f.sil.meanTook*float64(time.Second)))
+	return max(f.sil.floor, silenceFactor*f.sil.longest)
 }
 
 // checkSilence takes out the endpoints that hold requests and have

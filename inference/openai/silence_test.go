@@ -104,3 +104,34 @@ func TestSilenceNeedsAnAnsweringFleet(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint busy with answers longer than the silence floor is not
+// silent while they take no longer than the longest answers seen: the
+// time allowed grows to twice the longest answer.
+func TestSilenceAllowsTheLongestAnswers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a, b := &endpoint{idx: 0, name: "a"}, &endpoint{idx: 1, name: "b"}
+	f := newFleet([]*endpoint{a, b}, 0, 8, 3, func() time.Time { return now }, nil)
+	f.sil.floor = time.Second
+	// b answered once after 5 s: the longest answer.
+	f.mu.Lock()
+	f.answered(b, 5*time.Second, now)
+	a.inflight, a.busySince = 2, now
+	f.mu.Unlock()
+	now = now.Add(8 * time.Second) // under 2 × 5 s
+	f.mu.Lock()
+	f.sil.lastAnswer = now
+	f.mu.Unlock()
+	f.checkSilence()
+	if !a.healthy {
+		t.Fatal("an endpoint holding requests for 8 s taken out while answers take 5 s")
+	}
+	now = now.Add(3 * time.Second) // 11 s: past 2 × 5 s
+	f.mu.Lock()
+	f.sil.lastAnswer = now
+	f.mu.Unlock()
+	f.checkSilence()
+	if a.healthy {
+		t.Fatal("an endpoint silent for twice the longest answer still in")
+	}
+}

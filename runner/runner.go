@@ -189,24 +189,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Output.OpenAIBatch {
-		// Likewise OpenAI Batch files without their part.
-		if err := commit.PairBatchFiles(cfg.Output.Dir); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Output.JSONL {
-		// Likewise NeMo Gym JSONL files without their part.
-		if err := commit.PairGymFiles(cfg.Output.Dir); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Output.Steps {
-		// A crash between a commit's two renames left a steps file
-		// without its trajectories: they were never committed.
-		if err := parquet.PairSteps(filepath.Join(cfg.Output.Dir, schema.DataDir), filepath.Join(cfg.Output.Dir, schema.StepsDir)); err != nil {
-			return nil, fmt.Errorf("resume: %w", err)
-		}
+	// A crash between a commit's renames left part sinks' files (step
+	// rows, NeMo Gym JSONL, OpenAI Batch files) without their part.
+	if err := commit.Pair(cfg); err != nil {
+		return nil, err
 	}
 	done, err := resume.Load(ctx, cfg, r.resumeOptions())
 	if err != nil {

@@ -248,7 +248,7 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 			// than an Arrow column can.
 			out = append(out, commit.Batch{Dest: rg.dest, Rec: c.Flush(), Groups: take(rg.dest)})
 		}
-		if commit.Keeps(r.cfg, rg.dest) {
+		if r.commit.Keeps(rg.dest) {
 			pending[rg.dest] = append(pending[rg.dest], rg.group)
 		}
 		if rec := c.Add(rg.group); rec != nil {

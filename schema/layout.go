@@ -92,6 +92,11 @@ const (
 	JSONLExt    = ".jsonl"
 )
 
+// PartDirs are the directories of Parquet parts, in the order a commit
+// of them all goes: the committer's, and the directories a part sink's
+// files may stand beside.
+var PartDirs = []string{DataDir, FilteredDir, SurplusDir, ErrorsDir}
+
 // PartName returns the name of part file n: part-00003.parquet.
 func PartName(n int) string { return fmt.Sprintf("%s-%05d%s", PartPrefix, n, PartExt) }
 

@@ -16,24 +16,24 @@ import (
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
-	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // Committer is a run's commit path, in one place: the Parquet writer of
-// each output directory, the step rows committed with each data file
-// (output.steps), the data-URL images stored before the rows that name
-// them (output.images: reference), the NeMo Gym JSONL and OpenAI Batch
-// files committed with each part (output.jsonl, output.openai_batch), the
-// interop sink of the kept rows (output.arrow_stream), and the upload of
-// what each commit
-// wrote to object storage. The order is fixed:
+// each output directory, the part sinks whose files are committed with
+// each part (sinks.RegisterPart: the step rows of output.steps, the NeMo
+// Gym JSONL of output.jsonl, the OpenAI Batch files of
+// output.openai_batch), the data-URL images stored before the rows that
+// name them (output.images: reference), the interop sink of the kept rows
+// (output.arrow_stream), and the upload of what each commit wrote to
+// object storage. The order is fixed:
 //
 //   - a group's images are on disk before its rows reach a sink
 //     (Externalize, in the groups stage);
-//   - a data file's step rows are written before its rows, and the steps
-//     file is renamed into place before the data file, whose rename
-//     commits both (a resume removes a steps file left without its data
-//     file);
+//   - a part's rows are staged in its part sinks' files before the part's
+//     writer gets them, and those files are renamed into place (in
+//     registration order) before the part, whose rename commits them all;
+//     an aborted part drops them; a resume removes those a crash left
+//     without their part (Pair);
 //   - the directories commit in Dirs order;
 //   - on object storage the upload follows every write, commit and close,
 //     and storage.Mirror.Push sends the side files first and the data
@@ -43,11 +43,7 @@ type Committer struct {
 	dir string
 	// options are the options of every Parquet writer, made once.
 	options parquet.Options
-	// steps writes the kept groups' step rows; nil without output.steps.
-	steps *parquet.StepWriter
-	// stepsOpen opens steps with the data writer (output.steps).
-	stepsOpen func(metadata map[string]string) (*parquet.StepWriter, error)
-	writers   map[string]*parquet.Writer
+	writers map[string]*parquet.Writer
 	// opened lists the writers in the order they were opened.
 	opened []*parquet.Writer
 	// images stores data-URL images by reference; nil with output.images
@@ -55,18 +51,22 @@ type Committer struct {
 	images *images.Store
 	// interop are the optional sinks of the kept rows (OpenInterop).
 	interop []namedSink
-	// batch writes OpenAI's Batch output and error files beside each
-	// directory's parts (output.openai_batch); nil without.
-	batch *batchFiles
-	// gym writes the NeMo Gym JSONL beside the parts (output.jsonl); nil
-	// without.
-	gym   *gymFiles
+	// parts are the run's part sinks (those registered that are on), in
+	// registration order.
+	parts []openPart
 	hooks Hooks
 
 	// dirty is set when a file was committed locally and is not uploaded
 	// yet; pending are the data files among them, counted once uploaded.
 	dirty   bool
 	pending []committedFile
+}
+
+// openPart is a part sink the run writes.
+type openPart struct {
+	key   string
+	part  sinks.Part
+	keeps map[string]bool // the directories whose parts have its files
 }
 
 // Hooks are what the run hears of, and adds to, each commit.
@@ -80,7 +80,7 @@ type Hooks struct {
 }
 
 // Dirs are the directories of Parquet output, in commit order.
-var Dirs = []string{schema.DataDir, schema.FilteredDir, schema.SurplusDir, schema.ErrorsDir}
+var Dirs = schema.PartDirs
 
 // Open makes the commit path of cfg's output directory, which exists and
 // whose lock the caller holds. It first removes what a crashed run left
@@ -96,24 +96,20 @@ func Open(cfg *config.Config, popts parquet.Options, h Hooks) (*Committer, error
 		}
 	}
 	c := &Committer{dir: dir, options: popts, hooks: h}
-	if cfg.Output.Steps {
-		c.stepsOpen = func(metadata map[string]string) (*parquet.StepWriter, error) {
-			return parquet.NewStepWriter(filepath.Join(dir, schema.StepsDir), cfg.Output.Parquet.Compression, metadata)
+	env := sinks.PartEnv{Dir: dir, Metadata: popts.Metadata, Compression: cfg.Output.Parquet.Compression, Settings: cfg}
+	for _, spec := range sinks.Parts() {
+		if !spec.On(cfg) {
+			continue
 		}
-	}
-	if cfg.Output.OpenAIBatch {
-		b, err := newBatchFiles(dir)
+		part, err := spec.New(env)
 		if err != nil {
-			return nil, err
+			return nil, errors.Join(err, c.abortParts())
 		}
-		c.batch = b
-	}
-	if cfg.Output.JSONL {
-		g, err := newGymFiles(cfg)
-		if err != nil {
-			return nil, err
+		p := openPart{key: spec.Key, part: part, keeps: map[string]bool{}}
+		for _, dest := range Dirs {
+			p.keeps[dest] = spec.Keeps(cfg, dest)
 		}
-		c.gym = g
+		c.parts = append(c.parts, p)
 	}
 	if cfg.Output.Images == "reference" {
 		images, err := openImages(filepath.Join(dir, schema.ImagesDir))
@@ -162,13 +158,33 @@ func (b Batch) Release() {
 	}
 }
 
-// Keeps reports whether a batch of dest carries its groups: their step
-// rows (output.steps: data directory), NeMo Gym lines (output.jsonl: the
-// data directory, every directory with output.jsonl_rows: all) or OpenAI
-// Batch lines (output.openai_batch, every directory) are written with it.
-func Keeps(cfg *config.Config, dest string) bool {
-	return dest == schema.DataDir && (cfg.Output.Steps || cfg.Output.JSONL) || cfg.Output.OpenAIBatch ||
-		cfg.Output.JSONL && cfg.Output.JSONLRows == config.JSONLAll
+// Keeps reports whether a batch of dest carries its groups: whether a
+// part sink of the run has files beside dest's parts (the step rows of
+// output.steps: the data directory; NeMo Gym lines of output.jsonl: the
+// data directory, every directory with output.jsonl_rows: all; OpenAI
+// Batch lines of output.openai_batch: every directory).
+func (c *Committer) Keeps(dest string) bool {
+	for _, p := range c.parts {
+		if p.keeps[dest] {
+			return true
+		}
+	}
+	return false
+}
+
+// Pair makes the files of cfg's part sinks agree with the committed parts
+// before a resume reads them (sinks.PartSpec.Pair): a crash between a
+// commit's renames left files without their part, whose rows the resumed
+// run redoes.
+func Pair(cfg *config.Config) error {
+	for _, spec := range sinks.Parts() {
+		if spec.On(cfg) {
+			if err := spec.Pair(cfg.Output.Dir); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Take hands a batch to its directory's writer (Write), or on the commit
@@ -209,54 +225,29 @@ func (c *Committer) writer(dest string) (*parquet.Writer, error) {
 	}
 	popts := c.options
 	popts.OnCommit = func(path string, rows int) { c.onCommit(dest, path, rows) }
-	if dest == schema.DataDir && c.stepsOpen != nil {
-		sw, err := c.stepsOpen(popts.Metadata)
-		if err != nil {
-			return nil, err
+	// The part sinks' files are renamed into place before the part, in
+	// registration order: the part's rename commits them all.
+	var parts []sinks.Part
+	for _, p := range c.parts {
+		if p.keeps[dest] {
+			parts = append(parts, p.part)
 		}
-		c.steps = sw
-		// The steps file is renamed into place first: the data file's
-		// rename commits both.
-		popts.BeforeRename = func(final string) error { return sw.Commit(filepath.Base(final)) }
-		popts.OnAbort = sw.Abort
 	}
-	if c.batch != nil {
-		// The OpenAI Batch files of the part are renamed into place
-		// before it, as the steps file is: the part's rename commits them.
-		before, abort := popts.BeforeRename, popts.OnAbort
+	if len(parts) > 0 {
 		popts.BeforeRename = func(final string) error {
-			if before != nil {
-				if err := before(final); err != nil {
+			for _, p := range parts {
+				if err := p.Commit(dest, final); err != nil {
 					return err
 				}
 			}
-			return c.batch.commit(dest, final)
+			return nil
 		}
 		popts.OnAbort = func() error {
-			var err error
-			if abort != nil {
-				err = abort()
+			var errs []error
+			for _, p := range parts {
+				errs = append(errs, p.Abort(dest))
 			}
-			return errors.Join(err, c.batch.abort(dest))
-		}
-	}
-	if c.gym != nil && c.gym.keeps(dest) {
-		// Likewise the part's NeMo Gym JSONL file.
-		before, abort := popts.BeforeRename, popts.OnAbort
-		popts.BeforeRename = func(final string) error {
-			if before != nil {
-				if err := before(final); err != nil {
-					return err
-				}
-			}
-			return c.gym.commit(dest, final)
-		}
-		popts.OnAbort = func() error {
-			var err error
-			if abort != nil {
-				err = abort()
-			}
-			return errors.Join(err, c.gym.abort(dest))
+			return errors.Join(errs...)
 		}
 	}
 	w, err := parquet.New(filepath.Join(c.dir, dest), popts)
@@ -286,8 +277,9 @@ func (c *Committer) onCommit(dest, path string, rows int) {
 }
 
 // Write writes a record batch to its directory's writer: for the data
-// directory the interop sinks get it (or its groups) first, then its groups' step rows
-// (a commit the record triggers takes them along), then the data writer.
+// directory the interop sinks get it (or its groups) first, then the part
+// sinks stage its rows (a commit the record triggers takes them along),
+// then the directory's writer.
 func (c *Committer) Write(ctx context.Context, dest string, rec arrow.Record, groups []*pipeline.Group) error {
 	w, err := c.writer(dest)
 	if err != nil {
@@ -307,22 +299,14 @@ func (c *Committer) Write(ctx context.Context, dest string, rec arrow.Record, gr
 				return fmt.Errorf("%s: %w", s.key, err)
 			}
 		}
-		if c.steps != nil {
-			if err := c.steps.WriteRows(collate.StepRows(nil, groups)); err != nil {
-				return errors.Join(err, w.Abort())
-			}
-		}
 	}
-	if c.batch != nil {
-		// Staged before the rows, as the step rows: a commit the record
-		// triggers takes them along.
-		if err := c.batch.add(dest, groups); err != nil {
-			return errors.Join(err, w.Abort())
+	for _, p := range c.parts {
+		if !p.keeps[dest] {
+			continue
 		}
-	}
-	if c.gym != nil {
-		// Likewise the NeMo Gym lines.
-		if err := c.gym.add(ctx, dest, rec, groups); err != nil {
+		// Staged before the rows: a commit the record triggers takes them
+		// along.
+		if err := p.part.Stage(ctx, dest, rec, groups); err != nil {
 			return errors.Join(err, w.Abort())
 		}
 	}
@@ -364,19 +348,29 @@ func (c *Committer) Close(ctx context.Context) error {
 }
 
 // Abort drops what is not committed: the open files of the writers (in
-// reverse order), the steps file, the interop sinks' staged output. It
+// reverse order), the part sinks' staged files, the interop sinks' staged
+// output. It
 // returns every error met: a file it could not remove is left behind.
 func (c *Committer) Abort() error {
 	var errs []error
 	for i := len(c.opened) - 1; i >= 0; i-- {
 		errs = append(errs, c.opened[i].Abort())
 	}
-	if c.steps != nil {
-		errs = append(errs, c.steps.Abort())
-	}
+	errs = append(errs, c.abortParts())
 	for i := len(c.interop) - 1; i >= 0; i-- {
 		if a, ok := c.interop[i].sink.(sinks.Aborter); ok {
 			errs = append(errs, a.Abort())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// abortParts drops what the part sinks staged for every directory.
+func (c *Committer) abortParts() error {
+	var errs []error
+	for _, p := range c.parts {
+		for _, dest := range Dirs {
+			errs = append(errs, p.part.Abort(dest))
 		}
 	}
 	return errors.Join(errs...)

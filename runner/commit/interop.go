@@ -20,8 +20,9 @@ type namedSink struct {
 }
 
 // OpenInterop opens the optional interop sink of the kept rows (an Arrow
-// IPC stream; the NeMo Gym JSONL is written per part, gymFiles), which the committer writes the kept
-// rows to and closes or aborts with its writers. alloc is the Arrow
+// IPC stream; the NeMo Gym JSONL is a part sink, sinks/jsonl's Parts),
+// which the committer writes the kept rows to and closes or aborts with
+// its writers. alloc is the Arrow
 // stream's allocator.
 func (c *Committer) OpenInterop(cfg *config.Config, alloc memory.Allocator) error {
 	if cfg.Output.ArrowStream != "" {

@@ -15,4 +15,9 @@
 // metrics, turn_rewards, num_turns, ...) are under "trajflow".
 //
 // A line fed back as input renders the same prompt.
+//
+// Parts is output.jsonl: a part sink (sinks.RegisterPart) that writes
+// jsonl/rollouts-DIR-NNNNN.jsonl beside each part DIR/part-NNNNN.parquet,
+// staged, committed and aborted with it, and paired at a resume
+// (PairParts).
 package jsonl

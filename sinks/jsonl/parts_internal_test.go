@@ -1,4 +1,4 @@
-package commit
+package jsonl
 
 import (
 	"bytes"
@@ -8,17 +8,17 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sinks"
 )
 
 // A resume removes the NeMo Gym JSONL files whose part was never
 // committed (a kill between a commit's renames) and the staged ones, and
 // keeps the others: those of committed parts, the one-per-run files of
 // earlier versions, anything else.
-func TestPairGymFiles(t *testing.T) {
+func TestPairParts(t *testing.T) {
 	out := t.TempDir()
 	dir := filepath.Join(out, schema.JSONLDir)
 	for _, d := range []string{dir, filepath.Join(out, schema.DataDir), filepath.Join(out, schema.FilteredDir)} {
@@ -46,7 +46,7 @@ func TestPairGymFiles(t *testing.T) {
 	for _, n := range append(slices.Clone(keep), drop...) {
 		touch(filepath.Join(dir, n))
 	}
-	if err := PairGymFiles(out); err != nil {
+	if err := PairParts(out); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -59,7 +59,7 @@ func TestPairGymFiles(t *testing.T) {
 	if !slices.Equal(got, keep) {
 		t.Fatalf("left %v, want %v", got, keep)
 	}
-	if err := PairGymFiles(t.TempDir()); err != nil {
+	if err := PairParts(t.TempDir()); err != nil {
 		t.Fatalf("no jsonl directory: %v", err)
 	}
 }
@@ -92,34 +92,33 @@ func TestGymFileOf(t *testing.T) {
 // get none.
 func TestGymFilesCommitAndAbort(t *testing.T) {
 	out := t.TempDir()
-	cfg := &config.Config{}
-	cfg.Output.Dir, cfg.Output.JSONL, cfg.Output.JSONLRows = out, true, config.JSONLKept
-	g, err := newGymFiles(cfg)
+	part, err := NewParts(sinks.PartEnv{Dir: out, Settings: settings{Key: true, RowsKey: RowsKept}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	g := part.(*Parts)
 	ctx := context.Background()
 	dir := filepath.Join(out, schema.JSONLDir)
 	groups := []*pipeline.Group{pipelinetest.Group(0, 3, 50), pipelinetest.Group(1, 3, 50)}
 	for _, dest := range []string{schema.DataDir, schema.FilteredDir} {
-		if err := g.add(ctx, dest, nil, groups); err != nil {
+		if err := g.Stage(ctx, dest, nil, groups); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if names := ls(t, dir); len(names) != 1 || !schema.IsTemp(names[0]) {
 		t.Fatalf("staged: %v; want one hidden file (filtered/ has no lines with jsonl_rows: kept)", names)
 	}
-	if err := g.commit(schema.DataDir, filepath.Join(out, schema.DataDir, schema.PartName(4))); err != nil {
+	if err := g.Commit(schema.DataDir, filepath.Join(out, schema.DataDir, schema.PartName(4))); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, schema.GymJSONLName(schema.DataDir, 4)))
 	if err != nil || bytes.Count(b, []byte("\n")) != 6 {
 		t.Fatalf("committed file: %v, %d lines, want 6", err, bytes.Count(b, []byte("\n")))
 	}
-	if err := g.add(ctx, schema.DataDir, nil, groups); err != nil {
+	if err := g.Stage(ctx, schema.DataDir, nil, groups); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.abort(schema.DataDir); err != nil {
+	if err := g.Abort(schema.DataDir); err != nil {
 		t.Fatal(err)
 	}
 	if names := ls(t, dir); !slices.Equal(names, []string{schema.GymJSONLName(schema.DataDir, 4)}) {
@@ -138,4 +137,12 @@ func ls(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// settings are a run's settings by key, for tests.
+type settings map[string]any
+
+func (s settings) Setting(key string) (any, bool) {
+	v, ok := s[key]
+	return v, ok
 }

@@ -1,4 +1,4 @@
-package commit
+package openaibatch
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // A resume removes the OpenAI Batch files whose part was never committed
 // (a kill between a commit's renames) and the staged ones, and keeps the
 // others.
-func TestPairBatchFiles(t *testing.T) {
+func TestPair(t *testing.T) {
 	out := t.TempDir()
 	dir := filepath.Join(out, schema.OpenAIBatchDir)
 	for _, d := range []string{dir, filepath.Join(out, schema.DataDir), filepath.Join(out, schema.ErrorsDir)} {
@@ -40,7 +40,7 @@ func TestPairBatchFiles(t *testing.T) {
 	for _, n := range append(slices.Clone(keep), drop...) {
 		touch(filepath.Join(dir, n))
 	}
-	if err := PairBatchFiles(out); err != nil {
+	if err := Pair(out); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -53,7 +53,7 @@ func TestPairBatchFiles(t *testing.T) {
 	if !slices.Equal(got, keep) {
 		t.Fatalf("left %v, want %v", got, keep)
 	}
-	if err := PairBatchFiles(t.TempDir()); err != nil {
+	if err := Pair(t.TempDir()); err != nil {
 		t.Fatalf("no openai_batch directory: %v", err)
 	}
 }

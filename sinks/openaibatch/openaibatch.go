@@ -1,32 +1,50 @@
-package commit
+package openaibatch
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/apache/arrow/go/v17/arrow"
+
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sinks"
 )
 
-// batchFiles writes OpenAI's Batch output and error files
-// (output.openai_batch) beside the Parquet parts: the lines of the rows
-// of a directory's open part go to its two staged files, which are
-// renamed into place as the part commits, before the part (whose rename
-// commits them all), and dropped when it is aborted. A resume removes the
-// files left without their part (PairBatchFiles), so that every committed
-// row has exactly one line.
-type batchFiles struct {
+// Key is the config key that turns the files on.
+const Key = "output.openai_batch"
+
+func init() {
+	sinks.RegisterPart(sinks.PartSpec{
+		Key:   Key,
+		On:    func(s sinks.Settings) bool { on, _ := s.Setting(Key); return on == true },
+		Keeps: func(sinks.Settings, string) bool { return true },
+		New:   func(env sinks.PartEnv) (sinks.Part, error) { return New(env.Dir) },
+		Pair:  Pair,
+	})
+}
+
+// Files writes OpenAI's Batch output and error files (output.openai_batch)
+// beside the Parquet parts of every output directory, a registered
+// sinks.Part: the lines of the rows of a directory's open part go to its
+// two staged files, which are renamed into place as the part commits,
+// before the part (whose rename commits them all), and dropped when it is
+// aborted. A resume removes the files left without their part (Pair), so
+// that every committed row has exactly one line.
+type Files struct {
 	dir  string // OUTPUT/openai_batch
 	open map[string]*batchPart
 }
+
+var _ sinks.Part = (*Files)(nil)
 
 // batchPart is the staged pair of files of one directory's open part.
 type batchPart struct {
@@ -41,16 +59,17 @@ type stagedLines struct {
 
 var batchKinds = [2]string{schema.OpenAIBatchOutput, schema.OpenAIBatchErrors}
 
-func newBatchFiles(outDir string) (*batchFiles, error) {
+// New makes OUTPUT/openai_batch and returns the Files writing into it.
+func New(outDir string) (*Files, error) {
 	dir := filepath.Join(outDir, schema.OpenAIBatchDir)
 	if err := durable.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("output.openai_batch: %w", err)
+		return nil, fmt.Errorf("%s: %w", Key, err)
 	}
-	return &batchFiles{dir: dir, open: map[string]*batchPart{}}, nil
+	return &Files{dir: dir, open: map[string]*batchPart{}}, nil
 }
 
-// add stages the lines of the groups' rollouts for dest's open part.
-func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
+// Stage stages the lines of the groups' rollouts for dest's open part.
+func (b *Files) Stage(_ context.Context, dest string, _ arrow.Record, groups []*pipeline.Group) error {
 	p := b.open[dest]
 	if p == nil {
 		p = &batchPart{}
@@ -60,7 +79,7 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 		for _, r := range g.Rollouts {
 			line, failed, err := batchLine(r)
 			if err != nil {
-				return fmt.Errorf("output.openai_batch: %s: %w", r.TrajID, err)
+				return fmt.Errorf("%s: %s: %w", Key, r.TrajID, err)
 			}
 			k := 0
 			if failed {
@@ -70,7 +89,7 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 			if s == nil {
 				f, err := durable.Create(filepath.Join(b.dir, batchKinds[k]+"-"+dest+schema.JSONLExt), 0o644)
 				if err != nil {
-					return fmt.Errorf("output.openai_batch: %w", err)
+					return fmt.Errorf("%s: %w", Key, err)
 				}
 				s = &stagedLines{f: f, w: bufio.NewWriterSize(f, 64<<10)}
 				p.files[k] = s
@@ -78,19 +97,19 @@ func (b *batchFiles) add(dest string, groups []*pipeline.Group) error {
 			// A buffered writer keeps its first error: WriteByte returns it.
 			_, _ = s.w.Write(line)
 			if err := s.w.WriteByte('\n'); err != nil {
-				return fmt.Errorf("output.openai_batch: %w", err)
+				return fmt.Errorf("%s: %w", Key, err)
 			}
 		}
 	}
 	return nil
 }
 
-// commit renames dest's staged files into place beside the part being
+// Commit renames dest's staged files into place beside the part being
 // committed as final (its part number names them), synced first.
-func (b *batchFiles) commit(dest, final string) error {
-	n, ok := partNumber(filepath.Base(final))
+func (b *Files) Commit(dest, final string) error {
+	n, ok := sinks.PartNumber(final)
 	if !ok {
-		return fmt.Errorf("output.openai_batch: %s is not a part file", final)
+		return fmt.Errorf("%s: %s is not a part file", Key, final)
 	}
 	p := b.open[dest]
 	delete(b.open, dest)
@@ -108,15 +127,15 @@ func (b *batchFiles) commit(dest, final string) error {
 			err = s.f.CommitAs(filepath.Join(b.dir, schema.OpenAIBatchName(batchKinds[k], dest, n)))
 		}
 		if err != nil {
-			return fmt.Errorf("output.openai_batch: %w", errors.Join(err, p.drop()))
+			return fmt.Errorf("%s: %w", Key, errors.Join(err, p.drop()))
 		}
 		p.files[k] = nil
 	}
 	return nil
 }
 
-// abort drops dest's staged files.
-func (b *batchFiles) abort(dest string) error {
+// Abort drops dest's staged files.
+func (b *Files) Abort(dest string) error {
 	p := b.open[dest]
 	if p == nil {
 		return nil
@@ -140,58 +159,11 @@ func (p *batchPart) drop() error {
 	return errors.Join(errs...)
 }
 
-// partNumber reads NNNNN of part-NNNNN.parquet.
-func partNumber(name string) (int, bool) {
-	digits, ok := strings.CutPrefix(name, schema.PartPrefix+"-")
-	if !ok {
-		return 0, false
-	}
-	digits, ok = strings.CutSuffix(digits, schema.PartExt)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(digits)
-	return n, err == nil && n >= 0
-}
-
-// PairBatchFiles removes from OUTPUT/openai_batch the staged files of a
-// run that stopped, and the files whose part was never committed (a crash
-// between the two renames of a commit): their rows are redone.
-func PairBatchFiles(outDir string) error {
-	return pairPartFiles(outDir, schema.OpenAIBatchDir, batchFileOf)
-}
-
-// pairPartFiles removes from OUTPUT/sub the staged files (schema.IsTemp)
-// and the files whose data part is not committed: fileOf reads the
-// directory and part number a file's name gives (ok false: not one of
-// them, left as it is).
-func pairPartFiles(outDir, sub string, fileOf func(name string) (dest string, n int, ok bool)) error {
-	dir := filepath.Join(outDir, sub)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		remove := schema.IsTemp(name)
-		if !remove {
-			dest, n, ok := fileOf(name)
-			if !ok {
-				continue
-			}
-			_, err := os.Stat(filepath.Join(outDir, dest, schema.PartName(n)))
-			remove = errors.Is(err, os.ErrNotExist)
-		}
-		if remove {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return fmt.Errorf("resume: %w", err)
-			}
-		}
-	}
-	return nil
+// Pair removes from OUTPUT/openai_batch the staged files of a run that
+// stopped, and the files whose part was never committed (a crash between
+// the two renames of a commit): their rows are redone.
+func Pair(outDir string) error {
+	return sinks.PairFiles(outDir, schema.OpenAIBatchDir, batchFileOf)
 }
 
 // batchFileOf reads the directory and part number an OpenAI Batch file's

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,5 +55,25 @@ func TestSilentEndpointRun(t *testing.T) {
 	if rows := len(readDataset(t, filepath.Join(out, "data")).rows); rows != tasks*n {
 		t.Fatalf("%d rows, want %d", rows, tasks*n)
 	}
-	t.Logf("%d rollouts in %s with one of two endpoints silent", tasks*n, took.Round(time.Millisecond))
+	// metrics.json counts the attempts moved off the silent endpoint.
+	b, err := os.ReadFile(filepath.Join(out, "metrics.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		LastRun struct {
+			Endpoints []struct {
+				Endpoint                           string
+				Requests, Retries, Failures, Moved int64
+			} `json:"endpoints"`
+		} `json:"last_run"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	eps := m.LastRun.Endpoints
+	if len(eps) != 2 || eps[1].Endpoint != hung.URL+"/v1" || eps[1].Moved == 0 || eps[1].Failures < eps[1].Moved || eps[0].Retries == 0 {
+		t.Fatalf("metrics.json last_run.endpoints %+v: want the silent endpoint's attempts moved and retried on the other", eps)
+	}
+	t.Logf("%d rollouts in %s with one of two endpoints silent; %+v", tasks*n, took.Round(time.Millisecond), eps)
 }

@@ -225,6 +225,20 @@ type RunTokens struct {
 	CancelledRequests       int64  `json:"cancelled_requests"`
 	CancelledTokensEstimate int64  `json:"cancelled_tokens_estimate"`
 	ServerTokens            *int64 `json:"server_tokens,omitempty"`
+	// Endpoints are the HTTP endpoints' counts of this run's attempts:
+	// sent, retries among them, failed, and moved off the endpoint while
+	// it was silent (sent again to another); none for the simulator or
+	// a client of an embedder's.
+	Endpoints []EndpointCounts `json:"endpoints,omitempty"`
+}
+
+// EndpointCounts are one endpoint's counts of a run's attempts.
+type EndpointCounts struct {
+	Endpoint string `json:"endpoint"`
+	Requests int64  `json:"requests"`
+	Retries  int64  `json:"retries"`
+	Failures int64  `json:"failures"`
+	Moved    int64  `json:"moved"`
 }
 
 // Moments are the count, mean, population standard deviation, minimum and

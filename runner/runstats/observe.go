@@ -69,7 +69,10 @@ type EndpointLoad struct {
 	Endpoint                    string
 	InFlight                    int
 	Requests, Retries, Failures int64
-	Healthy                     bool
+	// Moved counts the attempts moved off the endpoint while it was
+	// silent.
+	Moved   int64
+	Healthy bool
 	// RetryAfter is what is left of the wait the endpoint asked for
 	// (Retry-After); 0: none.
 	RetryAfter time.Duration
@@ -177,7 +180,7 @@ func (r *Tracker) Snapshot() Snapshot {
 		for i, e := range c.Stats() {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
 				Endpoint: pipeline.RedactURLs(e.Endpoint), InFlight: e.InFlight, Requests: e.Requests,
-				Retries: e.Retries, Failures: e.Failures, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
+				Retries: e.Retries, Failures: e.Failures, Moved: e.Moved, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
 				Server: sc.load(i),
 			})
 		}

@@ -76,13 +76,18 @@ var (
 	descRows      = prometheus.NewDesc("trajflow_committed_rows_total", "Data rows committed.", nil, nil)
 	descCost      = prometheus.NewDesc("trajflow_cost_total", "What the requests resolved so far cost, at generate.price: those of data, filtered and error rows alike, as the summary and metrics.json (only with a price; answers from generate.cache are not in it).", nil, nil)
 	descCostProj  = prometheus.NewDesc("trajflow_cost_projected", "The whole run's cost estimated from the cost so far (only with a price and an estimate).", nil, nil)
+	descEpReqs    = prometheus.NewDesc("trajflow_endpoint_requests_total", "HTTP attempts sent to an inference endpoint this run.", []string{"endpoint"}, nil)
+	descEpRetries = prometheus.NewDesc("trajflow_endpoint_retries_total", "Attempts sent to an endpoint that were retries.", []string{"endpoint"}, nil)
+	descEpFails   = prometheus.NewDesc("trajflow_endpoint_failures_total", "Attempts that failed at an endpoint (any class).", []string{"endpoint"}, nil)
+	descEpMoved   = prometheus.NewDesc("trajflow_endpoint_moved_total", "Attempts moved off an endpoint while it was silent (generate.silence_after), each sent again to another.", []string{"endpoint"}, nil)
+	descEpHealthy = prometheus.NewDesc("trajflow_endpoint_healthy", "1 while the endpoint takes requests, 0 while it is out (failing or silent).", []string{"endpoint"}, nil)
 	descSrvRun    = prometheus.NewDesc("trajflow_endpoint_server_running_requests", "Requests decoding on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvWait   = prometheus.NewDesc("trajflow_endpoint_server_waiting_requests", "Requests queued on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvKV     = prometheus.NewDesc("trajflow_endpoint_server_kv_cache_usage", "KV-cache use of the endpoint (0-1), from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descCancelled = prometheus.NewDesc("trajflow_requests_cancelled_total", "Model requests cancelled in flight (their partial output is in no token count).", nil, nil)
 	descCutTokens = prometheus.NewDesc("trajflow_tokens_cancelled_estimate", "Estimated tokens the servers generated for requests cancelled in flight.", nil, nil)
 	descSrvTokens = prometheus.NewDesc("trajflow_endpoint_server_generated_tokens", "Tokens the endpoints generated since the run started, from their own counters (vllm:generation_tokens_total).", nil, nil)
-	snapshotDescs = []*prometheus.Desc{descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV,
+	snapshotDescs = []*prometheus.Desc{descEpReqs, descEpRetries, descEpFails, descEpMoved, descEpHealthy, descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV,
 		descCancelled, descCutTokens, descSrvTokens}
 )
 
@@ -137,6 +142,15 @@ func (m *Prometheus) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, e := range s.Endpoints {
 		gauge(descRequests, float64(e.InFlight), e.Endpoint)
+		counter(descEpReqs, float64(e.Requests), e.Endpoint)
+		counter(descEpRetries, float64(e.Retries), e.Endpoint)
+		counter(descEpFails, float64(e.Failures), e.Endpoint)
+		counter(descEpMoved, float64(e.Moved), e.Endpoint)
+		healthy := 0.0
+		if e.Healthy {
+			healthy = 1
+		}
+		gauge(descEpHealthy, healthy, e.Endpoint)
 		if e.Server.OK {
 			gauge(descSrvRun, e.Server.Running, e.Endpoint)
 			gauge(descSrvWait, e.Server.Waiting, e.Endpoint)

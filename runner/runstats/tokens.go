@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/pipeline"
 )
 
 // serverCount is the endpoints' own generation-token counter over the
@@ -79,6 +80,13 @@ func (r *Tracker) runTokens() *metrics.RunTokens {
 	if srv := r.server(); srv.known {
 		n := srv.generated
 		t.ServerTokens = &n
+	}
+	if c := r.httpClient(); c != nil {
+		for _, e := range c.Stats() {
+			t.Endpoints = append(t.Endpoints, metrics.EndpointCounts{
+				Endpoint: pipeline.RedactURLs(e.Endpoint), Requests: e.Requests, Retries: e.Retries, Failures: e.Failures, Moved: e.Moved,
+			})
+		}
 	}
 	return t
 }

@@ -44,6 +44,9 @@ type Stats struct {
 	// RetriedSyncs counts the fsyncs retried through a handle whose
 	// fsync had failed (reported successful, made nothing durable).
 	RetriedSyncs int
+	// Written counts the bytes written to files since Mount (what
+	// SetFree counts).
+	Written int64
 }
 
 // Mount makes the harness's directories under dir (which must exist,
@@ -76,6 +79,7 @@ func (f *FS) Stats() Stats {
 	f.faults.mu.Lock()
 	defer f.faults.mu.Unlock()
 	st.Injected, st.NoSpace, st.RetriedSyncs = f.faults.injected, f.faults.nospace, f.faults.retried
+	st.Written = f.faults.written
 	return st
 }
 

@@ -59,6 +59,7 @@ type faults struct {
 	failed map[fs.FileHandle]bool
 	// counts for Stats
 	injected, nospace, retried int
+	written                    int64
 }
 
 // Inject adds a fault; it holds until its Count is spent or ClearFaults.
@@ -137,6 +138,9 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, data [][]byte, off i
 		} else {
 			fl.free -= size
 		}
+	}
+	if errno == 0 {
+		fl.written += size
 	}
 	fl.mu.Unlock()
 	if errno != 0 {

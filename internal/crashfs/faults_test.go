@@ -42,8 +42,8 @@ func TestSetFree(t *testing.T) {
 	if string(b) != "12345678xy!" {
 		t.Errorf("file holds %q", b)
 	}
-	if st := fsys.Stats(); st.NoSpace != 2 {
-		t.Errorf("Stats.NoSpace = %d, want 2", st.NoSpace)
+	if st := fsys.Stats(); st.NoSpace != 2 || st.Written != 11 {
+		t.Errorf("Stats: NoSpace %d, Written %d; want 2 and 11", st.NoSpace, st.Written)
 	}
 }
 

@@ -48,15 +48,15 @@ func (g *group) release() {
 // queue and the waiting trainers), the served directory its steps are
 // written to, and the run's progress for the status.
 type service struct {
-	dir   string // OUTPUT/served (a replay's: OUTPUT/replay)
+	dir string // OUTPUT/served (a replay's: OUTPUT/replay)
 	// stepsDir, in a replay, is where the recorded steps' folders are
 	// (OUTPUT/served); "": dir.
 	stepsDir string
-	alloc memory.Allocator
-	maxK  int // serve.max_groups_per_step
-	popts parquet.Options
-	ctx   context.Context // ends when the service stops
-	led   *ledger
+	alloc    memory.Allocator
+	maxK     int // serve.max_groups_per_step
+	popts    parquet.Options
+	ctx      context.Context // ends when the service stops
+	led      *ledger
 	// policy and supply are the ledger's: the fleet's policy and the
 	// run's demand, handed to the run; unserved its tasks of the groups
 	// not handed out (nil unless serve.on_stale requeue).

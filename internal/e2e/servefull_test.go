@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/trajflow/trajflow/internal/crashfs/crashfstest"
+	"github.com/trajflow/trajflow/serve/client"
+)
+
+// TestServeDiskFull: trajflow serve on a crashfs mount whose disk is
+// full: an ack and a policy version it cannot record are answered 503
+// (reason disk_full) with Retry-After, and nothing of them is done (the
+// status shows the step still leased, the version unchanged); once space
+// is freed the same calls are answered 200, and after a kill -9 and a
+// power cut the restarted service has them.
+func TestServeDiskFull(t *testing.T) {
+	fsys := crashfstest.Mount(t)
+	dir := t.TempDir()
+	tasks := writeTasks(t, dir, 3000, 11)
+	out := filepath.Join(fsys.Root(), "out")
+	cfg := writeServeConfig(t, dir, tasks, out)
+	p := startServe(t, cfg)
+	c := client.New(p.url, "")
+	c.Retry = client.Retry{Deadline: -1}
+	ctx := context.Background()
+	st, err := c.Next(ctx, 2, client.FormatParquet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.SetFree(0)
+	for name, call := range map[string]func() error{
+		"ack":     func() error { return c.Ack(ctx, st.Number) },
+		"version": func() error { return c.SetPolicy(ctx, 3) },
+	} {
+		err := call()
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.Reason != client.ReasonDiskFull {
+			t.Fatalf("%s on a full disk: %v, want a 503 disk_full", name, err)
+		}
+	}
+	// The header, read directly.
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/steps/"+strconv.FormatInt(st.Number, 10)+"/ack", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("ack on a full disk: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	s, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PolicyVersion != 0 || s.LastAckedStep != 0 || len(s.Leases) != 1 || s.Leases[0].Step != st.Number {
+		t.Fatalf("after the 503s the status says version %d, last acked %d, leases %v: something was done", s.PolicyVersion, s.LastAckedStep, s.Leases)
+	}
+	fsys.SetFree(-1)
+	if err := c.Ack(ctx, st.Number); err != nil {
+		t.Fatalf("ack once space is freed: %v", err)
+	}
+	if err := c.SetPolicy(ctx, 3); err != nil {
+		t.Fatalf("version once space is freed: %v", err)
+	}
+	if code := p.signal(t, syscall.SIGKILL); code != -1 {
+		t.Logf("kill -9: exit %d", code)
+	}
+	if err := fsys.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	p = startServe(t, cfg)
+	c = client.New(p.url, "")
+	s, err = c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PolicyVersion != 3 || s.LastAckedStep != st.Number || len(s.Leases) != 0 {
+		t.Fatalf("after the cut: version %d, last acked %d, leases %v; want 3, %d, none", s.PolicyVersion, s.LastAckedStep, s.Leases, st.Number)
+	}
+}

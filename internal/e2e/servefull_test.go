@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/trajflow/trajflow/internal/crashfs/crashfstest"
 	"github.com/trajflow/trajflow/serve/client"
@@ -82,5 +84,25 @@ func TestServeDiskFull(t *testing.T) {
 	}
 	if s.PolicyVersion != 3 || s.LastAckedStep != st.Number || len(s.Leases) != 0 {
 		t.Fatalf("after the cut: version %d, last acked %d, leases %v; want 3, %d, none", s.PolicyVersion, s.LastAckedStep, s.Leases, st.Number)
+	}
+}
+
+// TestServeRunDiskFull: when the run inside trajflow serve cannot commit
+// (its disk full), serve stops with exit code 5 and the disk message, as
+// trajflow run does (before: exit 1 and the bare error).
+func TestServeRunDiskFull(t *testing.T) {
+	fsys := crashfstest.Mount(t)
+	dir := t.TempDir()
+	tasks := writeTasks(t, dir, 3000, 11)
+	out := filepath.Join(fsys.Root(), "out")
+	p := startServe(t, writeServeConfig(t, dir, tasks, out))
+	fsys.SetFree(0)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not stop on a full disk:\n%s", p.log())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 5 || !strings.Contains(p.log(), "trajflow serve: the disk is full (no space left on device) at "+out+"/") {
+		t.Fatalf("exit %d, want 5 and the disk message:\n%s", code, p.log())
 	}
 }

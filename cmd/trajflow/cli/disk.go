@@ -15,7 +15,11 @@ func diskMessage(cmd, dir string, err error) (msg string, ok bool) {
 	switch {
 	case durable.DiskFull(err):
 		what = "the disk is full (no space left on device)"
-		todo = "free space on the disk of " + dir + " and run the same command again to resume"
+		free := ""
+		if n, ok := freeBytes(dir); ok {
+			free = fmt.Sprintf(" (%s free there now)", byteSize(n))
+		}
+		todo = "free space on the disk of " + dir + free + " and run the same command again to resume"
 	case durable.IOError(err):
 		what = "an I/O error of the disk (EIO)"
 		todo = "check the disk (the kernel log says more), then run the same command again: the failed commit is redone from the start"
@@ -29,4 +33,17 @@ func diskMessage(cmd, dir string, err error) (msg string, ok bool) {
 	detail := strings.ReplaceAll(err.Error(), "\n", "\n    ")
 	return fmt.Sprintf("trajflow %s: %s%s: the commit that met it is not counted, and no partial file stands under a final name; every file committed before is whole; %s\n  error: %s\n",
 		cmd, what, where, todo, detail), true
+}
+
+// byteSize is n in bytes, KiB, MiB or GiB.
+func byteSize(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

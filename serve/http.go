@@ -273,6 +273,10 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if st, err = h.s.led.recordLease(g, q.World); err != nil {
 			h.s.led.unlease(g)
+			if durable.DiskFull(err) {
+				h.failWith(w, err) // a 503 with Retry-After
+				return
+			}
 			h.logf("%v", err)
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "%v", err)
 			return
@@ -280,6 +284,11 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var err error
 		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
+			if errors.Is(err, errNotRecorded) && durable.DiskFull(err) {
+				// Nothing was made: the groups are queued again.
+				h.failWith(w, fmt.Errorf("making a step: %w", err))
+				return
+			}
 			h.logf("making a step: %v", err)
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "making the step failed: %v", err)
 			return

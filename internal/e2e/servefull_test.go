@@ -11,16 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trajflow/trajflow/internal/crashfs"
 	"github.com/trajflow/trajflow/internal/crashfs/crashfstest"
 	"github.com/trajflow/trajflow/serve/client"
 )
 
-// TestServeDiskFull: trajflow serve on a crashfs mount whose disk is
-// full: an ack and a policy version it cannot record are answered 503
-// (reason disk_full) with Retry-After, and nothing of them is done (the
-// status shows the step still leased, the version unchanged); once space
-// is freed the same calls are answered 200, and after a kill -9 and a
-// power cut the restarted service has them.
+// TestServeDiskFull: trajflow serve on a crashfs mount whose state file
+// cannot be written for a full disk (ENOSPC on its writes): a new step,
+// an ack and a policy version it cannot record are answered 503 (reason
+// disk_full) with Retry-After, and nothing of them is done (the status
+// shows the step still leased, the version unchanged, no other step
+// made); once space is freed the same calls are answered 200, and after
+// a kill -9 and a power cut the restarted service has them.
 func TestServeDiskFull(t *testing.T) {
 	fsys := crashfstest.Mount(t)
 	dir := t.TempDir()
@@ -35,10 +37,16 @@ func TestServeDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsys.SetFree(0)
+	// The state file's writes fail as on a full disk (the run's own
+	// commits, which would stop serve: TestServeRunDiskFull, go on).
+	fsys.Inject(crashfs.Fault{Op: crashfs.Write, Err: syscall.ENOSPC, Match: ".state.json.tmp-*"})
 	for name, call := range map[string]func() error{
 		"ack":     func() error { return c.Ack(ctx, st.Number) },
 		"version": func() error { return c.SetPolicy(ctx, 3) },
+		"next": func() error {
+			_, err := c.Next(ctx, 2, client.FormatParquet)
+			return err
+		},
 	} {
 		err := call()
 		var e *client.Error
@@ -60,15 +68,20 @@ func TestServeDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.PolicyVersion != 0 || s.LastAckedStep != 0 || len(s.Leases) != 1 || s.Leases[0].Step != st.Number {
-		t.Fatalf("after the 503s the status says version %d, last acked %d, leases %v: something was done", s.PolicyVersion, s.LastAckedStep, s.Leases)
+	if s.PolicyVersion != 0 || s.LastAckedStep != 0 || len(s.Leases) != 1 || s.Leases[0].Step != st.Number || s.Steps.Made != 1 {
+		t.Fatalf("after the 503s the status says version %d, last acked %d, leases %v, %d steps made: something was done",
+			s.PolicyVersion, s.LastAckedStep, s.Leases, s.Steps.Made)
 	}
-	fsys.SetFree(-1)
+	fsys.ClearFaults()
 	if err := c.Ack(ctx, st.Number); err != nil {
 		t.Fatalf("ack once space is freed: %v", err)
 	}
 	if err := c.SetPolicy(ctx, 3); err != nil {
 		t.Fatalf("version once space is freed: %v", err)
+	}
+	st2, err := c.Next(ctx, 2, client.FormatParquet)
+	if err != nil {
+		t.Fatalf("next once space is freed: %v", err)
 	}
 	if code := p.signal(t, syscall.SIGKILL); code != -1 {
 		t.Logf("kill -9: exit %d", code)
@@ -82,8 +95,8 @@ func TestServeDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.PolicyVersion != 3 || s.LastAckedStep != st.Number || len(s.Leases) != 0 {
-		t.Fatalf("after the cut: version %d, last acked %d, leases %v; want 3, %d, none", s.PolicyVersion, s.LastAckedStep, s.Leases, st.Number)
+	if s.PolicyVersion != 3 || s.LastAckedStep != st.Number || len(s.Leases) != 1 || s.Leases[0].Step != st2.Number {
+		t.Fatalf("after the cut: version %d, last acked %d, leases %v; want 3, %d, step %d leased", s.PolicyVersion, s.LastAckedStep, s.Leases, st.Number, st2.Number)
 	}
 }
 

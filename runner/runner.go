@@ -417,14 +417,16 @@ func (r *run) parquetOptions() parquet.Options {
 		},
 		// What was read of the input when the file is committed: a resume
 		// checks that its input starts with the same bytes.
-		CommitMetadata: func() map[string]string {
+		CommitMetadata: func() (map[string]string, error) {
 			// The tasks of the file being committed were rendered, so their
-			// lines of inputs.jsonl are written before the file is visible.
+			// lines of inputs.jsonl are made durable before the file is
+			// visible; when that fails, so does the file's commit (before,
+			// the error was printed and the file committed all the same).
 			if err := r.side.inputs.Flush(); err != nil {
-				fmt.Fprintln(r.opts.Stderr, "trajflow:", err)
+				return nil, err
 			}
 			id, _ := json.Marshal(r.built.Source.Identity())
-			return map[string]string{schema.KeySource: string(id)}
+			return map[string]string{schema.KeySource: string(id)}, nil
 		},
 	}
 	maps.Copy(opts.Metadata, r.stats.PriceMetadata())

@@ -279,7 +279,9 @@ func (r *run) collateStage(g *pipeline.Graph) streams.Flow {
 // sinkStage hands each batch to the committer (commit.Committer.Take):
 // written to its directory's Parquet writer (and the kept rows to the
 // interop sinks), committed on the commit timer's mark, and everything
-// at the end.
+// at the end. Its errors read "commit: …" (the Parquet writer's own say
+// "parquet: …"; before, this stage was named parquet too, and a part's
+// failure read "parquet: parquet: …").
 func (r *run) sinkStage(g *pipeline.Graph) streams.Sink {
-	return pipeline.NewSink(g, "parquet", 2, r.commit.Take, r.commit.Close)
+	return pipeline.NewSink(g, "commit", 2, r.commit.Take, r.commit.Close)
 }

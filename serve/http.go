@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/ipc"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve/client"
@@ -178,9 +179,22 @@ var errorAnswers = []struct {
 	{errStopping, http.StatusServiceUnavailable, "", client.ReasonStopping},
 }
 
-// failWith answers an error of the service: its status from errorAnswers,
-// else a 500 (reason internal), logged.
+// diskFullRetryAfter is the Retry-After, in seconds, of a change the
+// service could not record for a full disk.
+const diskFullRetryAfter = 10
+
+// failWith answers an error of the service: its status from errorAnswers;
+// a change not recorded for a full disk a 503 (reason disk_full) with
+// Retry-After, logged: nothing of it was done, and a retry once space is
+// freed records it; else a 500 (reason internal), logged.
 func (h *handler) failWith(w http.ResponseWriter, err error) {
+	if errors.Is(err, errNotRecorded) && durable.DiskFull(err) {
+		h.logf("%v: answered 503 (retry after %d s) until space is freed", err, diskFullRetryAfter)
+		w.Header().Set("Retry-After", strconv.Itoa(diskFullRetryAfter))
+		failReason(w, http.StatusServiceUnavailable, client.ReasonDiskFull,
+			"%v: the disk is full and nothing of the change was done; retry once space is freed", err)
+		return
+	}
 	for _, a := range errorAnswers {
 		if errors.Is(err, a.err) {
 			body := apiError{Error: err.Error(), Parameter: a.param, Reason: a.reason}
@@ -259,6 +273,10 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if st, err = h.s.led.recordLease(g, q.World); err != nil {
 			h.s.led.unlease(g)
+			if durable.DiskFull(err) {
+				h.failWith(w, err) // a 503 with Retry-After
+				return
+			}
 			h.logf("%v", err)
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "%v", err)
 			return
@@ -266,6 +284,11 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var err error
 		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
+			if errors.Is(err, errNotRecorded) && durable.DiskFull(err) {
+				// Nothing was made: the groups are queued again.
+				h.failWith(w, fmt.Errorf("making a step: %w", err))
+				return
+			}
 			h.logf("making a step: %v", err)
 			failReason(w, http.StatusInternalServerError, client.ReasonInternal, "making the step failed: %v", err)
 			return

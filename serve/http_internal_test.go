@@ -3,9 +3,11 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +69,7 @@ func TestErrorAnswers(t *testing.T) {
 		{fmt.Errorf("%w: 2 kept groups are queued", errEnded), 503, ""},
 		{errStopping, 503, ""},
 		{fmt.Errorf("recording the ack of step 3: %w", fmt.Errorf("%w: disk full", errNotRecorded)), 500, ""},
+		{fmt.Errorf("recording the ack of step 3: %w", fmt.Errorf("%w: %w", errNotRecorded, &fs.PathError{Op: "write", Path: "state.json", Err: syscall.ENOSPC})), 503, ""},
 		{errors.New("policy version is below the current version"), 500, ""},
 	} {
 		var logged []string
@@ -76,8 +79,12 @@ func TestErrorAnswers(t *testing.T) {
 		if w.Code != tt.code || !strings.Contains(w.Body.String(), `"parameter":"`+tt.param+`"`) && tt.param != "" {
 			t.Errorf("%v: %d %s, want %d naming %q", tt.err, w.Code, w.Body, tt.code, tt.param)
 		}
-		if (tt.code == 500) != (len(logged) == 1) {
-			t.Errorf("%v: logged %v; a 500 is logged, nothing else", tt.err, logged)
+		if (tt.code == 500 || errors.Is(tt.err, errNotRecorded)) != (len(logged) == 1) {
+			t.Errorf("%v: logged %v; a 500 or a change not recorded is logged, nothing else", tt.err, logged)
+		}
+		if full := tt.code == 503 && errors.Is(tt.err, errNotRecorded); full != (w.Header().Get("Retry-After") != "") ||
+			full && !strings.Contains(w.Body.String(), `"reason":"disk_full"`) {
+			t.Errorf("%v: Retry-After %q, body %s; a full disk is a 503 disk_full with Retry-After", tt.err, w.Header().Get("Retry-After"), w.Body)
 		}
 	}
 }

@@ -45,6 +45,12 @@ type plannedBatch struct {
 type stateLog struct {
 	mu sync.Mutex
 	f  *os.File
+	// err is the first append that failed: every later one returns it
+	// and writes nothing (a failed write may have left part of a line,
+	// and after a failed fsync the kernel may have dropped the lines and
+	// would report the next fsync successful: never retried on the same
+	// descriptor).
+	err error
 }
 
 // openState reads the state file at path (creating it, its directory
@@ -112,11 +118,16 @@ func (s *stateLog) append(e stateEvent) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
 	if _, err := s.f.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("batch state: %w", err)
+		s.err = fmt.Errorf("batch state: %w", err)
+		return s.err
 	}
 	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("batch state: %w", err)
+		s.err = fmt.Errorf("batch state: %w", err)
+		return s.err
 	}
 	return nil
 }

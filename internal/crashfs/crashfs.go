@@ -28,6 +28,7 @@ type FS struct {
 	img    *image
 	cuts   int
 	stats  Stats
+	faults faults // Inject, SetFree (faults.go)
 }
 
 // Stats counts what the file system was asked to make durable.
@@ -37,6 +38,15 @@ type Stats struct {
 	FileSyncs, DirSyncs int
 	// Cuts counts the power cuts.
 	Cuts int
+	// Injected counts the operations failed by an injected Fault,
+	// NoSpace the writes failed by SetFree's full disk.
+	Injected, NoSpace int
+	// RetriedSyncs counts the fsyncs retried through a handle whose
+	// fsync had failed (reported successful, made nothing durable).
+	RetriedSyncs int
+	// Written counts the bytes written to files since Mount (what
+	// SetFree counts).
+	Written int64
 }
 
 // Mount makes the harness's directories under dir (which must exist,
@@ -46,6 +56,7 @@ func Mount(dir string) (*FS, error) {
 		return nil, fmt.Errorf("%w: /dev/fuse: %v", ErrUnavailable, err)
 	}
 	f := &FS{dir: dir}
+	f.faults.free = -1
 	for _, d := range []string{f.mnt(), f.live(), f.store(), f.grave()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("crashfs: %w", err)
@@ -64,7 +75,12 @@ func (f *FS) Root() string { return f.mnt() }
 func (f *FS) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.stats
+	st := f.stats
+	f.faults.mu.Lock()
+	defer f.faults.mu.Unlock()
+	st.Injected, st.NoSpace, st.RetriedSyncs = f.faults.injected, f.faults.nospace, f.faults.retried
+	st.Written = f.faults.written
+	return st
 }
 
 func (f *FS) mnt() string   { return filepath.Join(f.dir, "mnt") }
@@ -137,6 +153,9 @@ func (f *FS) Cut() error {
 	}
 	f.cuts++
 	f.stats.Cuts++
+	f.faults.mu.Lock()
+	f.faults.failed = nil // the handles died with the power
+	f.faults.mu.Unlock()
 	next := filepath.Join(f.dir, fmt.Sprintf("survived-%d", f.cuts))
 	if err := f.img.materialize(next, f.store()); err != nil {
 		return fmt.Errorf("crashfs: cut: %w", err)

@@ -41,7 +41,12 @@
 //   - Metadata other than the mode (times, owners, extended attributes)
 //     and special files (FIFOs, devices) are not modelled; locks (flock)
 //     are the kernel's and vanish with the mount, as with a reboot.
-//   - A failing fsync, a full disk or an I/O error are not modelled.
+//   - Faults are injected, not modelled from a device: Inject makes a
+//     write, an fsync or a rename fail (EIO, ENOSPC…) by name, SetFree
+//     fills the disk after a number of bytes written, both switchable at
+//     run time. A failed operation changes nothing; an fsync retried on
+//     the handle whose fsync failed reports success and makes nothing
+//     durable, as Linux does (Stats counts those retries).
 //
 // Mounting needs /dev/fuse and the right to mount: as root crashfs calls
 // mount(2) itself (go-fuse's DirectMount), else fusermount. Mount's error

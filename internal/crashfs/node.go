@@ -63,6 +63,9 @@ func (n *node) backing() string {
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
 	n.fs.mu.Lock()
 	defer n.fs.mu.Unlock()
+	if errno, ok := n.syncFault(f); !ok {
+		return errno
+	}
 	return n.syncLocked()
 }
 
@@ -192,6 +195,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
+	if errno := n.renameFault(name); errno != 0 {
+		return errno
+	}
 	if flags&(unix.RENAME_EXCHANGE|unix.RENAME_NOREPLACE) == 0 {
 		// A replaced target loses a name: keep its inode.
 		src, dst := filepath.Join(n.backing(), name), filepath.Join(np.backing(), newName)
@@ -222,7 +228,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	n.fs.mu.Lock()
 	defer n.fs.mu.Unlock()
-	return n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	in, h, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	return in, wrapFile(h), fl, errno
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

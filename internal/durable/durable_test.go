@@ -2,9 +2,12 @@ package durable_test
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/trajflow/trajflow/internal/durable"
@@ -214,4 +217,25 @@ func ExampleWriteFile() {
 	b, _ := os.ReadFile(path)
 	os.Stdout.Write(append(b, '\n'))
 	// Output: {"step":1}
+}
+
+func TestDiskErrors(t *testing.T) {
+	full := fmt.Errorf("parquet: write x: %w", &fs.PathError{Op: "write", Path: "/out/data/.part-00001.parquet.tmp", Err: syscall.ENOSPC})
+	eio := fmt.Errorf("commit: %w", &os.LinkError{Op: "rename", Old: "/out/.a.tmp", New: "/out/a", Err: syscall.EIO})
+	quota := errors.Join(errors.New("other"), &fs.PathError{Op: "write", Path: "/q", Err: syscall.EDQUOT})
+	for _, tc := range []struct {
+		err      error
+		full, io bool
+		path     string
+	}{
+		{full, true, false, "/out/data/.part-00001.parquet.tmp"},
+		{eio, false, true, "/out/a"},
+		{quota, true, false, "/q"},
+		{errors.New("plain"), false, false, ""},
+	} {
+		if durable.DiskFull(tc.err) != tc.full || durable.IOError(tc.err) != tc.io || durable.FailedPath(tc.err) != tc.path {
+			t.Errorf("%v: DiskFull %v, IOError %v, FailedPath %q; want %v %v %q", tc.err,
+				durable.DiskFull(tc.err), durable.IOError(tc.err), durable.FailedPath(tc.err), tc.full, tc.io, tc.path)
+		}
+	}
 }

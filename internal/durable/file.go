@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -88,7 +89,7 @@ func (f *File) Commit() error {
 	}
 	tmp := f.Name()
 	fail := func(step string, err error) error {
-		return errors.Join(fmt.Errorf("%s %s: %w", step, tmp, err), f.Abort())
+		return errors.Join(named(step, tmp, err), f.Abort())
 	}
 	if err := f.Sync(); err != nil {
 		return fail("sync", err)
@@ -99,7 +100,7 @@ func (f *File) Commit() error {
 		}
 	}
 	if err := f.File.Close(); err != nil {
-		return errors.Join(fmt.Errorf("close %s: %w", tmp, err), f.remove())
+		return errors.Join(named("close", tmp, err), f.remove())
 	}
 	if f.BeforeRename != nil {
 		if err := f.BeforeRename(f.final); err != nil {
@@ -107,13 +108,22 @@ func (f *File) Commit() error {
 		}
 	}
 	if err := os.Rename(tmp, f.final); err != nil {
-		return errors.Join(fmt.Errorf("rename %s: %w", tmp, err), f.remove())
+		return errors.Join(named("rename", tmp, err), f.remove())
 	}
 	f.done = true
 	if err := SyncDir(filepath.Dir(f.final)); err != nil {
 		return fmt.Errorf("sync directory of %s: %w", f.final, err)
 	}
 	return nil
+}
+
+// named is err of step on path, said once: an os error names the
+// operation and the path already.
+func named(step, path string, err error) error {
+	if strings.Contains(err.Error(), path) {
+		return err
+	}
+	return fmt.Errorf("%s %s: %w", step, path, err)
 }
 
 // CommitAs is Commit to path instead of the path the file was created
@@ -161,10 +171,10 @@ func (f *File) CommitNew() error {
 	}
 	tmp := f.Name()
 	if err := f.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("sync %s: %w", tmp, err), f.Abort())
+		return errors.Join(named("sync", tmp, err), f.Abort())
 	}
 	if err := f.File.Close(); err != nil {
-		return errors.Join(fmt.Errorf("close %s: %w", tmp, err), f.remove())
+		return errors.Join(named("close", tmp, err), f.remove())
 	}
 	if err := os.Link(tmp, f.final); err != nil {
 		return errors.Join(fmt.Errorf("link %s: %w", f.final, err), f.remove())

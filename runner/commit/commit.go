@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/pipeline"
@@ -60,6 +61,9 @@ type Committer struct {
 	// yet; pending are the data files among them, counted once uploaded.
 	dirty   bool
 	pending []committedFile
+	// openGroups are the groups (task index, attempt) of the data
+	// directory's open file, counted into its commit.
+	openGroups map[[2]int64]struct{}
 }
 
 // openPart is a part sink the run writes.
@@ -72,8 +76,9 @@ type openPart struct {
 // Hooks are what the run hears of, and adds to, each commit.
 type Hooks struct {
 	// Committed hears of a data file once it is committed (on object
-	// storage: once uploaded); it may be nil.
-	Committed func(path string, rows int)
+	// storage: once uploaded), with its rows and the groups they are of;
+	// it may be nil.
+	Committed func(path string, rows, groups int)
 	// Upload sends what changed locally to object storage; nil for a
 	// local output directory.
 	Upload func(ctx context.Context) error
@@ -199,8 +204,8 @@ func (c *Committer) Take(ctx context.Context, b Batch) error {
 
 // committedFile is a data file committed in the staging directory.
 type committedFile struct {
-	path string
-	rows int
+	path         string
+	rows, groups int
 }
 
 // Externalize stores the images of a group's messages and points the
@@ -268,12 +273,30 @@ func (c *Committer) onCommit(dest, path string, rows int) {
 	if dest != schema.DataDir {
 		return
 	}
+	groups := len(c.openGroups)
+	clear(c.openGroups)
 	if c.hooks.Upload != nil {
 		// Committed once uploaded (push counts it then).
-		c.pending = append(c.pending, committedFile{path, rows})
+		c.pending = append(c.pending, committedFile{path, rows, groups})
 		return
 	}
-	c.committed(path, rows)
+	c.committed(path, rows, groups)
+}
+
+// countGroups adds the groups of rec's rows to those of the data
+// directory's open file (a record is never split across files).
+func (c *Committer) countGroups(rec arrow.Record) {
+	if c.openGroups == nil {
+		c.openGroups = map[[2]int64]struct{}{}
+	}
+	tasks, ok := rec.Column(schema.ColTaskIndex).(*array.Int64)
+	attempts, ok2 := rec.Column(schema.ColAttempt).(*array.Int32)
+	if !ok || !ok2 {
+		return
+	}
+	for i := range int(rec.NumRows()) {
+		c.openGroups[[2]int64{tasks.Value(i), int64(attempts.Value(i))}] = struct{}{}
+	}
 }
 
 // Write writes a record batch to its directory's writer: for the data
@@ -309,6 +332,9 @@ func (c *Committer) Write(ctx context.Context, dest string, rec arrow.Record, gr
 		if err := p.part.Stage(ctx, dest, rec, groups); err != nil {
 			return errors.Join(err, w.Abort())
 		}
+	}
+	if dest == schema.DataDir {
+		c.countGroups(rec)
 	}
 	if err := w.Write(ctx, rec); err != nil {
 		return err
@@ -387,7 +413,7 @@ func (c *Committer) push(ctx context.Context) error {
 	}
 	c.dirty = false
 	for _, f := range c.pending {
-		c.committed(f.path, f.rows)
+		c.committed(f.path, f.rows, f.groups)
 	}
 	c.pending = nil
 	return nil
@@ -404,8 +430,8 @@ func (c *Committer) PushFinal(ctx context.Context) error {
 }
 
 // committed tells the hook of a committed data file.
-func (c *Committer) committed(path string, rows int) {
+func (c *Committer) committed(path string, rows, groups int) {
 	if c.hooks.Committed != nil {
-		c.hooks.Committed(path, rows)
+		c.hooks.Committed(path, rows, groups)
 	}
 }

@@ -46,6 +46,11 @@ type Inputs struct {
 	// run skips exactly the tasks up to it: O(1) memory whatever the
 	// number of tasks.
 	written int64
+	// err is the first write, flush or sync that failed: every later
+	// call returns it, and the file is never synced again (after a
+	// failed fsync the kernel may have dropped the lines and would
+	// report the next fsync successful).
+	err error
 }
 
 // OpenInputs reads what the file at path already holds (none: a new
@@ -103,6 +108,9 @@ func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
+	if w.err != nil {
+		return w.err
+	}
 	if w.f == nil {
 		f, err := durable.OpenAppend(w.path, 0o644)
 		if err != nil {
@@ -111,15 +119,26 @@ func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 		w.f, w.bw = f, bufio.NewWriterSize(f, 64<<10)
 	}
 	if _, err := w.bw.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("%s: %w", schema.InputsFile, err)
+		return w.fail(err)
 	}
 	return nil
+}
+
+// fail records the first failure of the file.
+func (w *Inputs) fail(err error) error {
+	if w.err == nil {
+		w.err = fmt.Errorf("%s: %w", schema.InputsFile, err)
+	}
+	return w.err
 }
 
 // Flush writes the buffered lines to the file and syncs it.
 func (w *Inputs) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
 	if w.bw == nil {
 		return nil
 	}
@@ -128,7 +147,7 @@ func (w *Inputs) Flush() error {
 		err = w.f.Sync()
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", schema.InputsFile, err)
+		return w.fail(err)
 	}
 	return nil
 }
@@ -138,18 +157,20 @@ func (w *Inputs) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.f == nil {
-		return nil
+		return w.err
 	}
-	err := w.bw.Flush()
+	err := w.err
 	if err == nil {
-		err = w.f.Sync()
+		if err = w.bw.Flush(); err == nil {
+			err = w.f.Sync()
+		}
+		if err != nil {
+			err = w.fail(err)
+		}
 	}
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = w.fail(cerr)
 	}
 	w.f, w.bw = nil, nil
-	if err != nil {
-		return fmt.Errorf("%s: %w", schema.InputsFile, err)
-	}
-	return nil
+	return err
 }

@@ -2,11 +2,14 @@ package resume
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
+	"github.com/trajflow/trajflow/internal/crashfs"
 	"github.com/trajflow/trajflow/internal/crashfs/crashfstest"
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/pipeline"
@@ -143,5 +146,41 @@ func TestLockDirAfterAPowerCut(t *testing.T) {
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An fsync of inputs.jsonl that failed is not retried: Flush and Close
+// return the first error again without syncing the descriptor (Linux
+// reports a failed fsync once and the next one successful, the lines
+// dropped), and writes after it fail too. Before, each Flush synced the
+// same descriptor again, and the run committed its next part as if the
+// lines were durable.
+func TestInputsFailedSyncIsNotRetried(t *testing.T) {
+	fsys := crashfstest.Mount(t)
+	w, err := OpenInputs(filepath.Join(fsys.Root(), schema.InputsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := func(i int64) *pipeline.Task {
+		return &pipeline.Task{Index: i, Source: fmt.Sprintf("t.jsonl:%d", i+1), Messages: []pipeline.Message{{Role: "user", Content: "1+1"}}}
+	}
+	if err := w.Write(task(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Inject(crashfs.Fault{Op: crashfs.Fsync, Err: syscall.EIO, Match: schema.InputsFile, Count: 1})
+	if err := w.Flush(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Flush: %v, want EIO", err)
+	}
+	if err := w.Write(task(1), nil); !errors.Is(err, syscall.EIO) {
+		t.Errorf("Write after the failed sync: %v, want the EIO again", err)
+	}
+	if err := w.Flush(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("Flush again: %v, want the EIO again", err)
+	}
+	if err := w.Close(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("Close: %v, want the EIO again", err)
+	}
+	if st := fsys.Stats(); st.RetriedSyncs != 0 {
+		t.Errorf("%d fsyncs retried on the descriptor whose fsync failed", st.RetriedSyncs)
 	}
 }

@@ -24,7 +24,7 @@ import (
 // line while the pipeline writes them.
 type Counters struct {
 	tasks, rejected, skipped, dispatched, written atomic.Int64
-	filesCommitted                                atomic.Int64
+	filesCommitted, groupsCommitted               atomic.Int64
 	// invalidUTF8 counts input rows whose invalid UTF-8 was replaced.
 	invalidUTF8                      atomic.Int64
 	ok, errored, cancelled, filtered atomic.Int64
@@ -242,6 +242,10 @@ type Summary struct {
 	Rows int64
 	// Groups finished, kept, and dropped by reason.
 	Groups, Kept int
+	// CommittedGroups are the groups of the rows committed to the data
+	// files; when a run stops on an error, kept groups whose file was not
+	// committed are not among them (a resume redoes those).
+	CommittedGroups int
 	// Unfiltered counts the kept groups that groups.on_exhausted:
 	// keep_unfiltered kept without the keep rule (included in Kept).
 	Unfiltered   int
@@ -302,7 +306,7 @@ func (r *Tracker) Summary(err error) *Summary {
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
-		Groups: s.groups, Kept: s.kept, Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
+		Groups: s.groups, Kept: s.kept, CommittedGroups: int(s.groupsCommitted.Load()), Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
 		ContextTruncated: s.contextTruncated.Load(),
 		ServerTokens:     -1,
@@ -355,6 +359,12 @@ func (s *Summary) String() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "groups: %d finished, %d kept", s.Groups, s.Kept)
+	if s.Interrupted && s.CommittedGroups < s.Kept {
+		// A commit failed (a full disk, say): the groups of the files
+		// not committed are kept but lost to this run.
+		fmt.Fprintf(&b, " (%d of them committed; the other %d were in files the run stopped before committing, and a resume redoes them)",
+			s.CommittedGroups, s.Kept-s.CommittedGroups)
+	}
 	if s.Unfiltered > 0 {
 		fmt.Fprintf(&b, " (%d of them unfiltered: the input ran out short of the target)", s.Unfiltered)
 	}

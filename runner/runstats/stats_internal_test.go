@@ -1,6 +1,7 @@
 package runstats
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -55,5 +56,20 @@ func TestGenerated(t *testing.T) {
 		if got := generated(&tt.r); got != tt.want {
 			t.Errorf("%+v: generated %v", tt.r, got)
 		}
+	}
+}
+
+// A run stopped by a failed commit (a full disk) says how many of its
+// kept groups were committed: before, "65 kept" was printed when 32
+// groups had reached a committed file.
+func TestSummaryCountsCommittedGroups(t *testing.T) {
+	s := &Summary{RunID: "r", Groups: 65, Kept: 65, CommittedGroups: 32, Rows: 128, Interrupted: true}
+	want := "groups: 65 finished, 65 kept (32 of them committed; the other 33 were in files the run stopped before committing, and a resume redoes them)"
+	if got := s.String(); !strings.Contains(got, want) {
+		t.Errorf("summary:\n%s\nwant the line %q", got, want)
+	}
+	s.CommittedGroups, s.Rows = 65, 260
+	if got := s.String(); strings.Contains(got, "of them committed") {
+		t.Errorf("every kept group committed, and the summary says:\n%s", got)
 	}
 }

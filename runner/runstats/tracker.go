@@ -99,11 +99,13 @@ func (r *Tracker) Scrape(endpoints []string) {
 	r.lifeMu.Unlock()
 }
 
-// Committed counts a committed data file in the summary.
-func (r *Tracker) Committed(path string, rows int) {
+// Committed counts a committed data file, its rows and the groups they
+// are of, in the summary.
+func (r *Tracker) Committed(path string, rows, groups int) {
 	r.files = append(r.files, r.display(path))
 	r.written.Add(int64(rows))
 	r.filesCommitted.Add(1)
+	r.groupsCommitted.Add(int64(groups))
 	if r.in.OnCommit != nil {
 		r.in.OnCommit(path, rows)
 	}

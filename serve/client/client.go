@@ -226,6 +226,10 @@ const (
 	ReasonEnded    = "ended"    // 503: no more kept groups will come (the input ran out, or the run failed)
 	ReasonStopping = "stopping" // 503: the service is stopping; a restart serves again
 	ReasonInternal = "internal" // 500: the service failed (the disk, say); see its log
+	// ReasonDiskFull: 503, the service could not record the change (its
+	// disk is full) and did nothing of it; the answer's Retry-After says
+	// when to try again.
+	ReasonDiskFull = "disk_full"
 	// ReasonNoSuchEndpoint: 404, a path the API does not have.
 	ReasonNoSuchEndpoint = "no_such_endpoint"
 )

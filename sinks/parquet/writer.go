@@ -77,8 +77,10 @@ type Options struct {
 	// CommitMetadata, when set, is called as each file is finished, just
 	// before its footer is written; the pairs it returns are added to the
 	// file's key-value metadata (over Metadata's). For values that grow as
-	// a run goes, such as how much of the input was read.
-	CommitMetadata func() map[string]string
+	// a run goes, such as how much of the input was read. An error it
+	// returns aborts the file (what the file depends on could not be
+	// made durable before it).
+	CommitMetadata func() (map[string]string, error)
 	// OnCommit, when set, is called after each file is committed with the
 	// file's path and row count.
 	OnCommit func(path string, rows int)
@@ -379,7 +381,10 @@ func (w *Writer) open() error {
 // Writer; when only the directory's sync failed, the file is in place.
 func (w *Writer) commit() error {
 	if w.opts.CommitMetadata != nil {
-		extra := w.opts.CommitMetadata()
+		extra, err := w.opts.CommitMetadata()
+		if err != nil {
+			return errors.Join(fmt.Errorf("parquet: commit of %s: %w", w.f.Name(), err), w.Abort())
+		}
 		keys := make([]string, 0, len(extra))
 		for k := range extra {
 			keys = append(keys, k)

@@ -139,8 +139,8 @@ func TestRoundTrip(t *testing.T) {
 				Compression:  compression,
 				RowGroupRows: 7,
 				Metadata:     map[string]string{schema.KeyRunID: "run-test", schema.KeyConfigFingerprint: "abc"},
-				CommitMetadata: func() map[string]string {
-					return map[string]string{"trajflow.at_commit": fmt.Sprint(len(commits) + 1)}
+				CommitMetadata: func() (map[string]string, error) {
+					return map[string]string{"trajflow.at_commit": fmt.Sprint(len(commits) + 1)}, nil
 				},
 				OnCommit: func(path string, rows int) { commits = append(commits, fmt.Sprint(filepath.Base(path), ":", rows)) },
 			})

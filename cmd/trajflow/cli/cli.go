@@ -13,6 +13,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference/sim"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner"
 )
 
@@ -28,7 +29,12 @@ const (
 	// error rollouts exceeded run.max_error_rate; or no kept rollout
 	// generated a token; or object storage refused the run (credentials,
 	// bucket, endpoint).
-	ExitErrors      = 4
+	ExitErrors = 4
+	// ExitDisk: the disk failed a write: it is full (no space left on
+	// device, or the quota is exceeded) or reported an I/O error. The
+	// commit that met it was abandoned; what was committed before is
+	// whole, and a rerun (after freeing space) resumes.
+	ExitDisk        = 5
 	ExitInterrupted = 130 // a signal stopped the run
 )
 
@@ -175,6 +181,10 @@ func runCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout, s
 		errors.Is(err, runner.ErrNothingGenerated):
 		fmt.Fprintln(stderr, "trajflow run:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitErrors
+	case durable.DiskFull(err) || durable.IOError(err):
+		msg, _ := diskMessage("run", cfg.Output.Dir, err)
+		fmt.Fprint(stderr, msg)
+		return ExitDisk
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		fmt.Fprintf(stderr, "trajflow run: %v; committed files are complete, run again to resume\n", err)
 		return ExitInterrupted

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
@@ -125,6 +126,10 @@ func serveCmd(ctx context.Context, abort <-chan struct{}, args []string, stdout,
 	case errors.Is(err, runner.ErrEndpoint) || errors.Is(err, runner.ErrErrorRate):
 		fmt.Fprintln(stderr, "trajflow serve:", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitErrors
+	case durable.DiskFull(err) || durable.IOError(err):
+		msg, _ := diskMessage("serve", cfg.Output.Dir, err)
+		fmt.Fprint(stderr, msg)
+		return ExitDisk
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "trajflow serve: stopped (%v); committed steps are kept, a restart serves those not acknowledged\n", context.Cause(ctx))
 		return ExitInterrupted

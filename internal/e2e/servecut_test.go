@@ -37,12 +37,6 @@ type trainerLog struct {
 	errs     []string
 }
 
-func (l *trainerLog) errorf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, fmt.Sprintf(format, args...))
-}
-
 // train takes steps of 2 groups until ctx ends: it acknowledges most at
 // once and leaves some leased, moves the policy version on now and then
 // and reads the status.

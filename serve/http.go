@@ -183,16 +183,37 @@ var errorAnswers = []struct {
 // service could not record for a full disk.
 const diskFullRetryAfter = 10
 
+// diskFault reports whether err is a change the state file could not
+// record for a fault of the disk (full, or an I/O error), and the answer's
+// reason: nothing of the change was done, and a retry (which writes the
+// state to a new file) records it once the disk is well.
+func diskFault(err error) (reason string, ok bool) {
+	switch {
+	case !errors.Is(err, errNotRecorded):
+		return "", false
+	case durable.DiskFull(err):
+		return client.ReasonDiskFull, true
+	case durable.IOError(err):
+		return client.ReasonIOError, true
+	}
+	return "", false
+}
+
 // failWith answers an error of the service: its status from errorAnswers;
-// a change not recorded for a full disk a 503 (reason disk_full) with
-// Retry-After, logged: nothing of it was done, and a retry once space is
-// freed records it; else a 500 (reason internal), logged.
+// a change not recorded for a fault of the disk (diskFault) a 503 (reason
+// disk_full or io_error) with Retry-After, logged: nothing of it was done,
+// and a retry once the disk is well records it; else a 500 (reason
+// internal), logged.
 func (h *handler) failWith(w http.ResponseWriter, err error) {
-	if errors.Is(err, errNotRecorded) && durable.DiskFull(err) {
-		h.logf("%v: answered 503 (retry after %d s) until space is freed", err, diskFullRetryAfter)
+	if reason, ok := diskFault(err); ok {
+		what := "the disk is full"
+		if reason == client.ReasonIOError {
+			what = "the disk reported an I/O error"
+		}
+		h.logf("%v: answered 503 (retry after %d s) until the disk is well", err, diskFullRetryAfter)
 		w.Header().Set("Retry-After", strconv.Itoa(diskFullRetryAfter))
-		failReason(w, http.StatusServiceUnavailable, client.ReasonDiskFull,
-			"%v: the disk is full and nothing of the change was done; retry once space is freed", err)
+		failReason(w, http.StatusServiceUnavailable, reason,
+			"%v: %s and nothing of the change was done; retry once the disk is well (space freed, or the device checked)", err, what)
 		return
 	}
 	for _, a := range errorAnswers {
@@ -273,7 +294,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if st, err = h.s.led.recordLease(g, q.World); err != nil {
 			h.s.led.unlease(g)
-			if durable.DiskFull(err) {
+			if _, ok := diskFault(err); ok {
 				h.failWith(w, err) // a 503 with Retry-After
 				return
 			}
@@ -284,7 +305,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var err error
 		if st, err = h.s.makeStep(r.Context(), g.fresh, q.Rank, q.World); err != nil {
-			if errors.Is(err, errNotRecorded) && durable.DiskFull(err) {
+			if _, ok := diskFault(err); ok {
 				// Nothing was made: the groups are queued again.
 				h.failWith(w, fmt.Errorf("making a step: %w", err))
 				return

@@ -70,6 +70,7 @@ func TestErrorAnswers(t *testing.T) {
 		{errStopping, 503, ""},
 		{fmt.Errorf("recording the ack of step 3: %w", fmt.Errorf("%w: disk full", errNotRecorded)), 500, ""},
 		{fmt.Errorf("recording the ack of step 3: %w", fmt.Errorf("%w: %w", errNotRecorded, &fs.PathError{Op: "write", Path: "state.json", Err: syscall.ENOSPC})), 503, ""},
+		{fmt.Errorf("recording the ack of step 3: %w", fmt.Errorf("%w: %w", errNotRecorded, &fs.PathError{Op: "sync", Path: "state.json", Err: syscall.EIO})), 503, ""},
 		{errors.New("policy version is below the current version"), 500, ""},
 	} {
 		var logged []string
@@ -82,9 +83,13 @@ func TestErrorAnswers(t *testing.T) {
 		if (tt.code == 500 || errors.Is(tt.err, errNotRecorded)) != (len(logged) == 1) {
 			t.Errorf("%v: logged %v; a 500 or a change not recorded is logged, nothing else", tt.err, logged)
 		}
+		reason := `"reason":"disk_full"`
+		if errors.Is(tt.err, syscall.EIO) {
+			reason = `"reason":"io_error"`
+		}
 		if full := tt.code == 503 && errors.Is(tt.err, errNotRecorded); full != (w.Header().Get("Retry-After") != "") ||
-			full && !strings.Contains(w.Body.String(), `"reason":"disk_full"`) {
-			t.Errorf("%v: Retry-After %q, body %s; a full disk is a 503 disk_full with Retry-After", tt.err, w.Header().Get("Retry-After"), w.Body)
+			full && !strings.Contains(w.Body.String(), reason) {
+			t.Errorf("%v: Retry-After %q, body %s; a full disk or an I/O error is a 503 %s with Retry-After", tt.err, w.Header().Get("Retry-After"), w.Body, reason)
 		}
 	}
 }

@@ -230,6 +230,10 @@ const (
 	// disk is full) and did nothing of it; the answer's Retry-After says
 	// when to try again.
 	ReasonDiskFull = "disk_full"
+	// ReasonIOError: 503, the service could not record the change (its
+	// disk reported an I/O error) and did nothing of it; Retry-After says
+	// when to try again (the state is written to a new file each time).
+	ReasonIOError = "io_error"
 	// ReasonNoSuchEndpoint: 404, a path the API does not have.
 	ReasonNoSuchEndpoint = "no_such_endpoint"
 )

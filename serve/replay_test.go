@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,9 +66,19 @@ func startReplay(t *testing.T, out string, sets ...string) *started {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
 	var log bytes.Buffer
-	s := &started{cancel: cancel, done: make(chan error, 1), log: func() string { return log.String() }}
+	var logMu sync.Mutex
+	s := &started{cancel: cancel, done: make(chan error, 1), log: func() string {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return log.String()
+	}}
+	stderr := writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return log.Write(p)
+	})
 	go func() {
-		s.done <- serve.Replay(ctx, out, cfg.Serve, serve.Options{Stderr: &log, Listening: func(a net.Addr) { addr <- a }})
+		s.done <- serve.Replay(ctx, out, cfg.Serve, serve.Options{Stderr: stderr, Listening: func(a net.Addr) { addr <- a }})
 	}()
 	select {
 	case a := <-addr:

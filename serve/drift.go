@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -283,4 +284,44 @@ func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, f
 		d.Lag(version - oldest).AddSeq(seq)
 	}
 	return d, nil
+}
+
+// drift measures an ack body's logprobs (ParseAckBody) against the
+// engine's of the rows the caller was answered (the step's, or rank's
+// slice), the trainer at the policy version now; nil for an ack without
+// logprobs. A bad body is answered with a 400 naming the problem (ok
+// false), and nothing is recorded.
+func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, world int, body []byte) (d *client.StepDriftRecord, ok bool) {
+	rows, perr := ParseAckBody(body, n)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return nil, false
+	}
+	if rows == nil {
+		return nil, true
+	}
+	st := h.s.led.stepOf(n)
+	if st == nil {
+		h.failWith(w, fmt.Errorf("step %d %w", n, errNeverServed))
+		return nil, false
+	}
+	if world > 0 && st.World != world {
+		h.failWith(w, fmt.Errorf("step %d was served to a world of %d ranks (0: whole), not %d: %w", n, st.World, world, errWorld))
+		return nil, false
+	}
+	engine, err := h.s.engineRows(r.Context(), st, stepKeep(st, rank, world))
+	if err != nil {
+		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: reading the engine's logprobs: %v", n, err)
+		return nil, false
+	}
+	field := "logprobs"
+	if bytes.Contains(body, []byte(`"logprobs_f32"`)) {
+		field = "logprobs_f32"
+	}
+	d, perr = driftOf(engine, rows, h.s.led.version(), h.driftRatio, field)
+	if perr != nil {
+		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+		return nil, false
+	}
+	return d, true
 }

@@ -39,33 +39,33 @@ type AckBody struct {
 }
 
 // ParseAckBody reads an ack's body: nil rows for an empty one (an ack
-// without drift). Every problem is a *ParamError naming the field (and
-// the row and token): unknown keys, both forms or neither, a step other
-// than n, a value that is not a finite logprob (≤ 0), base64 that is not
-// whole float32 values.
-func ParseAckBody(b []byte, n int64) ([][]float32, *ParamError) {
+// without drift), and the field they came in (logprobs or logprobs_f32).
+// Every problem is a *ParamError naming the field (and the row and
+// token): unknown keys, both forms or neither, a step other than n, a
+// value that is not a finite logprob (≤ 0), base64 that is not whole
+// float32 values.
+func ParseAckBody(b []byte, n int64) (rows [][]float32, field string, perr *ParamError) {
 	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, nil
+		return nil, "", nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var body AckBody
 	if err := dec.Decode(&body); err != nil {
-		return nil, bodyError(err, `{"logprobs": [[…], …]} or {"logprobs_f32": ["base64", …]}`)
+		return nil, "", bodyError(err, `{"logprobs": [[…], …]} or {"logprobs_f32": ["base64", …]}`)
 	}
 	if dec.More() {
-		return nil, &ParamError{"body", "body: one JSON object, not several"}
+		return nil, "", &ParamError{"body", "body: one JSON object, not several"}
 	}
 	if body.Step != nil && *body.Step != n {
-		return nil, &ParamError{"step", fmt.Sprintf("step: the body is for step %d, the ack for step %d", *body.Step, n)}
+		return nil, "", &ParamError{"step", fmt.Sprintf("step: the body is for step %d, the ack for step %d", *body.Step, n)}
 	}
 	switch {
 	case body.Logprobs != nil && body.LogprobsF32 != nil:
-		return nil, &ParamError{"logprobs", "logprobs: give logprobs or logprobs_f32, not both"}
+		return nil, "", &ParamError{"logprobs", "logprobs: give logprobs or logprobs_f32, not both"}
 	case body.Logprobs == nil && body.LogprobsF32 == nil:
-		return nil, &ParamError{"logprobs", "logprobs: missing (logprobs or logprobs_f32, one list a row)"}
+		return nil, "", &ParamError{"logprobs", "logprobs: missing (logprobs or logprobs_f32, one list a row)"}
 	}
-	var rows [][]float32
 	if body.Logprobs != nil {
 		rows = make([][]float32, len(body.Logprobs))
 		for i, row := range body.Logprobs {
@@ -79,7 +79,7 @@ func ParseAckBody(b []byte, n int64) ([][]float32, *ParamError) {
 		for i, s := range body.LogprobsF32 {
 			raw, err := base64.StdEncoding.DecodeString(s)
 			if err != nil || len(raw)%4 != 0 {
-				return nil, &ParamError{"logprobs_f32", fmt.Sprintf("logprobs_f32[%d]: want standard base64 of little-endian float32 values", i)}
+				return nil, "", &ParamError{"logprobs_f32", fmt.Sprintf("logprobs_f32[%d]: want standard base64 of little-endian float32 values", i)}
 			}
 			rows[i] = make([]float32, len(raw)/4)
 			for j := range rows[i] {
@@ -87,18 +87,18 @@ func ParseAckBody(b []byte, n int64) ([][]float32, *ParamError) {
 			}
 		}
 	}
-	field := "logprobs"
+	field = "logprobs"
 	if body.LogprobsF32 != nil {
 		field = "logprobs_f32"
 	}
 	for i, row := range rows {
 		for j, v := range row {
 			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) || f > logprobSlack {
-				return nil, &ParamError{field, fmt.Sprintf("%s[%d][%d]: %v is not a logprob (finite, at most 0)", field, i, j, v)}
+				return nil, "", &ParamError{field, fmt.Sprintf("%s[%d][%d]: %v is not a logprob (finite, at most 0)", field, i, j, v)}
 			}
 		}
 	}
-	return rows, nil
+	return rows, field, nil
 }
 
 // logprobSlack is how far above 0 a logprob may round.
@@ -292,7 +292,7 @@ func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, f
 // logprobs. A bad body is answered with a 400 naming the problem (ok
 // false), and nothing is recorded.
 func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, world int, body []byte) (d *client.StepDriftRecord, ok bool) {
-	rows, perr := ParseAckBody(body, n)
+	rows, field, perr := ParseAckBody(body, n)
 	if perr != nil {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return nil, false
@@ -313,10 +313,6 @@ func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, w
 	if err != nil {
 		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: reading the engine's logprobs: %v", n, err)
 		return nil, false
-	}
-	field := "logprobs"
-	if bytes.Contains(body, []byte(`"logprobs_f32"`)) {
-		field = "logprobs_f32"
 	}
 	d, perr = driftOf(engine, rows, h.s.led.version(), h.driftRatio, field)
 	if perr != nil {

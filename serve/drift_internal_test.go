@@ -47,7 +47,7 @@ func TestParseAckBody(t *testing.T) {
 		{"not whole floats", `{"logprobs_f32": ["AAAAAA==", "AAA="]}`, nil, "logprobs_f32", "logprobs_f32[1]"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rows, perr := ParseAckBody([]byte(tt.body), 3)
+			rows, _, perr := ParseAckBody([]byte(tt.body), 3)
 			if tt.param != "" {
 				if perr == nil || perr.Param != tt.param || !strings.Contains(perr.Msg, tt.msg) {
 					t.Fatalf("error %+v, want param %q with %q", perr, tt.param, tt.msg)
@@ -79,7 +79,7 @@ func FuzzParseAckBody(f *testing.F) {
 	f.Add([]byte(`{"step": 3, "logprobs_f32": ["` + f32b64(-0.25) + `"]}`))
 	f.Add([]byte(`{"logprobs": [[1e400]]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rows, perr := ParseAckBody(b, 3)
+		rows, _, perr := ParseAckBody(b, 3)
 		if perr != nil {
 			if perr.Param == "" || perr.Msg == "" {
 				t.Fatalf("an error naming nothing: %+v", perr)
@@ -199,7 +199,7 @@ func BenchmarkAckDrift(b *testing.B) {
 	b.Logf("%d rows, %d tokens, a body of %d bytes", len(rows), tokens, len(body))
 	b.Run("ack drift", func(b *testing.B) {
 		for b.Loop() {
-			trainer, perr := ParseAckBody(body, st.Step)
+			trainer, _, perr := ParseAckBody(body, st.Step)
 			if perr != nil {
 				b.Fatal(perr)
 			}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,35 +62,9 @@ func startReplay(t *testing.T, out string, sets ...string) *started {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan net.Addr, 1)
-	var log bytes.Buffer
-	var logMu sync.Mutex
-	s := &started{cancel: cancel, done: make(chan error, 1), log: func() string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return log.String()
-	}}
-	stderr := writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return log.Write(p)
+	return startWith(t, serve.Options{}, func(ctx context.Context, opts serve.Options) error {
+		return serve.Replay(ctx, out, cfg.Serve, opts)
 	})
-	go func() {
-		s.done <- serve.Replay(ctx, out, cfg.Serve, serve.Options{Stderr: stderr, Listening: func(a net.Addr) { addr <- a }})
-	}()
-	select {
-	case a := <-addr:
-		s.url = "http://" + a.String()
-	case err := <-s.done:
-		cancel()
-		t.Fatalf("the replay ended before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("the replay did not start")
-	}
-	t.Cleanup(func() { s.stop(t) })
-	return s
 }
 
 // TestReplayServesTheSameSteps: a run served to a trainer, then replayed

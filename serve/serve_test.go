@@ -68,6 +68,13 @@ type started struct {
 
 func start(t *testing.T, cfg *config.Config, opts serve.Options) *started {
 	t.Helper()
+	return startWith(t, opts, func(ctx context.Context, opts serve.Options) error { return serve.Run(ctx, cfg, opts) })
+}
+
+// startWith starts run (serve.Run, serve.Replay) with opts, its log kept,
+// and waits until it listens; it stops with the test.
+func startWith(t *testing.T, opts serve.Options, run func(context.Context, serve.Options) error) *started {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
 	opts.Listening = func(a net.Addr) { addr <- a }
@@ -84,7 +91,7 @@ func start(t *testing.T, cfg *config.Config, opts serve.Options) *started {
 		defer logMu.Unlock()
 		return log.String()
 	}
-	go func() { s.done <- serve.Run(ctx, cfg, opts) }()
+	go func() { s.done <- run(ctx, opts) }()
 	select {
 	case a := <-addr:
 		s.url = "http://" + a.String()

@@ -7,6 +7,7 @@ toolchain go1.27.3
 require (
 	github.com/apache/arrow/go/v17 v17.0.0
 	github.com/creack/pty v1.1.24
+	github.com/fzipp/gocyclo v0.6.0
 	github.com/go-echarts/go-echarts/v2 v2.6.7
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/klauspost/compress v1.20.4

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/trajflow/trajflow/gateway"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/ratelimit"
@@ -61,6 +62,10 @@ type Config struct {
 	// Serve holds the settings of trajflow serve, the rollout service
 	// that hands training steps to trainers over HTTP (docs/serve.md).
 	Serve Serve `yaml:"serve"`
+	// Gateway is where the agent gateway listens while a run with an
+	// agent environment (env.name: agent) goes: agents' SDKs call the
+	// model there (docs/agents.md).
+	Gateway gateway.Config `yaml:"gateway"`
 
 	// File is the path the config was read from ("" for an inline config).
 	File string `yaml:"-"`
@@ -247,6 +252,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.Run.setDefaults()
 	c.Serve.SetDefaults()
+	c.Gateway.SetDefaults()
 }
 
 // Validate reports every problem of the config's own keys at once, each
@@ -324,6 +330,7 @@ func (c *Config) Validate() error {
 	p.OneOf("output.images", c.Output.Images, "reference", "inline")
 	p.Section("output", c.Output.Parquet.Validate())
 	p.Section("serve", c.Serve.Validate())
+	p.Section("gateway", c.Gateway.Validate())
 	switch c.Output.JSONLRows {
 	case JSONLKept, JSONLAll:
 	default:

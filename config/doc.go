@@ -7,4 +7,4 @@
 // every problem at once.
 package config
 
-//go:generate go run ../internal/docgen
+//go:generate go run ./internal/docgen

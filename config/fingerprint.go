@@ -69,6 +69,11 @@ func (c *Config) Semantic() map[string]string {
 	}
 	// Keys added later are present only when set, so that the
 	// fingerprints of outputs made before them stay.
+	if c.Generate.RoutedExperts {
+		// The routed_experts column's content.
+		sem["generate.routed_experts"] = true
+		sem["generate.routed_experts_layers"] = c.Generate.RoutedExpertsLayers
+	}
 	if c.Env.InvalidActionPenalty != 0 {
 		sem["env.invalid_action_penalty"] = c.Env.InvalidActionPenalty
 	}

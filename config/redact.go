@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/trajflow/trajflow/envs"
@@ -166,17 +167,23 @@ func (r *Redactor) String(s string) string {
 	return s
 }
 
-// Writer returns a writer that redacts each write before passing it to w.
-// A secret split across two writes is not caught: write whole lines.
-func (r *Redactor) Writer(w io.Writer) io.Writer { return redactWriter{r, w} }
+// Writer returns a writer that redacts each write before passing it to w,
+// one write at a time: a run's goroutines log through it at once, and
+// each line reaches w whole. A secret split across two writes is not
+// caught: write whole lines.
+func (r *Redactor) Writer(w io.Writer) io.Writer { return &redactWriter{r: r, w: w} }
 
 type redactWriter struct {
-	r *Redactor
-	w io.Writer
+	r  *Redactor
+	mu sync.Mutex
+	w  io.Writer
 }
 
-func (rw redactWriter) Write(p []byte) (int, error) {
-	if _, err := io.WriteString(rw.w, rw.r.String(string(p))); err != nil {
+func (rw *redactWriter) Write(p []byte) (int, error) {
+	s := rw.r.String(string(p))
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if _, err := io.WriteString(rw.w, s); err != nil {
 		return 0, err
 	}
 	return len(p), nil

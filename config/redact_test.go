@@ -1,7 +1,9 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/trajflow/trajflow/config"
@@ -93,6 +95,40 @@ func TestRedaction(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "pw-secret-7") || strings.Contains(err.Error(), "query-secret-8") {
 			t.Errorf("config error leaks a secret: %v", err)
+		}
+	}
+}
+
+// TestRedactWriterConcurrent: goroutines logging through one redacting
+// writer at once reach a writer that is not safe for that (a
+// strings.Builder) one line at a time, each whole and redacted (the race
+// detector fails the test when writes overlap).
+func TestRedactWriterConcurrent(t *testing.T) {
+	t.Setenv("TRAJFLOW_TEST_REDACT_KEY", "apikey-secret-5")
+	cfg, err := config.Parse([]byte(secretCfg), "cfg.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	w := cfg.Redactor().Writer(&out)
+	const goroutines, lines = 8, 50
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range lines {
+				fmt.Fprintf(w, "goroutine %d line %d key apikey-secret-5\n", g, i)
+			}
+		})
+	}
+	wg.Wait()
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != goroutines*lines {
+		t.Fatalf("%d lines, want %d", len(got), goroutines*lines)
+	}
+	for _, l := range got {
+		var g, i int
+		if n, _ := fmt.Sscanf(l, "goroutine %d line %d key "+config.Redacted, &g, &i); n != 2 || strings.Contains(l, "secret") {
+			t.Fatalf("line %q: not whole, or not redacted", l)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/stages/groups"
 )
 
 // Defaults of the serve section.
@@ -169,6 +170,17 @@ type ServeEval struct {
 	Every int `yaml:"every"`
 }
 
+// Staleness is max_staleness and step_groups as one value, the bound's
+// one carrier from here to the staleness gate and the service
+// (groups.Bound, whose Validate is the one check); nil when
+// max_staleness is unset.
+func (s *Serve) Staleness() *groups.Bound {
+	if s.MaxStaleness == nil {
+		return nil
+	}
+	return &groups.Bound{MaxStaleness: *s.MaxStaleness, StepGroups: s.StepGroups}
+}
+
 // PauseLimit is how long a pause lasts with no resume (pause_timeout;
 // its default when unset); 0: until a resume.
 func (s *Serve) PauseLimit() time.Duration {
@@ -205,14 +217,15 @@ func (s *Serve) Validate() error {
 	if s.CommitInterval < 0 {
 		p.Add("commit_interval", "must be > 0, got %s", s.CommitInterval.D())
 	}
-	if s.MaxStaleness != nil && *s.MaxStaleness < 0 {
-		p.Add("max_staleness", "must be >= 0, got %d", *s.MaxStaleness)
+	over := s.StepGroups < 0 || s.StepGroups > s.MaxGroupsPerStep && s.MaxGroupsPerStep > 0
+	if b := s.Staleness(); b != nil {
+		if over {
+			b.StepGroups = 1 // reported below, as out of range
+		}
+		p.Section("", b.Validate())
 	}
-	switch {
-	case s.StepGroups < 0 || s.StepGroups > s.MaxGroupsPerStep && s.MaxGroupsPerStep > 0:
+	if over {
 		p.Add("step_groups", "must be between 1 and max_groups_per_step (%d), got %d", s.MaxGroupsPerStep, s.StepGroups)
-	case s.MaxStaleness != nil && s.StepGroups == 0:
-		p.Add("step_groups", "required with max_staleness: the groups a trainer takes per policy version")
 	}
 	p.OneOf("on_stale", s.OnStale, "requeue", "drop", "keep")
 	if e := s.Eval; e != nil {

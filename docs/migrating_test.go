@@ -17,6 +17,22 @@ var (
 	citedTest = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
 	// testFunc is a test's declaration in a _test.go file.
 	testFunc = regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	// mustDiffer are behaviours (first cells) where trajflow is known to
+	// differ from the seed in some case, read from the seeds' source: their
+	// status must say **different** (with the reason), never plain same.
+	mustDiffer = map[string]string{
+		"turn limit":                         "max_rollout_turns: 0 runs no turn, env.max_turns: 0 is no limit",
+		"environment metadata between turns": `"state": null clears, NeMo RL's None keeps`,
+		"rewards":                            "NeMo RL's total_reward is float32",
+		"`active_samples_per_turn`, `total_gen_tokens_per_turn`": "NeMo RL never returns them: per_turn is an addition",
+		"seeds": "Gym writes the seed at the top level, trajflow in metadata.extra_body",
+		"`responses_create_params` in the JSONL and in the bodies sent to the resources server": "the seed's place",
+		"output":                 "Gym appends one file line by line; no key does",
+		"aggregate metrics file": "_aggregate_metrics.json holds trajflow's numbers; sorted by route, not completion order",
+		"group size, turn limit": "env.max_steps: 0 steps nothing",
+		"`tool_calling`":         "verl-agent reads it only when the first environment reports it",
+		"dynamic sampling":       "float32 episode rewards; the crossing try's overshoot",
+	}
 )
 
 // moduleTests are the names of the module's tests (func TestX( in every
@@ -51,8 +67,9 @@ func moduleTests(t *testing.T) map[string]bool {
 
 // TestMigratingCitesTests: in migrating.md's behaviour tables (header
 // "| behaviour | … | status |"), every row whose status says "same" cites
-// the test that checks it (`TestName` in the status cell), and every test
-// the page names exists in the module.
+// the test that checks it (`TestName` in the status cell), every test
+// the page names exists in the module, and the rows of mustDiffer say
+// **different**.
 func TestMigratingCitesTests(t *testing.T) {
 	tests := moduleTests(t)
 	if !tests["TestMigratingCitesTests"] {
@@ -67,6 +84,7 @@ func TestMigratingCitesTests(t *testing.T) {
 	sc.Buffer(nil, 1<<20)
 	var inTable bool
 	var line, tables, same int
+	seen := map[string]bool{}
 	for sc.Scan() {
 		line++
 		text := sc.Text()
@@ -97,6 +115,12 @@ func TestMigratingCitesTests(t *testing.T) {
 		if !inTable || strings.HasPrefix(first, "---") {
 			continue
 		}
+		if why, ok := mustDiffer[first]; ok {
+			seen[first] = true
+			if !strings.Contains(last, "**different**") {
+				t.Errorf("migrating.md:%d: %q must say **different** (%s)", line, first, why)
+			}
+		}
 		if sameWord.MatchString(last) {
 			same++
 			if !citedTest.MatchString(last) {
@@ -106,6 +130,11 @@ func TestMigratingCitesTests(t *testing.T) {
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
+	}
+	for first := range mustDiffer {
+		if !seen[first] {
+			t.Errorf("migrating.md has no behaviour row %q", first)
+		}
 	}
 	if tables != 3 || same == 0 {
 		t.Fatalf("read %d behaviour tables with %d same rows; want the three seeds' tables", tables, same)

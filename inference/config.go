@@ -56,13 +56,16 @@ type Config struct {
 	// Deadline bounds one request over all its retries (0: none).
 	Deadline pipeline.Duration `yaml:"deadline"`
 	// SilenceAfter is the least time an endpoint may hold requests
-	// without answering any while the other endpoints answer, before it
+	// without answering any while the other endpoints answer (or answered
+	// since and are done: the run's tail), before it
 	// is taken out as silent (logged by name) and its requests move to the
 	// others: an engine that accepts connections and never answers no
 	// longer holds the run's tail until generate.timeout. The time is
 	// twice the fleet's longest recent answer time when that is longer (an
 	// endpoint busy with long answers is not silent); an endpoint is never
-	// judged while no endpoint answers (engines still loading).
+	// judged while no endpoint answers (engines still loading). The
+	// default protects answers longer than any seen yet early in a run;
+	// short runs over fast endpoints may set it lower (e.g. 1s).
 	//
 	// Default: 30s.
 	SilenceAfter pipeline.Duration `yaml:"silence_after"`
@@ -78,6 +81,22 @@ type Config struct {
 	// refuses it (vLLM without the priority policy, a hosted API); off
 	// never sends it.
 	Priority string `yaml:"priority"`
+	// RoutedExperts records, for a mixture-of-experts model, the experts
+	// the engine routed every token to (router replay, "R3"): the output's
+	// routed_experts column (SCHEMA.md). It needs api: tokens or sglang,
+	// and an engine started to return them: vLLM (0.22 or later) with
+	// --enable-return-routed-experts (its completions answer then carries
+	// choices[].routed_experts), SGLang with --enable-return-routed-experts
+	// (trajflow sends return_routed_experts: true on each /generate
+	// request; the answer's meta_info.routed_experts). An engine that
+	// sends none leaves the column null. See docs/engines.md.
+	RoutedExperts bool `yaml:"routed_experts"`
+	// RoutedExpertsLayers is the model's number of MoE layers: SGLang
+	// sends a flat buffer of layers × top-k ids per position, and with it
+	// trajflow tells the two apart (0: the routes are recorded as 1 layer
+	// of layers × top-k ids). vLLM's answer carries its shape: a value
+	// given is checked against it.
+	RoutedExpertsLayers int `yaml:"routed_experts_layers"`
 }
 
 // Priority modes (Config.Priority).
@@ -165,6 +184,14 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttempts {
 		p.Add("max_attempts", "must be between 1 and %d, got %d", MaxAttempts, c.MaxAttempts)
+	}
+	if c.RoutedExperts && !c.API.Caps().RoutedExperts {
+		p.Add("routed_experts", "needs api: tokens or sglang (the answers that carry routes), got api: %s", c.API)
+	}
+	if c.RoutedExpertsLayers < 0 {
+		p.Add("routed_experts_layers", "must be >= 0, got %d", c.RoutedExpertsLayers)
+	} else if c.RoutedExpertsLayers > 0 && !c.RoutedExperts {
+		p.Add("routed_experts_layers", "is read only with routed_experts: true")
 	}
 	if c.APIKeyEnv != "" && os.Getenv(c.APIKeyEnv) == "" {
 		p.Add("api_key_env", "environment variable %s is not set", c.APIKeyEnv)

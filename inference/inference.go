@@ -42,6 +42,14 @@ type Request struct {
 	// values are scheduled first. nil sends none (generate.priority: off,
 	// or an engine without the field).
 	Priority *int
+	// RoutedExperts asks the engine for the experts it routed each
+	// position of the prompt and the answer to (generate.routed_experts):
+	// the protocols that can (tokens, sglang) ask for them where the
+	// engine takes a request field, and decode them into Response.Routes.
+	// RoutedExpertsLayers is the model's MoE layer count where the
+	// engine's answer does not say it (SGLang's flat buffer); 0: unknown.
+	RoutedExperts       bool
+	RoutedExpertsLayers int
 }
 
 // TokenizeRequest asks for the token ids of a conversation rendered by the
@@ -121,6 +129,12 @@ type Response struct {
 	// Discarded are the tokens of the replies to the same request thrown
 	// away before this one (the structured-output check's tries).
 	Discarded Usage
+	// Routes are the experts the engine routed the positions of the
+	// request's prompt ++ the generated tokens to, from the prompt's
+	// first token on (the last generated token is never routed: the
+	// engine did not run it through the model); nil when the request did
+	// not ask (Request.RoutedExperts) or the engine sent none.
+	Routes *pipeline.Routes
 }
 
 // Client generates one response.

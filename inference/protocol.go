@@ -51,6 +51,10 @@ type Caps struct {
 	// for (tokens, sglang; docs/policy.md). Without it the turn is sent
 	// again from its start.
 	AbortContinues bool
+	// RoutedExperts: the protocol's token-id answers carry the experts a
+	// mixture-of-experts engine routed each position to, when asked
+	// (Request.RoutedExperts; tokens, sglang).
+	RoutedExperts bool
 }
 
 // reg is the registry of protocols, by name and in registration order.

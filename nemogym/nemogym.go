@@ -104,9 +104,9 @@ func Request(r *pipeline.Rollout) (map[string]any, error) {
 // Gym's rollout collection merges its responses_create_params overrides
 // into every row (row | overrides: shallow, an override replaces the
 // row's key), then, when seed is not nil, with the seed in
-// metadata.extra_body as Gym's num_repeats_add_seed writes it (a JSON
-// string: {"seed": N} merged into the extra_body already there; Gym's
-// responses_create_params forbid a top-level seed). The parameters are
+// metadata.extra_body (a JSON string: {"seed": N} merged into the
+// extra_body already there). Gym's num_repeats_add_seed writes it at the
+// top level instead, which newer Gym's responses_create_params forbid. The parameters are
 // written in the Responses API's names: max_tokens and
 // max_completion_tokens as max_output_tokens, reasoning_effort as
 // reasoning.effort. rcp is not changed; the result is a new map.

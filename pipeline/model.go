@@ -271,6 +271,38 @@ type Rollout struct {
 	AnsweredVersion *int64
 	// Sampling are the sampling parameters of the rollout's requests.
 	Sampling Sampling
+
+	// Segments are the places where an agent rewrote its history (a call
+	// whose messages do not extend the previous call's messages and
+	// answer: a summary, a cut, an edit): each starts a new segment of the
+	// trajectory, whose prompt is rendered whole after the previous
+	// segment's tokens. Empty: the trajectory is one segment (always, for
+	// trajectories trajflow's own loop drives).
+	Segments []Segment
+	// Routes are the experts a mixture-of-experts engine routed the
+	// positions of PromptTokenIDs ++ ResponseTokenIDs to
+	// (generate.routed_experts): nil when no answer of the rollout
+	// brought any. Positions past Routes.Positions(), and those Routes
+	// marks NotRouted, were never routed (observations no later prompt
+	// sent, the last generated token).
+	Routes *Routes
+	// CallParams are the request parameters of the call an agent made
+	// through the gateway (its temperature, max_tokens, tool_choice, …),
+	// laid under the config's as a row's own are. Not written out.
+	CallParams map[string]any
+}
+
+// Segment is where a new segment of an agent's trajectory starts (see
+// Rollout.Segments).
+type Segment struct {
+	// Message is the index in Messages of the segment's first message.
+	Message int32
+	// Token is the position in PromptTokenIDs ++ ResponseTokenIDs of the
+	// segment's first token; -1 when the row holds no token ids there
+	// (TokenIDsMissing).
+	Token int32
+	// Turn is the turn of the segment's first answer.
+	Turn int32
 }
 
 // NoteAnswered records that an answer requested under policy version v

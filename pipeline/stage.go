@@ -269,6 +269,7 @@ func (s *Source[T]) Via(next streams.Flow) streams.Flow {
 // Sink consumes items. It implements go-streams' Sink.
 type Sink[T any] struct {
 	Inlet
+	name string
 	done chan struct{}
 }
 
@@ -279,7 +280,7 @@ var _ streams.Sink = (*Sink[int])(nil)
 // interrupted sink must not commit a partial result as if it were whole).
 // finish may be nil.
 func NewSink[T any](g *Graph, name string, buffer int, consume func(ctx context.Context, v T) error, finish func(ctx context.Context) error) *Sink[T] {
-	s := &Sink[T]{done: make(chan struct{})}
+	s := &Sink[T]{name: name, done: make(chan struct{})}
 	s.Inlet = NewInlet(g, buffer)
 	g.Go(name, func(ctx context.Context) error {
 		defer close(s.done)

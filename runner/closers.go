@@ -2,23 +2,30 @@ package runner
 
 import "errors"
 
-// closers undo what a run set up, in reverse order (cleanup); err joins
-// the errors of those added by closeChecked.
+// closers undo what a run set up, in reverse order (run), and implement
+// output.Closers; err joins the errors of those added by Check.
 type closers struct {
 	fns []func()
 	err error
 }
 
-// add adds a closer whose failure is no error of the run's.
-func (c *closers) add(close func()) { c.fns = append(c.fns, close) }
+// Add adds a closer whose failure is no error of the run's.
+func (c *closers) Add(close func()) { c.fns = append(c.fns, close) }
 
-// closeChecked adds a closer whose error the run returns, joined with its
-// own: closing a writer flushes and syncs what it holds, and releasing the
+// Check adds a closer whose error the run returns, joined with its own:
+// closing a writer flushes and syncs what it holds, and releasing the
 // output's lock is what lets the next run in, so neither may fail quietly.
-func (r *run) closeChecked(close func() error) {
-	r.closers.add(func() {
+func (c *closers) Check(close func() error) {
+	c.Add(func() {
 		if err := close(); err != nil {
-			r.closers.err = errors.Join(r.closers.err, err)
+			c.err = errors.Join(c.err, err)
 		}
 	})
+}
+
+// run runs the closers, the last added first.
+func (c *closers) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
 }

@@ -18,8 +18,9 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/cmd/trajflow/report"
-	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/runner/analyze"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -136,12 +137,12 @@ func TestOneCostEverywhere(t *testing.T) {
 	}
 	shown, err := strconv.ParseFloat(cell[1], 64)
 	if err != nil || math.Abs(shown-sum.Cost) > 0.51e-5 {
-		t.Errorf("report cost cell %q, want %s", cell[1], runner.FormatCost(sum.Cost))
+		t.Errorf("report cost cell %q, want %s", cell[1], metrics.FormatCost(sum.Cost))
 	}
 	if !strings.Contains(html.String(), "errors "+fmt.Sprint(m.Cost.Dirs["errors"].PricedRows)+" rows") {
 		t.Fatal("the report does not say what its cost includes")
 	}
-	if !strings.Contains(sum.String(), "cost: "+runner.FormatCost(sum.Cost)+" (generate.price; every request of this run") {
+	if !strings.Contains(sum.String(), "cost: "+metrics.FormatCost(sum.Cost)+" (generate.price; every request of this run") {
 		t.Fatalf("the summary does not say what its cost includes:\n%s", sum)
 	}
 	for name, v := range figures {

@@ -94,7 +94,7 @@ env: {name: maths}
 	// Output:
 	// run.yaml: line 3: repeat.n: must be >= 1, got 0 (leave n out for the default, 1)
 	// --set groups.keep=sometimes: groups.keep: "sometimes" is not one of all, nonzero_std, mean_in
-	// run.yaml: line 4: env.name: unknown environment "maths" (have grid, guess, http, math, none, sim, subprocess, tools)
+	// run.yaml: line 4: env.name: unknown environment "maths" (have agent, grid, guess, http, math, nemo_gym_agent, none, sim, subprocess, tools)
 }
 
 func ExampleShardDir() {

@@ -31,7 +31,7 @@ func TestRunPolicyVersions(t *testing.T) {
 			}
 			if tt.gate {
 				var err error
-				gate, err = groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 4}, opts.Continuous.Policy)
+				gate, err = groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: 0, StepGroups: 4}}, opts.Continuous.Policy)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +74,7 @@ func TestRunPolicyVersions(t *testing.T) {
 func TestRunStalenessPaces(t *testing.T) {
 	cfg := quickstart(t, "source.limit=12")
 	pol := generate.NewPolicy(0)
-	gate, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 2}, pol)
+	gate, err := groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: 0, StepGroups: 2}}, pol)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,17 +26,23 @@ import (
 // generate.priority: auto each group's requests share one priority, the
 // groups admitted earlier (read earlier) the lower; under a target the
 // groups admitted beyond the need come after every needed one; under off
-// no request carries the field.
+// no request carries the field; with Continuous.Priority (serve's
+// evaluation) every request carries that one.
 func TestRequestPriority(t *testing.T) {
+	minus1 := -1
 	for _, tc := range []struct {
 		name string
 		sets []string
 		// sent: whether requests carry a priority.
 		sent bool
+		// fixed: the priority every request carries (Continuous.Priority).
+		fixed *int
 	}{
-		{"auto", nil, true},
-		{"auto, target", []string{"groups.keep=nonzero_std", "groups.target=3"}, true},
-		{"off", []string{"generate.priority=off"}, false},
+		{"auto", nil, true, nil},
+		{"auto, target", []string{"groups.keep=nonzero_std", "groups.target=3"}, true, nil},
+		{"off", []string{"generate.priority=off"}, false, nil},
+		{"fixed", nil, true, &minus1},
+		{"fixed, off", []string{"generate.priority=off"}, false, &minus1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := sim.New(sim.Options{Seed: 7, Preset: "short", Model: "sim-math", Accuracy: 0.6})
@@ -69,7 +75,7 @@ func TestRequestPriority(t *testing.T) {
 			}))
 			t.Cleanup(func() { srv.Close(); s.Close() })
 			cfg := quickstart(t, append([]string{"source.limit=12", "generate.endpoints=[" + srv.URL + "/v1]"}, tc.sets...)...)
-			if _, err := run(t, cfg, runner.Options{}); err != nil {
+			if _, err := run(t, cfg, runner.Options{Continuous: &runner.Continuous{Priority: tc.fixed}}); err != nil {
 				t.Fatal(err)
 			}
 			mu.Lock()
@@ -87,6 +93,12 @@ func TestRequestPriority(t *testing.T) {
 				if !tc.sent {
 					continue
 				}
+				if tc.fixed != nil {
+					if r.priority != float64(*tc.fixed) {
+						t.Fatalf("request for %q: priority %v, want %d for every request", r.prompt, r.priority, *tc.fixed)
+					}
+					continue
+				}
 				p, ok := r.priority.(float64)
 				if !ok || p < 0 {
 					t.Fatalf("priority %v, want a non-negative integer", r.priority)
@@ -101,7 +113,7 @@ func TestRequestPriority(t *testing.T) {
 					t.Errorf("priority %v is shared by the groups of %d prompts, want one group", p, len(prompts))
 				}
 			}
-			if tc.sent && len(byPrio) < 3 {
+			if tc.sent && tc.fixed == nil && len(byPrio) < 3 {
 				t.Errorf("%d distinct priorities over %d requests, want one per group", len(byPrio), len(reqs))
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -175,12 +176,18 @@ func TestRoutesCheck(t *testing.T) {
 
 // metrics.json holds NeMo RL's rollout metrics, overall and per
 // environment, matching a recomputation from the Parquet rows with NeMo
-// RL's rules (natural termination: terminated or truncated, as its batched
-// loop's done; max turns reached: num_turns >= the route's max_turns, as
-// its async loop's turn_count >= max_rollout_turns); the Gym aggregate
-// file has one entry per environment.
+// RL's rules (truncated: the sequence reached max_seq_len, as its
+// input + generated + observation >= max_seq_len, recomputed from the
+// rows' token ids, not read from their truncated column; natural
+// termination: terminated or truncated, as its batched loop's done; max
+// turns reached: num_turns >= the route's max_turns, as its async loop's
+// turn_count >= max_rollout_turns); the Gym aggregate file has one entry
+// per environment. The quiz route's max_seq_len makes some trajectories
+// end truncated without being terminated, where the batched loop's
+// natural_termination_rate (terminated or truncated) and the async
+// loop's (terminated only) part.
 func TestNeMoRLMetricsFromParquet(t *testing.T) {
-	cfg := nemoGym(t)
+	cfg := nemoGym(t, "env.routes.quiz.max_seq_len=350")
 	if _, err := run(t, cfg, runner.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +226,30 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 		}
 		return cfg.Env.MaxTurns
 	}
+	maxSeqLen := func(route string) int {
+		if rc := cfg.Env.Routes[route]; rc != nil && rc.MaxSeqLen > 0 {
+			return rc.MaxSeqLen
+		}
+		return cfg.Env.MaxSeqLen
+	}
+	// NeMo RL's truncation: the sequence (prompt, generated and
+	// observation tokens) reached max_seq_len (>=, the overflow cut).
+	seedTruncated := func(r *pipeline.Rollout) bool {
+		m := maxSeqLen(r.Env)
+		return m > 0 && len(r.PromptTokenIDs)+len(r.ResponseTokenIDs) >= m
+	}
+	var truncOnly, termOnly int
+	for _, r := range rows {
+		if seedTruncated(r) && !r.Terminated {
+			truncOnly++
+		}
+		if r.Terminated && !seedTruncated(r) {
+			termOnly++
+		}
+	}
+	if truncOnly == 0 || termOnly == 0 {
+		t.Fatalf("%d rows truncated without being terminated, %d terminated without being truncated: want both", truncOnly, termOnly)
+	}
 	recompute := func(env string) nemo {
 		var m nemo
 		var n, term, trunc, maxT, gen, envTok, total float64
@@ -227,14 +258,15 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 				continue
 			}
 			n++
+			truncated := seedTruncated(r)
 			m.TotalTurns += int64(r.NumTurns)
 			m.MaxTurnsPerSample = max(m.MaxTurnsPerSample, int64(r.NumTurns))
 			for _, c := range []struct {
 				on bool
 				n  *float64
 			}{
-				{r.Terminated || r.Truncated, &term},
-				{r.Truncated, &trunc},
+				{r.Terminated || truncated, &term},
+				{truncated, &trunc},
 				{maxTurns(r.Env) > 0 && r.NumTurns >= maxTurns(r.Env), &maxT},
 			} {
 				if c.on {
@@ -317,47 +349,71 @@ func TestNeMoRLMetricsFromParquet(t *testing.T) {
 // max_turns_reached_rate (turn_count >= max_rollout_turns, checked after
 // the turn whatever ended it); run_multi_turn_rollout's
 // natural_termination_rate counts the samples done by termination or
-// truncation.
+// truncation. A second run swaps the math environment for the
+// multi-turn guess game (3 turns, max_seq_len 500): there trajectories end
+// truncated without being terminated, and with or without their last
+// allowed turn. Truncation is recomputed the seed's way, from the token
+// ids (input + generated + observation >= max_seq_len), not read from the
+// rows' truncated column.
 func TestNeMoRLExampleMetrics(t *testing.T) {
 	root, _ := filepath.Abs("..")
-	cfg, err := config.Load(filepath.Join(root, "examples/nemo-rl/config.yaml"), []string{
-		"source.path=" + filepath.Join(root, "examples/quickstart/tasks.jsonl"),
-		"output.dir=" + t.TempDir(), "run.progress=0", "source.limit=10",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := run(t, cfg, runner.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	rows := readBack(t, cfg.Output.Dir, schema.DataDir)
-	var n, maxT, natural float64
-	for _, r := range rows {
-		n++
-		turnCount := r.NumTurns
-		if turnCount >= cfg.Env.MaxTurns {
-			maxT++
-		}
-		if r.Terminated || r.Truncated {
-			natural++
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		NaturalTerminationRate float64 `json:"natural_termination_rate"`
-		MaxTurnsReachedRate    float64 `json:"max_turns_reached_rate"`
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if n == 0 || got.MaxTurnsReachedRate != maxT/n || got.NaturalTerminationRate != natural/n {
-		t.Fatalf("max_turns_reached_rate %v natural_termination_rate %v; NeMo RL's rules give %v and %v over %v rows",
-			got.MaxTurnsReachedRate, got.NaturalTerminationRate, maxT/n, natural/n, n)
-	}
-	if got.MaxTurnsReachedRate != 1 {
-		t.Fatalf("max_turns_reached_rate %v: every sample of a one-turn run took its last allowed turn", got.MaxTurnsReachedRate)
+	for _, multi := range []bool{false, true} {
+		t.Run(map[bool]string{false: "example", true: "guess"}[multi], func(t *testing.T) {
+			cfg, err := config.Load(filepath.Join(root, "examples/nemo-rl/config.yaml"), []string{
+				"source.path=" + filepath.Join(root, "examples/quickstart/tasks.jsonl"),
+				"output.dir=" + t.TempDir(), "run.progress=0", "source.limit=10",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if multi {
+				cfg.Env.Name = "guess"
+				delete(cfg.Env.Options, "answer_field")
+				cfg.Env.MaxTurns, cfg.Env.MaxSeqLen = 3, 500
+			}
+			if _, err := run(t, cfg, runner.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			rows := readBack(t, cfg.Output.Dir, schema.DataDir)
+			var n, maxT, natural, truncOnly, maxTOnly float64
+			for _, r := range rows {
+				n++
+				turnCount := r.NumTurns
+				truncated := len(r.PromptTokenIDs)+len(r.ResponseTokenIDs) >= cfg.Env.MaxSeqLen
+				if turnCount >= cfg.Env.MaxTurns {
+					maxT++
+				}
+				if r.Terminated || truncated {
+					natural++
+				}
+				if truncated && !r.Terminated {
+					truncOnly++
+				}
+				if turnCount >= cfg.Env.MaxTurns && !truncated && !r.Terminated {
+					maxTOnly++
+				}
+			}
+			b, err := os.ReadFile(filepath.Join(cfg.Output.Dir, schema.MetricsFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				NaturalTerminationRate float64 `json:"natural_termination_rate"`
+				MaxTurnsReachedRate    float64 `json:"max_turns_reached_rate"`
+			}
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 || got.MaxTurnsReachedRate != maxT/n || got.NaturalTerminationRate != natural/n {
+				t.Fatalf("max_turns_reached_rate %v natural_termination_rate %v; NeMo RL's rules give %v and %v over %v rows",
+					got.MaxTurnsReachedRate, got.NaturalTerminationRate, maxT/n, natural/n, n)
+			}
+			if !multi && got.MaxTurnsReachedRate != 1 {
+				t.Fatalf("max_turns_reached_rate %v: every sample of a one-turn run took its last allowed turn", got.MaxTurnsReachedRate)
+			}
+			if multi && (truncOnly == 0 || maxTOnly == 0 || maxT == n) {
+				t.Fatalf("too plain a run: %v of %v rows truncated without being terminated, %v ended by the turn limit alone, %v took their last turn", truncOnly, n, maxTOnly, maxT)
+			}
+		})
 	}
 }

@@ -529,7 +529,7 @@ func TestSummaryNamesMetricsOnlyWhenWritten(t *testing.T) {
 	if err == nil || sum == nil {
 		t.Fatalf("summary %v, err %v: want both", sum, err)
 	}
-	if sum.Metrics != "" || !strings.Contains(sum.String(), "metrics: none (nothing committed)") {
+	if sum.Metrics != "" || !strings.Contains(sum.String(), "metrics: none (nothing committed to data/)") {
 		t.Errorf("nothing committed, yet the summary names %q:\n%s", sum.Metrics, sum)
 	}
 	cfg := quickstart(t, "source.limit=4")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -152,7 +153,7 @@ func TestCostEqualsPriceTimesRowTokens(t *testing.T) {
 	if !sum.Priced || want == 0 || discarded == 0 || math.Abs(sum.Cost-want) > 1e-12 {
 		t.Fatalf("summary cost %v (priced %v), price × row tokens %v (%d replies thrown away)", sum.Cost, sum.Priced, want, discarded)
 	}
-	if sum.ProjectedCost != sum.Cost || !strings.Contains(sum.String(), "cost: "+runner.FormatCost(want)) {
+	if sum.ProjectedCost != sum.Cost || !strings.Contains(sum.String(), "cost: "+metrics.FormatCost(want)) {
 		t.Fatalf("summary:\n%s", sum)
 	}
 	var m struct {
@@ -196,7 +197,7 @@ func TestProjectedCost(t *testing.T) {
 
 func TestFormatCost(t *testing.T) {
 	for v, want := range map[float64]string{0: "0.0000", 12.345678: "12.3457", 1: "1.0000", 0.5: "0.5000", 0.0001234: "0.0001234", 0.000012346: "0.00001235"} {
-		if got := runner.FormatCost(v); got != want {
+		if got := metrics.FormatCost(v); got != want {
 			t.Errorf("FormatCost(%v) = %s, want %s", v, got, want)
 		}
 	}

@@ -42,8 +42,8 @@ func maxInflight(cfg *config.Config, continuous bool) int {
 }
 
 // setPriority gives the generator the controller's request priorities
-// (groups.Controller.Priority) under generate.priority: auto; none under
-// off or through the Batch API.
+// (groups.Controller.Priority), or Continuous.Priority for every request,
+// under generate.priority: auto; none under off or through the Batch API.
 func (r *run) setPriority() {
 	gen := r.built.Generator
 	if gen == nil {
@@ -53,8 +53,11 @@ func (r *run) setPriority() {
 		gen.SetPriority(nil)
 		return
 	}
-	ctl := r.flow.ctl
+	ctl, fixed := r.flow.ctl, r.opts.continuous().Priority
 	gen.SetPriority(func(ro *pipeline.Rollout) (int, bool) {
+		if fixed != nil {
+			return *fixed, true
+		}
 		if ro.Task == nil {
 			return 0, false
 		}

@@ -29,6 +29,14 @@ func (hinter) Step(ctx context.Context, r *pipeline.Rollout, a pipeline.Message)
 	return &envs.Step{Terminated: true}, nil
 }
 
+// agentEnv is an embedder's agent environment (envs.Agent): it writes its
+// own prompts.
+type agentEnv struct{ hinter }
+
+func (agentEnv) Run(ctx context.Context, r *pipeline.Rollout, s envs.Session) (*envs.Step, error) {
+	return &envs.Step{Terminated: true}, nil
+}
+
 func TestValidate(t *testing.T) {
 	defer leak.Check(t)()
 	s := sim.New(sim.Options{Seed: 3, Model: "sim-math"})
@@ -75,6 +83,8 @@ func TestValidate(t *testing.T) {
 		{"prompt over prompt.max_tokens, error", []string{"generate.api=tokens", "generate.endpoints=[" + full.URL + "/v1]", "prompt.max_tokens=66"}, runner.ValidateOptions{Rows: 1},
 			[]string{"first prompt: 67 tokens, over prompt.max_tokens 66: the row would fail (prompt.truncation: error, prompt_too_long)"},
 			[]string{"every row rendered (1) would fail before generating a token"}},
+		{"an agent's rows are not rendered", nil, runner.ValidateOptions{Rows: 2, Options: runner.Options{Env: agentEnv{}}},
+			[]string{"row 0 (", "goes to the agent (env math), which writes its own prompts: nothing rendered", "ok: a run would start"}, nil},
 		{"no rows", nil, runner.ValidateOptions{Rows: -1},
 			[]string{"env math: started", "ok: a run would start"}, nil},
 	}

@@ -92,6 +92,8 @@ func TestIndexConstantsMatchTheTable(t *testing.T) {
 		{"PartType", "Part", names(structFields(columns[ColMessages].Type.(*arrow.ListType).Elem().(*arrow.StructType).Field(MsgParts).Type))},
 		{"ToolID", "Tool", names(structFields(messageFields[MsgToolCalls].Type))},
 		{"MetricName", "Metric", names(structFields(columns[ColMetrics].Type))},
+		{"SpanVersion", "Span", names(structFields(columns[ColPolicyVersions].Type))},
+		{"SegmentMessage", "Segment", names(structFields(columns[ColSegments].Type))},
 	} {
 		var got []string
 		for _, n := range constBlock(t, tt.first) {
@@ -125,13 +127,13 @@ func TestTables(t *testing.T) {
 		}
 	}
 	// Every rollout column is required but the sampling parameters, null
-	// where a request did not set them, and the training view's counts,
-	// null where unknown.
+	// where a request did not set them, the training view's counts, null
+	// where unknown, and routed_experts, null where no engine sent routes.
 	nullable := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true,
-		"env_tokens": true, "gen_tokens": true, "total_tokens": true}
+		"env_tokens": true, "gen_tokens": true, "total_tokens": true, "routed_experts": true}
 	for _, c := range columns {
 		if c.Nullable != nullable[c.Name] {
-			t.Errorf("rollout column %q: nullable %v; only the sampling parameters and the training view's counts are nullable", c.Name, c.Nullable)
+			t.Errorf("rollout column %q: nullable %v; only the sampling parameters, the training view's counts and routed_experts are nullable", c.Name, c.Nullable)
 		}
 	}
 	if !Schema().Equal(arrow.NewSchema(fields(Columns()), nil)) || !StepSchema().Equal(arrow.NewSchema(fields(StepColumns()), nil)) {

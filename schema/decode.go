@@ -59,7 +59,11 @@ func sameLayout(a, b arrow.DataType) bool {
 
 // Rollouts decodes the rows of a record in the output schema (the current
 // Version) back into rollouts: the inverse of Collator.Add for every
-// written field. Tasks carry only Index and Raw; durations are rounded to
+// written field. It also decodes a record of version 6, which has no
+// routed_experts column (its rollouts' Routes are nil), and of version 5
+// (or 4), which has no segments column either: its rollouts' Segments
+// are empty (one segment). Routes are decoded by DecodeRoutes; a value
+// that does not fit its row is an error naming the row. Tasks carry only Index and Raw; durations are rounded to
 // the nanosecond. Rollouts of one task share one *pipeline.Task.
 // EnvTokens gets env_tokens, which collate computes from the loss mask
 // (0 where it is null); TokenIDsMissing is set where gen_tokens is null;
@@ -79,8 +83,21 @@ func sameLayout(a, b arrow.DataType) bool {
 // them. A message with an empty span has nil TokenIDs and Logprobs. A span
 // that does not lie in the sequence is an error naming the row.
 func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
+	// A record of version 5 (or 4, whose columns are version 5's) has
+	// every column of the current version but the last, segments: its
+	// rows decode with empty Segments (one segment each).
+	// A record of version 6 has every column but routed_experts: its
+	// rows decode with nil Routes.
+	segmented, routed := true, true
 	if err := Check(rec.Schema()); err != nil {
-		return nil, err
+		switch {
+		case CheckVersion(rec.Schema(), VersionV6) == nil:
+			routed = false
+		case CheckVersion(rec.Schema(), VersionV5) == nil:
+			segmented, routed = false, false
+		default:
+			return nil, err
+		}
 	}
 	col := rec.Columns()
 	str := func(i int) *array.String { return col[i].(*array.String) }
@@ -105,6 +122,23 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 	spanVersionMax := span.Field(SpanVersionMax).(*array.Int64)
 	spanStart := span.Field(SpanStart).(*array.Int32)
 	spanEnd := span.Field(SpanEnd).(*array.Int32)
+
+	var segs *array.List
+	var segMessage, segToken, segTurn *array.Int32
+	if segmented {
+		segs = lst(ColSegments)
+		seg := segs.ListValues().(*array.Struct)
+		segMessage = seg.Field(SegmentMessage).(*array.Int32)
+		segToken = seg.Field(SegmentToken).(*array.Int32)
+		segTurn = seg.Field(SegmentTurn).(*array.Int32)
+	}
+
+	var routes *array.List
+	var routeVals []int16
+	if routed {
+		routes = lst(ColRoutedExperts)
+		routeVals = routes.ListValues().(*array.Int16).Int16Values()
+	}
 
 	tasks := map[int64]*pipeline.Task{}
 	out := make([]*pipeline.Rollout, 0, rec.NumRows())
@@ -176,6 +210,25 @@ func Rollouts(rec arrow.Record) ([]*pipeline.Rollout, error) {
 					Start: spanStart.Value(j), End: spanEnd.Value(j),
 				})
 			}
+		}
+		if segs != nil {
+			if s, e := segs.ValueOffsets(i); e > s {
+				r.Segments = make([]pipeline.Segment, 0, e-s)
+				for j := int(s); j < int(e); j++ {
+					r.Segments = append(r.Segments, pipeline.Segment{
+						Message: segMessage.Value(j), Token: segToken.Value(j), Turn: segTurn.Value(j),
+					})
+				}
+			}
+		}
+		if routes != nil && routes.IsValid(i) {
+			s, e := routes.ValueOffsets(i)
+			// A copy: the record's buffers are released after decoding.
+			rt, err := DecodeRoutes(append(make([]int16, 0, e-s), routeVals[s:e]...), len(r.PromptTokenIDs)+len(r.ResponseTokenIDs))
+			if err != nil {
+				return nil, fmt.Errorf("row %d (%s): %w", i, r, err)
+			}
+			r.Routes = rt
 		}
 		if s, e := lst(ColLossMask).ValueOffsets(i); e > s {
 			r.LossMask = append([]int8(nil), lst(ColLossMask).ListValues().(*array.Int8).Int8Values()[s:e]...)

@@ -29,7 +29,14 @@ import (
 // where the training view's counts are unknown (a reply came without token
 // ids, pipeline.Rollout.TokenIDsMissing), where version 4 wrote 0; there
 // turn_gen_tokens is empty where version 4 wrote a 0 per turn.
-const Version = "5"
+//
+// Version 6 adds segments: where an agent rewrote its history (one entry
+// per rewrite: the message, token and turn the new segment starts at).
+//
+// Version 7 adds routed_experts: the experts a mixture-of-experts engine
+// routed each position of the training view to (nullable; see
+// EncodeRoutes).
+const Version = "7"
 
 // Column indices of Schema, in order: Columns()[ColX] is column ColX.
 // Keys and light columns come first, heavy columns (task, messages, token
@@ -89,6 +96,8 @@ const (
 	ColLossMask
 	ColResponseLogprobs
 	ColPolicyVersions
+	ColSegments
+	ColRoutedExperts
 	NumColumns
 )
 
@@ -129,6 +138,13 @@ const (
 	SpanEnd
 )
 
+// Indices of the fields of a segments element.
+const (
+	SegmentMessage = iota
+	SegmentToken
+	SegmentTurn
+)
+
 // Indices of the fields of a metrics element.
 const (
 	MetricName = iota
@@ -163,6 +179,11 @@ var (
 		field("version_max", arrow.PrimitiveTypes.Int64),
 		field("start", arrow.PrimitiveTypes.Int32),
 		field("end", arrow.PrimitiveTypes.Int32),
+	)
+	segmentType = arrow.StructOf(
+		field("message", arrow.PrimitiveTypes.Int32),
+		field("token", arrow.PrimitiveTypes.Int32),
+		field("turn", arrow.PrimitiveTypes.Int32),
 	)
 	metricType = arrow.StructOf(
 		field("name", arrow.BinaryTypes.String),

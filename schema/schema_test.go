@@ -10,7 +10,7 @@ import (
 )
 
 func TestFileVersion(t *testing.T) {
-	v1, v2, v3, v4, v5 := schema.ForVersion("1"), schema.ForVersion("2"), schema.ForVersion("3"), schema.ForVersion("4"), schema.Schema()
+	v1, v2, v3, v4, v5, v6, v7 := schema.ForVersion("1"), schema.ForVersion("2"), schema.ForVersion("3"), schema.ForVersion("4"), schema.ForVersion("5"), schema.ForVersion("6"), schema.Schema()
 	tests := []struct {
 		name    string
 		meta    map[string]string
@@ -18,6 +18,14 @@ func TestFileVersion(t *testing.T) {
 		want    string
 		wantErr string
 	}{
+		{"v7", map[string]string{schema.MetadataKey: "7"}, v7, "7", ""},
+		{"v7 unrecorded", nil, v7, "7", ""},
+		{"recorded 7, columns of 6", map[string]string{schema.MetadataKey: "7"}, v6, "", "schema has 54 columns, want 55 (schema version 7)"},
+		{"recorded 6, columns of 7", map[string]string{schema.MetadataKey: "6"}, v7, "", "schema has 55 columns, want 54 (schema version 6)"},
+		{"v6", map[string]string{schema.MetadataKey: "6"}, v6, "6", ""},
+		{"v6 unrecorded", nil, v6, "6", ""},
+		{"recorded 6, columns of 5", map[string]string{schema.MetadataKey: "6"}, v5, "", "schema has 53 columns, want 54 (schema version 6)"},
+		{"recorded 5, columns of 6", map[string]string{schema.MetadataKey: "5"}, v6, "", "schema has 54 columns, want 53 (schema version 5)"},
 		{"v5", map[string]string{schema.MetadataKey: "5"}, v5, "5", ""},
 		{"v5 unrecorded", nil, v5, "5", ""},
 		{"v4", map[string]string{schema.MetadataKey: "4"}, v4, "4", ""},
@@ -33,8 +41,8 @@ func TestFileVersion(t *testing.T) {
 		{"v1 unrecorded", nil, v1, "1", ""},
 		{"recorded 2, columns of 1", map[string]string{schema.MetadataKey: "2"}, v1, "", "schema has 41 columns, want 44 (schema version 2)"},
 		{"recorded 1, columns of 2", map[string]string{schema.MetadataKey: "1"}, v2, "", "schema has 44 columns, want 41 (schema version 1)"},
-		{"unknown version", map[string]string{schema.MetadataKey: "7"}, v2, "", `schema version "7" is unknown (this trajflow reads versions 1, 2, 3, 4, 5)`},
-		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 53 (schema version 5)"},
+		{"unknown version", map[string]string{schema.MetadataKey: "8"}, v2, "", `schema version "8" is unknown (this trajflow reads versions 1, 2, 3, 4, 5, 6, 7)`},
+		{"not ours", nil, arrow.NewSchema(v2.Fields()[:3], nil), "", "schema has 3 columns, want 55 (schema version 7)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,10 +75,29 @@ func TestV1LightColumns(t *testing.T) {
 	if err := schema.CheckVersion(schema.Schema(), schema.Version); err != nil {
 		t.Error(err)
 	}
-	// Version 4 is the current schema with the training view's counts
-	// required.
-	var v4 []arrow.Field
+	// Version 6 is the current schema less routed_experts.
+	var v6 []arrow.Field
 	for _, f := range schema.Schema().Fields() {
+		if !v7Only[f.Name] {
+			v6 = append(v6, f)
+		}
+	}
+	if !schema.ForVersion(schema.VersionV6).Equal(arrow.NewSchema(v6, nil)) {
+		t.Errorf("v6 schema is not the current one less routed_experts:\n%v", schema.ForVersion(schema.VersionV6))
+	}
+	// Version 5 is version 6 less segments.
+	var v5 []arrow.Field
+	for _, f := range v6 {
+		if !v6Only[f.Name] {
+			v5 = append(v5, f)
+		}
+	}
+	if !schema.ForVersion(schema.VersionV5).Equal(arrow.NewSchema(v5, nil)) {
+		t.Errorf("v5 schema is not the current one less segments:\n%v", schema.ForVersion(schema.VersionV5))
+	}
+	// Version 4 is version 5 with the training view's counts required.
+	var v4 []arrow.Field
+	for _, f := range v5 {
 		switch f.Name {
 		case "env_tokens", "gen_tokens", "total_tokens":
 			if !f.Nullable {
@@ -114,10 +141,16 @@ func TestV1LightColumns(t *testing.T) {
 	if !v2.Equal(arrow.NewSchema(cur, nil)) {
 		t.Errorf("v2 schema is not the current one less prompt_tokens_dropped and messages.parts:\n%v", v2)
 	}
-	if got := strings.Join(schema.Versions(), ","); got != "1,2,3,4,5" {
+	if got := strings.Join(schema.Versions(), ","); got != "1,2,3,4,5,6,7" {
 		t.Errorf("Versions = %s", got)
 	}
 }
+
+// v7Only are the columns version 7 added.
+var v7Only = map[string]bool{"routed_experts": true}
+
+// v6Only are the columns version 6 added.
+var v6Only = map[string]bool{"segments": true}
 
 // v4Only are the columns version 4 added.
 var v4Only = map[string]bool{"admitted_version": true, "min_policy_version": true, "temperature": true,

@@ -52,7 +52,9 @@ var v1Schema = func() *arrow.Schema {
 
 // Versions returns the schema versions this package reads, oldest first.
 // Only the last, Version, is written.
-func Versions() []string { return []string{VersionV1, VersionV2, VersionV3, VersionV4, Version} }
+func Versions() []string {
+	return []string{VersionV1, VersionV2, VersionV3, VersionV4, VersionV5, VersionV6, Version}
+}
 
 // ForVersion returns the Arrow schema of version v, or nil for a version
 // this package does not know.
@@ -68,6 +70,10 @@ func ForVersion(v string) *arrow.Schema {
 		return v3Schema
 	case VersionV4:
 		return v4Schema
+	case VersionV5:
+		return v5Schema
+	case VersionV6:
+		return v6Schema
 	}
 	return nil
 }
@@ -95,10 +101,13 @@ func FileVersion(meta map[string]string, s *arrow.Schema) (string, error) {
 		return v, nil
 	}
 	err := Check(s)
-	if err == nil && !requiredCounts(s) {
+	if err == nil {
 		return Version, nil
 	}
-	for _, v := range []string{VersionV4, VersionV3, VersionV2, VersionV1} {
+	for _, v := range []string{VersionV6, VersionV5, VersionV4, VersionV3, VersionV2, VersionV1} {
+		if v == VersionV5 && requiredCounts(s) {
+			continue // version 4: 5 and 4 differ only there
+		}
 		if CheckVersion(s, v) == nil {
 			return v, nil
 		}

@@ -4,7 +4,7 @@ import "github.com/apache/arrow/go/v17/arrow"
 
 // VersionV3 is the third schema version: the current one less
 // policy_versions, admitted_version, min_policy_version, temperature,
-// top_p, top_k and max_tokens. Its light columns are the current
+// top_p, top_k, max_tokens, segments and routed_experts. Its light columns are the current
 // version's less these, with the same names and types.
 const VersionV3 = "3"
 

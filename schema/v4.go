@@ -2,10 +2,11 @@ package schema
 
 import "github.com/apache/arrow/go/v17/arrow"
 
-// VersionV4 is the fourth schema version: the current one with env_tokens,
+// VersionV4 is the fourth schema version: version 5 with env_tokens,
 // gen_tokens and total_tokens required, 0 where the training view's counts
 // were unknown (no token ids), and turn_gen_tokens a 0 per turn there. Its
-// columns have the same names, types and order as the current version's.
+// columns have the same names, types and order as version 5's (the
+// current version's less segments and routed_experts).
 const VersionV4 = "4"
 
 // v4Schema is version 4's Arrow schema, frozen: it never follows changes

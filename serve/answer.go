@@ -69,7 +69,7 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 		defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary folder, answered
 		f, err := pqread.Open(path, h.s.alloc, 4096)
 		if err == nil {
-			err = h.s.writePart(ctx, tmp, n, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, n, keep, fn) })
+			err = h.s.writePart(ctx, tmp, n, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, nil, n, keep, fn) })
 			err = errors.Join(err, f.Close())
 		}
 		if err != nil {
@@ -115,16 +115,17 @@ func (h *handler) answerStep(ctx context.Context, w http.ResponseWriter, n int64
 		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "reading step %d: %v", n, err)
 		return err
 	}
-	return encodeStep(w, format, answerSchema(sc, f.Metadata()), h.s.alloc, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, n, keep, fn) })
+	return encodeStep(w, format, answerSchema(sc, f.Metadata()), h.s.alloc, func(fn func(arrow.Record) error) error { return eachKept(ctx, f, nil, n, keep, fn) })
 }
 
-// eachKept calls fn with the records of step n's part file f, of the
+// eachKept calls fn with the records of step n's part file f (the
+// columns fields, nil: all), of the
 // groups in keep alone when keep is not nil.
-func eachKept(ctx context.Context, f *pqread.File, n int64, keep map[groupRef]bool, fn func(arrow.Record) error) error {
+func eachKept(ctx context.Context, f *pqread.File, fields []int, n int64, keep map[groupRef]bool, fn func(arrow.Record) error) error {
 	if keep == nil {
-		return f.Records(ctx, nil, fn)
+		return f.Records(ctx, fields, fn)
 	}
-	return f.Records(ctx, nil, func(rec arrow.Record) error {
+	return f.Records(ctx, fields, func(rec arrow.Record) error {
 		parts, err := keepGroups(rec, keep)
 		if err != nil {
 			return fmt.Errorf("step %d: %w", n, err)

@@ -14,11 +14,11 @@ const recentRequests = 8
 // kept groups the run is asked for in all (groups.Supply). The ledger's
 // lock guards it.
 type demand struct {
-	buffer int               // serve.buffer_steps
-	fill   int               // ledgerConfig.Fill
-	bound  func(v int64) int // ledgerConfig.Bound; nil: none
-	supply *groups.Supply    // the run's demand; nil in tests
-	recent []int             // the K of the last recentRequests requests, oldest first
+	buffer int            // serve.buffer_steps
+	fill   int            // ledgerConfig.Fill
+	bound  *groups.Bound  // ledgerConfig.Staleness; nil: none
+	supply *groups.Supply // the run's demand; nil in tests
+	recent []int          // the K of the last recentRequests requests, oldest first
 }
 
 // noteRequest adds a request's K to the recent ones.
@@ -55,8 +55,8 @@ func (d *demand) raise(held, asked, stale int, policy int64) {
 		ahead = max(ahead, d.fill)
 	}
 	want := held + asked + ahead
-	if d.bound != nil {
-		want = max(want, d.bound(policy)+stale)
+	if d.bound != nil && d.bound.StepGroups > 0 {
+		want = max(want, d.bound.Groups(policy)+stale)
 	}
 	if d.supply != nil {
 		d.supply.Raise(want)
@@ -91,10 +91,4 @@ func fillGroups(concurrency, n int) int {
 		return 0
 	}
 	return (concurrency + n - 1) / n
-}
-
-// staleBound is the kept groups the staleness gate lets a run accept in
-// all at version v (groups.StalenessBound).
-func staleBound(maxStaleness, stepGroups int) func(v int64) int {
-	return func(v int64) int { return groups.StalenessBound(v, maxStaleness, stepGroups) }
 }

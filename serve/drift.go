@@ -261,6 +261,7 @@ func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, f
 		return nil, &ParamError{field, fmt.Sprintf("%s: %d rows, the step's answer holds %d (one list a row, in its order; [] for a row without token ids)", field, len(trainer), len(engine.logprobs))}
 	}
 	d := &client.StepDriftRecord{Trainer: version, Ratio: c, ByLag: map[string]*client.DriftSums{}}
+	logC := math.Log(c)
 	for i, row := range trainer {
 		eng := engine.logprobs[i]
 		if len(row) != len(eng) {
@@ -271,13 +272,17 @@ func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, f
 		}
 		var sum float64
 		oldest := engine.versions[i][0]
+		lagV, lag := oldest, d.Lag(version-oldest) // a row's tokens mostly share a version
 		for j, t := range row {
 			diff := float64(t) - float64(eng[j])
 			sum += diff
-			v := engine.versions[i][j]
-			oldest = min(oldest, v)
-			d.All.Add(diff, c)
-			d.Lag(version-v).Add(diff, c)
+			if v := engine.versions[i][j]; v != lagV {
+				lagV, lag = v, d.Lag(version-v)
+				oldest = min(oldest, v)
+			}
+			tok := client.NewDriftToken(diff, logC)
+			d.All.AddToken(tok)
+			lag.AddToken(tok)
 		}
 		seq := sum / float64(len(row))
 		d.All.AddSeq(seq)
@@ -300,6 +305,7 @@ func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, w
 	if rows == nil {
 		return nil, true
 	}
+	h.s.engine.use()
 	st := h.s.led.stepOf(n)
 	if st == nil {
 		h.failWith(w, fmt.Errorf("step %d %w", n, errNeverServed))

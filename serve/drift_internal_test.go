@@ -212,6 +212,28 @@ func BenchmarkAckDrift(b *testing.B) {
 			}
 		}
 	})
+	b.Run("parse", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, perr := ParseAckBody(body, st.Step); perr != nil {
+				b.Fatal(perr)
+			}
+		}
+	})
+	b.Run("read engine", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.engineRows(ctx, st, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	trainer, _, _ := ParseAckBody(body, st.Step)
+	b.Run("compare", func(b *testing.B) {
+		for b.Loop() {
+			if _, perr := driftOf(engine, trainer, 1, 2, "logprobs_f32"); perr != nil {
+				b.Fatal(perr)
+			}
+		}
+	})
 	h := &handler{s: s, logf: b.Logf}
 	b.Run("arrow answer", func(b *testing.B) {
 		for b.Loop() {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/config"
-	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/runner"
+	"github.com/trajflow/trajflow/runner/analyze"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/serve/client"
 	"github.com/trajflow/trajflow/stages/generate"
@@ -122,6 +122,12 @@ func (e *evaluator) onVersion(v int64) {
 	}()
 }
 
+// EvalPriority is the scheduling priority of an evaluation's requests
+// under generate.priority: auto: ahead of every training request (0 and
+// up; lower first), so that the evaluation, which a pause waits for, is
+// not queued behind the training the fleet is busy with.
+const EvalPriority = -1
+
 // evaluate runs the evaluation set at version v and writes its results.
 func (e *evaluator) evaluate(v int64) (client.EvalResult, error) {
 	cfg := *e.cfg
@@ -129,7 +135,8 @@ func (e *evaluator) evaluate(v int64) (client.EvalResult, error) {
 	cfg.Output.Dir = dir
 	cfg.Run.ID = fmt.Sprintf("eval-v%d", v)
 	start := time.Now()
-	err := e.run(e.ctx, &cfg, runner.Options{Stderr: io.Discard, Continuous: &runner.Continuous{Policy: generate.NewPolicy(v)}})
+	prio := EvalPriority
+	err := e.run(e.ctx, &cfg, runner.Options{Stderr: io.Discard, Continuous: &runner.Continuous{Policy: generate.NewPolicy(v), Priority: &prio}})
 	if err != nil {
 		return client.EvalResult{}, err
 	}

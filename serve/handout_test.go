@@ -56,26 +56,26 @@ func stepOf(t *testing.T, l *ledger, k int) []groupRef {
 // counts it) or served (keep); the oldest groups go first.
 func TestLedgerStaleAtHandOut(t *testing.T) {
 	for _, tt := range []struct {
-		name     string
-		maxStale *int
-		onStale  string
-		queue    []int64 // the queued groups' oldest versions, tasks 0, 1, …
-		version  int64   // the policy version when the step is asked for
-		k        int
-		want     []groupRef // the step's groups (nil: the request waits)
-		stale    []groupRef // recorded as stale
+		name    string
+		bound   *groups.Bound
+		onStale string
+		queue   []int64 // the queued groups' oldest versions, tasks 0, 1, …
+		version int64   // the policy version when the step is asked for
+		k       int
+		want    []groupRef // the step's groups (nil: the request waits)
+		stale   []groupRef // recorded as stale
 	}{
-		{"within the bound: served oldest first", ptr(1), groups.StaleRequeue, []int64{2, 1, 2, 1}, 2, 2,
+		{"within the bound: served oldest first", &groups.Bound{MaxStaleness: 1}, groups.StaleRequeue, []int64{2, 1, 2, 1}, 2, 2,
 			[]groupRef{{1, 0}, {3, 0}}, nil},
-		{"requeue: a group two versions old is not served", ptr(1), groups.StaleRequeue, []int64{2, 0, 1, 2}, 2, 2,
+		{"requeue: a group two versions old is not served", &groups.Bound{MaxStaleness: 1}, groups.StaleRequeue, []int64{2, 0, 1, 2}, 2, 2,
 			[]groupRef{{2, 0}, {0, 0}}, []groupRef{{1, 0}}},
-		{"drop: the same", ptr(1), groups.StaleDrop, []int64{0, 2, 2}, 2, 2,
+		{"drop: the same", &groups.Bound{MaxStaleness: 1}, groups.StaleDrop, []int64{0, 2, 2}, 2, 2,
 			[]groupRef{{1, 0}, {2, 0}}, []groupRef{{0, 0}}},
-		{"keep: served, oldest first", ptr(1), groups.StaleKeep, []int64{2, 0, 2}, 2, 2,
+		{"keep: served, oldest first", &groups.Bound{MaxStaleness: 1}, groups.StaleKeep, []int64{2, 0, 2}, 2, 2,
 			[]groupRef{{1, 0}, {0, 0}}, nil},
-		{"max_staleness 0: only the current version", ptr(0), groups.StaleDrop, []int64{1, 2, 2, 0}, 2, 2,
+		{"max_staleness 0: only the current version", &groups.Bound{MaxStaleness: 0}, groups.StaleDrop, []int64{1, 2, 2, 0}, 2, 2,
 			[]groupRef{{1, 0}, {2, 0}}, []groupRef{{0, 0}, {3, 0}}},
-		{"too few fresh groups left: the request waits", ptr(1), groups.StaleDrop, []int64{0, 0, 2}, 2, 2,
+		{"too few fresh groups left: the request waits", &groups.Bound{MaxStaleness: 1}, groups.StaleDrop, []int64{0, 0, 2}, 2, 2,
 			nil, []groupRef{{0, 0}, {1, 0}}},
 		{"no bound: served oldest first", nil, "", []int64{3, 0, 1}, 3, 2,
 			[]groupRef{{1, 0}, {2, 0}}, nil},
@@ -83,7 +83,7 @@ func TestLedgerStaleAtHandOut(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			db := &store{}
 			supply := groups.NewSupply(0)
-			cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: tt.maxStale, OnStale: tt.onStale, Supply: supply}
+			cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: tt.bound, OnStale: tt.onStale, Supply: supply}
 			l, err := newLedger(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -123,7 +123,7 @@ func TestLedgerStaleAtHandOut(t *testing.T) {
 
 			// A restart from the recorded state reads the same data
 			// files again: nothing served or stale is queued again.
-			r, err := newLedger(ledgerConfig{State: db.last(), Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: tt.maxStale, OnStale: tt.onStale})
+			r, err := newLedger(ledgerConfig{State: db.last(), Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease, Staleness: tt.bound, OnStale: tt.onStale})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestLedgerStaleAtHandOut(t *testing.T) {
 // version it records only grows), so none is ever served.
 func TestLedgerStaleCrashBeforeRecord(t *testing.T) {
 	db := &store{}
-	cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: ptr(1), OnStale: groups.StaleDrop}
+	cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: &groups.Bound{MaxStaleness: 1}, OnStale: groups.StaleDrop}
 	l, err := newLedger(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +172,6 @@ func TestLedgerStaleCrashBeforeRecord(t *testing.T) {
 		t.Fatalf("after the restart a step of %v", got)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // heldRun is a run's side of groups.Unserved for a ledger test: it holds
 // the tasks of the groups it queues and records the jobs it is handed.
@@ -220,7 +218,7 @@ func TestLedgerStaleRequeuesTask(t *testing.T) {
 		t.Run(tt.onStale, func(t *testing.T) {
 			db := &store{}
 			run := newHeldRun()
-			l, err := newLedger(ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: ptr(1), OnStale: tt.onStale, Unserved: run.u})
+			l, err := newLedger(ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: &groups.Bound{MaxStaleness: 1}, OnStale: tt.onStale, Unserved: run.u})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +280,7 @@ func TestLedgerStaleRequeuesTask(t *testing.T) {
 func TestLedgerStaleRequeueAcrossRestart(t *testing.T) {
 	db := &store{}
 	run := newHeldRun()
-	cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: ptr(1), OnStale: groups.StaleRequeue, Unserved: run.u}
+	cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: &groups.Bound{MaxStaleness: 1}, OnStale: groups.StaleRequeue, Unserved: run.u}
 	l, err := newLedger(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +333,7 @@ func TestLedgerStaleRequeueAcrossRestart(t *testing.T) {
 func TestLedgerStaleRequeueCrashBeforeRecord(t *testing.T) {
 	db := &store{}
 	run := newHeldRun()
-	cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: ptr(1), OnStale: groups.StaleRequeue, Unserved: run.u}
+	cfg := ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: &groups.Bound{MaxStaleness: 1}, OnStale: groups.StaleRequeue, Unserved: run.u}
 	l, err := newLedger(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -385,6 +385,9 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		h.failWith(w, err)
 		return
 	}
+	if st.Acked {
+		h.s.engine.drop(n)
+	}
 	answer := map[string]any{"step": st.Step, "acked": st.Acked}
 	if st.World > 0 {
 		answer["ranks_acked"] = st.RanksAcked

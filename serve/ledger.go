@@ -107,17 +107,16 @@ type ledgerConfig struct {
 	// holds: those that keep the fleet's generate.concurrency busy
 	// (fillGroups). 0: a look-ahead of buffer_steps steps alone.
 	Fill int
-	// Bound, when set (serve.max_staleness), is the kept groups the
-	// staleness gate lets the run accept in all at policy version v
-	// ((v + max_staleness + 1) × step_groups): the demand is at least
-	// that, so the bound, not buffer_steps, limits the look-ahead.
-	Bound func(v int64) int
-	// MaxStaleness is serve.max_staleness (nil: none) and OnStale
-	// serve.on_stale: under requeue or drop a queued group whose oldest
-	// token is more than MaxStaleness versions behind the policy when a
-	// step is made is not served (dropStale).
-	MaxStaleness *int
-	OnStale      string
+	// Staleness is serve.max_staleness's bound (nil: none;
+	// config.ServeConfig.Staleness): the demand is at least the kept
+	// groups it lets the run accept in all at policy version v
+	// (groups.Bound.Groups), so the bound, not buffer_steps, limits the
+	// look-ahead (a bound without StepGroups, a test's, leaves the demand
+	// alone); and OnStale is serve.on_stale: under requeue or drop a
+	// queued group too stale when a step is made (groups.Bound.Stale) is
+	// not served (dropStale).
+	Staleness *groups.Bound
+	OnStale   string
 	// Unserved, under OnStale requeue, holds the run's tasks of the
 	// groups not handed out (runner.Continuous.Unserved): the ledger
 	// tells it of the groups queued (Expect), handed out (Release) and
@@ -172,8 +171,8 @@ func newLedger(c ledgerConfig) (*ledger, error) {
 	}
 	l := &ledger{
 		now: c.Now, persist: c.Persist, lease: c.Lease, pauseTimeout: c.PauseTimeout, policy: c.Policy,
-		dem: demand{buffer: c.Buffer, fill: c.Fill, bound: c.Bound, supply: c.Supply},
-		sp:  newStalePolicy(c.MaxStaleness, c.OnStale, c.Unserved, c.StaleWindow, st.Stale),
+		dem: demand{buffer: c.Buffer, fill: c.Fill, bound: c.Staleness, supply: c.Supply},
+		sp:  newStalePolicy(c.Staleness, c.OnStale, c.Unserved, c.StaleWindow, st.Stale),
 		st:  st, next: max(st.Next, 1), steps: map[int64]*stepState{}, assigned: map[groupRef]bool{},
 		queued: map[groupRef]*group{}, leases: map[slot]time.Time{}, handed: map[slot]bool{}, making: map[int]int{},
 		lastExpiry: map[int64]time.Time{}, converting: map[int64]int{},

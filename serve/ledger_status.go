@@ -72,7 +72,7 @@ func (l *ledger) status(out *client.Status) {
 	out.Drift = driftStatus(l.st.Steps)
 	out.StaleGroups = len(l.sp.stale)
 	out.StaleShare = l.sp.watch.share()
-	out.StaleAlarm = l.sp.watch.report(l.st.Policy, l.sp.maxStale)
+	out.StaleAlarm = l.sp.watch.report(l.st.Policy, l.sp.maxStale())
 	if l.sp.unserved != nil {
 		out.RequeuedGroups = l.sp.unserved.Requeued()
 	}

@@ -697,7 +697,7 @@ func TestLedgerLookAhead(t *testing.T) {
 	tests := []struct {
 		name         string
 		buffer, fill int
-		bound        func(int64) int
+		bound        *groups.Bound
 		ks           []int  // the steps served, in order
 		version      int64  // then the policy version posted (0: none)
 		want         [3]int // the demand at the start, after the steps, after the version
@@ -706,14 +706,14 @@ func TestLedgerLookAhead(t *testing.T) {
 		{name: "fill before the first request", buffer: 1, fill: 12, ks: []int{8}, want: [3]int{12, 8 + 12, 20}},
 		{name: "steps larger than the fill", buffer: 2, fill: 12, ks: []int{8, 8}, want: [3]int{12, 16 + 16, 32}},
 		{name: "buffer_steps 0: no look-ahead, no fill", buffer: 0, fill: 12, ks: []int{8}, want: [3]int{0, 8, 8}},
-		{name: "the staleness bound", buffer: 1, fill: 4, bound: staleBound(1, 8), ks: []int{8}, version: 1, want: [3]int{16, 16, 24}},
-		{name: "bound below the look-ahead", buffer: 4, bound: staleBound(0, 2), ks: []int{8}, version: 3, want: [3]int{2, 8 + 32, 40}},
+		{name: "the staleness bound", buffer: 1, fill: 4, bound: &groups.Bound{MaxStaleness: 1, StepGroups: 8}, ks: []int{8}, version: 1, want: [3]int{16, 16, 24}},
+		{name: "bound below the look-ahead", buffer: 4, bound: &groups.Bound{MaxStaleness: 0, StepGroups: 2}, ks: []int{8}, version: 3, want: [3]int{2, 8 + 32, 40}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			supply := groups.NewSupply(0)
 			l, err := newLedger(ledgerConfig{Persist: (&store{}).persist, Now: newFakeClock().now, Lease: testLease,
-				Buffer: tt.buffer, Fill: tt.fill, Bound: tt.bound, Supply: supply})
+				Buffer: tt.buffer, Fill: tt.fill, Staleness: tt.bound, OnStale: groups.StaleKeep, Supply: supply})
 			if err != nil {
 				t.Fatal(err)
 			}

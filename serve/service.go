@@ -77,6 +77,9 @@ type service struct {
 	holdWrite func(n int64)
 	// eval runs serve.eval's evaluations; nil without it.
 	eval *evaluator
+	// engine holds the engine's side of the steps made since acks
+	// carried logprobs, for their drift.
+	engine driftCache
 }
 
 // serviceConfig is what newService builds a service from.
@@ -94,12 +97,10 @@ type serviceConfig struct {
 	// PauseTimeout is serve.pause_timeout.
 	PauseTimeout time.Duration
 	Buffer       int // serve.buffer_steps
-	// Fill and Bound are the ledger's (ledgerConfig).
-	Fill  int
-	Bound func(v int64) int
-	// MaxStaleness and OnStale are the ledger's (ledgerConfig).
-	MaxStaleness *int
-	OnStale      string
+	// Fill, Staleness and OnStale are the ledger's (ledgerConfig).
+	Fill      int
+	Staleness *groups.Bound
+	OnStale   string
 	// Unserved is the ledger's (ledgerConfig), handed to the run too.
 	Unserved *groups.Unserved
 	// StaleWindow is the ledger's (ledgerConfig).
@@ -122,8 +123,8 @@ func newService(c serviceConfig) (*service, error) {
 		persist = func(st *state) error { return saveState(c.Dir, st) }
 	}
 	led, err := newLedger(ledgerConfig{
-		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Bound: c.Bound, Supply: c.Supply,
-		MaxStaleness: c.MaxStaleness, OnStale: c.OnStale, Unserved: c.Unserved, StaleWindow: c.StaleWindow,
+		State: c.State, Persist: persist, Now: c.Now, Lease: c.Lease, PauseTimeout: c.PauseTimeout, Buffer: c.Buffer, Fill: c.Fill, Staleness: c.Staleness, Supply: c.Supply,
+		OnStale: c.OnStale, Unserved: c.Unserved, StaleWindow: c.StaleWindow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(c.Dir, schema.ServeStateFile), err)
@@ -362,6 +363,9 @@ func (s *service) startWrite(n int64, fresh []*group) {
 		if err := s.writeStep(context.WithoutCancel(s.ctx), n, fresh); err != nil {
 			sw.err = fmt.Errorf("writing step %d: %w", n, err)
 		}
+		if s.engine.wanted() {
+			s.engine.put(n, fresh)
+		}
 	}()
 }
 
@@ -528,13 +532,31 @@ func (s *service) engineRows(ctx context.Context, st *stepState, keep map[groupR
 	if err := s.written(ctx, st.Step); err != nil {
 		return out, err
 	}
+	if held, ok := s.engine.get(st, keep); ok {
+		return held, nil
+	}
 	f, err := pqread.Open(s.stepFile(st.Step), s.alloc, 4096)
 	if err != nil {
 		return out, err
 	}
 	defer func() { _ = f.Close() }() // best effort: read only
-	err = eachKept(ctx, f, st.Step, keep, out.addRecord)
+	// The columns drift reads, and the groups' keys: not the messages
+	// and the token ids of every row, which a step of long answers holds
+	// many megabytes of.
+	fields, err := f.Fields(driftColumns...)
+	if err != nil {
+		return out, err
+	}
+	err = eachKept(ctx, f, fields, st.Step, keep, out.addRecord)
 	return out, err
+}
+
+// driftColumns are the columns engineRows reads of a step's file.
+var driftColumns = []string{
+	schema.ColumnName(schema.ColTaskIndex), schema.ColumnName(schema.ColAttempt),
+	schema.ColumnName(schema.ColPromptTokenIDs), schema.ColumnName(schema.ColLossMask),
+	schema.ColumnName(schema.ColResponseLogprobs), schema.ColumnName(schema.ColMinPolicyVersion),
+	schema.ColumnName(schema.ColPolicyVersions),
 }
 
 // stepFile is the path of step n's part file (in stepsDir, a replay's

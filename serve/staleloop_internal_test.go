@@ -60,7 +60,7 @@ func chatGroups(t *testing.T, from, k int, admitted, answered int64) []*group {
 func TestLedgerChatRowsAcrossVersionJumps(t *testing.T) {
 	db := &store{}
 	run := newHeldRun()
-	l, err := newLedger(ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: ptr(1), OnStale: groups.StaleRequeue, Unserved: run.u})
+	l, err := newLedger(ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: &groups.Bound{MaxStaleness: 1}, OnStale: groups.StaleRequeue, Unserved: run.u})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestLedgerChatRowsAcrossVersionJumps(t *testing.T) {
 func TestStaleGuard(t *testing.T) {
 	db := &store{}
 	run := newHeldRun()
-	l, err := newLedger(ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, MaxStaleness: ptr(1), OnStale: groups.StaleRequeue, Unserved: run.u, StaleWindow: 8})
+	l, err := newLedger(ledgerConfig{Persist: db.persist, Now: newFakeClock().now, Lease: testLease, Staleness: &groups.Bound{MaxStaleness: 1}, OnStale: groups.StaleRequeue, Unserved: run.u, StaleWindow: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

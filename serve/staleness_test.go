@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -257,19 +258,38 @@ func TestServeStaleAtHandOutRequeued(t *testing.T) {
 	for _, g := range stale {
 		again = append(again, group{g.task, g.attempt + 1})
 	}
-	// The gate is full at version 2 (the 6 groups kept since): a new
-	// version admits the new attempts.
-	if err := c.SetPolicy(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	waitCommitted(ctx, t, out, again...)
-	step, err := c.Next(ctx, 2, client.FormatParquet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for g := range readStep(t, step.Body) {
-		if slices.Contains(stale, g) {
-			t.Fatalf("step %d holds %v, found stale", step.Number, g)
+	// The new attempts are admitted at version 2 or at a later one,
+	// as the gate's places and the requeue meet. Each round waits until
+	// the gate is full and nothing runs (every place accepted:
+	// (v+1)×2 kept groups since the discard, less those served), then
+	// trains on every queued group before the next version, so no group
+	// is ever queued or running across a version change: none but the
+	// first two can turn stale, whatever the timing.
+	served := 0
+	for v := int64(2); ; v++ {
+		full := int(v+1)*2 - served
+		waitStatus(ctx, t, c, fmt.Sprintf("%d groups queued at version %d", full, v), func(st client.Status) bool { return st.QueuedGroups == full })
+		for range full / 2 {
+			step, err := c.Next(ctx, 2, client.FormatParquet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for g := range readStep(t, step.Body) {
+				if slices.Contains(stale, g) {
+					t.Fatalf("step %d holds %v, found stale", step.Number, g)
+				}
+			}
+			if err := c.Ack(ctx, step.Number); err != nil {
+				t.Fatal(err)
+			}
+			served += 2
+		}
+		got := committedGroups(t, out)
+		if !slices.ContainsFunc(again, func(g group) bool { _, ok := got[g]; return !ok }) {
+			break
+		}
+		if err := c.SetPolicy(ctx, v+1); err != nil {
+			t.Fatal(err)
 		}
 	}
 	s.stop(t)

@@ -16,11 +16,11 @@ import (
 // gate told of the places they free, and the stale guard. The ledger's
 // lock guards it.
 type stalePolicy struct {
-	// maxStale is serve.max_staleness (-1: none) and dropStale whether
+	// bound is serve.max_staleness's (nil: none) and dropStale whether
 	// serve.on_stale drops a group too stale to serve (requeue, drop)
 	// rather than keeping it: a queued group whose oldest token is more
-	// than maxStale versions behind the policy is then never served.
-	maxStale  int64
+	// than max_staleness versions behind the policy is then never served.
+	bound     *groups.Bound
 	dropStale bool
 	// discard, when set, tells the staleness gate that n groups it
 	// counted as accepted will never be consumed (found stale in the
@@ -43,10 +43,9 @@ type stalePolicy struct {
 // newStalePolicy returns the policy of serve.max_staleness (nil: none),
 // serve.on_stale and the run's Unserved, with a stale guard over window
 // groups, over the groups the state recorded stale.
-func newStalePolicy(maxStaleness *int, onStale string, unserved *groups.Unserved, window int, recorded []groupRef) stalePolicy {
-	p := stalePolicy{maxStale: -1, stale: map[groupRef]bool{}, watch: newStaleWatch(max(window, staleWindow(0)))}
-	if maxStaleness != nil {
-		p.maxStale = int64(*maxStaleness)
+func newStalePolicy(bound *groups.Bound, onStale string, unserved *groups.Unserved, window int, recorded []groupRef) stalePolicy {
+	p := stalePolicy{bound: bound, stale: map[groupRef]bool{}, watch: newStaleWatch(max(window, staleWindow(0)))}
+	if bound != nil {
 		p.dropStale = onStale != groups.StaleKeep
 	}
 	for _, g := range recorded {
@@ -62,7 +61,16 @@ func newStalePolicy(maxStaleness *int, onStale string, unserved *groups.Unserved
 // serve.max_staleness versions behind policy: served now, a trainer at
 // that version would train on it past the bound.
 func (p *stalePolicy) tooStale(g *group, policy int64) bool {
-	return p.maxStale >= 0 && len(g.versions) > 0 && policy-g.versions[0] > p.maxStale
+	return p.bound != nil && len(g.versions) > 0 && p.bound.Stale(g.versions[0], policy)
+}
+
+// maxStale is serve.max_staleness, -1 without a bound (for the stale
+// guard's report).
+func (p *stalePolicy) maxStale() int64 {
+	if p.bound == nil {
+		return -1
+	}
+	return int64(p.bound.MaxStaleness)
 }
 
 // setAside takes the groups of queue too stale to serve at policy out of
@@ -165,7 +173,7 @@ func (l *ledger) takeOldest(k int) []*group {
 func (l *ledger) staleCheck() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.sp.watch.check(l.now(), l.st.Policy, l.sp.maxStale)
+	return l.sp.watch.check(l.now(), l.st.Policy, l.sp.maxStale())
 }
 
 // setDiscard sets the function told of the groups found stale in the

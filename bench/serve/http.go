@@ -40,12 +40,15 @@ generate:
   api: %s
   concurrency: %d
   priority: %s
-  params: {%s}
+  params: {%s}%s
 env: {name: sim, max_turns: 1000, concurrency: %d}
 groups: {keep: nonzero_std, cancel_undecided: %t}
 output: {dir: %q}
 serve: {max_staleness: 1, step_groups: %d, pause_mode: %s%s}
 `
+
+// httpRuns numbers the HTTP rows of this process (their directories).
+var httpRuns int
 
 // serveChild is `trajflow serve` running as a child process.
 type serveChild struct {
@@ -131,6 +134,7 @@ type trainerRun struct {
 	groups, duplicates      int
 	servedTokens            int64
 	acks                    time.Duration // in Ack, in all
+	pauses                  time.Duration // in Pause, in all (a pause waits for an evaluation running)
 }
 
 // runHTTP is `trajflow serve` in a child process over the workload's
@@ -139,7 +143,10 @@ type trainerRun struct {
 // policy (pause, w.upd, POST /v1/policy, resume). It then lets the
 // service finish what the staleness bound admitted, stops it, and reads
 // the groups it finished (data/ and filtered/) back.
-func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPath string, w workload, ratio float64, prio string) (Row, error) {
+func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPath string, w workload, ratio float64, prio string, feat features) (Row, error) {
+	if feat.drift {
+		o.drift = true
+	}
 	bound := "generation-bound"
 	if ratio >= 1 {
 		bound = "training-bound"
@@ -148,12 +155,21 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	if o.jump != 1 || o.api != "tokens" {
 		row.Schedule += fmt.Sprintf(", versions +%d, api %s", o.jump, o.api)
 	}
-	if o.drift {
+	switch {
+	case feat == features{true, true, true}:
+		row.Schedule += ", features on (" + feat.String() + ")"
+	case feat.any():
+		row.Schedule += ", features " + feat.String()
+	case o.drift:
 		row.Schedule += ", acks with logprobs"
 	}
 	train := time.Duration(float64(w.genStep) * ratio)
 	ideal := max(w.genStep, train+w.upd)
-	out := filepath.Join(dir, fmt.Sprintf("out-http-%s-%g", prio, ratio))
+	// A directory of its own for each row, a repeated setting's included
+	// (-features off,on,off,on): a second service must not resume the
+	// first one's output.
+	httpRuns++
+	out := filepath.Join(dir, fmt.Sprintf("out-http-%s-%g-%d", prio, ratio, httpRuns))
 	var params []string
 	if o.api == "tokens" {
 		params = append(params, "return_token_ids: true")
@@ -165,13 +181,27 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	if o.commit > 0 {
 		commit = fmt.Sprintf(", commit_interval: %s", o.commit)
 	}
+	generateExtra := ""
+	if feat.routes {
+		// The routes of every token (the simulator's MoE model).
+		generateExtra = "\n  routed_experts: true"
+	}
+	if feat.eval {
+		// An evaluation set of 16 of the tasks, 2 samples each, at
+		// versions 2, 4, …
+		evalPath := filepath.Join(dir, "eval-tasks.jsonl")
+		if err := harness.WriteTasks(evalPath, 16); err != nil {
+			return row, err
+		}
+		commit += fmt.Sprintf(", eval: {source: {path: %q}, n: 2, every: 2}", evalPath)
+	}
 	priority := "auto"
 	if prio == "off" {
 		priority = "off"
 	}
-	text := fmt.Sprintf(serveYAML, tasksPath, w.Tasks, o.n, o.bench.RepeatSeed, srv.URL, o.api, o.bench.Concurrency, priority, strings.Join(params, ", "),
+	text := fmt.Sprintf(serveYAML, tasksPath, w.Tasks, o.n, o.bench.RepeatSeed, srv.URL, o.api, o.bench.Concurrency, priority, strings.Join(params, ", "), generateExtra,
 		o.bench.EnvConcurrency, prio == "on", out, o.k, o.pause, commit)
-	cfgPath := filepath.Join(dir, fmt.Sprintf("serve-%s-%g.yaml", prio, ratio))
+	cfgPath := filepath.Join(dir, fmt.Sprintf("serve-%s-%g-%d.yaml", prio, ratio, httpRuns))
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
 		return row, err
 	}
@@ -179,6 +209,7 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 		return row, err
 	}
 	before := srv.Stats()
+	selfCPU := harness.CPUTime()
 	child, err := startServe(ctx, cfgPath)
 	if err != nil {
 		return row, err
@@ -202,6 +233,9 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 	if err := errors.Join(terr, serr); err != nil {
 		return row, err
 	}
+	selfCPU = harness.CPUTime() - selfCPU
+	ps := child.cmd.ProcessState
+	serveCPU := ps.UserTime() + ps.SystemTime()
 	d := harness.Delta(before, srv.Stats())
 	fin, err := readFinished(ctx, out)
 	if err != nil {
@@ -233,16 +267,34 @@ func runHTTP(ctx context.Context, o options, srv *harness.SimHTTP, dir, tasksPat
 		row.Waits = append(row.Waits, d.Seconds())
 	}
 	row.Queued = tr.queued
-	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d thrown away as stale (%d tokens; %d found too stale to serve when a step was made); acks %.0f ms a step",
-		fin.kept+fin.staleGroups+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale, staleServe, 1000*tr.acks.Seconds()/float64(o.steps))
+	row.Note = fmt.Sprintf("%d groups finished: %d kept (%d served), %d dropped by the keep rule; %d thrown away as stale (%d tokens; %d found too stale to serve when a step was made); acks %.0f ms a step, pauses %.0f ms a step",
+		fin.kept+fin.staleGroups+fin.dropped, fin.kept, tr.groups, fin.dropped, fin.staleGroups, fin.stale, staleServe, 1000*tr.acks.Seconds()/float64(o.steps), 1000*tr.pauses.Seconds()/float64(o.steps))
 	if o.drift {
 		row.Note += ", each with the trainer's logprobs (drift measured: 0)"
 	}
+	// Where the machine's CPU went: the service, and this process (the
+	// simulated fleet and the trainer).
+	row.Note += fmt.Sprintf("; CPU s: serve %.1f, simulator and trainer %.1f", serveCPU.Seconds(), selfCPU.Seconds())
 	if tr.duplicates > 0 {
 		return row, fmt.Errorf("%d groups were served twice", tr.duplicates)
 	}
 	if tr.groups != o.steps*o.k {
 		return row, fmt.Errorf("served %d groups in %d steps, want %d", tr.groups, o.steps, o.steps*o.k)
+	}
+	// The features did their work: evaluations were written, and the
+	// kept rows hold their tokens' routes.
+	if feat.eval {
+		evals, _ := filepath.Glob(filepath.Join(out, schema.EvalDir, "v-*"))
+		if len(evals) == 0 {
+			return row, fmt.Errorf("features on: no evaluation under %s", filepath.Join(out, schema.EvalDir))
+		}
+		row.Note += fmt.Sprintf("; %d evaluations written", len(evals))
+	}
+	if feat.routes {
+		if fin.routed == 0 {
+			return row, fmt.Errorf("features on: no kept row holds routed experts")
+		}
+		row.Note += fmt.Sprintf("; %d kept rows with routed experts", fin.routed)
 	}
 	return row, nil
 }
@@ -302,9 +354,11 @@ func httpTrainer(ctx context.Context, o options, srv *harness.SimHTTP, url strin
 			return tr, fmt.Errorf("ack of step %d: %w", step.Number, err)
 		}
 		tr.acks += time.Since(acking)
+		pausing := time.Now()
 		if err := c.Pause(ctx, ""); err != nil {
 			return tr, err
 		}
+		tr.pauses += time.Since(pausing)
 		err = sleep(ctx, upd)
 		version += int64(o.jump)
 		if err == nil {
@@ -439,6 +493,8 @@ type finished struct {
 	// listed stale in served/state.json).
 	stale                      int64
 	kept, dropped, staleGroups int // groups
+	// routed counts the kept rows whose routed_experts is not null.
+	routed int
 }
 
 // readFinished reads the decode tokens and groups of out's data/ and
@@ -473,7 +529,7 @@ func readFinished(ctx context.Context, out string) (finished, error) {
 				return fin, err
 			}
 			cols, err := f.Fields(schema.ColumnName(schema.ColCompletionTokens), schema.ColumnName(schema.ColGroupID), schema.ColumnName(schema.ColFilterReason),
-				schema.ColumnName(schema.ColTaskIndex), schema.ColumnName(schema.ColAttempt))
+				schema.ColumnName(schema.ColTaskIndex), schema.ColumnName(schema.ColAttempt), schema.ColumnName(schema.ColRoutedExperts))
 			if err == nil {
 				err = f.Records(ctx, cols, func(rec arrow.Record) error {
 					toks, ok1 := rec.Column(0).(*array.Int64)
@@ -492,6 +548,9 @@ func readFinished(ctx context.Context, out string) (finished, error) {
 						}
 						fin.tokens += toks.Value(i)
 						seen[gid.Value(i)] = true
+						if sub == schema.DataDir && rec.Column(5).IsValid(i) {
+							fin.routed++
+						}
 					}
 					return nil
 				})

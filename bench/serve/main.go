@@ -33,6 +33,8 @@
 //	go run ./bench/serve -schedules http -keep 0.5 -priority on,off
 //	go run ./bench/serve -schedules http -keep 0.5 -jump 2 -api chat  # versions moved on by 2, answers without token ids
 //	go run ./bench/serve -schedules http -keep 0.5 -drift  # acks carry the trainer's logprobs (drift measured)
+//	go run ./bench/serve -schedules http -keep 0.5 -features off,on  # drift, eval and routed experts off, then on
+//	go run ./bench/serve -schedules http -keep 0.5 -features off,drift,eval,routes,on  # each apart too
 //	go run ./bench/serve -quick          # smoke run, seconds
 //
 // BENCHMARKS.md explains every column.
@@ -47,6 +49,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +64,7 @@ import (
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/inference/sim"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner"
@@ -148,6 +152,57 @@ type options struct {
 	api  string
 	// drift: the HTTP trainer acks with its logprobs (the engine's own).
 	drift bool
+	// features are -features' settings for the HTTP rows, one row each,
+	// so that all are measured in one session.
+	features []features
+}
+
+// features are the serve features an HTTP row turns on: the trainer's
+// logprobs with each ack (drift), serve.eval every 2 versions, and
+// generate.routed_experts from the simulator's MoE model.
+type features struct{ drift, eval, routes bool }
+
+// parseFeatures reads one -features setting: off, on (all three), or
+// some of drift, eval and routes joined by "+".
+func parseFeatures(s string) (features, error) {
+	switch s {
+	case "off":
+		return features{}, nil
+	case "on":
+		return features{true, true, true}, nil
+	}
+	var f features
+	for _, name := range strings.Split(s, "+") {
+		switch name {
+		case "drift":
+			f.drift = true
+		case "eval":
+			f.eval = true
+		case "routes":
+			f.routes = true
+		default:
+			return f, fmt.Errorf("%q is not off, on, or drift, eval and routes joined by +", s)
+		}
+	}
+	return f, nil
+}
+
+// any reports whether a feature is on.
+func (f features) any() bool { return f.drift || f.eval || f.routes }
+
+// String names the features on, as the row's schedule says them.
+func (f features) String() string {
+	var on []string
+	if f.drift {
+		on = append(on, "acks with logprobs")
+	}
+	if f.eval {
+		on = append(on, "eval every 2 versions")
+	}
+	if f.routes {
+		on = append(on, "routed experts")
+	}
+	return strings.Join(on, ", ")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -170,6 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jump := fs.Int("jump", 1, "versions the HTTP trainer moves the policy on at each update (2: a jump past max_staleness 1)")
 	api := fs.String("api", "tokens", "the serve child's generate.api: tokens, or chat (answers without token ids)")
 	drift := fs.Bool("drift", false, "the HTTP trainer acknowledges each step with its logprobs of the step's tokens (the engine's own: drift 0)")
+	feats := fs.String("features", "off", "comma-separated, for the HTTP rows: off, on (acks with the trainer's logprobs, serve.eval every 2 versions, generate.routed_experts on a MoE-shaped simulator), or some of drift, eval and routes joined by +; one row each")
 	jsonPath := fs.String("json", "", "also write the rows as JSON to this file")
 	workdir := fs.String("workdir", "", "directory for tasks and outputs (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
@@ -213,6 +269,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o.jump, o.api, o.drift = *jump, *api, *drift
+	for _, s := range strings.Split(*feats, ",") {
+		f, err := parseFeatures(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintf(stderr, "serve: -features: %v\n", err)
+			return 2
+		}
+		o.features = append(o.features, f)
+	}
 	if *commit > 0 {
 		o.commit = *commit
 	}
@@ -317,7 +381,13 @@ func runWorkload(ctx context.Context, o options, keep float64, dir string, log i
 	if err := harness.WriteTasks(tasksPath, w.Tasks); err != nil {
 		return nil, err
 	}
-	srv, err := harness.StartSim(o.bench.SimOptions(w.Workload))
+	simOpts := o.bench.SimOptions(w.Workload)
+	if slices.ContainsFunc(o.features, func(f features) bool { return f.routes }) {
+		// A MoE-shaped model for every row, so that the rows differ only
+		// in whether trajflow asks for and keeps the routes.
+		simOpts.MoE = sim.MoE{Layers: 8, Experts: 64, TopK: 2}
+	}
+	srv, err := harness.StartSim(simOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -372,17 +442,22 @@ func runWorkload(ctx context.Context, o options, keep float64, dir string, log i
 				rs = []Row{row}
 			case "http":
 				for _, ratio := range o.httpTrains {
-					var row Row
-					row, err = runHTTP(ctx, o, srv, dir, tasksPath, w, ratio, prio)
-					rs = append(rs, row)
-					fmt.Fprintf(log, "serve:   %s, priority %s: the trainer's waits (s):", row.Schedule, prio)
-					for i, d := range row.Waits {
-						fmt.Fprintf(log, " %.2f", d)
-						if i < len(row.Queued) && row.Queued[i] >= o.k {
-							fmt.Fprint(log, " (ready)")
+					for _, feat := range o.features {
+						var row Row
+						row, err = runHTTP(ctx, o, srv, dir, tasksPath, w, ratio, prio, feat)
+						rs = append(rs, row)
+						fmt.Fprintf(log, "serve:   %s, priority %s: the trainer's waits (s):", row.Schedule, prio)
+						for i, d := range row.Waits {
+							fmt.Fprintf(log, " %.2f", d)
+							if i < len(row.Queued) && row.Queued[i] >= o.k {
+								fmt.Fprint(log, " (ready)")
+							}
+						}
+						fmt.Fprintln(log)
+						if err != nil {
+							break
 						}
 					}
-					fmt.Fprintln(log)
 					if err != nil {
 						break
 					}
@@ -481,7 +556,7 @@ func runContinuous(ctx context.Context, o options, srv *harness.SimHTTP, cfg *co
 	}
 	defer hc.Close()
 	pol := generate.NewPolicy(0)
-	gate, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 1, BatchSize: o.k, OnStale: groups.StaleRequeue}, pol)
+	gate, err := groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: 1, StepGroups: o.k}, OnStale: groups.StaleRequeue}, pol)
 	if err != nil {
 		return row, err
 	}

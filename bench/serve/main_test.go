@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/trajflow/trajflow/bench/internal/harness"
@@ -44,5 +46,44 @@ func TestQuickDrift(t *testing.T) {
 		t.Skip("slow: the full suite runs it")
 	}
 	harness.RunQuick(t, run, []string{"-quick", "-schedules", "http", "-drift"},
-		"| serve over HTTP, generation-bound (train 0.5×), acks with logprobs |", "(drift measured: 0)")
+		"| serve over HTTP, generation-bound (train 0.5×), acks with logprobs |", "(drift measured: 0)", "; CPU s: serve ")
+}
+
+// TestQuickFeatures: -features on runs the service with drift, an
+// evaluation set and routed experts, and the command checks that each did
+// its work (evaluations written, rows with routes; drift 0).
+func TestQuickFeatures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the full suite runs it")
+	}
+	harness.RunQuick(t, run, []string{"-quick", "-schedules", "http", "-http-train", "0.5", "-features", "on"},
+		"features on (acks with logprobs, eval every 2 versions, routed experts)", "evaluations written", "kept rows with routed experts", "; CPU s: serve ")
+}
+
+// TestParseFeatures: each -features setting turns on what it names, and
+// a name it does not know is refused, named.
+func TestParseFeatures(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want features
+		err  bool
+	}{
+		{"off", features{}, false},
+		{"on", features{drift: true, eval: true, routes: true}, false},
+		{"drift", features{drift: true}, false},
+		{"eval+routes", features{eval: true, routes: true}, false},
+		{"drift+bogus", features{}, true},
+		{"", features{}, true},
+	} {
+		got, err := parseFeatures(tt.in)
+		if (err != nil) != tt.err {
+			t.Fatalf("parseFeatures(%q): error %v, want error %t", tt.in, err, tt.err)
+		}
+		if err == nil && got != tt.want {
+			t.Fatalf("parseFeatures(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("%q", tt.in)) {
+			t.Fatalf("parseFeatures(%q): %v does not name the setting", tt.in, err)
+		}
+	}
 }

@@ -35,9 +35,23 @@ func TestBuiltinsRegistered(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `env.name: unknown environment "nope"`) {
 		t.Fatalf("unknown env: err = %v", err)
 	}
-	for _, name := range []string{"guess", "math", "sim", "tools"} {
+	for _, name := range []string{"agent", "guess", "grid", "http", "math", "nemo_gym_agent", "sim", "subprocess", "tools"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("unknown env error %q does not list %q", err, name)
+		}
+	}
+}
+
+// Environments whose options must name a program or a server are
+// registered too; with no options, their Validate names the missing key.
+func TestBuiltinsRegisteredWithRequiredKeys(t *testing.T) {
+	for name, key := range map[string]string{"agent": "env.command", "subprocess": "env.command"} {
+		if !slices.Contains(envs.Names(), name) {
+			t.Errorf("%q is not registered (have %v)", name, envs.Names())
+			continue
+		}
+		if err := envs.Validate(name, envs.Options{Section: "env"}); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: Validate with no options: err = %v, want it to name %s", name, err, key)
 		}
 	}
 }

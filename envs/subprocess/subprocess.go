@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/envs/internal/stderrlines"
 	"github.com/trajflow/trajflow/envs/internal/wire"
 	"github.com/trajflow/trajflow/pipeline"
 )
@@ -102,7 +103,7 @@ type Env struct {
 	cfg    Config
 	slots  chan *slot
 	nextID atomic.Int64
-	stderr *lockedWriter
+	stderr *stderrlines.Sink
 
 	mu     sync.Mutex
 	closed bool
@@ -166,7 +167,7 @@ func New(c Config) (*Env, error) {
 	e := &Env{
 		cfg:    c,
 		slots:  make(chan *slot, c.Workers),
-		stderr: &lockedWriter{w: c.Stderr},
+		stderr: stderrlines.NewSink(c.Stderr),
 		live:   map[*proc]struct{}{},
 		done:   make(chan struct{}),
 	}
@@ -316,7 +317,7 @@ type proc struct {
 	stdin  *os.File // our write end
 	stdout *os.File // our read end
 	out    *bufio.Reader
-	errw   *prefixWriter
+	errw   *stderrlines.Prefixed
 
 	dead     atomic.Bool
 	killOnce sync.Once
@@ -324,7 +325,7 @@ type proc struct {
 	waitErr  error
 }
 
-func startProc(id int, c Config, stderr *lockedWriter) (*proc, error) {
+func startProc(id int, c Config, stderr *stderrlines.Sink) (*proc, error) {
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
 	cmd.Dir = c.Dir
 	if len(c.Env) > 0 {
@@ -349,7 +350,7 @@ func startProc(id int, c Config, stderr *lockedWriter) (*proc, error) {
 		_ = inW.Close() // best effort: the error above is returned
 		return nil, err
 	}
-	errw := &prefixWriter{prefix: fmt.Sprintf("[env worker %d] ", id), w: stderr}
+	errw := stderr.Prefixed(fmt.Sprintf("[env worker %d] ", id))
 	cmd.Stdin = inR
 	cmd.Stdout = outW
 	cmd.Stderr = errw
@@ -478,7 +479,7 @@ func (p *proc) exitStatus() string {
 func (p *proc) wait() {
 	p.waitOnce.Do(func() {
 		p.waitErr = p.cmd.Wait()
-		p.errw.flush()
+		p.errw.Flush()
 	})
 }
 

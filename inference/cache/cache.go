@@ -123,6 +123,13 @@ func Open(dir string, maxBytes int64) (*Store, error) {
 			return err
 		}
 		if d.IsDir() {
+			// A run killed between an entry's rename and its directory's
+			// sync (or a directory's creation and its parent's sync) left
+			// names this run may be answered from, and commit rows on, that
+			// a power cut would take back: make them durable once, now.
+			if err := durable.SyncDir(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 			return nil
 		}
 		info, err := d.Info()

@@ -125,7 +125,7 @@ func (s *stateLog) append(e stateEvent) error {
 		s.err = fmt.Errorf("batch state: %w", err)
 		return s.err
 	}
-	if err := s.f.Sync(); err != nil {
+	if err := durable.Sync(s.f); err != nil {
 		s.err = fmt.Errorf("batch state: %w", err)
 		return s.err
 	}

@@ -37,10 +37,22 @@ type endpoint struct {
 	// silent, probeAfter when the prober may try it again, moved the
 	// attempts moved off it.
 	busySince  time.Time
+	lastAnswer time.Time // e's last answer (silence: otherAlive)
 	attempts   map[uint64]context.CancelCauseFunc
 	silentOuts int
 	probeAfter time.Time
 	moved      int64
+	// silent is set while e is out as silent: the prober tries it with a
+	// canary, not GET /models (a hung engine still lists its models).
+	// canaries counts the canaries sent to it (as a suspect, as a
+	// control, as a probe); canaryOut is set while a round for it is
+	// out; canaryFor is the busySince its last round was for, canaryHeld
+	// how long it had held its requests then.
+	silent     bool
+	canaries   int64
+	canaryOut  bool
+	canaryFor  time.Time
+	canaryHeld time.Duration
 }
 
 // EndpointStats is one endpoint's counters.
@@ -59,6 +71,10 @@ type EndpointStats struct {
 	// Moved counts the attempts moved off the endpoint when it went
 	// silent (each sent again to another).
 	Moved int64
+	// Canaries counts the canary requests sent to the endpoint (one
+	// token each; the silence watch's, docs/inference.md "Silence"): not
+	// in Requests, nor in the run's rollouts or tokens.
+	Canaries int64
 	// ConsecutiveFailures counts connection/5xx failures since the last
 	// success.
 	ConsecutiveFailures int
@@ -280,6 +296,7 @@ func (f *fleet) setHealthy(e *endpoint, ok bool, why string) {
 	e.healthy = ok
 	if ok {
 		e.consecFail = 0
+		e.silent = false
 		f.unhealth--
 		f.log("llm: endpoint %s back in (%s)", e.name, why)
 	} else {
@@ -331,6 +348,20 @@ func (f *fleet) unhealthy() []*endpoint {
 	return out
 }
 
+// countCanary counts a canary sent to e.
+func (f *fleet) countCanary(e *endpoint) {
+	f.mu.Lock()
+	e.canaries++
+	f.mu.Unlock()
+}
+
+// isSilent reports whether e is out as silent.
+func (f *fleet) isSilent(e *endpoint) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return e.silent
+}
+
 func (f *fleet) markHealthy(e *endpoint, why string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -344,7 +375,7 @@ func (f *fleet) stats() []EndpointStats {
 	now := f.now()
 	for i, e := range f.eps {
 		out[i] = EndpointStats{
-			Endpoint: e.name, Requests: e.requests, Retries: e.retries, Failures: e.failures, Moved: e.moved,
+			Endpoint: e.name, Requests: e.requests, Retries: e.retries, Failures: e.failures, Moved: e.moved, Canaries: e.canaries,
 			InFlight: e.inflight, Healthy: e.healthy, ConsecutiveFailures: e.consecFail,
 		}
 		if left := e.coolUntil.Sub(now); left > 0 {

@@ -99,7 +99,7 @@ func NewHTTP(cfg inference.Config, opts HTTPOptions) (*HTTPClient, error) {
 	c.fleet.sil.floor = opts.SilenceAfter
 	c.wg.Add(2)
 	go c.probeLoop(ctx)
-	go c.silenceLoop(ctx, max(min(opts.SilenceAfter/4, time.Second), 10*time.Millisecond))
+	go c.silenceLoop(ctx, max(min(opts.SilenceAfter/4, canaryTick), 10*time.Millisecond))
 	return c, nil
 }
 

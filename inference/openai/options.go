@@ -25,7 +25,8 @@ type HTTPOptions struct {
 	// Logf: a run prints them, not every retry.
 	HealthLogf func(format string, args ...any)
 	// SilenceAfter is the least time an endpoint may hold requests without
-	// answering any while the other endpoints answer, before it is taken
+	// answering any while the other endpoints answer (or answered since
+	// and are done), before it is taken
 	// out as silent and its requests move to the others (the time is
 	// twice the fleet's longest recent answer time when that is longer).
 	// Default 30s.

@@ -22,6 +22,14 @@ func (c *HTTPClient) probeLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if c.fleet.isSilent(e) {
+				// A hung engine still answers GET /models: a silent
+				// endpoint is back in when it answers a canary.
+				if ok, _ := c.canaryProbe(ctx, e); ok {
+					c.fleet.markHealthy(e, "a canary request answered")
+				}
+				continue
+			}
 			if c.probe(ctx, e) {
 				c.fleet.markHealthy(e, "probe answered")
 			}
@@ -57,4 +65,11 @@ func (c *HTTPClient) get(ctx context.Context, u string) bool {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // best effort: a response body, read
 	_ = resp.Body.Close()                                        // best effort: a response body, read
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+// canaryProbe is a canary to e within ProbeTimeout.
+func (c *HTTPClient) canaryProbe(ctx context.Context, e *endpoint) (bool, time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ProbeTimeout)
+	defer cancel()
+	return c.canary(ctx, e)
 }

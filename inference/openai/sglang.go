@@ -93,6 +93,9 @@ func encodeSGLang(req *inference.Request, rid string) ([]byte, error) {
 	if rid != "" {
 		body["rid"] = rid
 	}
+	if req.RoutedExperts {
+		body["return_routed_experts"] = true
+	}
 	if req.Priority != nil {
 		body["priority"] = *req.Priority
 	} else if p, ok := req.Params["priority"]; ok && p != nil {
@@ -118,6 +121,8 @@ type sglangMeta struct {
 	CompletionTokens    int             `json:"completion_tokens"`
 	CachedTokens        int             `json:"cached_tokens"`
 	OutputTokenLogprobs []sglangLogprob `json:"output_token_logprobs"`
+	// RoutedExperts is read only when asked for (routes.go).
+	RoutedExperts *string `json:"routed_experts"`
 }
 
 // sglangLogprob is one entry of output_token_logprobs: [logprob, token_id,
@@ -186,7 +191,13 @@ func scalar(b []byte) (v, rest []byte, err error) {
 }
 
 // decodeSGLang parses a 2xx /generate body.
-func decodeSGLang(data []byte) (*inference.Response, error) {
+func decodeSGLang(data []byte) (*inference.Response, error) { return decodeSGLangFor(data, nil) }
+
+// decodeSGLangFor is decodeSGLang, which with routes set (a request that
+// asks for routed experts) decodes meta_info.routed_experts into the
+// response's Routes, over the request's prompt and the output but its
+// last token.
+func decodeSGLangFor(data []byte, routes *inference.Request) (*inference.Response, error) {
 	var w sglangResponse
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, err
@@ -220,6 +231,14 @@ func decodeSGLang(data []byte) (*inference.Response, error) {
 		ids = []int32{}
 	}
 	resp.Message.TokenIDs = ids
+	if routes != nil && m.RoutedExperts != nil {
+		p := len(routes.PromptTokenIDs)
+		r, err := decodeSGLangRoutes(*m.RoutedExperts, max(p+len(ids)-1, 0), routes.RoutedExpertsLayers)
+		if err != nil {
+			return nil, err
+		}
+		resp.Routes = r
+	}
 	if len(w.SimTrailer) > 0 && !bytes.Equal(w.SimTrailer, []byte("null")) {
 		resp.Extra = w.SimTrailer
 	}
@@ -314,7 +333,7 @@ func (sglang) API() inference.API { return inference.APISGLang }
 func (sglang) Caps() inference.Caps {
 	return inference.Caps{
 		Tokens: true, TokenAPI: inference.APISGLang, TokenPrompts: "SGLang's /generate",
-		AbortContinues: true,
+		AbortContinues: true, RoutedExperts: true,
 	}
 }
 
@@ -336,7 +355,11 @@ func (sglang) Call(req *inference.Request) (*Call, error) {
 		// The priority is GenerateReqInput's own field: no fallback.
 		PriorityFinal: true,
 		Decode: func(data []byte) (*inference.Response, error) {
-			resp, err := decodeSGLang(data)
+			var routes *inference.Request
+			if req.RoutedExperts {
+				routes = req
+			}
+			resp, err := decodeSGLangFor(data, routes)
 			if err != nil {
 				return nil, err
 			}

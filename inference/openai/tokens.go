@@ -11,6 +11,19 @@ type tokens struct{ abortAll }
 
 func (tokens) API() inference.API { return inference.APITokens }
 
-func (tokens) Caps() inference.Caps { return inference.Caps{Tokens: true, AbortContinues: true} }
+func (tokens) Caps() inference.Caps {
+	return inference.Caps{Tokens: true, AbortContinues: true, RoutedExperts: true}
+}
 
-func (tokens) Call(req *inference.Request) (*Call, error) { return openAICall(req, false) }
+// Call is openAICall; a token-id request that asks for routed experts
+// (generate.routed_experts) reads choices[0].routed_experts, which vLLM
+// sends when started with --enable-return-routed-experts (no request
+// field asks for them).
+func (tokens) Call(req *inference.Request) (*Call, error) {
+	c, err := openAICall(req, false)
+	if err != nil || req.PromptTokenIDs == nil || !req.RoutedExperts {
+		return c, err
+	}
+	c.Decode = func(data []byte) (*inference.Response, error) { return decodeOpenAI(data, req) }
+	return c, nil
+}

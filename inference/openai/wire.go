@@ -215,6 +215,8 @@ type wireChoice struct {
 	TokenIDs       []int32          `json:"token_ids"`
 	PromptTokenIDs []int32          `json:"prompt_token_ids"`
 	Logprobs       *wireLogprobs    `json:"logprobs"`
+	// RoutedExperts is vLLM's (routes.go), read only when asked for.
+	RoutedExperts *string `json:"routed_experts"`
 }
 
 type wireRespMessage struct {
@@ -223,10 +225,11 @@ type wireRespMessage struct {
 }
 
 // wireLogprobs holds both shapes: chat (content[].logprob) and completions
-// (token_logprobs[]).
+// (token_logprobs[]; a null, the first of an echoed prompt, reads as 0:
+// null leaves a number as it was).
 type wireLogprobs struct {
 	Content       []wireTokenLogprob `json:"content"`
-	TokenLogprobs []*float32         `json:"token_logprobs"`
+	TokenLogprobs []float32          `json:"token_logprobs"`
 }
 
 type wireTokenLogprob struct {
@@ -237,6 +240,13 @@ var errNoChoices = errors.New("no choices in the response")
 
 // decodeResponse parses a 2xx response body.
 func decodeResponse(data []byte) (*inference.Response, error) {
+	return decodeOpenAI(data, nil)
+}
+
+// decodeOpenAI is decodeResponse, which with routes set (a token-id
+// request that asks for routed experts) decodes choices[0].routed_experts
+// into the response's Routes, checked against the request.
+func decodeOpenAI(data []byte, routes *inference.Request) (*inference.Response, error) {
 	var w wireResponse
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, err
@@ -271,6 +281,17 @@ func decodeResponse(data []byte) (*inference.Response, error) {
 	resp.Message.Logprobs = ch.Logprobs.values()
 	if len(w.SimTrailer) > 0 && !bytes.Equal(w.SimTrailer, []byte("null")) {
 		resp.Extra = w.SimTrailer
+	}
+	if routes != nil && ch.RoutedExperts != nil {
+		const field = "choices[0].routed_experts"
+		r, err := decodeNPYRoutes(field, *ch.RoutedExperts)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkRoutes(field, r, len(routes.PromptTokenIDs), len(resp.Message.TokenIDs), routes.RoutedExpertsLayers); err != nil {
+			return nil, err
+		}
+		resp.Routes = r
 	}
 	if err := checkNumbers(resp); err != nil {
 		return nil, err
@@ -321,13 +342,7 @@ func (lp *wireLogprobs) values() []float32 {
 		}
 		return out
 	case len(lp.TokenLogprobs) > 0:
-		out := make([]float32, len(lp.TokenLogprobs))
-		for i, p := range lp.TokenLogprobs {
-			if p != nil {
-				out[i] = *p
-			}
-		}
-		return out
+		return lp.TokenLogprobs
 	}
 	return nil
 }

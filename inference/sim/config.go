@@ -37,6 +37,14 @@ type Config struct {
 	// dropping the <think> block of earlier assistant messages (replies
 	// then start with one), so chat mode sees re-renders.
 	StripReasoning bool `yaml:"strip_reasoning"`
+	// MoE, with layers set, makes the simulated model a mixture of
+	// experts: each of its layers routes a token to top_k distinct
+	// experts of experts (a hash of generate.sim.seed, the layer, the
+	// position and the token id), and its answers carry the routes
+	// (generate.routed_experts): vLLM's choices[].routed_experts on
+	// completions, SGLang's meta_info.routed_experts on /generate
+	// requests that ask. Left out: a dense model.
+	MoE MoE `yaml:"moe"`
 }
 
 // SetDefaults fills the keys left unset.
@@ -76,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EnvDelay < 0 {
 		p.Add("env_delay", "must be >= 0, got %s", c.EnvDelay.D())
+	}
+	if err := c.MoE.Check(); err != nil {
+		p.Add("moe", "%v", err)
 	}
 	if c.ObsTokens < 0 {
 		p.Add("obs_tokens", "must be >= 0, got %d", c.ObsTokens)

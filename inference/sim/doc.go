@@ -26,6 +26,11 @@
 // turn k's prompt ids followed by turn k's generated ids when the client
 // sends the assistant message back unchanged.
 //
+// With Options.MoE the model is a mixture of experts whose answers carry
+// the experts each position was routed to (MoE.Route, a hash of the seed,
+// the layer, the position and the token id), in vLLM's and SGLang's wire
+// formats (EncodeNPYRoutes, EncodeSGLangRoutes), for router replay tests.
+//
 // Over HTTP each API is an api of its own, as the client's protocols are
 // (inference/openai): the OpenAI API's chat and completions (openAIAPI,
 // http.go) and SGLang's native /generate (nativeAPI, native.go) each read

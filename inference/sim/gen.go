@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
@@ -386,17 +385,12 @@ func (s *Server) draw(in *input) (*reply, error) {
 	}
 	filler := max(s.length(in)-1-tailTokens, 0)
 
-	v := theVocab()
-	var b strings.Builder
-	for i := 0; i < filler; i++ {
-		w := v.pieces[v.words[mix(key(s.seed, domWord, in.promptKey, in.sampleKey, turn, uint64(i)))%uint64(len(v.words))]-firstPiece]
-		if i == 0 {
-			w = w[1:]
-		}
-		b.WriteString(w)
-	}
-	content := b.String()
+	content, fillerIDs := fillerWords(filler, func(i int) uint64 {
+		return mix(key(s.seed, domWord, in.promptKey, in.sampleKey, turn, uint64(i)))
+	})
+	prefix, fillerText := "", content
 	if o.StripReasoning && !noThinking(in.promptIDs) {
+		prefix = thinkOpen
 		content, sep = thinkOpen+content+thinkClose, "\n"
 	}
 	text := content
@@ -406,7 +400,7 @@ func (s *Server) draw(in *input) (*reply, error) {
 		}
 		text += tail
 	}
-	ids := Tokenize(text)
+	ids := tokenizeAround(prefix, fillerIDs, text[len(prefix)+len(fillerText):])
 	switch {
 	case len(ids)+1 > limit:
 		ids = ids[:limit]

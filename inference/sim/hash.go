@@ -42,6 +42,7 @@ const (
 	domNoSeed
 	domGame
 	domGrid
+	domRoute
 )
 
 // uniform maps a key to [0, 1).

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -494,6 +495,9 @@ func (s *Server) wireResponse(in *input, rep *reply, req *parsedRequest, chat bo
 	}
 	out["id"] = "cmpl-" + id
 	out["object"] = "text_completion"
+	if moe := s.opts.MoE; moe.On() {
+		choice["routed_experts"] = EncodeNPYRoutes(moe.Routes(int64(s.seed), slices.Concat(in.promptIDs, rep.ids)))
+	}
 	choice["text"] = rep.content
 	if req.promptIDs != nil {
 		choice["text"] = rep.text

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // nativeRequest is the part of SGLang's GenerateReqInput the simulator
@@ -19,6 +20,8 @@ type nativeRequest struct {
 	ReturnLogprob  *bool           `json:"return_logprob"`
 	Stream         bool            `json:"stream"`
 	Priority       *int64          `json:"priority"`
+	// ReturnRoutedExperts asks a MoE model (Options.MoE) for its routes.
+	ReturnRoutedExperts bool `json:"return_routed_experts"`
 }
 
 // nativeParams turns SGLang sampling_params into the simulator's OpenAI
@@ -94,7 +97,11 @@ func nativeAPI(s *Server, body []byte) (*exchange, error) {
 		priority = int(*req.Priority)
 	}
 	return &exchange{in: in, priority: priority, rid: rid, answer: func(rep *reply) any {
-		return s.nativeResponse(in, rep, rid, req.ReturnLogprob != nil && *req.ReturnLogprob)
+		out := s.nativeResponse(in, rep, rid, req.ReturnLogprob != nil && *req.ReturnLogprob)
+		if moe := s.opts.MoE; moe.On() && req.ReturnRoutedExperts {
+			out["meta_info"].(map[string]any)["routed_experts"] = EncodeSGLangRoutes(moe.Routes(int64(s.seed), slices.Concat(in.promptIDs, rep.ids)))
+		}
+		return out
 	}}, nil
 }
 

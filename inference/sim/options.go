@@ -66,6 +66,14 @@ type Options struct {
 	// makes replies start with a reasoning block; a chat-mode client then
 	// sees its earlier turns re-rendered (token continuity breaks).
 	StripReasoning bool
+	// MoE, when its Layers are set, makes the model a mixture of experts
+	// whose answers carry the experts each position was routed to, as the
+	// engines started for router replay send them: a completions answer
+	// its choices[].routed_experts (vLLM with
+	// --enable-return-routed-experts), a /generate answer to a request
+	// with return_routed_experts its meta_info.routed_experts (SGLang).
+	// The router is MoE.Route.
+	MoE MoE
 	// Model is the model name /v1/models reports. Default "sim".
 	Model string
 	// Faults inject errors.
@@ -223,6 +231,7 @@ func OptionsFrom(cfg Config) Options {
 		MaxModelLen: cfg.MaxModelLen,
 		EnvDelay:    cfg.EnvDelay.D(),
 		ObsTokens:   cfg.ObsTokens,
+		MoE:         cfg.MoE,
 
 		StripReasoning: cfg.StripReasoning,
 	}

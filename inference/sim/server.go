@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -279,7 +280,8 @@ func (s *Server) Stats() Stats {
 
 // Complete generates one reply in-process. The response carries token ids
 // and logprobs always (Message.TokenIDs, Message.Logprobs,
-// PromptTokenIDs) and the sim trailer. Errors are *inference.Error (faults,
+// PromptTokenIDs) and the sim trailer, and, for a token-id request that
+// asks (Request.RoutedExperts) to a MoE model (Options.MoE), its routes. Errors are *inference.Error (faults,
 // context length, bad parameters) or ctx's error.
 func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inference.Response, error) {
 	if err := ctx.Err(); err != nil {
@@ -339,7 +341,13 @@ func (s *Server) Complete(ctx context.Context, req *inference.Request) (*inferen
 		// caller parses tool calls out of it.
 		rep.content, rep.toolCalls = rep.text, nil
 	}
+	var routes *pipeline.Routes
+	if req.RoutedExperts && req.PromptTokenIDs != nil && s.opts.MoE.On() {
+		// As the engines started to return routes answer (vLLM, SGLang).
+		routes = s.opts.MoE.Routes(int64(s.seed), slices.Concat(in.promptIDs, rep.ids))
+	}
 	return &inference.Response{
+		Routes: routes,
 		Message: pipeline.Message{
 			Role:      pipeline.RoleAssistant,
 			Content:   rep.content,

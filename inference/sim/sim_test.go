@@ -54,6 +54,22 @@ func TestTokenizeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestTokenizeAround: the filler's ids laid between a prefix and a suffix
+// are the ids of the whole text, for every prefix and suffix a reply has.
+func TestTokenizeAround(t *testing.T) {
+	for _, prefix := range []string{"", thinkOpen} {
+		for _, suffix := range []string{"", thinkClose, thinkClose + "\n" + "The answer is \\boxed{42}", " The answer is \\boxed{-3}", "\n<tool_call>{\"name\": \"x\"}</tool_call>", " The image has 12 bytes: \\boxed{12}"} {
+			for n := range 40 {
+				text, ids := fillerWords(n, func(i int) uint64 { return mix(key(uint64(n), uint64(i))) })
+				got := tokenizeAround(prefix, ids, suffix)
+				if want := Tokenize(prefix + text + suffix); !slices.Equal(got, want) {
+					t.Fatalf("prefix %q, %d words, suffix %q: %v, Tokenize gives %v", prefix, n, suffix, got, want)
+				}
+			}
+		}
+	}
+}
+
 func FuzzTokenize(f *testing.F) {
 	for _, s := range []string{"", "a b", "What is (3+4)*2?", "\\boxed{-7}", "ü\n\t  x"} {
 		f.Add(s)

@@ -98,6 +98,35 @@ func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
 func isSpace(c byte) bool  { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
 
+// fillerWords is n filler words drawn by draw(i) (space-separated, the
+// first without its space) and their ids: Tokenize of the text.
+func fillerWords(n int, draw func(i int) uint64) (string, []int32) {
+	v := theVocab()
+	var b strings.Builder
+	ids := make([]int32, 0, n)
+	for i := range n {
+		id := v.words[draw(i)%uint64(len(v.words))]
+		w := v.pieces[id-firstPiece]
+		if i == 0 {
+			w = w[1:]
+			id = v.ids[w]
+		}
+		b.WriteString(w)
+		ids = append(ids, id)
+	}
+	return b.String(), ids
+}
+
+// tokenizeAround is Tokenize(prefix + filler + suffix) for filler words
+// already tokenized (fillerWords) between a prefix that ends in neither a
+// letter nor a space and any suffix: a letter run ends where the filler
+// ends, so no piece crosses either edge.
+func tokenizeAround(prefix string, filler []int32, suffix string) []int32 {
+	ids := appendTokens(make([]int32, 0, len(filler)+8), prefix)
+	ids = append(ids, filler...)
+	return appendTokens(ids, suffix)
+}
+
 // Tokenize splits text into the toy tokenizer's ids. Pieces are an optional
 // leading space plus a run of ASCII letters, a digit, or one other
 // character; pieces outside the vocabulary fall back to their bytes. It is

@@ -35,3 +35,41 @@ func FailedPath(err error) string {
 	}
 	return ""
 }
+
+// SpaceError is a write refused for space (ENOSPC, EDQUOT) with what the
+// file needed: Size bytes in all (those written before and the refused
+// write's), at Path. Its message is Err's; errors.Is and errors.As see
+// through it.
+type SpaceError struct {
+	Path string
+	Size int64
+	Err  error
+}
+
+func (e *SpaceError) Error() string { return e.Err.Error() }
+func (e *SpaceError) Unwrap() error { return e.Err }
+
+// needing wraps err in a *SpaceError when it is a full disk.
+func needing(path string, size int64, err error) error {
+	if !DiskFull(err) {
+		return err
+	}
+	var se *SpaceError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &SpaceError{Path: path, Size: size, Err: err}
+}
+
+// NeedSpace wraps err, when it is a full disk, with the bytes the file at
+// path needed in all (for writers that write through an *os.File, not a
+// File); other errors are returned as they are.
+func NeedSpace(path string, size int64, err error) error { return needing(path, size, err) }
+
+// Needed is the *SpaceError in err's tree: the file a full disk refused
+// and the bytes it needed.
+func Needed(err error) (*SpaceError, bool) {
+	var se *SpaceError
+	ok := errors.As(err, &se)
+	return se, ok
+}

@@ -64,3 +64,29 @@ func TestWriteFileFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestSpaceNeeded: a write that a full disk refuses returns a
+// *SpaceError naming the temporary file and the bytes it needed in all
+// (those written and the refused write's), whose message is the write's
+// and which is still a full disk and a *fs.PathError.
+func TestSpaceNeeded(t *testing.T) {
+	fsys := crashfstest.Mount(t)
+	f, err := durable.Create(filepath.Join(fsys.Root(), "part"), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort()
+	if _, err := f.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	fsys.SetFree(100)
+	defer fsys.ClearFaults()
+	_, err = f.Write(make([]byte, 500))
+	se, ok := durable.Needed(err)
+	if !ok || se.Size != 1500 || se.Path != f.Name() || !durable.DiskFull(err) || durable.FailedPath(err) != f.Name() {
+		t.Fatalf("a write refused for space: %v (%+v, %v)", err, se, ok)
+	}
+	if _, ok := durable.Needed(errors.New("other")); ok {
+		t.Error("a plain error taken for a full disk")
+	}
+}

@@ -24,6 +24,7 @@ const (
 
 var (
 	groupsRe    = regexp.MustCompile(`(?m)^groups: (\d+) finished, (\d+) kept(?: \((\d+) of them committed)?`)
+	neededRe    = regexp.MustCompile(`\(writing (\S+) needed at least [0-9.]+ (?:bytes|KiB|MiB|GiB): its \d+ bytes, the refused write's included\) and run the same command again to resume`)
 	exitDiskMsg = regexp.MustCompile(`(?m)^trajflow run: (the disk is full \(no space left on device\)|an I/O error of the disk \(EIO\)) at (\S+?): `)
 )
 
@@ -93,6 +94,12 @@ func TestDiskFaultResume(t *testing.T) {
 		if m == nil || !strings.Contains(m[1], want) || !strings.HasPrefix(m[2], out+"/") ||
 			!strings.Contains(res.stderr, "run the same command again") || strings.Contains(res.stderr, "parquet: parquet:") {
 			t.Errorf("%s: the message does not name the fault (%q), a path under %s and what to do:\n%s", name, want, out, res.stderr)
+		}
+		// A full disk says which file needed how many bytes.
+		if i < fullPoints {
+			if n := neededRe.FindStringSubmatch(res.stderr); n == nil || !strings.HasPrefix(n[1], out+"/") {
+				t.Errorf("%s: the message does not say which file under %s needed how much space:\n%s", name, out, res.stderr)
+			}
 		}
 		reported := 0
 		if m := rowsWrittenRe.FindStringSubmatch(res.stdout); m != nil {

@@ -52,63 +52,150 @@ func TestPowerCutResume(t *testing.T) {
 	fsys := crashfstest.Mount(t)
 	dir := t.TempDir()
 	tasks := writeTasks(t, dir, cutTasks, 3)
-	rng := rand.New(rand.NewPCG(cutSeed, 0))
+	cutTrial(t, fsys, cutTarget{
+		total: cutTasks * cutN,
+		cmds: func(t *testing.T, out string) []*exec.Cmd {
+			return []*exec.Cmd{exec.Command(binary, "run", writeCutConfig(t, dir, filepath.Base(out)+".yaml", tasks, out))}
+		},
+		rows:  countRows,
+		check: checkQuickStart,
+		whole: checkWhole,
+	}, trialPoints(cutPoints), cutSeed)
+}
+
+// checkQuickStart is checkSurvived, and after a run that finished every
+// row and metrics.json.
+func checkQuickStart(t *testing.T, out, name string, finished bool) (int, bool) {
+	t.Helper()
+	rows, ok := checkSurvived(t, out, name)
+	if finished {
+		ok = checkFinished(t, out, name, rows, cutTasks*cutN) && ok
+	}
+	return rows, ok
+}
+
+// checkFinished checks a directory whose run had finished before the
+// cut: all its rows there, and its metrics.
+func checkFinished(t *testing.T, out, name string, rows, total int) bool {
+	t.Helper()
+	ok := true
+	if rows != total {
+		t.Errorf("%s: the run had finished, and after the cut %d rows of %d are there", name, rows, total)
+		ok = false
+	}
+	if b, err := os.ReadFile(filepath.Join(out, schema.MetricsFile)); err != nil || !json.Valid(b) {
+		t.Errorf("%s: the run had finished, and after the cut %s is %d bytes (%v)", name, schema.MetricsFile, len(b), err)
+		ok = false
+	}
+	return ok
+}
+
+// trialPoints is a trial's cut points: def, or TRAJFLOW_POWERCUT_POINTS
+// (bench/powercut runs the trials with 1,000).
+func trialPoints(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("TRAJFLOW_POWERCUT_POINTS")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// cutTarget is what a power-cut trial runs and checks: a config and a
+// checker.
+type cutTarget struct {
+	total int // rows of a finished run
+	// open, when set, is called as the trial starts a new output directory.
+	open func(t *testing.T, out string)
+	// cmds are the processes of one run into out (several for the shards
+	// of a sharded run), made before each run.
+	cmds func(t *testing.T, out string) []*exec.Cmd
+	// rows counts the committed rows of out (after a cut: all durable).
+	rows func(t *testing.T, out string) int
+	// check checks what a cut left in out (finished: every process of the
+	// run had ended by itself) and returns the rows read back.
+	check func(t *testing.T, out, name string, finished bool) (int, bool)
+	// whole checks out after its run finished: every row exactly once.
+	whole func(t *testing.T, out string)
+}
+
+// cutTrial runs tg's power-cut trial: a first run to its end (it times a
+// whole run; the kills below strike within parts of one) and a cut after
+// its clean exit; then points cut points, each a SIGKILL at a seeded
+// random moment followed by a power cut and tg.check, the next run
+// resuming; output directories one after the other (runs on one are cut
+// until one ends by itself, its dataset whole, then the next begins).
+func cutTrial(t *testing.T, fsys *crashfs.FS, tg cutTarget, points int, seed uint64) trialTotals {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 0))
 	var tot trialTotals
-	// A first run to its end times a whole run (the kills below strike
-	// within parts of one), then a cut after its clean exit.
+	begin := time.Now()
 	calib := filepath.Join(fsys.Root(), "whole")
-	calibCfg := writeCutConfig(t, dir, "whole.yaml", tasks, calib)
+	if tg.open != nil {
+		tg.open(t, calib)
+	}
 	start := time.Now()
-	if _, ok := powerCut(t, fsys, calibCfg, calib, strike{delay: time.Hour}, "a finished run", &tot); !ok {
+	if _, ok := powerCut(t, fsys, tg, calib, strike{delay: time.Hour}, "a finished run", &tot); !ok {
 		t.FailNow()
 	}
 	whole := time.Since(start)
-	checkWhole(t, calib)
-	// Output directories one after the other: runs on one are cut until
-	// one ends by itself (its dataset whole), then the next begins.
-	d, out, cfg, c := -1, "", "", 0
+	tg.whole(t, calib)
+	d, out, c := -1, "", 0
 	next := func() {
 		d, c = d+1, 0
 		out = filepath.Join(fsys.Root(), fmt.Sprintf("run%02d", d))
-		cfg = writeCutConfig(t, dir, fmt.Sprintf("cut%02d.yaml", d), tasks, out)
+		if tg.open != nil {
+			tg.open(t, out)
+		}
 	}
 	next()
-	for tot.cuts < cutPoints {
+	for tot.cuts < points {
 		// Every other cut strikes at a random moment of the run's first
 		// part (the process's start, the resume's scan, the first
 		// commits; now and then after the run's end), the others a random
 		// moment after the run reported a random number of new rows
 		// committed.
 		st := strike{delay: time.Duration(rng.Float64() * 0.4 * float64(whole))}
-		if left := cutTasks*cutN - countRows(t, out); c%2 == 1 && left > 1 {
+		if left := tg.total - tg.rows(t, out); c%2 == 1 && left > 1 {
 			st = strike{afterRows: 1 + rng.IntN(left-1), delay: time.Duration(rng.IntN(40)) * time.Millisecond}
 		}
-		killed, ok := powerCut(t, fsys, cfg, out, st, fmt.Sprintf("dir %d cut %d", d, c), &tot)
+		// Every fifth cut comes after a kill without one: the resume
+		// starts on what the killed run left, durable or not (a name
+		// renamed into place before its directory's sync), and the cut
+		// strikes the resume.
+		if tot.cuts%5 == 4 {
+			st.pre = time.Duration(rng.Float64() * 0.4 * float64(whole))
+		}
+		killed, ok := powerCut(t, fsys, tg, out, st, fmt.Sprintf("dir %d cut %d", d, c), &tot)
 		if !ok {
 			t.Fatalf("dir %d cut %d: stopping the trials (above)", d, c)
 		}
 		c++
 		if !killed { // the run ended by itself: its dataset is whole
-			checkWhole(t, out)
-			tot.rows += cutTasks * cutN
+			tg.whole(t, out)
+			tot.rows += tg.total
 			next()
 		}
 	}
 	if c > 0 {
-		res := run(t, "run", cfg)
-		if res.code != 0 {
-			t.Fatalf("dir %d: the last resume exited %d:\n%s", d, res.code, res.stderr)
+		for i, cmd := range tg.cmds(t, out) {
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("dir %d: the last resume (process %d) failed: %v\n%s", d, i, err, stderr.String())
+			}
 		}
-		checkWhole(t, out)
-		tot.rows += cutTasks * cutN
+		tg.whole(t, out)
+		tot.rows += tg.total
 	}
-	t.Logf("%d cut points (%d during a run, %d after it ended; a whole run took %v; %d output directories); %d rows checked after the cuts and %d in the finished runs; %d rows reported committed, all found; 0 lost",
-		tot.cuts, tot.killed, tot.cuts-tot.killed, whole.Round(time.Millisecond), d+1, tot.checked, tot.rows, tot.reported)
+	tot.dirs = d + 1
+	t.Logf("%d cut points (%d during a run, %d after it ended; a whole run took %v; %d output directories); %d rows checked after the cuts and %d in the finished runs; %d rows reported committed, all found; 0 lost; %v in all",
+		tot.cuts, tot.killed, tot.cuts-tot.killed, whole.Round(time.Millisecond), tot.dirs, tot.checked, tot.rows, tot.reported, time.Since(begin).Round(time.Second))
+	return tot
 }
 
 // trialTotals are the trials' counts.
 type trialTotals struct {
 	cuts, killed int
+	dirs         int
 	checked      int // rows read back after the cuts
 	reported     int // rows the runs had reported committed
 	rows         int // rows of the finished runs
@@ -148,13 +235,20 @@ var (
 type strike struct {
 	afterRows int
 	delay     time.Duration
+	// pre, when set, is a kill without a cut pre after an earlier run's
+	// start; the run it strikes resumes from what that one left.
+	pre time.Duration
 }
 
 func (s strike) String() string {
+	w := fmt.Sprintf("%v after start", s.delay.Round(time.Millisecond))
 	if s.afterRows > 0 {
-		return fmt.Sprintf("%v after %d rows committed", s.delay.Round(time.Millisecond), s.afterRows)
+		w = fmt.Sprintf("%v after %d rows committed", s.delay.Round(time.Millisecond), s.afterRows)
 	}
-	return fmt.Sprintf("%v after start", s.delay.Round(time.Millisecond))
+	if s.pre > 0 {
+		w = fmt.Sprintf("a run killed %v after its start without a cut, then a resume struck %s", s.pre.Round(time.Millisecond), w)
+	}
+	return w
 }
 
 // lockedBuffer is a bytes.Buffer a child process writes while the test
@@ -187,21 +281,77 @@ func lastCommitted(stderr string) int {
 	return n
 }
 
-// powerCut runs cfg, kills it with SIGKILL where st says (unless it ended
-// first), cuts the power and checks what survived against what the run
-// reported. It reports whether the kill landed, and ok false when the
-// trials cannot go on.
-func powerCut(t *testing.T, fsys *crashfs.FS, cfg, out string, st strike, name string, tot *trialTotals) (killed, ok bool) {
+// powerCut runs tg's processes into out, kills them with SIGKILL where st
+// says (unless they ended first), cuts the power and checks what survived
+// against what the processes reported. It reports whether a kill landed,
+// and ok false when the trials cannot go on.
+func powerCut(t *testing.T, fsys *crashfs.FS, tg cutTarget, out string, st strike, name string, tot *trialTotals) (killed, ok bool) {
 	t.Helper()
-	before := countRows(t, out)
-	cmd := exec.Command(binary, "run", cfg)
-	var stdout, stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	before := tg.rows(t, out)
+	reported := 0
+	if st.pre > 0 {
+		// A kill without a cut: what that run reported committed was
+		// durable when it was reported.
+		k, r, ok := strikeRun(t, tg, out, strike{delay: st.pre}, name+" (the kill before)")
+		if !ok {
+			return false, false
+		}
+		reported += r
+		killed = k
+	}
+	k, r, ok := strikeRun(t, tg, out, st, name)
+	if !ok {
+		return false, false
+	}
+	reported += r
+	killed = killed || k
+	if err := fsys.Cut(); err != nil {
 		t.Fatal(err)
 	}
+	tot.cuts++
+	if killed {
+		tot.killed++
+	}
+	var rows int
+	rows, ok = tg.check(t, out, name, !k)
+	tot.checked += rows
+	tot.reported += reported
+	if rows < before+reported {
+		t.Errorf("%s (killed %v, %v): %d rows after the cut; %d were there before the run and it reported %d more committed",
+			name, killed, st, rows, before, reported)
+		ok = false
+	}
+	t.Logf("%s: killed %v (%v); rows %d before, %d reported by the run, %d after the cut", name, killed, st, before, reported, rows)
+	return k, ok
+}
+
+// strikeRun runs tg's processes into out and kills them where st says
+// (unless they end first). It returns whether a kill landed and the rows
+// they reported committed; ok false when a process failed.
+func strikeRun(t *testing.T, tg cutTarget, out string, st strike, name string) (killed bool, reported int, ok bool) {
+	t.Helper()
+	cmds := tg.cmds(t, out)
+	stdout := make([]*lockedBuffer, len(cmds))
+	stderr := make([]*lockedBuffer, len(cmds))
+	var wg sync.WaitGroup
+	for i, cmd := range cmds {
+		stdout[i], stderr[i] = &lockedBuffer{}, &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = stdout[i], stderr[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = cmd.Wait() }()
+	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() { wg.Wait(); close(exited) }()
+	committed := func() int {
+		n := 0
+		for _, e := range stderr {
+			n += lastCommitted(e.String())
+		}
+		return n
+	}
 	var fire <-chan time.Time
 	if st.afterRows <= 0 {
 		fire = time.After(st.delay)
@@ -214,55 +364,34 @@ wait:
 		case <-exited:
 			break wait
 		case <-fire:
-			_ = cmd.Process.Kill() // SIGKILL: nothing of the run's own cleanup
+			for _, cmd := range cmds {
+				_ = cmd.Process.Kill() // SIGKILL: nothing of the run's own cleanup
+			}
 			<-exited
-			killed = cmd.ProcessState.ExitCode() == -1
 			break wait
 		case <-tick.C:
-			if fire == nil && lastCommitted(stderr.String()) >= st.afterRows {
+			if fire == nil && committed() >= st.afterRows {
 				fire = time.After(st.delay)
 			}
 		}
 	}
-	if !killed && cmd.ProcessState.ExitCode() != 0 {
-		t.Errorf("%s: the run exited %d before the cut:\n%s", name, cmd.ProcessState.ExitCode(), stderr.String())
-		return false, false
-	}
-	// What the run reported committed: its last progress line, or its
-	// summary when it finished.
-	reported := lastCommitted(stderr.String())
-	if m := rowsWrittenRe.FindStringSubmatch(stdout.String()); m != nil {
-		reported, _ = strconv.Atoi(m[1])
-	}
-	if err := fsys.Cut(); err != nil {
-		t.Fatal(err)
-	}
-	tot.cuts++
-	if killed {
-		tot.killed++
-	}
-	var rows int
-	rows, ok = checkSurvived(t, out, name)
-	tot.checked += rows
-	tot.reported += reported
-	if rows < before+reported {
-		t.Errorf("%s (killed %v, %v): %d rows after the cut; %d were there before the run and it reported %d more committed",
-			name, killed, st, rows, before, reported)
-		ok = false
-	}
-	if !killed && rows != cutTasks*cutN {
-		t.Errorf("%s: the run had finished, and after the cut %d rows of %d are there", name, rows, cutTasks*cutN)
-		ok = false
-	}
-	if !killed {
-		// A finished run leaves its metrics durable too.
-		if b, err := os.ReadFile(filepath.Join(out, schema.MetricsFile)); err != nil || !json.Valid(b) {
-			t.Errorf("%s: the run had finished, and after the cut %s is %d bytes (%v)", name, schema.MetricsFile, len(b), err)
-			ok = false
+	// What the runs reported committed: their last progress lines, or
+	// their summaries where they finished.
+	for i, cmd := range cmds {
+		code := cmd.ProcessState.ExitCode()
+		if code == -1 {
+			killed = true
+		} else if code != 0 {
+			t.Errorf("%s: process %d exited %d before the cut:\n%s", name, i, code, stderr[i].String())
+			return false, 0, false
 		}
+		r := lastCommitted(stderr[i].String())
+		if m := rowsWrittenRe.FindStringSubmatch(stdout[i].String()); m != nil {
+			r, _ = strconv.Atoi(m[1])
+		}
+		reported += r
 	}
-	t.Logf("%s: killed %v (%v); rows %d before, %d reported by the run, %d after the cut", name, killed, st, before, reported, rows)
-	return killed, ok
+	return killed, reported, true
 }
 
 // countRows counts the rows of the committed part files of out (all

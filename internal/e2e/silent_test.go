@@ -12,11 +12,13 @@ import (
 )
 
 // TestSilentEndpointRun: trajflow run over a sim-server and an endpoint
-// that accepts every request and never answers. The silent endpoint is
-// taken out once it has held requests for generate.silence_after while
-// the other answers, named in the run's log; its requests go to the
-// sim-server, and the run ends with every rollout ok long before
-// generate.timeout (before, its tail waited for the timeout).
+// that answers GET /models and holds every completion, with the silence
+// watch's defaults. The silent endpoint is taken out once its canary goes
+// unanswered while the sim-server answers the same, named in the run's
+// log; its requests go to the sim-server, and the run ends with every
+// rollout ok long before the 30 s floor of generate.silence_after (before
+// the canary, the run waited out the floor; before the tail rule, its
+// tail waited for generate.timeout).
 func TestSilentEndpointRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a sim-server process and a run (skipped under -short)")
@@ -41,15 +43,16 @@ func TestSilentEndpointRun(t *testing.T) {
 	cfg := defaultConfig(t, dir, "config.yaml", writeTasks(t, dir, tasks, 5), out, srv, 0)
 	start := time.Now()
 	res := run(t, "run", cfg, "--set", `generate.endpoints=["`+srv+`", "`+hung.URL+`/v1"]`,
-		"--set", "generate.silence_after=1s", "--set", "generate.timeout=5m", "--set", "generate.concurrency=32")
+		"--set", "generate.timeout=5m", "--set", "generate.concurrency=32")
 	took := time.Since(start)
 	if res.code != 0 {
 		t.Fatalf("exit %d:\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	if took > 2*time.Minute {
-		t.Fatalf("the run took %s with one endpoint silent (generate.timeout 5m)", took)
+	if took > 25*time.Second {
+		t.Fatalf("the run took %s with one endpoint silent (the floor is 30 s: the canary did not decide)", took)
 	}
-	if !strings.Contains(res.stderr, "endpoint "+hung.URL+"/v1 taken out (silent: no answer for") {
+	if !strings.Contains(res.stderr, "endpoint "+hung.URL+"/v1 taken out (silent: no answer for") ||
+		!strings.Contains(res.stderr, "canary request had no answer") {
 		t.Fatalf("the log does not name the silent endpoint:\n%s", res.stderr)
 	}
 	if rows := len(readDataset(t, filepath.Join(out, "data")).rows); rows != tasks*n {
@@ -63,8 +66,8 @@ func TestSilentEndpointRun(t *testing.T) {
 	var m struct {
 		LastRun struct {
 			Endpoints []struct {
-				Endpoint                           string
-				Requests, Retries, Failures, Moved int64
+				Endpoint                                     string
+				Requests, Retries, Failures, Moved, Canaries int64
 			} `json:"endpoints"`
 		} `json:"last_run"`
 	}
@@ -72,8 +75,9 @@ func TestSilentEndpointRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	eps := m.LastRun.Endpoints
-	if len(eps) != 2 || eps[1].Endpoint != hung.URL+"/v1" || eps[1].Moved == 0 || eps[1].Failures < eps[1].Moved || eps[0].Retries == 0 {
-		t.Fatalf("metrics.json last_run.endpoints %+v: want the silent endpoint's attempts moved and retried on the other", eps)
+	if len(eps) != 2 || eps[1].Endpoint != hung.URL+"/v1" || eps[1].Moved == 0 || eps[1].Failures < eps[1].Moved || eps[0].Retries == 0 ||
+		eps[1].Canaries == 0 || eps[0].Canaries == 0 {
+		t.Fatalf("metrics.json last_run.endpoints %+v: want the silent endpoint's attempts moved and retried on the other, and the canaries counted on both", eps)
 	}
 	t.Logf("%d rollouts in %s with one of two endpoints silent; %+v", tasks*n, took.Round(time.Millisecond), eps)
 }

@@ -32,7 +32,25 @@ type Model struct {
 	Extra  string           `json:"extra"`
 	Fields map[string]Field `json:"fields"`
 	Union  []string         `json:"union"`
+	// TokenMetadata, on a union, is Gym's _validate_atomic_token_metadata
+	// (nemo_gym/openai_utils.py): an object holding any of the token
+	// fields (TokenFields) must hold the required ones (TokenFieldsRequired).
+	TokenMetadata bool `json:"token_metadata"`
 }
+
+// TokenFieldsRequired are the token fields Gym requires together
+// (REQUIRED_TOKEN_METADATA_FIELDS); TokenFields adds routed_experts
+// (TOKEN_METADATA_FIELDS).
+var (
+	TokenFieldsRequired = []string{"generation_log_probs", "generation_token_ids", "prompt_token_ids"}
+	TokenFields         = append([]string{"routed_experts"}, TokenFieldsRequired...)
+	tokenFieldTypes     = map[string]string{
+		"prompt_token_ids":     "list<int>",
+		"generation_token_ids": "list<int>",
+		"generation_log_probs": "list<number>",
+		"routed_experts":       "string|list<list<list<int>>>|null",
+	}
+)
 
 // Models are the transcribed models and the revisions they were read at.
 type Models struct {
@@ -279,6 +297,36 @@ func (m *Models) check(problems *[]string, path string, t *Type, v any) {
 		bad("no member of the union matches (" + strings.Join(all, "; ") + ")")
 	case "model":
 		md := m.Models[t.Name]
+		if o, ok := v.(map[string]any); ok && md.TokenMetadata {
+			present := false
+			for _, f := range TokenFields {
+				_, has := o[f]
+				present = present || has
+			}
+			if present {
+				var missing []string
+				for _, f := range TokenFieldsRequired {
+					if _, has := o[f]; !has {
+						missing = append(missing, f)
+					}
+				}
+				if len(missing) > 0 {
+					bad("value_error: Token metadata must include all required fields; missing: " + strings.Join(missing, ", "))
+					return
+				}
+				// TokenIDLogProbMixin.model_validate of the fields present.
+				n := len(*problems)
+				for _, f := range TokenFields {
+					if fv, has := o[f]; has {
+						ft, _ := ParseType(tokenFieldTypes[f])
+						m.check(problems, path+"."+f, ft, fv)
+					}
+				}
+				if len(*problems) > n {
+					return
+				}
+			}
+		}
 		if len(md.Union) > 0 {
 			alts := make([]*Type, len(md.Union))
 			for i, u := range md.Union {

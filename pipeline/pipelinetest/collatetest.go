@@ -126,6 +126,29 @@ func Rollout(task *pipeline.Task, i, n, payload int) *pipeline.Rollout {
 		{Version: 1, VersionMax: 1, Start: p, End: h},
 		{Version: 1, VersionMax: 2, Start: h + 3, End: p + int32(tokens)},
 	}
+	// Segments: every fourth rollout is an agent's that rewrote its
+	// history once, its second segment starting at message 3 (the
+	// observation after the first answer) and its second answer.
+	if i%4 == 1 {
+		r.Segments = []pipeline.Segment{{Message: 3, Token: h, Turn: 2}}
+	}
+	// Routes: every third rollout's engine routed it (2 layers, top 2)
+	// but its last token and the second observation token (null
+	// routes on the rest).
+	if i%3 == 0 {
+		n := int(p) + tokens
+		rt := &pipeline.Routes{Layers: 2, TopK: 2, Experts: make([]int16, 0, n*4)}
+		for q := range n {
+			for k := range int16(4) {
+				e := int16((q*7+i)%64) + k
+				if q == int(h)+1 || q == n-1 {
+					e = pipeline.NotRouted
+				}
+				rt.Experts = append(rt.Experts, e)
+			}
+		}
+		r.Routes = rt
+	}
 	if i%2 == 0 {
 		temp, topP, topK, maxTok := 0.7+float64(i)/100, 0.95, int32(20+i), int32(tokens)
 		r.Sampling = pipeline.Sampling{Temperature: &temp, TopP: &topP, TopK: &topK, MaxTokens: &maxTok}

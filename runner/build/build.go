@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/gateway"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/sim"
@@ -73,6 +76,9 @@ type Components struct {
 	// routes), wrapped by hooks.WrapEnv; Stepper steps rollouts on them.
 	Envs    map[string]envs.Env
 	Stepper *envstep.Stepper
+	// Gateway is the agent gateway, started when a route's environment
+	// is an agent (envs.Agent); nil otherwise, and in validate's dry walk.
+	Gateway *gateway.Server
 	// Template renders the rows' prompts; Expander expands a task into
 	// its group's rollouts.
 	Template *template.Template
@@ -141,6 +147,7 @@ var Steps = []Step{
 	{Name: "decorate", do: (*Components).decorate},
 	{Name: "generator", do: (*Components).newGenerator},
 	{Name: "envs", do: (*Components).startEnvs},
+	{Name: "gateway", do: (*Components).startGateway},
 	{Name: "template", do: (*Components).newTemplate},
 	{Name: "source", do: (*Components).openSource},
 	{Name: "expander", do: (*Components).newExpander},
@@ -303,10 +310,11 @@ func generatorOptions(cfg *config.Config) (generate.Options, error) {
 	}
 	return generate.Options{
 		Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API,
-		MaxSeqLen: cfg.Env.MaxSeqLen, MaxSeqLenOf: cfg.Env.SeqLenOf(),
+		MaxSeqLenOf:     cfg.Env.SeqLenOf(),
 		PromptMaxTokens: cfg.Prompt.MaxTokens, PromptTruncation: cfg.Prompt.Truncation,
 		ObservationTokens: cfg.Env.ObservationTokens,
 		StepPrompt:        stepPrompt, RecordSteps: cfg.Output.Steps,
+		RoutedExperts: cfg.Generate.RoutedExperts, RoutedExpertsLayers: cfg.Generate.RoutedExpertsLayers,
 	}, nil
 }
 
@@ -363,6 +371,41 @@ func (b *Components) startEnvs(context.Context) error {
 		b.Envs[rs.Route] = env
 	}
 	b.Stepper = envstep.FromConfig(&b.cfg.Env, func(route string) envs.Env { return b.Envs[route] })
+	return nil
+}
+
+// startGateway starts the agent gateway (the gateway section) when a
+// route's environment is an agent: its agents call the model there. The
+// dry walk of validate only checks that gateway.addr can be listened on.
+func (b *Components) startGateway(context.Context) error {
+	agents := false
+	for _, route := range sortedRoutes(b.Envs) {
+		env := b.Envs[route]
+		if _, ok := env.(envs.Agent); ok {
+			agents = true
+		}
+		if f, ok := env.(envs.FixedGateway); ok && f.FixedGateway() {
+			if _, port, err := net.SplitHostPort(b.cfg.Gateway.Addr); err == nil && port == "0" {
+				return fmt.Errorf("gateway.addr: %q takes a free port, but env %s's agent servers are configured with their model server's address before the run: give the gateway a fixed port (e.g. 127.0.0.1:8400) and name http://THAT/v1 as their model server", b.cfg.Gateway.Addr, route)
+			}
+		}
+	}
+	if !agents {
+		return nil
+	}
+	g := gateway.New(gateway.Options{Addr: b.cfg.Gateway.Addr, Model: b.cfg.Generate.Model, MaxBody: b.cfg.Gateway.MaxBody})
+	if err := g.Start(); err != nil {
+		return fmt.Errorf("gateway.addr: %w", err)
+	}
+	if b.opts.Dry {
+		return g.Close(context.Background())
+	}
+	b.Gateway = g
+	b.closers = append(b.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return g.Close(ctx)
+	})
 	return nil
 }
 
@@ -460,4 +503,14 @@ func stepPrompts(cfg *config.Config) (func(*pipeline.Rollout) ([]pipeline.Messag
 		}
 		return p.Messages(r), true
 	}, nil
+}
+
+// sortedRoutes are the route names of m, sorted.
+func sortedRoutes(m map[string]envs.Env) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }

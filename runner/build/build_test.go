@@ -106,6 +106,7 @@ func ExampleSteps() {
 	// decorate
 	// generator
 	// envs
+	// gateway
 	// template
 	// source
 	// expander

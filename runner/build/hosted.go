@@ -138,6 +138,11 @@ func cacheKey(model string, api inference.API) cache.KeyFunc {
 		if err != nil {
 			return cache.Key{}, err
 		}
+		if r.RoutedExperts {
+			// vLLM's body does not say it: an answer stored by a run that
+			// did not ask for routes has none to give.
+			body = fmt.Appendf(body, "\x00routed_experts:%d", r.RoutedExpertsLayers)
+		}
 		endpoint := api
 		if r.PromptTokenIDs != nil {
 			endpoint = api.TokenAPI()

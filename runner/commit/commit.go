@@ -17,6 +17,7 @@ import (
 	"github.com/trajflow/trajflow/sinks"
 	"github.com/trajflow/trajflow/sinks/images"
 	"github.com/trajflow/trajflow/sinks/parquet"
+	"github.com/trajflow/trajflow/stages/collate"
 )
 
 // Committer is a run's commit path, in one place: the Parquet writer of
@@ -144,24 +145,9 @@ func openImages(dir string) (*images.Store, error) {
 	return images.New(dir), nil
 }
 
-// Batch is a record batch for one output directory, or (Commit) the
-// commit timer's mark: the writers commit their open files. It releases
-// its record when the graph drops it unconsumed.
-type Batch struct {
-	Dest   string
-	Rec    arrow.Record
-	Commit bool
-	// Groups are the groups Rec holds, when their step rows or OpenAI
-	// Batch lines go with it (Keeps).
-	Groups []*pipeline.Group
-}
-
-// Release releases the batch's record.
-func (b Batch) Release() {
-	if b.Rec != nil {
-		b.Rec.Release()
-	}
-}
+// Batch is a record batch for one output directory, or the commit
+// timer's mark (collate.Batch, what the collate stage emits).
+type Batch = collate.Batch
 
 // Keeps reports whether a batch of dest carries its groups: whether a
 // part sink of the run has files beside dest's parts (the step rows of

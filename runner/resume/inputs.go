@@ -89,6 +89,16 @@ func OpenInputs(path string) (*Inputs, error) {
 			return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
 		}
 	}
+	// What was read is taken as written (those tasks are not written
+	// again): make it durable now, the file and its name. A run killed
+	// before its sync left it in the kernel's cache only, and this run may
+	// never write (and sync) the file again before it commits those tasks.
+	if err := durable.Sync(f); err != nil {
+		return nil, fmt.Errorf("%s: %w", schema.InputsFile, err)
+	}
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("%s: sync its directory: %w", schema.InputsFile, err)
+	}
 	return w, nil
 }
 
@@ -126,6 +136,17 @@ func (w *Inputs) Write(t *pipeline.Task, params map[string]any) error {
 
 // fail records the first failure of the file.
 func (w *Inputs) fail(err error) error {
+	if w.err == nil && durable.DiskFull(err) && w.f != nil {
+		// What the file needed: its size and the lines not yet written.
+		var size int64
+		if fi, serr := w.f.Stat(); serr == nil {
+			size = fi.Size()
+		}
+		if w.bw != nil {
+			size += int64(w.bw.Buffered())
+		}
+		err = durable.NeedSpace(w.path, size, err)
+	}
 	if w.err == nil {
 		w.err = fmt.Errorf("%s: %w", schema.InputsFile, err)
 	}
@@ -144,7 +165,7 @@ func (w *Inputs) Flush() error {
 	}
 	err := w.bw.Flush()
 	if err == nil {
-		err = w.f.Sync()
+		err = durable.Sync(w.f)
 	}
 	if err != nil {
 		return w.fail(err)
@@ -162,7 +183,7 @@ func (w *Inputs) Close() error {
 	err := w.err
 	if err == nil {
 		if err = w.bw.Flush(); err == nil {
-			err = w.f.Sync()
+			err = durable.Sync(w.f)
 		}
 		if err != nil {
 			err = w.fail(err)

@@ -184,3 +184,42 @@ func TestInputsFailedSyncIsNotRetried(t *testing.T) {
 		t.Errorf("%d fsyncs retried on the descriptor whose fsync failed", st.RetriedSyncs)
 	}
 }
+
+// TestInputsOfAKilledRunSurviveAPowerCut: a run killed (kill -9) after it
+// wrote inputs.jsonl's lines and before it synced them leaves them in the
+// kernel's cache, its file's name perhaps not durable either. The resume
+// reads them and writes no task again; it then commits parts of those
+// tasks. OpenInputs must make what it read durable: before, a resume that
+// had no new task to write never opened the file and never synced it,
+// and a power cut after its commits left inputs.jsonl gone with every
+// committed task's line (TestPowerCutShards found it: "inputs.jsonl holds
+// tasks up to -1; task 147 is committed").
+func TestInputsOfAKilledRunSurviveAPowerCut(t *testing.T) {
+	fsys := crashfstest.Mount(t)
+	dir := filepath.Join(fsys.Root(), "out")
+	if err := durable.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, schema.InputsFile)
+	var lines []byte
+	for i := range 5 {
+		lines = fmt.Appendf(lines, "{\"task_index\": %d}\n", i)
+	}
+	// The killed run's file: created and written, neither synced.
+	if err := os.WriteFile(path, lines, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenInputs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil { // no new task: nothing written
+		t.Fatal(err)
+	}
+	if err := fsys.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != string(lines) {
+		t.Fatalf("after the cut inputs.jsonl holds %q (%v), want the %d lines the resume read", b, err, 5)
+	}
+}

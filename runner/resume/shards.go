@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/trajflow/trajflow/config"
-	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/schema/shards"
 	"github.com/trajflow/trajflow/storage"
 )
 

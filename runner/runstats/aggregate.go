@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/internal/durable"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 )
 
@@ -16,15 +17,13 @@ import (
 // writes them next to metrics.json in dir. Nothing is written when no environment is a
 // Finisher or none has anything to say.
 func WriteAggregate(ctx context.Context, dir string, routes map[string]envs.Env) error {
-	names := make([]string, 0, len(routes))
-	for name := range routes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var entries []any
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(routes)) {
 		env := routes[name]
-		if t, ok := env.(TimedEnv); ok {
+		switch t := env.(type) {
+		case TimedEnv:
+			env = t.Env
+		case timedEnder:
 			env = t.Env
 		}
 		f, ok := env.(envs.Finisher)
@@ -48,12 +47,7 @@ func WriteAggregate(ctx context.Context, dir string, routes map[string]envs.Env)
 	if len(entries) == 0 {
 		return nil
 	}
-	b, err := json.MarshalIndent(entries, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(dir, schema.ServerAggregateMetricsFile)
-	if err := durable.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := metrics.WriteJSON(filepath.Join(dir, schema.ServerAggregateMetricsFile), entries); err != nil {
 		return fmt.Errorf("aggregate metrics: %w", err)
 	}
 	return nil

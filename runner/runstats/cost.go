@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/trajflow/trajflow/inference"
-	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/sources"
 )
@@ -60,16 +60,13 @@ func (r *Tracker) costNow() (cost, saved float64, ok bool) {
 	if p == nil {
 		return 0, 0, false
 	}
-	hit := r.hostedStats().CacheHitTokens
+	hit := r.in.Hosted().CacheHitTokens
 	return max(p.Cost(r.billed.load().Sub(hit)), 0), p.Cost(hit), true
 }
 
 // inputFraction is the share of the input read so far, when the source
 // knows it.
 func (r *Tracker) inputFraction() (float64, bool) {
-	if r.in.Source == nil {
-		return 0, false
-	}
 	f, ok := r.in.Source().(sources.Fractioner)
 	if !ok {
 		return 0, false

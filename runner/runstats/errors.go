@@ -1,8 +1,10 @@
 package runstats
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -29,21 +31,14 @@ func (s *Counters) InvalidUTF8() int64 { return s.invalidUTF8.Add(1) }
 func (s *Counters) TopErrors() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	type kv struct {
-		k string
-		v int
-	}
-	var all []kv
-	for k, v := range s.errClasses {
-		all = append(all, kv{k, v})
-	}
-	if len(all) == 0 {
+	m := s.errClasses
+	if len(m) == 0 {
 		return ""
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
+	all := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
 	var parts []string
-	for _, e := range all[:min(3, len(all))] {
-		parts = append(parts, fmt.Sprintf("%s=%d", e.k, e.v))
+	for _, k := range all[:min(3, len(all))] {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
 	msg := "; by class: " + strings.Join(parts, ", ")
 	if s.lastError != "" {

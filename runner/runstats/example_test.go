@@ -3,6 +3,7 @@ package runstats_test
 import (
 	"fmt"
 
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/runner/runstats"
 )
 
@@ -10,7 +11,7 @@ import (
 func ExampleSnapshot_ProjectedCost() {
 	s := runstats.Snapshot{Priced: true, Cost: 1.5, Target: 100, GroupsFinished: 80, GroupsKept: 50}
 	p, ok := s.ProjectedCost()
-	fmt.Println(runstats.FormatCost(p), ok)
+	fmt.Println(metrics.FormatCost(p), ok)
 	fmt.Println(s.CostText())
 	// Output:
 	// 3.0000 true

@@ -1,12 +1,11 @@
 package runstats
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
-	"github.com/trajflow/trajflow/internal/durable"
-	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // gymAgentMetrics is one entry of AggregateMetricsFile.
@@ -26,13 +25,8 @@ type gymAgentMetrics struct {
 // writeAggregateMetrics writes m's per-environment metrics in NeMo Gym's
 // layout, atomically.
 func writeAggregateMetrics(path string, m *metrics.Metrics) error {
-	names := make([]string, 0, len(m.Envs))
-	for n := range m.Envs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]gymAgentMetrics, 0, len(names))
-	for _, n := range names {
+	out := make([]gymAgentMetrics, 0, len(m.Envs))
+	for _, n := range slices.Sorted(maps.Keys(m.Envs)) {
 		e := m.Envs[n]
 		var a gymAgentMetrics
 		a.AgentRef.Name = n
@@ -53,11 +47,7 @@ func writeAggregateMetrics(path string, m *metrics.Metrics) error {
 		a.GroupLevelMetrics = e.AtK
 		out = append(out, a)
 	}
-	data, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	if err := durable.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+	if err := metrics.WriteJSON(path, out); err != nil {
 		return fmt.Errorf("metrics: %s: %w", path, err)
 	}
 	return nil

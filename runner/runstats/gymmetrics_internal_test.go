@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // key_metrics holds mean_gen_tokens_per_sample where some row's

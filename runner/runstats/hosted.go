@@ -10,7 +10,7 @@ import (
 	"github.com/trajflow/trajflow/inference/cache"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/inference/ratelimit"
-	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // HostedStats are the figures of the hosted-API features: the response

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/trajflow/trajflow/internal/analyze"
+	"github.com/trajflow/trajflow/runner/analyze"
 	"github.com/trajflow/trajflow/schema"
 )
 

@@ -3,6 +3,7 @@ package runstats
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/trajflow/trajflow/pipeline"
@@ -40,7 +41,7 @@ func (r *Tracker) CheckGenerated() error {
 	}
 	s.mu.Lock()
 	kept := s.kept
-	classes := copyMap(s.errClasses)
+	classes := maps.Clone(s.errClasses)
 	last := s.lastError
 	s.mu.Unlock()
 	if kept == 0 && s.completionTokens.Load() > 0 {
@@ -51,10 +52,7 @@ func (r *Tracker) CheckGenerated() error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d rollouts resolved (%d ok, %d error)", resolved, s.ok.Load(), s.errored.Load())
 	if len(classes) > 0 {
-		b.WriteString(", errors by class:")
-		for _, k := range sortedKeys(classes) {
-			fmt.Fprintf(&b, " %s=%d", k, classes[k])
-		}
+		b.WriteString(", errors by class:" + classCounts(classes))
 	}
 	if n := s.contextTruncated.Load(); n > 0 {
 		fmt.Fprintf(&b, ", %d ended by the server's context-length refusal", n)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trajflow/trajflow/gateway"
 	"github.com/trajflow/trajflow/pipeline"
 
 	dto "github.com/prometheus/client_model/go"
@@ -50,6 +51,8 @@ type Snapshot struct {
 	Queues map[string]int
 	// Endpoints are the inference endpoints' loads (HTTP endpoints only).
 	Endpoints []EndpointLoad
+	// Gateway are the agent gateway's counters (nil: the run has none).
+	Gateway *gateway.Stats
 	// Hosted is the response cache's, the rate limiter's and the Batch
 	// API's figures.
 	Hosted HostedStats
@@ -71,8 +74,11 @@ type EndpointLoad struct {
 	Requests, Retries, Failures int64
 	// Moved counts the attempts moved off the endpoint while it was
 	// silent.
-	Moved   int64
-	Healthy bool
+	Moved int64
+	// Canaries counts the silence watch's canary requests sent to the
+	// endpoint (one token each), apart from Requests.
+	Canaries int64
+	Healthy  bool
 	// RetryAfter is what is left of the wait the endpoint asked for
 	// (Retry-After); 0: none.
 	RetryAfter time.Duration
@@ -160,7 +166,7 @@ func (r *Tracker) Snapshot() Snapshot {
 	if !started.IsZero() {
 		s.Elapsed = time.Since(started)
 	}
-	s.CancelledRequests, s.CancelledTokensEstimate = r.requests()
+	s.CancelledRequests, s.CancelledTokensEstimate = r.in.Requests()
 	s.ServerTokens = -1
 	if n, ok := sc.generated(); ok && srv.ok && n >= srv.start {
 		s.ServerTokens = int64(n - srv.start)
@@ -172,15 +178,18 @@ func (r *Tracker) Snapshot() Snapshot {
 	if r.in.Busy != nil {
 		s.InGeneration, s.InEnvironment = r.in.Busy()
 	}
-	if r.in.Queues != nil {
-		s.Queues = r.in.Queues()
+	s.Queues = r.in.Queues()
+	s.Hosted = r.in.Hosted()
+	if r.in.Gateway != nil {
+		if g, ok := r.in.Gateway(); ok {
+			s.Gateway = &g
+		}
 	}
-	s.Hosted = r.hostedStats()
-	if c := r.httpClient(); c != nil {
+	if c := r.in.HTTP(); c != nil {
 		for i, e := range c.Stats() {
 			s.Endpoints = append(s.Endpoints, EndpointLoad{
 				Endpoint: pipeline.RedactURLs(e.Endpoint), InFlight: e.InFlight, Requests: e.Requests,
-				Retries: e.Retries, Failures: e.Failures, Moved: e.Moved, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
+				Retries: e.Retries, Failures: e.Failures, Moved: e.Moved, Canaries: e.Canaries, Healthy: e.Healthy, RetryAfter: e.RetryAfter,
 				Server: sc.load(i),
 			})
 		}

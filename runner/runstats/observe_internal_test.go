@@ -4,8 +4,11 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trajflow/trajflow/gateway"
 )
 
 func TestParseServerMetrics(t *testing.T) {
@@ -77,5 +80,55 @@ func TestPrometheusCost(t *testing.T) {
 	got = gather(Snapshot{Cost: 1.5, GroupsFinished: 10, TaskLimit: 40})
 	if _, ok := got["trajflow_cost_total"]; ok {
 		t.Fatal("a cost without a price")
+	}
+}
+
+// Prometheus shows the agent gateway's counters for a run with one, and
+// none for a run without.
+func TestPrometheusGateway(t *testing.T) {
+	gather := func(s Snapshot) map[string]float64 {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newPrometheus(func() Snapshot { return s }))
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				name := f.GetName()
+				for _, l := range m.GetLabel() {
+					name += "{" + l.GetValue() + "}"
+				}
+				switch {
+				case m.Counter != nil:
+					got[name] = m.Counter.GetValue()
+				case m.Gauge != nil:
+					got[name] = m.Gauge.GetValue()
+				}
+			}
+		}
+		return got
+	}
+	g := &gateway.Stats{Calls: 7, Refused: 2, Errors: 1, SessionsOpened: 4, SessionsOpen: 3,
+		AddedLatency: gateway.LatencySummary{Count: 6, Mean: 300 * time.Microsecond, P50: 250 * time.Microsecond, P99: 2 * time.Millisecond},
+		ByAPI:        map[string]int64{gateway.AgentChat: 5, gateway.AgentMessages: 2}}
+	got := gather(Snapshot{Gateway: g})
+	want := map[string]float64{
+		"trajflow_gateway_calls_total{chat}": 5, "trajflow_gateway_calls_total{messages}": 2,
+		"trajflow_gateway_refused_total": 2, "trajflow_gateway_errors_total": 1,
+		"trajflow_gateway_sessions_opened_total": 4, "trajflow_gateway_sessions_open": 3,
+		"trajflow_gateway_added_latency_seconds{p50}": 0.00025, "trajflow_gateway_added_latency_seconds{p99}": 0.002,
+		"trajflow_gateway_added_latency_seconds{mean}": 0.0003,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for k := range gather(Snapshot{}) {
+		if strings.HasPrefix(k, "trajflow_gateway_") {
+			t.Errorf("a run without a gateway shows %s", k)
+		}
 	}
 }

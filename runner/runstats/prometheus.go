@@ -80,6 +80,7 @@ var (
 	descEpRetries = prometheus.NewDesc("trajflow_endpoint_retries_total", "Attempts sent to an endpoint that were retries.", []string{"endpoint"}, nil)
 	descEpFails   = prometheus.NewDesc("trajflow_endpoint_failures_total", "Attempts that failed at an endpoint (any class).", []string{"endpoint"}, nil)
 	descEpMoved   = prometheus.NewDesc("trajflow_endpoint_moved_total", "Attempts moved off an endpoint while it was silent (generate.silence_after), each sent again to another.", []string{"endpoint"}, nil)
+	descEpCanary  = prometheus.NewDesc("trajflow_endpoint_canaries_total", "Canary requests (one token each) the silence watch sent to an endpoint, as a suspect, as a control or as a probe; not among the requests.", []string{"endpoint"}, nil)
 	descEpHealthy = prometheus.NewDesc("trajflow_endpoint_healthy", "1 while the endpoint takes requests, 0 while it is out (failing or silent).", []string{"endpoint"}, nil)
 	descSrvRun    = prometheus.NewDesc("trajflow_endpoint_server_running_requests", "Requests decoding on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
 	descSrvWait   = prometheus.NewDesc("trajflow_endpoint_server_waiting_requests", "Requests queued on the endpoint, from its own /metrics (vLLM).", []string{"endpoint"}, nil)
@@ -87,7 +88,13 @@ var (
 	descCancelled = prometheus.NewDesc("trajflow_requests_cancelled_total", "Model requests cancelled in flight (their partial output is in no token count).", nil, nil)
 	descCutTokens = prometheus.NewDesc("trajflow_tokens_cancelled_estimate", "Estimated tokens the servers generated for requests cancelled in flight.", nil, nil)
 	descSrvTokens = prometheus.NewDesc("trajflow_endpoint_server_generated_tokens", "Tokens the endpoints generated since the run started, from their own counters (vllm:generation_tokens_total).", nil, nil)
-	snapshotDescs = []*prometheus.Desc{descEpReqs, descEpRetries, descEpFails, descEpMoved, descEpHealthy, descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV,
+	descGwCalls   = prometheus.NewDesc("trajflow_gateway_calls_total", "Agents' model calls that reached the model through the gateway, by API (chat, responses, messages).", []string{"api"}, nil)
+	descGwRefused = prometheus.NewDesc("trajflow_gateway_refused_total", "Calls the gateway refused before the model saw them (unknown or ended session, wrong key, malformed or unsupported).", nil, nil)
+	descGwErrors  = prometheus.NewDesc("trajflow_gateway_errors_total", "Calls whose model call failed (the trajectory ended, the engine failed, the agent hung up).", nil, nil)
+	descGwOpened  = prometheus.NewDesc("trajflow_gateway_sessions_opened_total", "Agent sessions opened this run (one per rollout of an agent environment).", nil, nil)
+	descGwOpen    = prometheus.NewDesc("trajflow_gateway_sessions_open", "Agent sessions open now (agents running).", nil, nil)
+	descGwAdded   = prometheus.NewDesc("trajflow_gateway_added_latency_seconds", "The gateway's own time per answered call (the handler's time less the model call's): p50, p99 and mean.", []string{"stat"}, nil)
+	snapshotDescs = []*prometheus.Desc{descGwCalls, descGwRefused, descGwErrors, descGwOpened, descGwOpen, descGwAdded, descEpReqs, descEpRetries, descEpFails, descEpMoved, descEpCanary, descEpHealthy, descRollouts, descDispatch, descErrors, descGroups, descTasks, descTokens, descInflight, descRequests, descQueue, descFiles, descRows, descCost, descCostProj, descSrvRun, descSrvWait, descSrvKV,
 		descCancelled, descCutTokens, descSrvTokens}
 )
 
@@ -134,6 +141,18 @@ func (m *Prometheus) Collect(ch chan<- prometheus.Metric) {
 	counter(descFiles, float64(s.FilesCommitted))
 	counter(descRows, float64(s.RowsCommitted))
 	collectHosted(ch, s.Hosted)
+	if g := s.Gateway; g != nil {
+		for api, n := range g.ByAPI {
+			counter(descGwCalls, float64(n), api)
+		}
+		counter(descGwRefused, float64(g.Refused))
+		counter(descGwErrors, float64(g.Errors))
+		counter(descGwOpened, float64(g.SessionsOpened))
+		gauge(descGwOpen, float64(g.SessionsOpen))
+		gauge(descGwAdded, g.AddedLatency.P50.Seconds(), "p50")
+		gauge(descGwAdded, g.AddedLatency.P99.Seconds(), "p99")
+		gauge(descGwAdded, g.AddedLatency.Mean.Seconds(), "mean")
+	}
 	if s.Priced {
 		counter(descCost, s.Cost)
 		if p, ok := s.ProjectedCost(); ok {
@@ -146,6 +165,7 @@ func (m *Prometheus) Collect(ch chan<- prometheus.Metric) {
 		counter(descEpRetries, float64(e.Retries), e.Endpoint)
 		counter(descEpFails, float64(e.Failures), e.Endpoint)
 		counter(descEpMoved, float64(e.Moved), e.Endpoint)
+		counter(descEpCanary, float64(e.Canaries), e.Endpoint)
 		healthy := 0.0
 		if e.Healthy {
 			healthy = 1
@@ -182,6 +202,18 @@ func (m *Prometheus) serve(ctx context.Context, addr string) (stop func(), err e
 		_ = srv.Shutdown(sctx)
 		<-done
 	}, nil
+}
+
+// timedEnder is a TimedEnv of an envs.Ender, which keeps its last word.
+type timedEnder struct {
+	TimedEnv
+	ender envs.Ender
+}
+
+func (e timedEnder) End(ctx context.Context, r *pipeline.Rollout) (*envs.Step, error) {
+	start := time.Now()
+	defer func() { e.steps.Observe(time.Since(start).Seconds()) }()
+	return e.ender.End(ctx, r)
 }
 
 // TimedEnv observes the duration of every environment call.

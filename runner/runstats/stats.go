@@ -1,21 +1,22 @@
 package runstats
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/trajflow/trajflow/sources"
-
-	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/sources"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/groups"
 )
@@ -184,7 +185,7 @@ func (r *Tracker) progressLine() string {
 	if w := snap.RetryAfterWait(); w > 0 {
 		line += fmt.Sprintf(", an endpoint asked to wait %s more (Retry-After)", w.Round(time.Second))
 	}
-	for _, p := range r.hostedStats().Parts() {
+	for _, p := range r.in.Hosted().Parts() {
 		line += ", " + p
 	}
 	return line + snap.CostText()
@@ -196,16 +197,12 @@ func (s Snapshot) CostText() string {
 	if !s.Priced {
 		return ""
 	}
-	text := ", cost " + FormatCost(s.Cost)
+	text := ", cost " + metrics.FormatCost(s.Cost)
 	if p, ok := s.ProjectedCost(); ok {
-		text += " (projected total " + FormatCost(p) + ")"
+		text += " (projected total " + metrics.FormatCost(p) + ")"
 	}
 	return text
 }
-
-// FormatCost shows a cost as the summary and the progress line do
-// (metrics.FormatCost).
-func FormatCost(v float64) string { return metrics.FormatCost(v) }
 
 // Summary is what a run did.
 type Summary struct {
@@ -298,27 +295,25 @@ func (r *Tracker) Summary(err error) *Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := &Summary{
-		RunID: r.cfg.Run.ID, Dir: r.display(r.cfg.Output.Dir), Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
-		Metrics: r.display(existing(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile))),
-		Steps:   r.display(r.stepsDir()),
+		RunID: r.cfg.Run.ID, Dir: r.in.Display(r.cfg.Output.Dir), Shard: r.cfg.Source.Shard, Files: r.files, Duration: time.Since(r.started),
+		Metrics: r.in.Display(existing(filepath.Join(r.cfg.Output.Dir, schema.MetricsFile))),
+		Steps:   r.in.Display(r.stepsDir()),
 		Tasks:   s.tasks.Load(), Rejected: s.rejected.Load(), Resumed: s.skipped.Load(),
-		Target: r.cfg.Groups.Target, EarlierKept: r.earlierKept(),
+		Target: r.cfg.Groups.Target, EarlierKept: r.in.EarlierKept(),
 		InvalidUTF8: s.invalidUTF8.Load(),
 		Dispatched:  s.dispatched.Load(), OK: s.ok.Load(), Errors: s.errored.Load(),
 		Cancelled: s.cancelled.Load(), Filtered: s.filtered.Load(), Rows: s.written.Load(),
-		Groups: s.groups, Kept: s.kept, CommittedGroups: int(s.groupsCommitted.Load()), Unfiltered: s.unfiltered, Dropped: copyMap(s.dropped), ErrorClasses: copyMap(s.errClasses),
+		Groups: s.groups, Kept: s.kept, CommittedGroups: int(s.groupsCommitted.Load()), Unfiltered: s.unfiltered, Dropped: maps.Clone(s.dropped), ErrorClasses: maps.Clone(s.errClasses),
 		CompletionTokens: s.completionTokens.Load(), KeptTokens: s.keptTokens.Load(),
 		ContextTruncated: s.contextTruncated.Load(),
 		ServerTokens:     -1,
 		Interrupted:      err != nil,
 	}
-	if r.in.Stop != nil {
-		if cause := r.in.Stop(); cause != nil {
-			sum.Stop = cause.Error()
-		}
+	if cause := r.in.Stop(); cause != nil {
+		sum.Stop = cause.Error()
 	}
-	sum.Hosted = r.hostedStats()
-	sum.CancelledRequests, sum.CancelledTokensEstimate = r.requests()
+	sum.Hosted = r.in.Hosted()
+	sum.CancelledRequests, sum.CancelledTokensEstimate = r.in.Requests()
 	if srv := r.server(); srv.known {
 		sum.ServerTokens = srv.generated
 	}
@@ -336,14 +331,6 @@ func (r *Tracker) Summary(err error) *Summary {
 		sum.Cancelled += lost
 	}
 	return sum
-}
-
-func copyMap(m map[string]int) map[string]int {
-	out := make(map[string]int, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // String is the summary as the command prints it.
@@ -368,16 +355,12 @@ func (s *Summary) String() string {
 	if s.Unfiltered > 0 {
 		fmt.Fprintf(&b, " (%d of them unfiltered: the input ran out short of the target)", s.Unfiltered)
 	}
-	for _, k := range sortedKeys(s.Dropped) {
+	for _, k := range slices.Sorted(maps.Keys(s.Dropped)) {
 		fmt.Fprintf(&b, ", %d dropped (%s)", s.Dropped[k], k)
 	}
 	fmt.Fprintf(&b, "\nrows written: %d, mean reward %.4f\n", s.Rows, s.MeanReward)
 	if len(s.ErrorClasses) > 0 {
-		b.WriteString("errors by class:")
-		for _, k := range sortedKeys(s.ErrorClasses) {
-			fmt.Fprintf(&b, " %s=%d", k, s.ErrorClasses[k])
-		}
-		b.WriteString("\n")
+		b.WriteString("errors by class:" + classCounts(s.ErrorClasses) + "\n")
 	}
 	if s.ContextTruncated > 0 {
 		fmt.Fprintf(&b, "context-length refusals after the first turn: %d (those rows end truncated with their earlier turns)\n", s.ContextTruncated)
@@ -409,23 +392,19 @@ func (s *Summary) String() string {
 	}
 	b.WriteString(s.hostedLines())
 	if s.Priced {
-		fmt.Fprintf(&b, "cost: %s", FormatCost(s.Cost))
+		fmt.Fprintf(&b, "cost: %s", metrics.FormatCost(s.Cost))
 		if s.ProjectedCost != s.Cost {
-			fmt.Fprintf(&b, " (projected total %s)", FormatCost(s.ProjectedCost))
+			fmt.Fprintf(&b, " (projected total %s)", metrics.FormatCost(s.ProjectedCost))
 		}
 		// The same rows as metrics.json's cost, for a run that starts its
 		// output directory without generate.cache.
 		b.WriteString(" (generate.price; every request of this run: data, filtered and error rows")
 		if s.CacheSaved > 0 {
-			fmt.Fprintf(&b, "; not counted: %d answers from generate.cache, worth %s", s.Hosted.CacheHits, FormatCost(s.CacheSaved))
+			fmt.Fprintf(&b, "; not counted: %d answers from generate.cache, worth %s", s.Hosted.CacheHits, metrics.FormatCost(s.CacheSaved))
 		}
 		b.WriteString(")\n")
 	}
-	metrics := "none (nothing committed)"
-	if s.Metrics != "" {
-		metrics = s.Metrics
-	}
-	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, schema.DataDir, len(s.Files), metrics)
+	fmt.Fprintf(&b, "output: %s/%s (%d files this run), metrics: %s\n", s.Dir, schema.DataDir, len(s.Files), cmp.Or(s.Metrics, "none (nothing committed to "+schema.DataDir+"/)"))
 	if s.Steps != "" {
 		fmt.Fprintf(&b, "step rows: %s (a steps file beside each data file)\n", s.Steps)
 	}
@@ -445,13 +424,13 @@ func (r *Tracker) stepsDir() string {
 	return dir
 }
 
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// classCounts are counts by class as " a=1 b=2", classes sorted.
+func classCounts(m map[string]int) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, " %s=%d", k, m[k])
 	}
-	sort.Strings(keys)
-	return keys
+	return b.String()
 }
 
 // existing is path when a file is there, else "".
@@ -460,11 +439,4 @@ func existing(path string) string {
 		return ""
 	}
 	return path
-}
-
-func (r *Tracker) earlierKept() int {
-	if r.in.EarlierKept == nil {
-		return 0
-	}
-	return r.in.EarlierKept()
 }

@@ -4,8 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/trajflow/trajflow/internal/metrics"
-	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // serverCount is the endpoints' own generation-token counter over the
@@ -73,20 +72,16 @@ func (r *Tracker) server() serverCount {
 	return r.srv
 }
 
-// runTokens are the run's token figures for metrics.json.
+// runTokens are the run's token figures for metrics.json, from its
+// snapshot but for the endpoints' own count (ServerFinal's).
 func (r *Tracker) runTokens() *metrics.RunTokens {
-	t := &metrics.RunTokens{CompletionTokens: r.completionTokens.Load()}
-	t.CancelledRequests, t.CancelledTokensEstimate = r.requests()
+	s := r.Snapshot()
+	t := &metrics.RunTokens{CompletionTokens: s.CompletionTokens, CancelledRequests: s.CancelledRequests, CancelledTokensEstimate: s.CancelledTokensEstimate}
 	if srv := r.server(); srv.known {
-		n := srv.generated
-		t.ServerTokens = &n
+		t.ServerTokens = &srv.generated
 	}
-	if c := r.httpClient(); c != nil {
-		for _, e := range c.Stats() {
-			t.Endpoints = append(t.Endpoints, metrics.EndpointCounts{
-				Endpoint: pipeline.RedactURLs(e.Endpoint), Requests: e.Requests, Retries: e.Retries, Failures: e.Failures, Moved: e.Moved,
-			})
-		}
+	for _, e := range s.Endpoints {
+		t.Endpoints = append(t.Endpoints, metrics.EndpointCounts{Endpoint: e.Endpoint, Requests: e.Requests, Retries: e.Retries, Failures: e.Failures, Moved: e.Moved, Canaries: e.Canaries})
 	}
 	return t
 }

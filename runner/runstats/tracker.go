@@ -12,6 +12,7 @@ import (
 
 	"github.com/trajflow/trajflow/config"
 	"github.com/trajflow/trajflow/envs"
+	"github.com/trajflow/trajflow/gateway"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
 	"github.com/trajflow/trajflow/sources"
@@ -49,6 +50,9 @@ type Inputs struct {
 	EarlierKept func() int
 	// OnCommit, when set, hears of each committed data file.
 	OnCommit func(path string, rows int)
+	// Gateway returns the agent gateway's counters; ok is false when the
+	// run has no gateway.
+	Gateway func() (st gateway.Stats, ok bool)
 }
 
 // Tracker follows one run: its counters, its progress, the endpoints' own
@@ -80,6 +84,15 @@ func New(cfg *config.Config, in Inputs) *Tracker {
 	if in.Stderr == nil {
 		in.Stderr = io.Discard
 	}
+	// A function not given reads as nothing yet.
+	in.Hosted, in.HTTP, in.Source = orZero(in.Hosted), orZero(in.HTTP), orZero(in.Source)
+	in.Queues, in.Stop, in.EarlierKept = orZero(in.Queues), orZero(in.Stop), orZero(in.EarlierKept)
+	if in.Requests == nil {
+		in.Requests = func() (int64, int64) { return 0, 0 }
+	}
+	if in.Display == nil {
+		in.Display = func(p string) string { return p }
+	}
 	return &Tracker{Counters: NewCounters(), cfg: cfg, in: in}
 }
 
@@ -102,7 +115,7 @@ func (r *Tracker) Scrape(endpoints []string) {
 // Committed counts a committed data file, its rows and the groups they
 // are of, in the summary.
 func (r *Tracker) Committed(path string, rows, groups int) {
-	r.files = append(r.files, r.display(path))
+	r.files = append(r.files, r.in.Display(path))
 	r.written.Add(int64(rows))
 	r.filesCommitted.Add(1)
 	r.groupsCommitted.Add(int64(groups))
@@ -111,34 +124,12 @@ func (r *Tracker) Committed(path string, rows, groups int) {
 	}
 }
 
-func (r *Tracker) display(p string) string {
-	if r.in.Display == nil {
-		return p
+// orZero is f, or, when f is nil, a function that returns the zero value.
+func orZero[T any](f func() T) func() T {
+	if f != nil {
+		return f
 	}
-	return r.in.Display(p)
-}
-
-func (r *Tracker) hostedStats() HostedStats {
-	if r.in.Hosted == nil {
-		return HostedStats{}
-	}
-	return r.in.Hosted()
-}
-
-func (r *Tracker) httpClient() *openai.HTTPClient {
-	if r.in.HTTP == nil {
-		return nil
-	}
-	return r.in.HTTP()
-}
-
-// requests are the generate stage's request counts (zero before it is
-// built).
-func (r *Tracker) requests() (cancelled, estimate int64) {
-	if r.in.Requests == nil {
-		return 0, 0
-	}
-	return r.in.Requests()
+	return func() (zero T) { return zero }
 }
 
 // ServeMetrics serves the run's Prometheus metrics on addr
@@ -165,6 +156,13 @@ func (r *Tracker) Attempt(endpoint string, took time.Duration, err *inference.Er
 func (r *Tracker) WrapEnv(env envs.Env) envs.Env {
 	if r.prom == nil {
 		return env
+	}
+	switch e := env.(type) {
+	case envs.Agent:
+		// Driven, not stepped: its runs are timed as trajectories.
+		return env
+	case envs.Ender:
+		return timedEnder{TimedEnv{Env: env, steps: r.prom.envStep}, e}
 	}
 	return TimedEnv{Env: env, steps: r.prom.envStep}
 }

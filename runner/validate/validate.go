@@ -14,6 +14,7 @@ import (
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner/build"
 	"github.com/trajflow/trajflow/sources"
+	"github.com/trajflow/trajflow/stages/envstep"
 	"github.com/trajflow/trajflow/stages/generate"
 	"github.com/trajflow/trajflow/stages/template"
 	"github.com/trajflow/trajflow/storage"
@@ -296,6 +297,7 @@ func (v *validation) render(ctx context.Context, b *build.Components) {
 			return p, ok
 		})
 	}
+	resets := 0
 	for rows < v.opts.Rows {
 		t, err := src.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -316,6 +318,12 @@ func (v *validation) render(ctx context.Context, b *build.Components) {
 			v.problem(err)
 			continue
 		}
+		if agentRow(cfg, step, t) {
+			// An agent writes its own prompts and makes its own calls:
+			// the row goes to it whole, on stdin.
+			fmt.Fprintf(v.out, "row %d (%s): goes to the agent (env %s), which writes its own prompts: nothing rendered\n", t.Index, t.Source, envLabel(cfg))
+			continue
+		}
 		if tmpl.Enabled() || len(t.Messages) == 0 {
 			if err := tmpl.Render(t); err != nil {
 				var fe *template.FieldError
@@ -331,6 +339,7 @@ func (v *validation) render(ctx context.Context, b *build.Components) {
 		}
 		r := b.Expander.Expand(t, 0)[0]
 		if step != nil {
+			resets++
 			if err := step.Reset(ctx, r); err != nil {
 				v.problem(err)
 				return
@@ -351,9 +360,24 @@ func (v *validation) render(ctx context.Context, b *build.Components) {
 	if rows == 0 {
 		fmt.Fprintln(v.out, "rows: none selected")
 	}
-	if step != nil && rows > 0 {
-		fmt.Fprintf(v.out, "env %s: reset on %d row(s)\n", envLabel(cfg), rows)
+	if resets > 0 {
+		fmt.Fprintf(v.out, "env %s: reset on %d row(s)\n", envLabel(cfg), resets)
 	}
+}
+
+// agentRow reports whether t's rollouts go to an agent (envs.Agent), which
+// writes its own prompts: by the environment built, or, when it could not
+// be, by the name the config gives t's route.
+func agentRow(cfg *config.Config, step *envstep.Stepper, t *pipeline.Task) bool {
+	if step != nil {
+		return step.AgentRoute(t.Env)
+	}
+	for _, rs := range cfg.Env.RouteSpecs() {
+		if (!cfg.Env.Routed() || rs.Route == t.Env) && rs.Config.Name == "agent" {
+			return true
+		}
+	}
+	return false
 }
 
 // request writes r's first request as the generate stage builds it

@@ -27,14 +27,31 @@ type DriftSums struct {
 
 // Add adds one token's log ratio d = logπ_trainer − logπ_engine under
 // the ratio bound c.
-func (a *DriftSums) Add(d, c float64) {
-	a.Tokens++
-	a.SumAbs += math.Abs(d)
-	a.MaxAbs = max(a.MaxAbs, math.Abs(d))
+func (a *DriftSums) Add(d, c float64) { a.AddToken(NewDriftToken(d, math.Log(c))) }
+
+// DriftToken is one token's terms of the sums, computed once for every
+// sum the token goes into (a step's, its lag's).
+type DriftToken struct {
+	abs, k3 float64
+	outside bool
+}
+
+// NewDriftToken is the terms of the log ratio d under the ratio bound
+// e^logC.
+func NewDriftToken(d, logC float64) DriftToken {
 	// k3 (Schulman): r − 1 − log r, r = π_trainer/π_engine, an unbiased
 	// estimate of KL(engine ‖ trainer) over tokens the engine sampled.
-	a.SumK3 += math.Expm1(d) - d
-	if math.Abs(d) > math.Log(c) {
+	abs := math.Abs(d)
+	return DriftToken{abs: abs, k3: math.Expm1(d) - d, outside: abs > logC}
+}
+
+// AddToken adds one token's terms.
+func (a *DriftSums) AddToken(t DriftToken) {
+	a.Tokens++
+	a.SumAbs += t.abs
+	a.MaxAbs = max(a.MaxAbs, t.abs)
+	a.SumK3 += t.k3
+	if t.outside {
 		a.Outside++
 	}
 }

@@ -22,6 +22,9 @@ type Store struct {
 	dir  string
 	mu   sync.Mutex
 	have map[string]bool // hashes known to be on disk
+	// dirSynced: the directory (and its parent) synced since an image
+	// was first found there.
+	dirSynced bool
 }
 
 // New returns a Store writing into dir (created on the first image).
@@ -91,9 +94,40 @@ func (s *Store) Put(dataURL string) (string, error) {
 		if err := writeFile(s.dir, path, data); err != nil {
 			return "", fmt.Errorf("output.images: %w", err)
 		}
+	} else if err := s.found(path); err != nil {
+		return "", fmt.Errorf("output.images: %w", err)
 	}
 	s.have[hash] = true
 	return Prefix + hash, nil
+}
+
+// found makes an image found on disk durable before a row references
+// it: a run killed between an image's rename and its directory's sync
+// left the name not yet durable, and a power cut after this run commits
+// a row would keep the row and lose the image. The file is synced (its
+// writer synced it before the rename; this costs nothing then), and the
+// directory and its parent once per Store: no one else writes there
+// without syncing them.
+func (s *Store) found(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = durable.Sync(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || s.dirSynced {
+		return err
+	}
+	if err := durable.SyncDir(s.dir); err != nil {
+		return err
+	}
+	if err := durable.SyncDir(filepath.Dir(s.dir)); err != nil {
+		return err
+	}
+	s.dirSynced = true
+	return nil
 }
 
 // writeFile writes data to path durably (durable.WriteFile: a temporary

@@ -55,7 +55,7 @@ func (w *Writer) Close() error {
 	if w.f == nil {
 		return nil
 	}
-	err := w.f.Sync()
+	err := durable.Sync(w.f)
 	if errors.Is(err, syscall.EINVAL) {
 		err = nil // not a file that can be synced: a device, a pipe
 	}

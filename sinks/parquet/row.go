@@ -19,6 +19,19 @@ func listSlice[T any](l *array.List, vals []T, i int) []T {
 	return vals[s:e:e]
 }
 
+// nullableListSlice is listSlice for a nullable list: nil where l is
+// null (written as a null), a non-nil slice, maybe empty, elsewhere.
+func nullableListSlice[T any](l *array.List, vals []T, i int) []T {
+	if l.IsNull(i) {
+		return nil
+	}
+	s, e := l.ValueOffsets(i)
+	if e <= s {
+		return []T{}
+	}
+	return vals[s:e:e]
+}
+
 // valueAt points at row i's value in vals (a's values; no copy), or is
 // nil where a is null.
 func valueAt[T any](a arrow.Array, vals []T, i int) *T {

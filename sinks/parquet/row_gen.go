@@ -66,6 +66,8 @@ type row struct {
 	LossMask              []int8               `parquet:"loss_mask,list"`
 	ResponseLogprobs      []float32            `parquet:"response_logprobs,list"`
 	PolicyVersions        []policyVersionsElem `parquet:"policy_versions,list"`
+	Segments              []segmentsElem       `parquet:"segments,list"`
+	RoutedExperts         []int16              `parquet:"routed_experts,optional,list,dict"`
 }
 
 // stepRow mirrors schema.StepSchema column by column (schema.StepColumns).
@@ -139,6 +141,13 @@ type policyVersionsElem struct {
 	End        int32 `parquet:"end"`
 }
 
+// segmentsElem is one element of a segments list.
+type segmentsElem struct {
+	Message int32 `parquet:"message"`
+	Token   int32 `parquet:"token"`
+	Turn    int32 `parquet:"turn"`
+}
+
 // converter turns records into rows. Its slices are reused between
 // records; reset drops every reference into the last record's buffers.
 type converter struct {
@@ -148,6 +157,7 @@ type converter struct {
 	aMessagesParts     []messagesPartsElem
 	aMessages          []messagesElem
 	aPolicyVersions    []policyVersionsElem
+	aSegments          []segmentsElem
 }
 
 // convert fills c.rows from rec, whose schema schema.Check accepted.
@@ -379,6 +389,26 @@ func (c *converter) convert(rec arrow.Record) []row {
 			End:        policyVersionsEndVals[j],
 		}
 	}
+	// segments
+	segmentsList := col[53].(*array.List)
+	segmentsElems := segmentsList.ListValues().(*array.Struct)
+	segmentsMessageCol := segmentsElems.Field(0).(*array.Int32)
+	segmentsMessageVals := segmentsMessageCol.Int32Values()
+	segmentsTokenCol := segmentsElems.Field(1).(*array.Int32)
+	segmentsTokenVals := segmentsTokenCol.Int32Values()
+	segmentsTurnCol := segmentsElems.Field(2).(*array.Int32)
+	segmentsTurnVals := segmentsTurnCol.Int32Values()
+	c.aSegments = grow(c.aSegments, segmentsElems.Len())
+	for j := range c.aSegments {
+		c.aSegments[j] = segmentsElem{
+			Message: segmentsMessageVals[j],
+			Token:   segmentsTokenVals[j],
+			Turn:    segmentsTurnVals[j],
+		}
+	}
+	// routed_experts
+	routedExpertsList := col[54].(*array.List)
+	routedExpertsVals := routedExpertsList.ListValues().(*array.Int16).Int16Values()
 	c.rows = grow(c.rows, int(rec.NumRows()))
 	for i := range c.rows {
 		c.rows[i] = row{
@@ -435,6 +465,8 @@ func (c *converter) convert(rec arrow.Record) []row {
 			LossMask:              listSlice(lossMaskList, lossMaskVals, i),
 			ResponseLogprobs:      listSlice(responseLogprobsList, responseLogprobsVals, i),
 			PolicyVersions:        listSlice(policyVersionsList, c.aPolicyVersions, i),
+			Segments:              listSlice(segmentsList, c.aSegments, i),
+			RoutedExperts:         nullableListSlice(routedExpertsList, routedExpertsVals, i),
 		}
 	}
 	return c.rows
@@ -448,6 +480,7 @@ func (c *converter) reset() {
 	clear(c.aMessagesParts)
 	clear(c.aMessages)
 	clear(c.aPolicyVersions)
+	clear(c.aSegments)
 }
 
 // stepRowOf returns s as a Parquet row; its strings and slices are s's.

@@ -247,9 +247,12 @@ func TestNoTokenCopies(t *testing.T) {
 		}
 	}
 	// turn_gen_tokens holds counts (one per turn), not token ids;
-	// policy_versions positions.
+	// policy_versions positions; segments indices, positions and turns;
+	// routed_experts expert ids (int16).
 	want := []string{"turn_gen_tokens.list.element", "prompt_token_ids.list.element", "response_token_ids.list.element", "loss_mask.list.element",
-		"policy_versions.list.element.start", "policy_versions.list.element.end"}
+		"policy_versions.list.element.start", "policy_versions.list.element.end",
+		"segments.list.element.message", "segments.list.element.token", "segments.list.element.turn",
+		"routed_experts.list.element"}
 	if !reflect.DeepEqual(int32Lists, want) {
 		t.Errorf("int32 list columns %v, want %v", int32Lists, want)
 	}

@@ -74,6 +74,15 @@ type Collator struct {
 	spanStart      *array.Int32Builder
 	spanEnd        *array.Int32Builder
 
+	segs       *array.ListBuilder
+	seg        *array.StructBuilder
+	segMessage *array.Int32Builder
+	segToken   *array.Int32Builder
+	segTurn    *array.Int32Builder
+
+	routes    *array.ListBuilder
+	routeVals *array.Int16Builder
+
 	promptIDs, respIDs, lossMask, respLP *array.ListBuilder
 	promptIDVals, respIDVals             *array.Int32Builder
 	lossMaskVals                         *array.Int8Builder
@@ -109,6 +118,10 @@ type stage struct {
 
 	metricName  []string
 	metricValue []float64
+
+	// routesValid is the validity of each staged routed_experts value
+	// (null: no routes).
+	routesValid []bool
 
 	trues []bool
 }
@@ -193,6 +206,15 @@ func New(alloc memory.Allocator, batchRows int) *Collator {
 	c.spanVersionMax = c.span.FieldBuilder(schema.SpanVersionMax).(*array.Int64Builder)
 	c.spanStart = c.span.FieldBuilder(schema.SpanStart).(*array.Int32Builder)
 	c.spanEnd = c.span.FieldBuilder(schema.SpanEnd).(*array.Int32Builder)
+
+	c.segs = c.b.Field(schema.ColSegments).(*array.ListBuilder)
+	c.seg = c.segs.ValueBuilder().(*array.StructBuilder)
+	c.segMessage = c.seg.FieldBuilder(schema.SegmentMessage).(*array.Int32Builder)
+	c.segToken = c.seg.FieldBuilder(schema.SegmentToken).(*array.Int32Builder)
+	c.segTurn = c.seg.FieldBuilder(schema.SegmentTurn).(*array.Int32Builder)
+
+	c.routes = c.b.Field(schema.ColRoutedExperts).(*array.ListBuilder)
+	c.routeVals = c.routes.ValueBuilder().(*array.Int16Builder)
 	return c
 }
 
@@ -274,12 +296,16 @@ func (c *Collator) unstage() {
 	for i, lb := range []*array.ListBuilder{
 		schema.ColTurnRewards: c.turnRewards, schema.ColTurnGenTokens: c.turnGen, schema.ColMetrics: c.metrics, schema.ColMessages: c.msgs,
 		schema.ColPromptTokenIDs: c.promptIDs, schema.ColResponseTokenIDs: c.respIDs, schema.ColLossMask: c.lossMask, schema.ColResponseLogprobs: c.respLP,
-		schema.ColPolicyVersions: c.spans,
+		schema.ColPolicyVersions: c.spans, schema.ColSegments: c.segs,
 	} {
 		if v := s.list[i]; lb != nil && len(v) > 0 {
 			lb.AppendValues(v, s.valid(len(v)))
 			s.list[i] = v[:0]
 		}
+	}
+	if v := s.list[schema.ColRoutedExperts]; len(v) > 0 {
+		c.routes.AppendValues(v, s.routesValid)
+		s.list[schema.ColRoutedExperts], s.routesValid = v[:0], s.routesValid[:0]
 	}
 	if n := len(s.metricName); n > 0 {
 		c.metricStruct.AppendValues(s.valid(n))
@@ -477,6 +503,21 @@ func (c *Collator) appendRollout(r *pipeline.Rollout) {
 		c.spanVersionMax.Append(sp.VersionMax)
 		c.spanStart.Append(sp.Start)
 		c.spanEnd.Append(sp.End)
+	}
+
+	st.list[schema.ColSegments] = append(st.list[schema.ColSegments], int32(c.seg.Len()))
+	for _, sg := range r.Segments {
+		c.seg.Append(true)
+		c.segMessage.Append(sg.Message)
+		c.segToken.Append(sg.Token)
+		c.segTurn.Append(sg.Turn)
+	}
+
+	// routed_experts: null without routes (schema.EncodeRoutes).
+	st.list[schema.ColRoutedExperts] = append(st.list[schema.ColRoutedExperts], int32(c.routeVals.Len()))
+	st.routesValid = append(st.routesValid, r.Routes != nil)
+	if r.Routes != nil {
+		c.routeVals.AppendValues(schema.EncodeRoutes(r.Routes, len(r.PromptTokenIDs)+len(r.ResponseTokenIDs)), nil)
 	}
 }
 

@@ -36,7 +36,7 @@ func TestSchemaHasContractColumns(t *testing.T) {
 		}
 	}
 	nullable := map[string]bool{"temperature": true, "top_p": true, "top_k": true, "max_tokens": true,
-		"env_tokens": true, "gen_tokens": true, "total_tokens": true}
+		"env_tokens": true, "gen_tokens": true, "total_tokens": true, "routed_experts": true}
 	for _, f := range s.Fields() {
 		if f.Nullable != nullable[f.Name] {
 			t.Errorf("column %q: nullable %v", f.Name, f.Nullable)
@@ -64,7 +64,7 @@ func TestLightColumnsComeFirst(t *testing.T) {
 		}
 	}
 	heavy := map[string]bool{"task": true, "messages": true, "prompt_token_ids": true,
-		"response_token_ids": true, "loss_mask": true, "response_logprobs": true, "error": true, "policy_versions": true}
+		"response_token_ids": true, "loss_mask": true, "response_logprobs": true, "error": true, "policy_versions": true, "segments": true, "routed_experts": true}
 	for _, name := range light {
 		if heavy[name] {
 			t.Errorf("heavy column %q listed as light", name)
@@ -213,7 +213,7 @@ func TestCheckSchemaNamesColumn(t *testing.T) {
 	fields := schema.Schema().Fields()
 	fields[schema.ColReward].Type = arrow.PrimitiveTypes.Float32
 	err := schema.Check(arrow.NewSchema(fields, nil))
-	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 5)` {
+	if err == nil || err.Error() != `column "reward" has type float32, want float64 (schema version 7)` {
 		t.Errorf("CheckSchema = %v", err)
 	}
 	if err := schema.Check(arrow.NewSchema(fields[:3], nil)); err == nil {

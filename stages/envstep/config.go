@@ -17,8 +17,10 @@ type Config struct {
 	// sim, subprocess, http (docs/environments.md, docs/external-envs.md).
 	// Not with Routes.
 	Name string `yaml:"name"`
-	// MaxTurns bounds the model turns of one trajectory (0: no bound, as in
-	// NeMo RL: the environment ends it, or max_seq_len or the timeout).
+	// MaxTurns bounds the model turns of one trajectory (0: no bound, as
+	// NeMo RL's default of 999999 turns: the environment ends it, or
+	// max_seq_len or the timeout; NeMo RL's max_rollout_turns: 0 runs no
+	// turn).
 	MaxTurns int `yaml:"max_turns"`
 	// MaxSeqLen bounds a trajectory's tokens, exactly (0: no bound): every
 	// request's max_tokens is capped to the room left, an observation's
@@ -254,7 +256,7 @@ func (c *Config) validateLimits(p *pipeline.Problems) {
 
 // Limits returns the per-trajectory limits the stage enforces.
 func (c *Config) Limits() Limits {
-	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D(), Timeout: c.Timeout.D(), MaxSeqLen: c.MaxSeqLen,
+	return Limits{MaxTurns: c.MaxTurns, TurnTimeout: c.TurnTimeout.D(), Timeout: c.Timeout.D(),
 		InvalidActionPenalty: c.InvalidActionPenalty}
 }
 

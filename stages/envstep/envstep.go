@@ -19,9 +19,6 @@ type Limits struct {
 	// Timeout bounds one trajectory from admission (the loop applies it,
 	// through Stepper.Timeout); 0: none.
 	Timeout time.Duration
-	// MaxSeqLen bounds a trajectory's tokens (the generate stage applies
-	// it, through Stepper.MaxSeqLen); 0: none.
-	MaxSeqLen int
 	// InvalidActionPenalty is charged to a step whose action the
 	// environment marked invalid (pipeline.Step.Penalty; verl-agent's
 	// invalid_action_penalty_coef); 0: none.
@@ -87,14 +84,6 @@ func (s *Stepper) route(r *pipeline.Rollout) *route {
 func (s *Stepper) Timeout(r *pipeline.Rollout) time.Duration {
 	if rt := s.route(r); rt != nil {
 		return rt.limits.Timeout
-	}
-	return 0
-}
-
-// MaxSeqLen is r's token bound (its route's); 0: none.
-func (s *Stepper) MaxSeqLen(r *pipeline.Rollout) int {
-	if rt := s.route(r); rt != nil {
-		return rt.limits.MaxSeqLen
 	}
 	return 0
 }

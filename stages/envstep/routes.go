@@ -28,12 +28,17 @@ func (c *Config) RouteTask(t *pipeline.Task) error {
 	return nil
 }
 
-// SeqLenOf returns each trajectory's max_seq_len (its route's), for the
-// generate stage (generate.Options.MaxSeqLenOf); nil without routes
-// (max_seq_len of the section holds for every trajectory).
+// SeqLenOf returns each trajectory's max_seq_len (its route's, or the
+// section's without routes; 0: no bound): max_seq_len's one carrier, from
+// the config to the generate stage that enforces it
+// (generate.Options.MaxSeqLenOf). Nil when no trajectory has a bound.
 func (c *Config) SeqLenOf() func(*pipeline.Rollout) int {
 	if !c.Routed() {
-		return nil
+		if c.MaxSeqLen == 0 {
+			return nil
+		}
+		n := c.MaxSeqLen
+		return func(*pipeline.Rollout) int { return n }
 	}
 	limits := map[string]int{}
 	for _, rs := range c.RouteSpecs() {

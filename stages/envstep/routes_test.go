@@ -21,7 +21,7 @@ func (e namedEnv) Step(context.Context, *pipeline.Rollout, pipeline.Message) (*e
 
 func TestRouted(t *testing.T) {
 	s := envstep.NewRouted([]envstep.Route{
-		{Name: "one", Env: namedEnv{1}, Limits: envstep.Limits{MaxTurns: 1, Timeout: time.Second, MaxSeqLen: 10}, Concurrency: 1},
+		{Name: "one", Env: namedEnv{1}, Limits: envstep.Limits{MaxTurns: 1, Timeout: time.Second}, Concurrency: 1},
 		{Name: "two", Env: namedEnv{2}, Limits: envstep.Limits{MaxTurns: 3}},
 	})
 	for _, tc := range []struct {
@@ -29,10 +29,9 @@ func TestRouted(t *testing.T) {
 		reward  float64
 		done    bool
 		timeout time.Duration
-		seqLen  int
 		err     string
 	}{
-		{env: "one", reward: 1, done: true, timeout: time.Second, seqLen: 10},
+		{env: "one", reward: 1, done: true, timeout: time.Second},
 		{env: "two", reward: 2, done: false},
 		{env: "three", done: true, err: `no route "three"`},
 	} {
@@ -52,8 +51,8 @@ func TestRouted(t *testing.T) {
 			if err != nil || done != tc.done || r.Reward != tc.reward || r.Env != tc.env {
 				t.Fatalf("done %v err %v reward %v env %q", done, err, r.Reward, r.Env)
 			}
-			if s.Timeout(r) != tc.timeout || s.MaxSeqLen(r) != tc.seqLen {
-				t.Errorf("timeout %v max_seq_len %d", s.Timeout(r), s.MaxSeqLen(r))
+			if s.Timeout(r) != tc.timeout {
+				t.Errorf("timeout %v", s.Timeout(r))
 			}
 		})
 	}
@@ -129,7 +128,7 @@ func TestFromConfig(t *testing.T) {
 		fields  map[string]any
 		route   string
 		err     string
-		seqLen  int // the Stepper's bound; SeqLenOf's with routes
+		seqLen  int // SeqLenOf's: the route's, or the section's
 		reward  float64
 		timeout time.Duration
 	}{
@@ -152,18 +151,12 @@ func TestFromConfig(t *testing.T) {
 			}
 			r := &pipeline.Rollout{Task: task, Env: task.Env, Messages: []pipeline.Message{{Role: pipeline.RoleAssistant, Content: "x"}}}
 			s := envstep.FromConfig(tc.c, envOf)
-			if got := s.MaxSeqLen(r); got != tc.seqLen {
-				t.Errorf("Stepper.MaxSeqLen %d, want %d", got, tc.seqLen)
-			}
 			if got := s.Timeout(r); got != tc.timeout {
 				t.Errorf("Stepper.Timeout %v, want %v", got, tc.timeout)
 			}
 			of := tc.c.SeqLenOf()
-			if (of == nil) != !tc.c.Routed() {
-				t.Fatalf("SeqLenOf nil %v with routes %v", of == nil, tc.c.Routed())
-			}
-			if of != nil && of(r) != tc.seqLen {
-				t.Errorf("SeqLenOf %d, want %d", of(r), tc.seqLen)
+			if of == nil || of(r) != tc.seqLen {
+				t.Fatalf("SeqLenOf gives no bound, or not %d", tc.seqLen)
 			}
 			if _, err := s.Step(context.Background(), r); err != nil {
 				t.Fatal(err)

@@ -25,11 +25,9 @@ type Options struct {
 	// sends it as a token-id prompt; the client must be an
 	// inference.Tokenizer.
 	API inference.API
-	// MaxSeqLen bounds a trajectory's token sequence (prompt and
-	// response); 0: no bound.
-	MaxSeqLen int
-	// MaxSeqLenOf, when set, is a trajectory's own bound (its environment
-	// route's) in place of MaxSeqLen; 0: no bound.
+	// MaxSeqLenOf bounds each trajectory's token sequence (prompt and
+	// response): its environment route's max_seq_len
+	// (envstep.Config.SeqLenOf; SeqLen for one bound); nil or 0: no bound.
 	MaxSeqLenOf func(r *pipeline.Rollout) int
 	// PromptMaxTokens limits the first prompt's token ids (POST /tokenize
 	// of the rendered prompt, generation prompt and tools included) to
@@ -68,6 +66,15 @@ type Options struct {
 	// acknowledged an abort before the request is cancelled client side;
 	// 0: DefaultAbortGrace.
 	AbortGrace time.Duration
+	// RoutedExperts asks each token-id request for the experts the
+	// engine routed its positions to (generate.routed_experts), and lays
+	// each answer's routes over the rollout's (pipeline.Rollout.Routes):
+	// a position keeps its first routing; observations no later prompt
+	// carried, and the last generated token, stay not routed.
+	// RoutedExpertsLayers is generate.routed_experts_layers. Step-wise
+	// trajectories record none (they have no single token sequence).
+	RoutedExperts       bool
+	RoutedExpertsLayers int
 }
 
 // ClassImageUnsupported is the error class of a rollout whose messages
@@ -106,7 +113,16 @@ func (g *Generator) maxSeqLen(r *pipeline.Rollout) int {
 	if g.opts.MaxSeqLenOf != nil {
 		return g.opts.MaxSeqLenOf(r)
 	}
-	return g.opts.MaxSeqLen
+	return 0
+}
+
+// SeqLen is Options.MaxSeqLenOf of one bound n for every trajectory; nil
+// for 0 (no bound).
+func SeqLen(n int) func(*pipeline.Rollout) int {
+	if n == 0 {
+		return nil
+	}
+	return func(*pipeline.Rollout) int { return n }
 }
 
 // Generator runs model turns and keeps each trajectory's token view:
@@ -289,7 +305,9 @@ func (g *Generator) next(ctx context.Context, r *pipeline.Rollout) (req *inferen
 	}
 	req = g.Request(r)
 	if g.tokens() {
-		req.PromptTokenIDs = r.Tokens()
+		// The current segment's tokens: all of them but where an agent
+		// rewrote its history.
+		req.PromptTokenIDs = r.Tokens()[segmentToken(r):]
 	} else if m := g.maxSeqLen(r); m > 0 && pending > 0 {
 		// Chat mode: the observations' ids are known but not in the
 		// sequence yet (the server's prompt ids bring them); the room
@@ -542,8 +560,9 @@ func stepLogprobs(m pipeline.Message) []float32 {
 // them, the rollout's seed and stop strings, max_tokens capped to the room
 // max_seq_len leaves). In tokens mode Turn adds the token-id prompt.
 func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
-	msgs := r.Messages
-	if step, ok := g.stepMessages(r); ok {
+	msgs := r.Messages[segmentStart(r):]
+	step, stepwise := g.stepMessages(r)
+	if stepwise {
 		msgs = step
 	}
 	req := &inference.Request{
@@ -554,6 +573,10 @@ func (g *Generator) Request(r *pipeline.Rollout) *inference.Request {
 		Affinity: r.GroupID,
 		Sample:   r.TrajID,
 		API:      taskAPI(r),
+
+		// Step-wise trajectories have no single sequence to route.
+		RoutedExperts:       g.opts.RoutedExperts && !stepwise,
+		RoutedExpertsLayers: g.opts.RoutedExpertsLayers,
 	}
 	if f := g.priority.Load(); f != nil {
 		if p, ok := (*f)(r); ok {
@@ -639,6 +662,32 @@ func (g *Generator) prepare(ctx context.Context, r *pipeline.Rollout) (pending i
 		}
 		r.PromptTokenIDs = ids
 		setSpans(r.Messages, 0, len(ids))
+	case freshSegment(r) && (g.tokens() || g.maxSeqLen(r) > 0 && g.tok != nil):
+		// An agent rewrote its history: the new segment's prompt,
+		// rendered whole, after the tokens so far.
+		seg := r.Messages[segmentStart(r):]
+		ids, err := g.tokenize(ctx, r, seg, r.Tools, true)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, false, ctx.Err()
+			}
+			if g.tokens() {
+				r.Fail(inference.ErrorClass(err), fmt.Errorf("generate.api: %s: POST /tokenize of a rewritten history: %w", g.opts.API, err))
+				return 0, false, nil
+			}
+			break
+		}
+		if !g.tokens() {
+			pending = len(ids)
+			break
+		}
+		start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		if m := g.maxSeqLen(r); m > 0 && start+len(ids) >= m {
+			ids = ids[:min(max(m-start, 0), len(ids))]
+			r.Truncated = true
+		}
+		appendResponse(r, ids, nil, 0)
+		setSpans(seg, start, start+len(ids))
 	case !first && (g.tokens() || g.maxSeqLen(r) > 0 && g.tok != nil):
 		ids, err := g.observationIDs(ctx, r)
 		if err != nil {
@@ -961,7 +1010,13 @@ func (g *Generator) appendObservation(r *pipeline.Rollout, ids []int32) {
 // rollout's own seed (unless it has none to send) and stop strings, and caps max_tokens to the room
 // max_seq_len leaves.
 func (g *Generator) requestParams(r *pipeline.Rollout) map[string]any {
-	p := inference.MergeParams(r.Task.Params, g.opts.Params) // a new map
+	row := r.Task.Params
+	if r.CallParams != nil {
+		// An agent's call: its parameters over the row's, the config's
+		// over both.
+		row = inference.MergeParams(row, r.CallParams)
+	}
+	p := inference.MergeParams(row, g.opts.Params) // a new map
 	if !r.NoSeed {
 		p["seed"] = r.Seed
 	}
@@ -1078,6 +1133,17 @@ func (g *Generator) apply(r *pipeline.Rollout, resp *inference.Response, prompt 
 		appendResponse(r, ids, resp.Message.Logprobs, 1)
 		msg.TokenStart, msg.TokenEnd = int32(start), int32(start+len(ids))
 	}
+	if resp.Routes != nil && g.tokens() && prompt != nil {
+		// The answer's routes cover the prompt sent (the current
+		// segment's tokens, from its first) and the answer.
+		routes, err := r.Routes.Merge(resp.Routes, start-len(prompt))
+		if err != nil {
+			r.Messages = append(r.Messages, msg)
+			r.Fail(inference.ClassBadResponse, fmt.Errorf("%s: turn %d: %w", rowName(r), r.NumTurns, err))
+			return
+		}
+		r.Routes = routes
+	}
 	if idsMissing(resp) || len(r.PromptTokenIDs) == 0 {
 		// The reply's tokens, or the prompt's, are not in the sequence:
 		// its counts are unknown (null in the output), never 0. Logprobs
@@ -1122,32 +1188,44 @@ func (g *Generator) follow(r *pipeline.Rollout, p []int32) {
 		setSpans(r.Messages, 0, len(p))
 		return
 	}
+	seg := segmentStart(r)
+	if k := len(r.Segments); k > 0 && int(r.Segments[k-1].Turn) == r.NumTurns {
+		// The first answer of a segment an agent's rewritten history
+		// began: its prompt, whole, after the tokens so far.
+		start := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
+		appendResponse(r, p, nil, 0)
+		setSpans(r.Messages[seg:], start, start+len(p))
+		return
+	}
 	n := len(r.PromptTokenIDs) + len(r.ResponseTokenIDs)
 	origP := len(r.PromptTokenIDs)
-	l := inference.CommonPrefix(r.Tokens(), p)
+	o := segmentToken(r)
+	l := o + inference.CommonPrefix(r.Tokens()[o:], p)
 	if l < n {
 		r.TokenContinuityBreaks++
 		cutTokens(r, l)
 	}
+	end := o + len(p)
 	last := lastAssistant(r.Messages)
-	for k := range r.Messages {
+	for k := seg; k < len(r.Messages); k++ {
 		m := &r.Messages[k]
 		switch {
 		case k > last:
-			m.TokenStart, m.TokenEnd = int32(l), int32(len(p))
+			m.TokenStart, m.TokenEnd = int32(l), int32(end)
 		case int(m.TokenEnd) > l:
 			// Re-rendered: it shares the block of the render.
-			m.TokenStart, m.TokenEnd = min(m.TokenStart, int32(l)), int32(len(p))
+			m.TokenStart, m.TokenEnd = min(m.TokenStart, int32(l)), int32(end)
 		}
 	}
 	if l < origP {
-		// The render changed the first prompt itself.
+		// The render changed the first prompt itself (the first
+		// segment's: o is 0).
 		k := min(origP, len(p))
 		r.PromptTokenIDs = p[:k:k]
 		appendResponse(r, p[k:], nil, 0)
 		return
 	}
-	appendResponse(r, p[l:], nil, 0)
+	appendResponse(r, p[l-o:], nil, 0)
 }
 
 // appendResponse appends ids to the response with the given loss mask
@@ -1194,6 +1272,7 @@ func cutTokens(r *pipeline.Rollout, n int) {
 		r.ResponseLogprobs = r.ResponseLogprobs[:k:k]
 	}
 	cutSpans(r, int32(n))
+	r.Routes = r.Routes.Cut(n)
 	r.EnvTokens = 0
 	for _, m := range r.LossMask {
 		if m == 0 {

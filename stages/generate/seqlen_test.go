@@ -67,7 +67,7 @@ func TestChatMaxTokensWithinRoom(t *testing.T) {
 	s := sim.New(sim.Options{Seed: 2})
 	defer s.Close()
 	w := &watch{Server: s}
-	g, err := generate.New(w, generate.Options{Model: "sim", API: "chat", MaxSeqLen: msl, Params: map[string]any{"max_tokens": 1000}})
+	g, err := generate.New(w, generate.Options{Model: "sim", API: "chat", MaxSeqLenOf: generate.SeqLen(msl), Params: map[string]any{"max_tokens": 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestChatMaxTokensFromUsage(t *testing.T) {
 	s := sim.New(sim.Options{Seed: 2})
 	defer s.Close()
 	w := &watch{Server: s, noIDs: true}
-	g, err := generate.New(noTok{w}, generate.Options{Model: "sim", API: "chat", MaxSeqLen: msl, Params: map[string]any{"max_tokens": 1000}})
+	g, err := generate.New(noTok{w}, generate.Options{Model: "sim", API: "chat", MaxSeqLenOf: generate.SeqLen(msl), Params: map[string]any{"max_tokens": 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestTruncatedAtExactlyMaxSeqLen(t *testing.T) {
 	run := func(msl int) *pipeline.Rollout {
 		s := sim.New(sim.Options{Seed: 2})
 		defer s.Close()
-		g, err := generate.New(s, generate.Options{Model: "sim", API: "tokens", MaxSeqLen: msl, Params: map[string]any{"max_tokens": 20}})
+		g, err := generate.New(s, generate.Options{Model: "sim", API: "tokens", MaxSeqLenOf: generate.SeqLen(msl), Params: map[string]any{"max_tokens": 20}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,11 +184,10 @@ func TestChatUsageOverMaxSeqLenTruncates(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &wordServer{}
-			opts := generate.Options{Model: "m", API: "chat", MaxSeqLen: tt.msl, Params: map[string]any{"max_tokens": 1000}}
+			opts := generate.Options{Model: "m", API: "chat", MaxSeqLenOf: generate.SeqLen(tt.msl), Params: map[string]any{"max_tokens": 1000}}
 			if tt.route {
-				msl := opts.MaxSeqLen
-				opts.MaxSeqLen = 0
-				opts.MaxSeqLenOf = func(*pipeline.Rollout) int { return msl }
+				msl := tt.msl
+				opts.MaxSeqLenOf = func(r *pipeline.Rollout) int { return map[string]int{"": msl}[r.Env] }
 			}
 			g, err := generate.New(srv, opts)
 			if err != nil {

@@ -82,9 +82,14 @@ func (rec *nativeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // generate.api: tokens: the continuation's input_ids are the first prompt
 // and the partial output_ids, the row is that and the continuation's
 // output_ids, each request has its own rid and the request's priority, and
-// the pause aborts the request by its rid.
+// the pause aborts the request by its rid. The model is a MoE one asked
+// for its routes: the row's are the continuation's, which routed the
+// first prompt and the partial answer again, over every position but the
+// last.
 func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
-	srv := slowSim()
+	moe := sim.MoE{Layers: 2, Experts: 8, TopK: 2}
+	srv := sim.New(sim.Options{Seed: 7, TimeScale: 1, A: time.Millisecond, C: time.Nanosecond, P: time.Nanosecond,
+		Length: sim.LengthModel{Median: 400, Sigma: 0.01, Cap: 2000}, MoE: moe})
 	defer srv.Close()
 	rec := &nativeRecorder{h: srv.Handler()}
 	hs := httptest.NewServer(rec)
@@ -96,7 +101,8 @@ func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
 	defer c.Close()
 	pol := generate.NewPolicy(1)
 	g, err := generate.New(c, generate.Options{Model: "sim", API: inference.APISGLang, Policy: pol,
-		Params: map[string]any{"max_tokens": 1500, "logprobs": 1, "priority": 3}})
+		Params:        map[string]any{"max_tokens": 1500, "logprobs": 1, "priority": 3},
+		RoutedExperts: true, RoutedExpertsLayers: moe.Layers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +153,14 @@ func TestSGLangAbortContinuesTokenInTokenOut(t *testing.T) {
 	}
 	if !slices.Equal(rec.prompts[1], seq[:p+k]) || !slices.Equal(rec.answers[1], seq[p+k:]) || rec.finish[1] != "stop" {
 		t.Errorf("continuation: prompt %v answer %v (%s), row %v", rec.prompts[1], rec.answers[1], rec.finish[1], seq)
+	}
+	if r.Routes == nil || r.Routes.Positions() != len(seq)-1 {
+		t.Fatalf("routes %v over %d positions", r.Routes, len(seq))
+	}
+	for q := range len(seq) - 1 {
+		if want := moe.Route(nil, 7, q, seq[q]); !slices.Equal(r.Routes.At(q), want) {
+			t.Fatalf("position %d: experts %v, the router's %v", q, r.Routes.At(q), want)
+		}
 	}
 	if rec.rids[0] == "" || rec.rids[0] == rec.rids[1] {
 		t.Errorf("rids %q", rec.rids)

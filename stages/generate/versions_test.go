@@ -289,7 +289,10 @@ func TestAbortContinuesTokenInTokenOut(t *testing.T) {
 			r.Task.Params = nil
 			done := make(chan error, 1)
 			go func() { done <- g.Turn(context.Background(), r) }()
-			time.Sleep(100 * time.Millisecond) // some tokens in
+			// Some tokens in (of 400 at 1 ms each): the request generating,
+			// then a little more.
+			waitFor(t, "the request to generate", func() bool { return srv.Stats().Running == 1 })
+			time.Sleep(50 * time.Millisecond)
 			abortUpdate(t, pol, "the partial answer", func() bool { return g.PolicyStats().Continued == 1 }, 2)
 			if err := <-done; err != nil {
 				t.Fatal(err)
@@ -356,7 +359,8 @@ func TestAbortChatRestartsTheTurn(t *testing.T) {
 	r.Task.Params = nil
 	done := make(chan error, 1)
 	go func() { done <- g.Turn(context.Background(), r) }()
-	time.Sleep(50 * time.Millisecond)
+	// Pause once the request is generating (400 tokens at 1 ms each).
+	waitFor(t, "the request to generate", func() bool { return srv.Stats().Running == 1 })
 	abortUpdate(t, pol, "the aborted request", func() bool { return g.PolicyStats().Aborted == 1 }, 2)
 	if err := <-done; err != nil {
 		t.Fatal(err)

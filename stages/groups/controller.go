@@ -11,12 +11,7 @@ import (
 )
 
 // Job is one group to sample: a task in one attempt.
-type Job struct {
-	Task    *pipeline.Task
-	Attempt int
-	// Fresh is true for a task just read (its prompt is still to render).
-	Fresh bool
-}
+type Job = pipeline.Job
 
 // Controller paces the source; it is the dynamic-sampling control. Without a target it only bounds the groups
 // in flight. With groups.target K it keeps about as many groups in flight as

@@ -132,65 +132,92 @@ var gigpoFixture = [][]fixtureStep{
 	{{`{"x":0.0,"y":0}`, 1, true}},
 }
 
+// gigpoOneStep is a group of one trajectory of one step: its episode
+// score is alone (episode_norm_reward: mean 0, std 1, so its episode
+// advantage is the score itself) and so is its anchor (step_norm_reward:
+// its own return as mean, std 1, so its step advantage is 0).
+var gigpoOneStep = [][]fixtureStep{{{`{"x":0,"y":0}`, 1, true}}}
+
 // TestGiGPOMatchesVerlAgent: StepStats gives every step of the fixture
 // the return, step, episode and joint advantage verl-agent computes, in
 // both modes and with a step_advantage_w other than 1; the fixture has
 // lone anchor states, an invalid action and equal anchors spelt
 // differently, where a plain (return − mean) over raw text would differ.
+// A second fixture, one trajectory of one step, checks the rules for
+// groups of one: episode advantage = the score, step advantage 0.
 func TestGiGPOMatchesVerlAgent(t *testing.T) {
 	const gamma, coef = 0.9, 0.25
-	for _, mode := range []string{groups.StepMeanNorm, groups.StepMeanStdNorm} {
-		for _, w := range []float64{1, 0.5} {
-			t.Run(fmt.Sprint(mode, "/w=", w), func(t *testing.T) {
-				g := &pipeline.Group{}
-				var rows []verlRow
-				for ti, traj := range gigpoFixture {
-					r := &pipeline.Rollout{Status: pipeline.StatusOK}
-					for _, s := range traj {
-						a := s.anchor
-						st := pipeline.Step{Reward: s.reward, ActionValid: s.valid, Anchor: &a}
-						if !s.valid {
-							st.Penalty = coef
-						}
-						r.Steps = append(r.Steps, st)
-						r.Reward += s.reward
-					}
-					for _, s := range traj {
-						var v any
-						if err := json.Unmarshal([]byte(s.anchor), &v); err != nil {
-							t.Fatal(err)
-						}
-						rows = append(rows, verlRow{uid: 0, traj: ti, reward: s.reward, valid: s.valid, anchor: v, episodeReward: r.Reward})
-					}
-					g.Rollouts = append(g.Rollouts, r)
-				}
-				groups.StepStats(g, groups.StepParams{Gamma: gamma, Mode: mode, W: w})
-				ret, ep, step, joint := verlGiGPO(rows, gamma, coef, w, mode)
-				i, lone := 0, 0
-				for ri, r := range g.Rollouts {
-					for si, st := range r.Steps {
-						near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-						if !near(st.Return, ret[i]) || !near(st.Advantage, step[i]) || !near(st.EpisodeAdvantage, ep[i]) || !near(st.JointAdvantage, joint[i]) {
-							t.Errorf("rollout %d step %d: return %v step %v episode %v joint %v; verl-agent %v %v %v %v",
-								ri, si+1, st.Return, st.Advantage, st.EpisodeAdvantage, st.JointAdvantage, ret[i], step[i], ep[i], joint[i])
-						}
-						if st.AnchorGroupSize == 1 {
-							lone++
-							if st.Advantage != 0 {
-								t.Errorf("rollout %d step %d alone in its anchor group: step advantage %v", ri, si+1, st.Advantage)
+	for _, fx := range []struct {
+		name  string
+		steps [][]fixtureStep
+	}{{"grid", gigpoFixture}, {"one-step", gigpoOneStep}} {
+		for _, mode := range []string{groups.StepMeanNorm, groups.StepMeanStdNorm} {
+			for _, w := range []float64{1, 0.5} {
+				t.Run(fmt.Sprint(fx.name, "/", mode, "/w=", w), func(t *testing.T) {
+					g := &pipeline.Group{}
+					var rows []verlRow
+					for ti, traj := range fx.steps {
+						r := &pipeline.Rollout{Status: pipeline.StatusOK}
+						for _, s := range traj {
+							a := s.anchor
+							st := pipeline.Step{Reward: s.reward, ActionValid: s.valid, Anchor: &a}
+							if !s.valid {
+								st.Penalty = coef
 							}
+							r.Steps = append(r.Steps, st)
+							r.Reward += s.reward
 						}
-						i++
+						for _, s := range traj {
+							var v any
+							if err := json.Unmarshal([]byte(s.anchor), &v); err != nil {
+								t.Fatal(err)
+							}
+							rows = append(rows, verlRow{uid: 0, traj: ti, reward: s.reward, valid: s.valid, anchor: v, episodeReward: r.Reward})
+						}
+						g.Rollouts = append(g.Rollouts, r)
 					}
-				}
-				if lone == 0 {
-					t.Fatal("the fixture has no lone anchor step")
-				}
-				// The equal states spelt differently share one anchor group.
-				if a, b := g.Rollouts[0].Steps[0].AnchorGroup, g.Rollouts[3].Steps[0].AnchorGroup; a != b || g.Rollouts[0].Steps[0].AnchorGroupSize != 4 {
-					t.Errorf("anchor groups %d and %d (size %d): equal JSON anchors split", a, b, g.Rollouts[0].Steps[0].AnchorGroupSize)
-				}
-			})
+					groups.StepStats(g, groups.StepParams{Gamma: gamma, Mode: mode, W: w})
+					ret, ep, step, joint := verlGiGPO(rows, gamma, coef, w, mode)
+					i, lone := 0, 0
+					for ri, r := range g.Rollouts {
+						for si, st := range r.Steps {
+							near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+							if !near(st.Return, ret[i]) || !near(st.Advantage, step[i]) || !near(st.EpisodeAdvantage, ep[i]) || !near(st.JointAdvantage, joint[i]) {
+								t.Errorf("rollout %d step %d: return %v step %v episode %v joint %v; verl-agent %v %v %v %v",
+									ri, si+1, st.Return, st.Advantage, st.EpisodeAdvantage, st.JointAdvantage, ret[i], step[i], ep[i], joint[i])
+							}
+							if st.AnchorGroupSize == 1 {
+								lone++
+								if st.Advantage != 0 {
+									t.Errorf("rollout %d step %d alone in its anchor group: step advantage %v", ri, si+1, st.Advantage)
+								}
+							}
+							i++
+						}
+					}
+					if lone == 0 {
+						t.Fatal("the fixture has no lone anchor step")
+					}
+					if fx.name == "one-step" {
+						// verl-agent's rules for groups of one, written out:
+						// episode (score − 0) / (1 + 1e-6) or score − 0; step 0.
+						st := g.Rollouts[0].Steps[0]
+						score, eps := 1.0, 1e-6
+						wantEp := score
+						if mode == groups.StepMeanStdNorm {
+							wantEp = score / (1 + eps)
+						}
+						if math.Abs(st.EpisodeAdvantage-wantEp) > 1e-12 || st.Advantage != 0 || math.Abs(st.JointAdvantage-wantEp) > 1e-12 {
+							t.Errorf("one-step group: episode %v step %v joint %v; verl-agent %v 0 %v", st.EpisodeAdvantage, st.Advantage, st.JointAdvantage, wantEp, wantEp)
+						}
+						return
+					}
+					// The equal states spelt differently share one anchor group.
+					if a, b := g.Rollouts[0].Steps[0].AnchorGroup, g.Rollouts[3].Steps[0].AnchorGroup; a != b || g.Rollouts[0].Steps[0].AnchorGroupSize != 4 {
+						t.Errorf("anchor groups %d and %d (size %d): equal JSON anchors split", a, b, g.Rollouts[0].Steps[0].AnchorGroupSize)
+					}
+				})
+			}
 		}
 	}
 }

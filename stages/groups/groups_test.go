@@ -51,6 +51,10 @@ func TestKeepRules(t *testing.T) {
 		{"mean_in: above", groups.Config{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{1, 1, 1, 1}, false, groups.ReasonMeanOut, 1, 0, "ffff"},
 		{"mean_in: below", groups.Config{Keep: "mean_in", MeanIn: []float64{0.25, 0.75}}, []float64{0, 0, 0, 1, 0, 0, 0, 0}, false, groups.ReasonMeanOut, 0.125, math.Sqrt(0.125), "ffffffff"},
 		{"single member", groups.Config{Keep: "nonzero_std"}, []float64{1}, false, groups.ReasonZeroStd, 1, 0, "f"},
+		// verl-agent's filter compares rewards exactly (==): rewards one
+		// ulp apart differ, under any tolerance they would not.
+		{"nonzero_std: rewards one ulp apart kept", groups.Config{Keep: "nonzero_std"}, []float64{1, math.Nextafter(1, 2)}, true, "", 1, 0, "oo"},
+		{"nonzero_std: 0 and the least float kept", groups.Config{Keep: "nonzero_std"}, []float64{0, 0, math.SmallestNonzeroFloat64}, true, "", 0, 0, "ooo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,14 +30,51 @@ type Versions interface {
 	Changed() <-chan struct{}
 }
 
-// StalenessOptions configure a Staleness gate.
-type StalenessOptions struct {
+// Bound is max_staleness's one carrier, from the config
+// (config.ServeConfig.Staleness: serve.max_staleness and step_groups) to
+// the gate (StalenessOptions) and serve's ledger, with its rules written
+// once: Validate, the capacity formula (Groups) and the test of a stale
+// group (Stale).
+type Bound struct {
 	// MaxStaleness is s: a group admitted at version a can still be used
 	// by a trainer at version v while v - a <= s.
 	MaxStaleness int
-	// BatchSize is the groups a trainer consumes per version (its step's
-	// groups, K).
-	BatchSize int
+	// StepGroups is B, the groups a trainer consumes per version (its
+	// step's groups, K).
+	StepGroups int
+}
+
+// Validate checks the bound, naming serve's keys.
+func (b Bound) Validate() error {
+	var p pipeline.Problems
+	if b.MaxStaleness < 0 {
+		p.Add("max_staleness", "must be >= 0, got %d", b.MaxStaleness)
+	}
+	if b.StepGroups < 1 {
+		p.Add("step_groups", "required with max_staleness: the groups a trainer takes per policy version")
+	}
+	return p.Err()
+}
+
+// Groups is the kept groups the bound lets a run accept in all at policy
+// version v: (v + s + 1) × B, a version below 0 counting as 0. The one
+// formula of the bound: the gate's capacity and serve's demand both take
+// it from here.
+func (b Bound) Groups(v int64) int {
+	return int((max(v, 0) + int64(b.MaxStaleness) + 1) * int64(b.StepGroups))
+}
+
+// Stale reports whether tokens of version oldest can no longer be used by
+// a trainer at version policy: policy - oldest > s.
+func (b Bound) Stale(oldest, policy int64) bool {
+	return policy-oldest > int64(b.MaxStaleness)
+}
+
+// StalenessOptions configure a Staleness gate.
+type StalenessOptions struct {
+	// Bound is max_staleness and the groups a trainer consumes per
+	// version.
+	Bound Bound
 	// OnStale is what becomes of a finished kept group that is stale
 	// anyway (StaleRequeue, StaleDrop, StaleKeep; "": requeue).
 	OnStale string
@@ -48,12 +85,10 @@ type StalenessOptions struct {
 
 // Validate checks the options, naming the field.
 func (o StalenessOptions) Validate() error {
-	switch {
-	case o.MaxStaleness < 0:
-		return fmt.Errorf("max_staleness: %d is negative", o.MaxStaleness)
-	case o.BatchSize < 1:
-		return fmt.Errorf("batch size: %d, want at least 1 group per step", o.BatchSize)
-	case o.Accepted < 0:
+	if err := o.Bound.Validate(); err != nil {
+		return err
+	}
+	if o.Accepted < 0 {
 		return fmt.Errorf("accepted: %d is negative", o.Accepted)
 	}
 	switch o.OnStale {
@@ -67,7 +102,7 @@ func (o StalenessOptions) Validate() error {
 // Staleness is the capacity-based admission gate of an asynchronous
 // trainer (AReaL's): a new group is admitted only while every group
 // accepted or running can still be used within MaxStaleness versions. A
-// trainer at version v has consumed at most v×B groups (B = BatchSize) and
+// trainer at version v has consumed at most v×B groups (B = Bound.StepGroups) and
 // will use the groups accepted so far in order, so a group admitted now is
 // used within s versions when the groups accepted or running number at
 // most (v + s + 1)×B:
@@ -107,17 +142,9 @@ func NewStaleness(opts StalenessOptions, ver Versions) (*Staleness, error) {
 	return &Staleness{opts: opts, ver: ver, accepted: opts.Accepted, freed: make(chan struct{})}, nil
 }
 
-// StalenessBound is the kept groups a gate of maximum staleness s and
-// steps of b groups lets a run accept in all at policy version v:
-// (v + s + 1) × b, a version below 0 counting as 0. The one formula of the
-// bound: the gate's capacity and serve's demand both take it from here.
-func StalenessBound(v int64, s, b int) int {
-	return int((max(v, 0) + int64(s) + 1) * int64(b))
-}
-
 // capacity is the groups that may be admitted now; s.mu is held.
 func (s *Staleness) capacity(v int64) int {
-	return StalenessBound(v, s.opts.MaxStaleness, s.opts.BatchSize) - s.accepted - s.running
+	return s.opts.Bound.Groups(v) - s.accepted - s.running
 }
 
 // Admit blocks until a group may be admitted, counts it running and
@@ -195,7 +222,7 @@ func (s *Staleness) Stale(g *pipeline.Group) bool {
 	for _, r := range g.Rollouts[1:] {
 		a = min(a, r.MinPolicyVersion())
 	}
-	return s.ver.Version()-a > int64(s.opts.MaxStaleness)
+	return s.opts.Bound.Stale(a, s.ver.Version())
 }
 
 // Apply handles a finished group after its keep rule: a kept group that
@@ -259,4 +286,44 @@ func (c *Controller) Requeue(j Job) {
 	c.again = append(c.again, j)
 	c.mu.Unlock()
 	c.signal()
+}
+
+// AdmitUntil waits for the gate to admit a group (Admit), until ctx ends
+// or stop closes (the run's stop began): then it reports false. A nil
+// gate admits at once.
+func (s *Staleness) AdmitUntil(ctx context.Context, stop <-chan struct{}) bool {
+	if s == nil {
+		return true
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	_, err := s.Admit(actx)
+	return err == nil
+}
+
+// Finish ends a finished group's place in the gate after its keep rule,
+// and applies on_stale to it; requeue is true when its task is to be
+// sampled again. A nil gate does nothing.
+func (s *Staleness) Finish(g *pipeline.Group) (requeue bool) {
+	if s == nil {
+		return false
+	}
+	requeue = s.Apply(g)
+	s.Done(g.Kept)
+	return requeue
+}
+
+// Abandon ends the place of a group admitted that will not finish (its
+// row was rejected, a stop cut it off). A nil gate does nothing.
+func (s *Staleness) Abandon() {
+	if s != nil {
+		s.Done(false)
+	}
 }

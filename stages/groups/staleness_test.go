@@ -52,7 +52,7 @@ func admitNow(s *groups.Staleness) bool {
 // free their place, accepted ones hold it until the version moves on.
 func TestStalenessCapacity(t *testing.T) {
 	ver := newVersions()
-	s, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 1, BatchSize: 4}, ver)
+	s, err := groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: 1, StepGroups: 4}}, ver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestStalenessOnStale(t *testing.T) {
 		{groups.StaleKeep, true, false, 0, 0, 1},
 	} {
 		ver := newVersions()
-		s, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 1, BatchSize: 2, OnStale: tt.onStale}, ver)
+		s, err := groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: 1, StepGroups: 2}, OnStale: tt.onStale}, ver)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,17 +180,17 @@ func TestStalenessOptionsValidate(t *testing.T) {
 		o    groups.StalenessOptions
 		want string
 	}{
-		{groups.StalenessOptions{MaxStaleness: -1, BatchSize: 1}, "max_staleness"},
-		{groups.StalenessOptions{BatchSize: 0}, "batch size"},
-		{groups.StalenessOptions{BatchSize: 1, OnStale: "later"}, "on_stale"},
-		{groups.StalenessOptions{BatchSize: 1, Accepted: -2}, "accepted"},
+		{groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: -1, StepGroups: 1}}, "max_staleness"},
+		{groups.StalenessOptions{Bound: groups.Bound{StepGroups: 0}}, "step_groups"},
+		{groups.StalenessOptions{Bound: groups.Bound{StepGroups: 1}, OnStale: "later"}, "on_stale"},
+		{groups.StalenessOptions{Bound: groups.Bound{StepGroups: 1}, Accepted: -2}, "accepted"},
 	} {
 		_, err := groups.NewStaleness(tt.o, newVersions())
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tt.o, err, tt.want)
 		}
 	}
-	if _, err := groups.NewStaleness(groups.StalenessOptions{BatchSize: 1}, nil); err == nil {
+	if _, err := groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{StepGroups: 1}}, nil); err == nil {
 		t.Error("no versions accepted")
 	}
 }
@@ -213,7 +213,7 @@ func TestStalenessDiscard(t *testing.T) {
 		{"more than accepted", groups.StaleDrop, 1, 3, 0, 4, 0, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := groups.NewStaleness(groups.StalenessOptions{MaxStaleness: 0, BatchSize: 4, Accepted: tt.accepted, OnStale: tt.onStale}, newVersions())
+			s, err := groups.NewStaleness(groups.StalenessOptions{Bound: groups.Bound{MaxStaleness: 0, StepGroups: 4}, Accepted: tt.accepted, OnStale: tt.onStale}, newVersions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,5 +223,27 @@ func TestStalenessDiscard(t *testing.T) {
 				t.Fatalf("stats %+v, want accepted %d capacity %d requeued %d dropped %d", st, tt.wantAccepted, tt.wantCapacity, tt.wantRequeued, tt.wantDropped)
 			}
 		})
+	}
+}
+
+// TestBound: max_staleness's rules, written once: the capacity formula
+// (v + s + 1) × B with a version below 0 counted as 0, the stale test
+// v - a > s, and the check naming serve's keys.
+func TestBound(t *testing.T) {
+	b := groups.Bound{MaxStaleness: 1, StepGroups: 8}
+	for v, want := range map[int64]int{-3: 16, 0: 16, 1: 24, 5: 56} {
+		if got := b.Groups(v); got != want {
+			t.Errorf("Groups(%d) = %d, want %d", v, got, want)
+		}
+	}
+	if b.Stale(4, 5) || !b.Stale(3, 5) {
+		t.Error("Stale: a group one version behind is fresh under s = 1, two behind stale")
+	}
+	err := groups.Bound{MaxStaleness: -1}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "max_staleness: must be >= 0, got -1") || !strings.Contains(err.Error(), "step_groups: required with max_staleness") {
+		t.Errorf("Validate: %v", err)
+	}
+	if err := b.Validate(); err != nil {
+		t.Error(err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema"
 )
 
 // Unserved keeps the tasks of a service's kept groups that are not handed
@@ -185,4 +186,42 @@ func (u *Unserved) Holding() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return len(u.held)
+}
+
+// HoldKept holds the task of a kept group routed to data/ until the
+// service hands the group out or sets it aside. A nil u does nothing.
+func (u *Unserved) HoldKept(g *pipeline.Group, dest string) {
+	if u == nil || dest != schema.DataDir || len(g.Rollouts) == 0 || g.Rollouts[0].Task == nil {
+		return
+	}
+	u.Hold(g.Rollouts[0].Task, g.Key.Attempt, false)
+}
+
+// Resume decides a task read against the work earlier runs committed
+// (done): skip when it is done, else the attempt to sample. A task done
+// whose latest group was kept, under a service that expects it (u not
+// nil): a group the service set aside as too stale to hand out, with no
+// attempt committed since, is sampled again in the next attempt; one
+// whose next attempt was committed, not kept, is decided as any attempt
+// dropped (sampled again when it was dropped as stale under requeue, or
+// under groups.resample); any other stays done, its task held while the
+// service expects its group.
+func (u *Unserved) Resume(t *pipeline.Task, done Committed, maxAttempts int, resample bool) (skip bool, attempt int) {
+	if skip, attempt = done.Skip(t.Index, maxAttempts, resample); !skip {
+		return false, attempt
+	}
+	kept, last, ok := done.KeptAttempt(t.Index)
+	if u == nil || !ok {
+		return true, 0
+	}
+	if last > kept {
+		if !u.Settle(pipeline.GroupKey{TaskIndex: t.Index, Attempt: kept}) {
+			return true, 0
+		}
+		return done.SkipDropped(t.Index, maxAttempts, resample)
+	}
+	if u.Resumed(t, kept) {
+		return false, kept + 1
+	}
+	return true, 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,11 @@ type Options struct {
 	// Renew returns a fresh start of a failed rollout for its next try;
 	// required when SampleRetries > 0.
 	Renew func(failed *pipeline.Rollout) *pipeline.Rollout
+	// Sessions opens the gateway sessions of rollouts whose environment
+	// is an agent (envs.Agent): each runs on its own, outside the worker
+	// pools, while its model calls take GenWorkers slots. nil: such
+	// rollouts fail.
+	Sessions Sessions
 }
 
 // Loop is the generate ⇄ envstep cycle. It implements go-streams' Flow:
@@ -53,11 +59,13 @@ type Loop struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
-	inside   atomic.Int64
-	genBusy  atomic.Int64
-	envBusy  atomic.Int64
-	admitted atomic.Int64
-	retried  atomic.Int64
+	// agentSlots bounds the agents' model calls in flight (GenWorkers).
+	agentSlots chan struct{}
+	inside     atomic.Int64
+	genBusy    atomic.Int64
+	envBusy    atomic.Int64
+	admitted   atomic.Int64
+	retried    atomic.Int64
 
 	// groups are the groups with members inside (CancelGroup): each has
 	// a context its members' calls run under.
@@ -91,8 +99,9 @@ func New(g *pipeline.Graph, name string, gen *generate.Generator, env *envstep.S
 		Inlet: pipeline.NewInlet(g, opts.Buffer),
 		g:     g, name: name, out: g.Chan(opts.Buffer),
 		gen: gen, env: env, opts: opts,
-		stop:   make(chan struct{}),
-		groups: map[pipeline.GroupKey]*groupCtl{},
+		stop:       make(chan struct{}),
+		agentSlots: make(chan struct{}, opts.GenWorkers),
+		groups:     map[pipeline.GroupKey]*groupCtl{},
 	}
 	g.Go(name, l.run)
 	return l
@@ -109,6 +118,15 @@ func (l *Loop) Via(next streams.Flow) streams.Flow {
 
 // To connects the loop's output to a sink.
 func (l *Loop) To(sink streams.Sink) { pipeline.Link(l.g, l.name, l.out, sink) }
+
+// Name is the loop's stage name.
+func (l *Loop) Name() string { return l.name }
+
+// Types are the loop's (pipeline.Typed): rollouts in, resolved rollouts out.
+func (l *Loop) Types() (in, out reflect.Type) {
+	t := reflect.TypeFor[*pipeline.Rollout]()
+	return t, t
+}
 
 // Stop cancels every trajectory inside the loop (their requests are
 // aborted) and every one still to come: they resolve as cancelled and flow
@@ -330,11 +348,23 @@ func (l *Loop) run(ctx context.Context) error {
 				}
 				l.envBusy.Add(-1)
 				cancel()
+				_, agent := l.env.Agent(r)
 				switch {
 				case err != nil:
 					err = interrupted(r, err)
 				case done:
 					err = finish(r)
+				case agent:
+					// The agent drives the trajectory, for as long as it
+					// takes, outside the pools.
+					eg.Go(func() error {
+						cctx, cancel := callCtx(r)
+						defer cancel()
+						if err := l.drive(cctx, r); err != nil {
+							return interrupted(r, err)
+						}
+						return finish(r)
+					})
 				case step:
 					q.genCont <- r
 				default:

@@ -119,7 +119,14 @@ func runTokens(t *testing.T, api inference.API, maxSeqLen, maxTokens int) ([]*pi
 // runTokensRaw is runTokens without its checks of each rollout.
 func runTokensRaw(t *testing.T, api inference.API, maxSeqLen, maxTokens int) ([]*pipeline.Rollout, map[int64][][]int32) {
 	t.Helper()
-	s := sim.New(sim.Options{Seed: 7, Preset: "agent", MinTurns: 3, MaxTurns: 6, ObsTokens: 40, StripReasoning: true})
+	return runTokensMoE(t, api, maxSeqLen, maxTokens, sim.MoE{}, false)
+}
+
+// runTokensMoE is runTokensRaw against a simulated model of the given
+// MoE shape, asking for routed experts when routed.
+func runTokensMoE(t *testing.T, api inference.API, maxSeqLen, maxTokens int, moe sim.MoE, routed bool) ([]*pipeline.Rollout, map[int64][][]int32) {
+	t.Helper()
+	s := sim.New(sim.Options{Seed: 7, Preset: "agent", MinTurns: 3, MaxTurns: 6, ObsTokens: 40, StripReasoning: true, MoE: moe})
 	defer s.Close()
 	rec := &recorder{next: s.Handler(), seqs: map[int64][][]int32{}}
 	srv := httptest.NewServer(rec)
@@ -129,8 +136,9 @@ func runTokensRaw(t *testing.T, api inference.API, maxSeqLen, maxTokens int) ([]
 		t.Fatal(err)
 	}
 	defer c.Close()
-	gen, err := generate.New(c, generate.Options{Model: "sim", API: api, MaxSeqLen: maxSeqLen,
-		Params: map[string]any{"max_tokens": maxTokens, "logprobs": true, "return_token_ids": true}})
+	gen, err := generate.New(c, generate.Options{Model: "sim", API: api, MaxSeqLenOf: generate.SeqLen(maxSeqLen),
+		Params:        map[string]any{"max_tokens": maxTokens, "logprobs": true, "return_token_ids": true},
+		RoutedExperts: routed, RoutedExpertsLayers: moe.Layers})
 	if err != nil {
 		t.Fatal(err)
 	}

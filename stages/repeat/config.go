@@ -28,11 +28,13 @@ type Config struct {
 	// AddSeed writes each rollout's seed into the responses_create_params
 	// trajflow sends to a NeMo Gym resources server (/seed_session,
 	// /verify) and writes in output.jsonl, as NeMo Gym's rollout
-	// collection does with num_repeats_add_seed: in metadata.extra_body, a
-	// JSON string ({"seed": N} merged into the one there), since Gym's
-	// responses_create_params forbid keys they do not declare and declare
-	// no seed. Left false, the seed is in neither (it is still sent to the
-	// model when configured, and is in the seed column).
+	// collection does with num_repeats_add_seed, but in another place:
+	// in metadata.extra_body, a JSON string ({"seed": N} merged into the
+	// one there), not at the top level where Gym's rollout collection
+	// writes it, since newer Gym's responses_create_params forbid keys
+	// they do not declare and declare no seed. Left false, the seed is in
+	// neither (it is still sent to the model when configured, and is in
+	// the seed column).
 	AddSeed bool `yaml:"add_seed" json:",omitempty"` // omitempty: the fingerprints of outputs made before the key stay
 	// nSet records that a config file wrote n, so that an explicit 0 is
 	// not mistaken for "unset".

@@ -62,7 +62,7 @@ type Barrier struct {
 
 // NewBarrier builds the reference schedule for cfg over client and env.
 func NewBarrier(cfg *config.Config, client inference.Client, env envs.Env) *Barrier {
-	gen, err := generate.New(client, generate.Options{Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLen: cfg.Env.MaxSeqLen})
+	gen, err := generate.New(client, generate.Options{Model: cfg.Generate.Model, Params: cfg.Generate.Params, API: cfg.Generate.API, MaxSeqLenOf: cfg.Env.SeqLenOf()})
 	if err != nil {
 		panic(err) // the benchmarks' own configs
 	}

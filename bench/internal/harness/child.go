@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -22,13 +24,38 @@ import (
 // sim-server …`) in a separate process, without building another binary.
 const ChildEnv = "TRAJFLOW_BENCH_CHILD"
 
+// ProfileEnv, when set to a folder, has the benchmark and every child
+// write a CPU profile of its whole life to FOLDER/bench-PID.pprof and
+// FOLDER/child-PID.pprof (go tool pprof reads them with the benchmark
+// binary): where each process's time goes (the in-process simulator's in
+// the benchmark's).
+const ProfileEnv = "TRAJFLOW_BENCH_CPUPROFILE"
+
+// profile starts the CPU profile ProfileEnv asks for, as FOLDER/NAME-PID.pprof;
+// the function it returns stops it.
+func profile(name string) (stop func()) {
+	dir := os.Getenv(ProfileEnv)
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", name, os.Getpid())))
+	if err == nil && pprof.StartCPUProfile(f) == nil {
+		return func() { pprof.StopCPUProfile(); _ = f.Close() }
+	}
+	fmt.Fprintf(os.Stderr, "%s: no CPU profile: %v\n", ProfileEnv, err)
+	return func() {}
+}
+
 // MaybeChild runs trajflow's command line and exits when this process was
 // started as a child by Child; otherwise it returns.
 func MaybeChild() {
 	if os.Getenv(ChildEnv) != "1" {
 		return
 	}
-	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	stop := profile("child")
+	code := cli.Main(os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // Child is `trajflow ARGS…` in a child process (this executable
@@ -94,6 +121,9 @@ type ChildRun struct {
 	User, Sys time.Duration
 	MaxRSS    int64 // bytes
 	Stdout    string
+	// Stderr is the child's standard error: its log (endpoint health
+	// changes among it).
+	Stderr string
 }
 
 // RunChild runs `trajflow run CONFIG --quiet SETS…` as a child process and
@@ -111,7 +141,7 @@ func RunChild(ctx context.Context, config string, sets ...string) (ChildRun, err
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err = cmd.Run()
-	res := ChildRun{Wall: time.Since(start), Stdout: stdout.String()}
+	res := ChildRun{Wall: time.Since(start), Stdout: stdout.String(), Stderr: stderr.String()}
 	if ps := cmd.ProcessState; ps != nil {
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 			res.User, res.Sys = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
@@ -130,8 +160,10 @@ func RunChild(ctx context.Context, config string, sets ...string) (ChildRun, err
 // on interrupt, and exits with its code.
 func Main(run RunFunc) {
 	MaybeChild()
+	stopProfile := profile("bench")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	stopProfile()
 	os.Exit(code)
 }

@@ -7,10 +7,10 @@ import (
 	"io"
 	"strings"
 
-	"github.com/trajflow/trajflow/internal/analyze"
-	"github.com/trajflow/trajflow/internal/metrics"
-	"github.com/trajflow/trajflow/internal/shards"
+	"github.com/trajflow/trajflow/runner/analyze"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/schema/shards"
 	"github.com/trajflow/trajflow/storage"
 )
 

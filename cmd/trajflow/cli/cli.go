@@ -56,6 +56,9 @@ Run "trajflow run --help" for the run flags; docs/config.md documents the config
 
 // Main runs the command line and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if durable.SyncsDisabled {
+		fmt.Fprintln(stderr, "trajflow: built with -tags nosync, a benchmarking build (bench/powercut): nothing is synced, and a power cut may lose every committed file")
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage

@@ -70,7 +70,7 @@ func count(rows []*pipeline.Rollout, f func(*pipeline.Rollout) bool) int {
 func TestExamples(t *testing.T) {
 	// Each example has its subtest below.
 	configs, _ := filepath.Glob("../../../examples/*/config.yaml")
-	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true, "grid": true}
+	covered := map[string]bool{"quickstart": true, "guess": true, "tools": true, "sim-agent": true, "python-env": true, "nemo-rl": true, "nemo-gym": true, "vlm": true, "grid": true, "agents": true}
 	for _, c := range configs {
 		if name := filepath.Base(filepath.Dir(c)); !covered[name] {
 			t.Errorf("example %s has no subtest in TestExamples", name)
@@ -86,6 +86,17 @@ func TestExamples(t *testing.T) {
 			runExample(t, name)
 		})
 	}
+	t.Run("agents", func(t *testing.T) {
+		if _, err := exec.LookPath("python3"); err != nil {
+			t.Skip("python3 not installed")
+		}
+		// The agent of examples/agents/config.yaml: one ok row per
+		// (task, rollout), every one with at least one model call.
+		rows := runExample(t, "agents")
+		if len(rows) != 16 || count(rows, func(r *pipeline.Rollout) bool { return r.Status == pipeline.StatusOK && r.NumTurns > 0 }) != 16 {
+			t.Fatalf("%d rows", len(rows))
+		}
+	})
 	t.Run("vlm", func(t *testing.T) {
 		rows := runExample(t, "vlm")
 		for _, r := range rows {

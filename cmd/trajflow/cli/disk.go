@@ -19,7 +19,11 @@ func diskMessage(cmd, dir string, err error) (msg string, ok bool) {
 		if n, ok := freeBytes(dir); ok {
 			free = fmt.Sprintf(" (%s free there now)", byteSize(n))
 		}
-		todo = "free space on the disk of " + dir + free + " and run the same command again to resume"
+		need := ""
+		if se, ok := durable.Needed(err); ok && se.Size > 0 {
+			need = fmt.Sprintf(" (writing %s needed at least %s: its %d bytes, the refused write's included)", se.Path, byteSize(uint64(se.Size)), se.Size)
+		}
+		todo = "free space on the disk of " + dir + free + need + " and run the same command again to resume"
 	case durable.IOError(err):
 		what = "an I/O error of the disk (EIO)"
 		todo = "check the disk (the kernel log says more), then run the same command again: the failed commit is redone from the start"

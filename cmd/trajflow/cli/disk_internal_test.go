@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/trajflow/trajflow/internal/durable"
 )
 
 // A full disk and an I/O error each get their message: what failed, the
@@ -21,6 +23,9 @@ func TestDiskMessage(t *testing.T) {
 		{fmt.Errorf("commit: parquet: close: %w", &fs.PathError{Op: "write", Path: part, Err: syscall.ENOSPC}),
 			[]string{"trajflow run: the disk is full (no space left on device) at " + part + ": ", "every file committed before is whole",
 				"free space on the disk of /out", "and run the same command again to resume"}},
+		{fmt.Errorf("commit: parquet: %w", &durable.SpaceError{Path: part, Size: 3 << 20, Err: &fs.PathError{Op: "write", Path: part, Err: syscall.ENOSPC}}),
+			[]string{"trajflow run: the disk is full (no space left on device) at " + part + ": ", "free space on the disk of /out",
+				"(writing " + part + " needed at least 3.0 MiB: its 3145728 bytes, the refused write's included) and run the same command again to resume"}},
 		{fmt.Errorf("commit: %w", &fs.PathError{Op: "sync", Path: part, Err: syscall.EIO}),
 			[]string{"trajflow run: an I/O error of the disk (EIO) at " + part + ": ", "check the disk", "run the same command again"}},
 	} {

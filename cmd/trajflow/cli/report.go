@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/trajflow/trajflow/cmd/trajflow/report"
-	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 	"github.com/trajflow/trajflow/storage"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/trajflow/trajflow/cmd/trajflow/cli"
 	"github.com/trajflow/trajflow/cmd/trajflow/report"
-	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 )
 

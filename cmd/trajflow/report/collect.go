@@ -14,9 +14,9 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 
-	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/internal/pqread"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
 )
 

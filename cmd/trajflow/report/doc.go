@@ -9,7 +9,7 @@
 // It reads the committed Parquet files in three passes, none of which
 // holds more than one record batch:
 //
-//  1. internal/analyze.Aggregate: the run's metrics, as `trajflow stats`
+//  1. runner/analyze.Aggregate: the run's metrics, as `trajflow stats`
 //     gives them, and the tasks by (scored, correct) counts, from which
 //     pass@k at every k and the per-task solve rates follow;
 //  2. a pass over light columns only (env, status, error class, reward,

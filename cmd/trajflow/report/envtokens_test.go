@@ -3,7 +3,7 @@ package report
 import (
 	"testing"
 
-	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // The prompt-tokens chart's note gives the environment tokens of the rows

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trajflow/trajflow/internal/metrics"
 	"io/fs"
 	"os"
 	"sort"
+
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // failureSummary counts the lines of failures.jsonl logs by error class.

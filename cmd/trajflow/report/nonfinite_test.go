@@ -9,8 +9,8 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
-	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/runner/analyze"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
 )

@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/trajflow/trajflow/internal/metrics"
+	"github.com/trajflow/trajflow/runner/metrics"
 )
 
 // echartsJS is Apache ECharts 5.6.0's dist/echarts.min.js from the npm

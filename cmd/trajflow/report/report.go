@@ -11,11 +11,11 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
-	"github.com/trajflow/trajflow/internal/analyze"
 	"github.com/trajflow/trajflow/internal/durable"
-	"github.com/trajflow/trajflow/internal/metrics"
-	"github.com/trajflow/trajflow/internal/shards"
+	"github.com/trajflow/trajflow/runner/analyze"
+	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
+	"github.com/trajflow/trajflow/schema/shards"
 )
 
 // Defaults of Options.

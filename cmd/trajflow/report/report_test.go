@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/trajflow/trajflow/schema"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,9 +15,10 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
-	"github.com/trajflow/trajflow/internal/metrics"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/pipeline/pipelinetest"
+	"github.com/trajflow/trajflow/runner/metrics"
+	"github.com/trajflow/trajflow/schema"
 	pqsink "github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/stages/collate"
 )

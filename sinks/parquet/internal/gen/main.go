@@ -8,8 +8,9 @@
 //
 // A column's Go field is its name in camel case (run_id → RunID, gen_ms →
 // GenMS); its parquet tag is its name, with ",list" for a list (the
-// three-level LIST layout) and ",optional" for a nullable column (a
-// pointer field). Run it with `go generate ./sinks/parquet`;
+// three-level LIST layout), ",optional" for a nullable column (a
+// pointer field) and ",dict" for a column whose values are
+// dictionary-encoded (schema.Column.Dict). Run it with `go generate ./sinks/parquet`;
 // TestRowsAreGenerated fails when row_gen.go differs from what it would
 // write.
 package main
@@ -135,6 +136,8 @@ func prim(t arrow.DataType) (goType, arrayType, values string, err error) {
 		return "int64", "Int64", "Int64Values", nil
 	case arrow.INT32:
 		return "int32", "Int32", "Int32Values", nil
+	case arrow.INT16:
+		return "int16", "Int16", "Int16Values", nil
 	case arrow.INT8:
 		return "int8", "Int8", "Int8Values", nil
 	case arrow.FLOAT64:
@@ -150,10 +153,18 @@ func prim(t arrow.DataType) (goType, arrayType, values string, err error) {
 func (g *gen) fieldType(prefix string, c schema.Column) (string, string, error) {
 	switch t := c.Type.(type) {
 	case *arrow.ListType:
-		if c.Nullable {
-			return "", "", fmt.Errorf("column %s: a nullable list has no Parquet row type", c.Name)
-		}
 		elem := t.Elem()
+		if c.Nullable {
+			// A nullable list of a primitive: a nil slice is null.
+			if _, ok := elem.(arrow.NestedType); ok {
+				return "", "", fmt.Errorf("column %s: a nullable list of %s has no Parquet row type", c.Name, elem)
+			}
+			gt, _, _, err := prim(elem)
+			if err != nil {
+				return "", "", fmt.Errorf("column %s: %w", c.Name, err)
+			}
+			return "[]" + gt, ",optional,list", nil
+		}
 		if st, ok := elem.(*arrow.StructType); ok {
 			name := prefix + goName(c.Name) + "Elem"
 			doc := lowerFirst(name) + " is one element of a " + c.Name + " list."
@@ -205,6 +216,9 @@ func (g *gen) structType(name, doc, prefix string, cols []schema.Column) (string
 		if err != nil {
 			return "", err
 		}
+		if c.Dict {
+			opts += ",dict"
+		}
 		fmt.Fprintf(&b, "\t%s %s `parquet:\"%s%s\"`\n", goName(c.Name), typ, c.Name, opts)
 	}
 	b.WriteString("}\n")
@@ -246,6 +260,9 @@ func (g *gen) access(arr, prefix string, t arrow.DataType, nullable bool) (func(
 				return func(idx string) string { return fmt.Sprintf("listSlice(%s, c.%s, %s)", v, arena, idx) }, nil
 			}
 			g.line("%s := %s.ListValues().(*array.%s).%s()", vals, v, at, values)
+			if nullable {
+				return func(idx string) string { return fmt.Sprintf("nullableListSlice(%s, %s, %s)", v, vals, idx) }, nil
+			}
 			return func(idx string) string { return fmt.Sprintf("listSlice(%s, %s, %s)", v, vals, idx) }, nil
 		}
 	}

@@ -61,7 +61,7 @@ func TestUnsupportedTypes(t *testing.T) {
 		name string
 		col  schema.Column
 	}{
-		{"nullable list", schema.Column{Name: "a", Type: schema.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true}},
+		{"nullable list of structs", schema.Column{Name: "a", Type: schema.ListOf(arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int32})), Nullable: true}},
 		{"list of lists", schema.Column{Name: "b", Type: schema.ListOf(schema.ListOf(arrow.PrimitiveTypes.Int32))}},
 		{"struct", schema.Column{Name: "c", Type: arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int32})}},
 		{"uint16", schema.Column{Name: "d", Type: arrow.PrimitiveTypes.Uint16}},

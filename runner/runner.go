@@ -11,11 +11,14 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/trajflow/trajflow/gateway"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/runner/build"
 	"github.com/trajflow/trajflow/runner/commit"
+	"github.com/trajflow/trajflow/runner/output"
 	"github.com/trajflow/trajflow/runner/resume"
 	"github.com/trajflow/trajflow/runner/runstats"
+	"github.com/trajflow/trajflow/runner/stop"
 	"github.com/trajflow/trajflow/schema"
 
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -25,8 +28,8 @@ import (
 	"github.com/trajflow/trajflow/envs"
 	"github.com/trajflow/trajflow/internal/arrowmem"
 	"github.com/trajflow/trajflow/internal/durable"
-	"github.com/trajflow/trajflow/internal/shards"
 	"github.com/trajflow/trajflow/pipeline"
+	"github.com/trajflow/trajflow/schema/shards"
 	"github.com/trajflow/trajflow/sinks/lines"
 	"github.com/trajflow/trajflow/sinks/parquet"
 	"github.com/trajflow/trajflow/sources"
@@ -46,9 +49,6 @@ type (
 	EndpointLoad = runstats.EndpointLoad
 	ServerLoad   = runstats.ServerLoad
 )
-
-// FormatCost shows a cost as the summary and the progress line do.
-func FormatCost(v float64) string { return runstats.FormatCost(v) }
 
 // ErrNothingGenerated: the run resolved rollouts but no kept rollout
 // generated a token (runstats.ErrNothingGenerated).
@@ -129,6 +129,9 @@ type Continuous struct {
 	// and these options before it started anything of its own (serve
 	// does): the config step does not check it again.
 	Checked bool
+	// Priority, when set, replaces every request's group priority under
+	// generate.priority: auto (serve's evaluation: -1, before training's).
+	Priority *int
 	// Locked tells Run that the caller holds the output directory's lock
 	// (resume.LockDir) for the run's whole life (serve takes it before it
 	// says it serves): Run does not take it again.
@@ -177,13 +180,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	}
 	// root is output.dir as given: a sharded run works in its shard's
 	// directory under it (ShardDir, in the output step).
-	r := &run{cfg: cfg, root: cfg.Output.Dir, opts: opts, batchAlloc: batchAlloc, stopper: newStopper(ctx)}
+	r := &run{cfg: cfg, root: cfg.Output.Dir, opts: opts, batchAlloc: batchAlloc, stopper: stop.New(ctx)}
 	r.stats = r.newTracker()
-	defer r.stopper.release()
+	defer r.stopper.Release()
 	defer func() {
 		// What the closers failed to flush, close or release is an error
 		// of the run's too.
-		r.cleanup()
+		r.closers.run()
 		err = errors.Join(err, r.closers.err)
 	}()
 	if err := r.provision(ctx); err != nil {
@@ -207,22 +210,22 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (_ *Summary, err
 	if serr := r.writeShardStatus(err); serr != nil {
 		err = errors.Join(err, serr)
 	}
-	if r.stopper.hard.Err() == nil {
-		if merr := r.stats.WriteMetrics(r.stopper.hard); merr != nil {
+	if r.stopper.Hard().Err() == nil {
+		if merr := r.stats.WriteMetrics(r.stopper.Hard()); merr != nil {
 			err = errors.Join(err, merr)
 		}
-		if aerr := runstats.WriteAggregate(r.stopper.hard, r.cfg.Output.Dir, r.built.Envs); aerr != nil {
+		if aerr := runstats.WriteAggregate(r.stopper.Hard(), r.cfg.Output.Dir, r.built.Envs); aerr != nil {
 			// As Gym's rollout collection, whose raise_for_status on
 			// /aggregate_metrics fails the command: the committed rows
 			// stay.
 			err = errors.Join(err, aerr)
 		}
 		// On object storage, metrics.json and the side files go up last.
-		if r.remote.mirror != nil {
+		if r.remote.Mirrored() {
 			if ierr := r.side.inputs.Flush(); ierr != nil {
 				err = errors.Join(err, ierr)
 			}
-			if perr := r.commit.PushFinal(r.stopper.hard); perr != nil {
+			if perr := r.commit.PushFinal(r.stopper.Hard()); perr != nil {
 				err = errors.Join(err, perr)
 			}
 		}
@@ -299,10 +302,10 @@ type run struct {
 	// walk is done, and again once the graph is wired; nil before.
 	live    atomic.Pointer[liveParts]
 	done    *resume.Committed
-	stopper *stopper
+	stopper *stop.Stopper
 	// remote is the object storage side of an s3:// output.dir or
 	// source.path.
-	remote remote
+	remote output.Remote
 }
 
 // provision walks the build steps (build.Steps) with the run's hooks: its
@@ -315,7 +318,9 @@ func (r *run) provision(ctx context.Context) error {
 		OnBreak:       func(err error) { r.fail(fmt.Errorf("%w: %w", ErrEndpoint, err)) },
 		OnReject:      r.reject,
 		OnInvalidUTF8: r.invalidUTF8,
-		SourcePath:    r.localSource,
+		SourcePath: func(ctx context.Context) (string, error) {
+			return r.remote.Source(ctx, r.cfg.Source.Path, &r.closers)
+		},
 		// The run's Prometheus metrics, when the output step serves them.
 		OnAttempt: r.stats.Attempt,
 		WrapEnv:   r.stats.WrapEnv,
@@ -332,10 +337,10 @@ func (r *run) provision(ctx context.Context) error {
 		r.stats.Scrape(r.cfg.Generate.Endpoints)
 	}
 	r.side.failures = lines.New(filepath.Join(r.cfg.Output.Dir, schema.FailuresFile))
-	r.closeChecked(r.side.failures.Close)
+	r.closers.Check(r.side.failures.Close)
 	// What is not committed is dropped at the end: the open files of the
 	// writers and the interop sinks.
-	r.closeChecked(r.commit.Abort)
+	r.closers.Check(r.commit.Abort)
 	return r.commit.OpenInterop(r.cfg, r.opts.Alloc)
 }
 
@@ -355,11 +360,12 @@ func (r *run) provisionOutput(ctx context.Context) error {
 	if cfg.Source.Shard.Sharded() {
 		cfg.Output.Dir = ShardDir(r.root, cfg.Source.Shard.Index, cfg.Source.Shard.Count)
 	}
-	if err := r.provisionRoot(ctx); err != nil {
+	rootOpts := resume.RootOptions{Root: r.root, AllowConfigChange: r.opts.AllowConfigChange, Version: Version}
+	if err := output.Root(ctx, cfg, rootOpts, &r.closers); err != nil {
 		return err
 	}
 	if storage.IsURL(cfg.Output.Dir) {
-		if err := r.provisionRemote(ctx); err != nil {
+		if err := r.remote.Provision(ctx, cfg, r.fail, &r.closers); err != nil {
 			return err
 		}
 	}
@@ -371,28 +377,37 @@ func (r *run) provisionOutput(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.closeChecked(unlock)
+		r.closers.Check(unlock)
+	}
+	// A run killed between a rename and its directory's sync left parts
+	// (a key, a shard's directory) that this run would take as committed
+	// and a power cut would take back: they are made durable before this
+	// run builds on them (on object storage the bucket is the record).
+	if !storage.IsURL(r.root) {
+		if err := output.Sync(r.root, cfg.Output.Dir); err != nil {
+			return fmt.Errorf("output.dir: %w", err)
+		}
 	}
 	// What a crashed run left half-written goes before anything is read.
 	var err error
-	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.stats.Committed, Upload: r.upload()}); err != nil {
+	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.stats.Committed, Upload: r.remote.Upload()}); err != nil {
 		return err
 	}
 	r.side.rejects = lines.New(filepath.Join(cfg.Output.Dir, schema.RejectsFile))
-	r.closeChecked(r.side.rejects.Close)
+	r.closers.Check(r.side.rejects.Close)
 	if r.side.inputs, err = resume.OpenInputs(filepath.Join(cfg.Output.Dir, schema.InputsFile)); err != nil {
 		return err
 	}
-	r.closeChecked(r.side.inputs.Close)
+	r.closers.Check(r.side.inputs.Close)
 	if cfg.Run.MetricsAddr != "" {
 		stop, err := r.stats.ServeMetrics(ctx, cfg.Run.MetricsAddr, r.opts.continuous().Collector)
 		if err != nil {
 			return err
 		}
-		r.closers.add(stop)
+		r.closers.Add(stop)
 	}
 	// The components the later steps build close first.
-	r.closeChecked(r.built.Close)
+	r.closers.Check(r.built.Close)
 	return nil
 }
 
@@ -433,17 +448,11 @@ func (r *run) parquetOptions() parquet.Options {
 	return opts
 }
 
-func (r *run) cleanup() {
-	for i := len(r.closers.fns) - 1; i >= 0; i-- {
-		r.closers.fns[i]()
-	}
-}
-
 // execute builds the graph and runs it on the stopper's hard context; a
 // cancel of ctx begins the graceful stop.
 func (r *run) execute(parent context.Context) error {
 	cfg := r.cfg
-	ctx := r.stopper.hard
+	ctx := r.stopper.Hard()
 	g := pipeline.NewGraph()
 	r.flow.graph = g
 	r.stats.ServerBaseline(ctx)
@@ -457,16 +466,12 @@ func (r *run) execute(parent context.Context) error {
 	}
 	r.setPriority()
 	r.setEarlyCancel()
-	r.sourceStage(g).
-		Via(r.templateStage(g)).
-		Via(r.repeatStage(g)).
-		Via(r.loopStage(g)).
-		Via(r.groupsStage(g)).
-		Via(r.collateStage(g)).
-		To(r.sinkStage(g))
+	if err := r.wire(g); err != nil {
+		return err
+	}
 	r.live.Store(&liveParts{built: r.built, graph: g, loop: r.flow.loop})
 	watched := make(chan struct{})
-	go r.watch(parent, r.opts.Abort, watched)
+	go r.stopper.Watch(parent, r.opts.Abort, watched, r.interrupted)
 	defer close(watched)
 	err := g.Run(ctx)
 	r.stats.ServerFinal(ctx)
@@ -474,14 +479,14 @@ func (r *run) execute(parent context.Context) error {
 		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
 			// The stop overran run.grace, or was aborted.
 			err = cause
-			if stop := r.stopper.err(); stop != nil {
-				err = fmt.Errorf("%w: %w", stop, cause)
+			if why := r.stopper.Err(); why != nil {
+				err = fmt.Errorf("%w: %w", why, cause)
 			}
 			return fmt.Errorf("%w; what was not committed is dropped (a rerun redoes it)", err)
 		}
 		return err
 	}
-	if err := r.stopper.err(); err != nil {
+	if err := r.stopper.Err(); err != nil {
 		return err
 	}
 	if err := r.checkErrorRate(true); err != nil {
@@ -504,26 +509,6 @@ type liveParts struct {
 	loop  *loop.Loop
 }
 
-// routed is a finished group and the output directory it goes to.
-type routed struct {
-	group *pipeline.Group
-	dest  string
-}
-
-// upload is the committer's upload to object storage (an s3://
-// output.dir's mirror); nil for a local output directory.
-func (r *run) upload() func(ctx context.Context) error {
-	if r.remote.mirror == nil {
-		return nil
-	}
-	return func(ctx context.Context) error {
-		if _, err := r.remote.mirror.Push(ctx); err != nil {
-			return build.StoreError("output.dir", r.remote.url.String(), err)
-		}
-		return nil
-	}
-}
-
 // ErrConfigChanged and ErrSchemaVersion are returned when the output
 // directory holds work of another config, or files of another schema
 // version (resume.ErrConfigChanged, resume.ErrSchemaVersion).
@@ -543,6 +528,12 @@ func (r *run) newTracker() *runstats.Tracker {
 				return p.built.Source
 			}
 			return nil
+		},
+		Gateway: func() (gateway.Stats, bool) {
+			if p := r.live.Load(); p != nil && p.built.Gateway != nil {
+				return p.built.Gateway.Stats(), true
+			}
+			return gateway.Stats{}, false
 		},
 		Requests: func() (cancelled, estimate int64) {
 			p := r.live.Load()
@@ -564,8 +555,8 @@ func (r *run) newTracker() *runstats.Tracker {
 			}
 			return nil
 		},
-		Display:     r.displayPath,
-		Stop:        r.stopper.err,
+		Display:     func(p string) string { return r.remote.Display(r.cfg.Output.Dir, p) },
+		Stop:        r.stopper.Err,
 		EarlierKept: func() int { return r.done.Kept },
 		OnCommit:    r.opts.continuous().OnCommit,
 	})

@@ -3,11 +3,15 @@
 package serve
 
 import (
+	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/trajflow/trajflow/config"
+	"github.com/trajflow/trajflow/internal/crashfs/crashfstest"
 	"github.com/trajflow/trajflow/internal/durable"
 	"github.com/trajflow/trajflow/schema"
 )
@@ -35,5 +39,44 @@ func TestLockReleaseReportsItsErrors(t *testing.T) {
 	}
 	if err := again(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A service killed between its state's rename and the served
+// directory's sync left a state.json whose name is not durable; the next
+// service's lock step makes it durable before serving from it, so that a
+// power cut after does not take back what it served from.
+func TestLockMakesAKilledServiceStateDurable(t *testing.T) {
+	fsys := crashfstest.Mount(t)
+	out := filepath.Join(fsys.Root(), "out")
+	served := filepath.Join(out, schema.ServedDir)
+	if err := durable.MkdirAll(served, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(served, schema.ServeStateFile)
+	f, err := os.Create(path) // data synced, the name not
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"next": 3}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	b := &boot{cfg: &config.Config{}}
+	b.cfg.Output.Dir = out
+	release, err := b.lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != `{"next": 3}` {
+		t.Fatalf("after the cut %s holds %q (%v)", schema.ServeStateFile, got, err)
 	}
 }

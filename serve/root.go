@@ -153,6 +153,13 @@ func (b *boot) lock(context.Context) (func() error, error) {
 	if err != nil {
 		return nil, errors.Join(err, unlockOut())
 	}
+	// A service killed between a rename and its directory's sync left a
+	// state or a step this one would serve from and a power cut would
+	// take back: made durable first (the run syncs the rest of the
+	// output directory before it commits: runner/output.Sync).
+	if err := durable.SyncTree(b.dir); err != nil {
+		return nil, errors.Join(fmt.Errorf("output.dir: %w", err), unlockServed(), unlockOut())
+	}
 	return func() error { return errors.Join(unlockServed(), unlockOut()) }, nil
 }
 
@@ -178,17 +185,13 @@ func (b *boot) state(context.Context) (func() error, error) {
 // the service.
 func (b *boot) ledger(context.Context) (func() error, error) {
 	cfg := b.cfg
-	var bound func(int64) int
-	if cfg.Serve.MaxStaleness != nil {
-		bound = staleBound(*cfg.Serve.MaxStaleness, cfg.Serve.StepGroups)
-	}
 	sctx, stop := context.WithCancel(context.Background())
 	b.stopService = stop
 	s, err := newService(serviceConfig{
 		Dir: b.dir, StepsDir: b.stepsDir, State: b.st, Ctx: sctx,
 		Lease: cfg.Serve.Lease.D(), PauseTimeout: cfg.Serve.PauseLimit(), Buffer: *cfg.Serve.BufferSteps, MaxK: cfg.Serve.MaxGroupsPerStep,
-		Fill: fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N), Bound: bound,
-		MaxStaleness: cfg.Serve.MaxStaleness, OnStale: cfg.Serve.OnStale, Unserved: groups.NewUnserved(),
+		Fill:      fillGroups(cfg.Generate.Concurrency, cfg.Repeat.N),
+		Staleness: cfg.Serve.Staleness(), OnStale: cfg.Serve.OnStale, Unserved: groups.NewUnserved(),
 		StaleWindow: staleWindow(cfg.Serve.StepGroups),
 		Supply:      groups.NewSupply(0),
 		Parquet: parquet.Options{
@@ -239,12 +242,12 @@ func (b *boot) queue(ctx context.Context) (func() error, error) {
 // policy, counting what earlier runs accepted (served or queued).
 func (b *boot) staleness(context.Context) (func() error, error) {
 	cfg := b.cfg
-	if cfg.Serve.MaxStaleness == nil {
+	bound := cfg.Serve.Staleness()
+	if bound == nil {
 		return nil, nil
 	}
 	stale, err := groups.NewStaleness(groups.StalenessOptions{
-		MaxStaleness: *cfg.Serve.MaxStaleness, BatchSize: cfg.Serve.StepGroups,
-		OnStale: cfg.Serve.OnStale, Accepted: b.s.led.accepted(),
+		Bound: *bound, OnStale: cfg.Serve.OnStale, Accepted: b.s.led.accepted(),
 	}, b.s.policy)
 	if err != nil {
 		return nil, fmt.Errorf("serve.max_staleness: %w", err)

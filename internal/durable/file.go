@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,11 +20,42 @@ func SyncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
+	err = syncDir(d)
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// SyncTree syncs dir's parent, dir and every directory under it: a
+// process killed between a rename (a link, a mkdir) and its directory's
+// sync left names that every reader sees and a power cut takes back. A
+// run that builds on what such a run left (a resume trusting its parts)
+// calls it first, so that nothing it commits depends on a name that is
+// not durable. Files are not synced: trajflow's writers sync a file
+// before its name appears (File.Commit), and an appended file is synced
+// whole by its next writer's fsync. A directory removed meanwhile is
+// skipped.
+func SyncTree(dir string) error {
+	dir = filepath.Clean(dir)
+	if err := SyncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if err := SyncDir(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("sync directory %s: %w", path, err)
+		}
+		return nil
+	})
 }
 
 // WriteFile replaces path with data atomically: a reader sees the old
@@ -53,6 +85,37 @@ type File struct {
 	// commit (the file is removed).
 	BeforeRename func(final string) error
 	done         bool
+	size         int64 // bytes written through Write (or up to WriteAt's highest offset)
+}
+
+// Write is os.File's Write; a write refused for space returns a
+// *SpaceError that says how many bytes the file needed.
+func (f *File) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.size += int64(n)
+	if err != nil {
+		return n, needing(f.File.Name(), f.size+int64(len(p)-n), err)
+	}
+	return n, nil
+}
+
+// WriteAt is os.File's WriteAt; see Write.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	f.size = max(f.size, off+int64(n))
+	if err != nil {
+		return n, needing(f.File.Name(), off+int64(len(p)), err)
+	}
+	return n, nil
+}
+
+// WriteString is os.File's WriteString; see Write.
+func (f *File) WriteString(s string) (int, error) { return f.Write([]byte(s)) }
+
+// ReadFrom copies r into the file through Write (os.File's ReadFrom
+// would bypass the count of its bytes).
+func (f *File) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(struct{ io.Writer }{f}, r)
 }
 
 // Create starts a file that Commit puts at path: the temporary file is
@@ -91,8 +154,8 @@ func (f *File) Commit() error {
 	fail := func(step string, err error) error {
 		return errors.Join(named(step, tmp, err), f.Abort())
 	}
-	if err := f.Sync(); err != nil {
-		return fail("sync", err)
+	if err := Sync(f.File); err != nil {
+		return fail("sync", needing(tmp, f.size, err))
 	}
 	if fi, err := os.Stat(f.final); err == nil && fi.Mode().Perm() != f.perm {
 		if err := f.Chmod(fi.Mode().Perm()); err != nil {
@@ -170,7 +233,7 @@ func (f *File) CommitNew() error {
 		return fmt.Errorf("commit of %s: already done", f.final)
 	}
 	tmp := f.Name()
-	if err := f.Sync(); err != nil {
+	if err := Sync(f.File); err != nil {
 		return errors.Join(named("sync", tmp, err), f.Abort())
 	}
 	if err := f.File.Close(); err != nil {

@@ -59,6 +59,35 @@ func TestPowerCut(t *testing.T) {
 			}
 			return map[string]string{"log.jsonl": "1\n2\n"}
 		}, true},
+		{"a killed writer's rename and mkdir, then SyncTree", func(t *testing.T, root string) map[string]string {
+			// What a writer killed between its renames (its mkdirs) and
+			// their directories' syncs leaves: synced files under names
+			// that are not durable.
+			for _, p := range []string{"data/part.parquet", "shards/0/data/part.parquet"} {
+				path := filepath.Join(root, p)
+				must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				f, err := os.Create(path + ".tmp")
+				must(t, err)
+				_, err = f.WriteString("rows")
+				must(t, err)
+				must(t, f.Sync())
+				must(t, f.Close())
+				must(t, os.Rename(path+".tmp", path))
+			}
+			must(t, durable.SyncTree(root))
+			return map[string]string{"data/part.parquet": "rows", "shards/0/data/part.parquet": "rows"}
+		}, true},
+		{"the same without SyncTree", func(t *testing.T, root string) map[string]string {
+			path := filepath.Join(root, "data", "part.parquet")
+			must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			f, err := os.Create(path)
+			must(t, err)
+			_, err = f.WriteString("rows")
+			must(t, err)
+			must(t, f.Sync())
+			must(t, f.Close())
+			return map[string]string{"data/part.parquet": "rows"}
+		}, false},
 		{"os.MkdirAll and durable.WriteFile (the directory's name is not durable)", func(t *testing.T, root string) map[string]string {
 			dir := filepath.Join(root, "a", "b")
 			must(t, os.MkdirAll(dir, 0o755))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"mime"
 	"net/http"
 	"slices"
 
@@ -91,14 +92,55 @@ func ParseAckBody(b []byte, n int64) (rows [][]float32, field string, perr *Para
 	if body.LogprobsF32 != nil {
 		field = "logprobs_f32"
 	}
+	if perr := checkLogprobs(rows, field); perr != nil {
+		return nil, "", perr
+	}
+	return rows, field, nil
+}
+
+// isF32 reports whether a Content-Type names the raw ack body.
+func isF32(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == client.ContentTypeF32
+}
+
+// ParseAckF32 reads a raw ack body (client.ContentTypeF32) for rows of counts[i]
+// generated tokens each. A body that is not 4 bytes a token of them all,
+// or a value that is not a finite logprob (≤ 0), is a *ParamError
+// naming the body (and the row and token).
+func ParseAckF32(b []byte, counts []int) ([][]float32, *ParamError) {
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	if len(b) != 4*total {
+		return nil, &ParamError{"body", fmt.Sprintf("body: %d bytes, the %d rows answered have %d generated tokens (loss_mask 1): want %d bytes, one little-endian float32 a token", len(b), len(counts), total, 4*total)}
+	}
+	all := make([]float32, total)
+	for j := range all {
+		all[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+	}
+	rows := make([][]float32, len(counts))
+	for i, c := range counts {
+		rows[i], all = all[:c:c], all[c:]
+	}
+	if perr := checkLogprobs(rows, "body"); perr != nil {
+		return nil, perr
+	}
+	return rows, nil
+}
+
+// checkLogprobs refuses a value that is not a finite logprob (at most 0,
+// less a rounding), naming field, its row and its token.
+func checkLogprobs(rows [][]float32, field string) *ParamError {
 	for i, row := range rows {
 		for j, v := range row {
 			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) || f > logprobSlack {
-				return nil, "", &ParamError{field, fmt.Sprintf("%s[%d][%d]: %v is not a logprob (finite, at most 0)", field, i, j, v)}
+				return &ParamError{field, fmt.Sprintf("%s[%d][%d]: %v is not a logprob (finite, at most 0)", field, i, j, v)}
 			}
 		}
 	}
-	return rows, field, nil
+	return nil
 }
 
 // logprobSlack is how far above 0 a logprob may round.
@@ -297,12 +339,19 @@ func driftOf(engine engineRows, trainer [][]float32, version int64, c float64, f
 // logprobs. A bad body is answered with a 400 naming the problem (ok
 // false), and nothing is recorded.
 func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, world int, body []byte) (d *client.StepDriftRecord, ok bool) {
-	rows, field, perr := ParseAckBody(body, n)
-	if perr != nil {
-		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
-		return nil, false
-	}
-	if rows == nil {
+	raw := isF32(r.Header.Get("Content-Type"))
+	var rows [][]float32
+	field := "body"
+	if !raw {
+		var perr *ParamError
+		if rows, field, perr = ParseAckBody(body, n); perr != nil {
+			fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+			return nil, false
+		}
+		if rows == nil {
+			return nil, true
+		}
+	} else if len(body) == 0 {
 		return nil, true
 	}
 	h.s.engine.use()
@@ -320,7 +369,18 @@ func (h *handler) drift(w http.ResponseWriter, r *http.Request, n int64, rank, w
 		failReason(w, http.StatusInternalServerError, client.ReasonInternal, "step %d: reading the engine's logprobs: %v", n, err)
 		return nil, false
 	}
-	d, perr = driftOf(engine, rows, h.s.led.version(), h.driftRatio, field)
+	if raw {
+		counts := make([]int, len(engine.logprobs))
+		for i, row := range engine.logprobs {
+			counts[i] = len(row)
+		}
+		var perr *ParamError
+		if rows, perr = ParseAckF32(body, counts); perr != nil {
+			fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
+			return nil, false
+		}
+	}
+	d, perr := driftOf(engine, rows, h.s.led.version(), h.driftRatio, field)
 	if perr != nil {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return nil, false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -96,6 +97,76 @@ func FuzzParseAckBody(f *testing.F) {
 	})
 }
 
+// A raw ack body (client.ContentTypeF32): split by the rows' token
+// counts; a length that is not 4 bytes a token of them all, or a value
+// that is not a finite logprob, is a ParamError naming the body (and the
+// row and token).
+func TestParseAckF32(t *testing.T) {
+	raw := func(vs ...float32) []byte {
+		b, _ := base64.StdEncoding.DecodeString(f32b64(vs...))
+		return b
+	}
+	for _, tt := range []struct {
+		name   string
+		body   []byte
+		counts []int
+		rows   [][]float32
+		msg    string
+	}{
+		{"rows", raw(-0.5, -1, -2), []int{2, 0, 1}, [][]float32{{-0.5, -1}, {}, {-2}}, ""},
+		{"no tokens", nil, []int{0, 0}, [][]float32{{}, {}}, ""},
+		{"a token short", raw(-0.5, -1), []int{2, 1}, nil, "8 bytes, the 2 rows answered have 3 generated tokens"},
+		{"a token over", raw(-0.5, -1, -1, -1), []int{2, 1}, nil, "want 12 bytes"},
+		{"not whole floats", append(raw(-0.5), 0), []int{1}, nil, "5 bytes"},
+		{"NaN", raw(-0.5, float32(math.NaN())), []int{1, 1}, nil, "body[1][0]: NaN is not a logprob"},
+		{"positive", raw(0.5), []int{1}, nil, "body[0][0]: 0.5"},
+		{"infinite", raw(float32(math.Inf(-1))), []int{1}, nil, "body[0][0]: -Inf"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rows, perr := ParseAckF32(tt.body, tt.counts)
+			if tt.msg != "" {
+				if perr == nil || perr.Param != "body" || !strings.Contains(perr.Msg, tt.msg) {
+					t.Fatalf("error %+v, want param body with %q", perr, tt.msg)
+				}
+				return
+			}
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			if fmt.Sprint(rows) != fmt.Sprint(tt.rows) {
+				t.Fatalf("rows %v, want %v", rows, tt.rows)
+			}
+		})
+	}
+}
+
+func FuzzParseAckF32(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0xbf, 0, 0, 0x80, 0xbf}, 1, 1)
+	f.Add([]byte{0, 0, 0xc0, 0x7f}, 1, 0)
+	f.Fuzz(func(t *testing.T, b []byte, a, c int) {
+		if a < 0 || c < 0 || a+c > 1<<16 {
+			return
+		}
+		rows, perr := ParseAckF32(b, []int{a, c})
+		if perr != nil {
+			if perr.Param != "body" || perr.Msg == "" {
+				t.Fatalf("an error naming nothing: %+v", perr)
+			}
+			return
+		}
+		if len(b) != 4*(a+c) || len(rows) != 2 || len(rows[0]) != a || len(rows[1]) != c {
+			t.Fatalf("%d bytes for %d and %d tokens: accepted as rows of %d and %d", len(b), a, c, len(rows[0]), len(rows[1]))
+		}
+		for _, row := range rows {
+			for _, v := range row {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || v > logprobSlack {
+					t.Fatalf("accepted %v", v)
+				}
+			}
+		}
+	})
+}
+
 // The drift: equal logprobs give 0; an offset on the tokens of one
 // version comes back in that version's lag alone; k3, the outside share
 // and the sequence ratios are the formulas' (computed here apart); a
@@ -173,9 +244,9 @@ func TestVersionAt(t *testing.T) {
 
 // BenchmarkAckDrift: what an ack with the trainer's logprobs costs the
 // service for a step of 64 groups of 8 rows (about 615 generated tokens a
-// row): parsing the compact body, reading the engine's side back from the
-// step's file, and the comparison; beside the Arrow answer of the same
-// step, for scale.
+// row): parsing the compact JSON body or the raw one, reading the
+// engine's side back from the step's file, and the comparison; beside
+// the Arrow answer of the same step, for scale.
 func BenchmarkAckDrift(b *testing.B) {
 	s, st, fresh := testStep(b, 64, 8, 8000)
 	for _, g := range fresh {
@@ -215,6 +286,21 @@ func BenchmarkAckDrift(b *testing.B) {
 	b.Run("parse", func(b *testing.B) {
 		for b.Loop() {
 			if _, _, perr := ParseAckBody(body, st.Step); perr != nil {
+				b.Fatal(perr)
+			}
+		}
+	})
+	raw := make([]byte, 0, 4*tokens)
+	counts := make([]int, len(engine.logprobs))
+	for i, row := range engine.logprobs {
+		counts[i] = len(row)
+		for _, v := range row {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+		}
+	}
+	b.Run("parse raw", func(b *testing.B) {
+		for b.Loop() {
+			if _, perr := ParseAckF32(raw, counts); perr != nil {
 				b.Fatal(perr)
 			}
 		}

@@ -2,6 +2,8 @@ package serve_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -17,6 +19,17 @@ import (
 	"github.com/trajflow/trajflow/serve"
 	"github.com/trajflow/trajflow/serve/client"
 )
+
+// f32 is the raw ack body (client.ContentTypeF32) of rows.
+func f32(rows ...[]float32) []byte {
+	var b []byte
+	for _, row := range rows {
+		for _, v := range row {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		}
+	}
+	return b
+}
 
 // stepLogprobs is the engine's logprobs of a step's generated tokens
 // (loss_mask 1), per row in the step's order, as an ack sends them back.
@@ -44,11 +57,13 @@ func stepLogprobs(t *testing.T, st *client.Step) [][]float32 {
 }
 
 // TestServeDriftFromAck: a trainer's ack may carry its own logprobs of
-// the step's generated tokens. Equal to the engine's, the drift is 0; a
-// known offset comes back as that offset, in the step and at the lag
-// (versions behind the trainer's) of its tokens; ten malformed bodies
-// are each a 400 naming the problem and change nothing (the step stays
-// unacknowledged, no drift recorded). The status and /metrics show it.
+// the step's generated tokens, raw (the Go client's AckLogprobs) or as
+// JSON. Equal to the engine's, the drift is 0; a known offset comes back
+// as that offset, in the step and at the lag (versions behind the
+// trainer's) of its tokens; thirteen malformed bodies (ten JSON, three
+// raw) are each a 400 naming the problem and change nothing (the step
+// stays unacknowledged, no drift recorded). The status and /metrics show
+// it.
 func TestServeDriftFromAck(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -96,19 +111,24 @@ func TestServeDriftFromAck(t *testing.T) {
 		return b.String() + "]"
 	}
 	short := append([][]float32{exact[0][:len(exact[0])-1]}, exact[1:]...)
-	for _, tt := range []struct{ name, body, want string }{
-		{"too few rows", `{"logprobs": ` + nums(exact[1:]) + `}`, "rows, the step's answer holds"},
-		{"a row short", `{"logprobs": ` + nums(short) + `}`, "logprobs[0]:"},
-		{"wrong step", fmt.Sprintf(`{"step": %d, "logprobs": %s}`, n+1, nums(exact)), "the body is for step"},
-		{"both forms", `{"logprobs": [[-1]], "logprobs_f32": [""]}`, "not both"},
-		{"neither", `{"step": 1}`, "missing"},
-		{"unknown field", `{"logprobs": [[-1]], "lp": 1}`, "unknown field"},
-		{"positive", `{"logprobs": [[0.7]]}`, "is not a logprob"},
-		{"NaN", `{"logprobs_f32": ["AADAfw=="]}`, "is not a logprob"},
-		{"bad base64", `{"logprobs_f32": ["%%%"]}`, "base64"},
-		{"not JSON", `logprobs=1`, "not JSON"},
+	nan := append([][]float32{append([]float32{float32(math.NaN())}, exact[0][1:]...)}, exact[1:]...)
+	const js, raw = "application/json", client.ContentTypeF32
+	for _, tt := range []struct{ name, contentType, body, want string }{
+		{"too few rows", js, `{"logprobs": ` + nums(exact[1:]) + `}`, "rows, the step's answer holds"},
+		{"a row short", js, `{"logprobs": ` + nums(short) + `}`, "logprobs[0]:"},
+		{"wrong step", js, fmt.Sprintf(`{"step": %d, "logprobs": %s}`, n+1, nums(exact)), "the body is for step"},
+		{"both forms", js, `{"logprobs": [[-1]], "logprobs_f32": [""]}`, "not both"},
+		{"neither", js, `{"step": 1}`, "missing"},
+		{"unknown field", js, `{"logprobs": [[-1]], "lp": 1}`, "unknown field"},
+		{"positive", js, `{"logprobs": [[0.7]]}`, "is not a logprob"},
+		{"NaN", js, `{"logprobs_f32": ["AADAfw=="]}`, "is not a logprob"},
+		{"bad base64", js, `{"logprobs_f32": ["%%%"]}`, "base64"},
+		{"not JSON", js, `logprobs=1`, "not JSON"},
+		{"raw, a token short", raw, string(f32(short...)), fmt.Sprintf("have %d generated tokens", tokens)},
+		{"raw, not whole floats", raw, string(f32(exact...)) + "x", "one little-endian float32 a token"},
+		{"raw NaN", raw, string(f32(nan...)), "body[0][0]: NaN is not a logprob"},
 	} {
-		resp, err := http.Post(fmt.Sprintf("%s/v1/steps/%d/ack", s.url, n), "application/json", strings.NewReader(tt.body))
+		resp, err := http.Post(fmt.Sprintf("%s/v1/steps/%d/ack", s.url, n), tt.contentType, strings.NewReader(tt.body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,8 +173,17 @@ func TestServeDriftFromAck(t *testing.T) {
 		}
 	}
 	want /= float64(count)
-	if d, err = c.AckLogprobs(ctx, step.Number, 0, 0, off); err != nil {
+	// This one as JSON numbers, the form a trainer without the raw body
+	// sends.
+	resp, err := http.Post(fmt.Sprintf("%s/v1/steps/%d/ack", s.url, step.Number), js, strings.NewReader(`{"logprobs": `+nums(off)+`}`))
+	if err != nil {
 		t.Fatal(err)
+	}
+	var answer struct{ Drift *client.StepDrift }
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if d = answer.Drift; err != nil || resp.StatusCode != http.StatusOK || d == nil {
+		t.Fatalf("an ack with JSON logprobs: %d, %v, drift %+v", resp.StatusCode, err, d)
 	}
 	lag := d.ByLag["0"]
 	if step.Versions[0] == 0 {
@@ -172,7 +201,7 @@ func TestServeDriftFromAck(t *testing.T) {
 	if st.Steps.Acked != 2 {
 		t.Fatalf("%d steps acknowledged, want 2", st.Steps.Acked)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
+	resp, err = http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -149,9 +150,20 @@ func limitBody(next http.HandlerFunc, limit int64) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, b))
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		next(w, r)
 	}
+}
+
+// bodyKey is the context key of a request's body as limitBody read it.
+type bodyKey struct{}
+
+// bodyOf is r's body as limitBody read it, without reading it again (an
+// ack's may be tens of megabytes).
+func bodyOf(r *http.Request) []byte {
+	b, _ := r.Context().Value(bodyKey{}).([]byte)
+	return b
 }
 
 // errorAnswers are the HTTP answers of the service's errors, matched with
@@ -371,12 +383,7 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		fail(w, http.StatusBadRequest, "body", "body: %v", err)
-		return
-	}
-	drift, ok := h.drift(w, r, n, rank, world, body)
+	drift, ok := h.drift(w, r, n, rank, world, bodyOf(r))
 	if !ok {
 		return
 	}
@@ -401,7 +408,12 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads a request body of at most limit bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // read once, into its size
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	b := buf.Bytes()
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

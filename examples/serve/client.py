@@ -20,7 +20,6 @@ from the call's first failure (None: no retries); every call is safe to
 retry.
 """
 
-import base64
 import http.client
 import io
 import json
@@ -134,12 +133,12 @@ class ServeClient:
             time.sleep(d)
             wait = min(2 * wait, self.retry_max)
 
-    def _request(self, method, path, body=None, timeout=None):
+    def _request(self, method, path, body=None, timeout=None, content_type="application/json"):
         data = None
         headers = {}
         if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = content_type
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
         if self.name:
@@ -198,11 +197,15 @@ class ServeClient:
         measures the drift from the engine's and answers it under
         "drift" (docs/serve.md, "Drift")."""
         q = f"?rank={int(rank)}&world={int(world)}" if rank is not None or world is not None else ""
-        body = None
-        if logprobs is not None:
-            rows = [base64.b64encode(struct.pack(f"<{len(row)}f", *row)).decode() for row in logprobs]
-            body = {"step": int(step), "logprobs_f32": rows}
-        return self._json("POST", f"/v1/steps/{int(step)}/ack{q}", body)
+        path = f"/v1/steps/{int(step)}/ack{q}"
+        if logprobs is None:
+            return self._json("POST", path)
+        # The raw body: every row's values as little-endian float32, one
+        # row after the other; the service splits them by its rows.
+        body = b"".join(struct.pack(f"<{len(row)}f", *row) for row in logprobs)
+        _, raw = self._retry(lambda: self._request("POST", path, body, timeout=self.timeout,
+                                                   content_type="application/octet-stream"))
+        return json.loads(raw) if raw else None
 
     def set_policy(self, version):
         """Weights of this version are live on the fleet."""

@@ -109,18 +109,21 @@ class RetryTest(unittest.TestCase):
 
     def test_ack_logprobs(self):
         """An ack with logprobs sends them as the service reads them: the
-        step, and one base64 string of little-endian float32 values a
-        row, in order (an empty row for a row without token ids)."""
-        import base64
+        raw body (application/octet-stream), every row's values as
+        little-endian float32, one row after the other (an empty row adds
+        nothing); it is retried like any call."""
         import struct
-        srv, url = self.serve([(200, {"step": 3, "acked": True, "drift": {"step": 3}}, None)])
+        srv, url = self.serve([(503, {"error": "busy"}, {"Retry-After": "0"}),
+                               (200, {"step": 3, "acked": True, "drift": {"step": 3}}, None)])
         got = self.client(url).ack(3, logprobs=[[-0.5, -1.25], [], [-3.0]])
         self.assertEqual(got["drift"], {"step": 3})
-        self.assertEqual(srv.requests[0][:2], ("POST", "/v1/steps/3/ack"))
-        body = json.loads(srv.bodies[0])
-        self.assertEqual(body["step"], 3)
-        rows = [list(struct.unpack(f"<{len(base64.b64decode(r)) // 4}f", base64.b64decode(r))) for r in body["logprobs_f32"]]
-        self.assertEqual(rows, [[-0.5, -1.25], [], [-3.0]])
+        self.assertEqual(len(srv.requests), 2)
+        for method, path, headers in srv.requests:
+            self.assertEqual((method, path), ("POST", "/v1/steps/3/ack"))
+            self.assertEqual(headers["Content-Type"], "application/octet-stream")
+        for body in srv.bodies:
+            self.assertEqual(len(body), 12)
+            self.assertEqual(list(struct.unpack("<3f", body)), [-0.5, -1.25, -3.0])
 
     def test_not_retried(self):
         """A 503 whose reason is ended, a 409, a 400 and a 500 are raised at

@@ -7,7 +7,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -542,35 +541,36 @@ func (c *Client) AckLogprobs(ctx context.Context, n int64, rank, world int, logp
 	var out struct {
 		Drift *StepDrift `json:"drift"`
 	}
-	err := c.call(ctx, http.MethodPost, path, ackBody(n, logprobs), &out)
+	err := c.call(ctx, http.MethodPost, path, ackF32(logprobs), &out)
 	return out.Drift, err
 }
 
-// ackBody is the ack body {"step": n, "logprobs_f32": [...]}, each row
-// standard base64 of its little-endian float32 values, written directly:
-// base64's alphabet needs no JSON escaping, and encoding megabytes of
-// strings with encoding/json was most of an ack's time.
-func ackBody(n int64, logprobs [][]float32) json.RawMessage {
-	size := 0
+// ContentTypeF32 is the media type of the raw ack body (AckLogprobs):
+// the trainer's logprobs as little-endian float32 values, every row's in
+// the step's row order, each row's in token order, with nothing between
+// them: the service splits them by the rows it answered. 4 bytes a token,
+// with no JSON to scan and no base64 to decode.
+const ContentTypeF32 = "application/octet-stream"
+
+// ackF32 is the raw ack body of logprobs (ContentTypeF32).
+func ackF32(logprobs [][]float32) rawBody {
+	n := 0
 	for _, row := range logprobs {
-		size += base64.StdEncoding.EncodedLen(4*len(row)) + 3
+		n += len(row)
 	}
-	b := make([]byte, 0, size+64)
-	b = fmt.Appendf(b, `{"step":%d,"logprobs_f32":[`, n)
-	var raw []byte
-	for i, row := range logprobs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		raw = raw[:0]
+	b := make([]byte, 0, 4*n)
+	for _, row := range logprobs {
 		for _, v := range row {
-			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
 		}
-		b = append(b, '"')
-		b = base64.StdEncoding.AppendEncode(b, raw)
-		b = append(b, '"')
 	}
-	return append(b, "]}"...)
+	return rawBody{contentType: ContentTypeF32, b: b}
+}
+
+// rawBody is a request body written by its caller, of its media type.
+type rawBody struct {
+	contentType string
+	b           []byte
 }
 
 // SetPolicy tells the service that weights of version v are live on the
@@ -606,10 +606,14 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
 	var b []byte
+	contentType := "application/json"
 	switch body := body.(type) {
 	case nil:
-	case json.RawMessage: // written by the caller (ackBody)
-		b = body
+	case rawBody:
+		b, contentType = body.b, body.contentType
+		if b == nil {
+			b = []byte{}
+		}
 	default:
 		var err error
 		if b, err = json.Marshal(body); err != nil {
@@ -621,7 +625,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 		if b != nil {
 			rd = bytes.NewReader(b)
 		}
-		resp, err := c.do(ctx, method, path, rd)
+		resp, err := c.doAs(ctx, method, path, rd, contentType)
 		if err != nil {
 			return err
 		}
@@ -636,12 +640,17 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 
 // do sends a request and turns an error answer into an *Error.
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	return c.doAs(ctx, method, path, body, "application/json")
+}
+
+// doAs is do with a body of contentType.
+func (c *Client) doAs(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)

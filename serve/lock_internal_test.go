@@ -54,16 +54,7 @@ func TestLockMakesAKilledServiceStateDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(served, schema.ServeStateFile)
-	f, err := os.Create(path) // data synced, the name not
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(`{"next": 3}`); err != nil {
-		t.Fatal(err)
-	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
-		t.Fatal(err)
-	}
+	crashfstest.WriteKilled(t, path, []byte(`{"next": 3}`))
 	b := &boot{cfg: &config.Config{}}
 	b.cfg.Output.Dir = out
 	release, err := b.lock(context.Background())

@@ -49,21 +49,7 @@ func TestEntryOfAKilledRunSurvivesAPowerCut(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, filepath.Dir(rel(k))), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(dir, filepath.Dir(rel(k)), tmpPrefix+"killed")
-	f, err := os.Create(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Rename(tmp, filepath.Join(dir, rel(k))); err != nil {
-		t.Fatal(err)
-	}
+	crashfstest.WriteKilled(t, filepath.Join(dir, rel(k)), b)
 	// The resume.
 	s, err = Open(dir, 0)
 	if err != nil {

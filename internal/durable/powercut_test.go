@@ -66,13 +66,7 @@ func TestPowerCut(t *testing.T) {
 			for _, p := range []string{"data/part.parquet", "shards/0/data/part.parquet"} {
 				path := filepath.Join(root, p)
 				must(t, os.MkdirAll(filepath.Dir(path), 0o755))
-				f, err := os.Create(path + ".tmp")
-				must(t, err)
-				_, err = f.WriteString("rows")
-				must(t, err)
-				must(t, f.Sync())
-				must(t, f.Close())
-				must(t, os.Rename(path+".tmp", path))
+				crashfstest.WriteKilled(t, path, []byte("rows"))
 			}
 			must(t, durable.SyncTree(root))
 			return map[string]string{"data/part.parquet": "rows", "shards/0/data/part.parquet": "rows"}
@@ -80,12 +74,7 @@ func TestPowerCut(t *testing.T) {
 		{"the same without SyncTree", func(t *testing.T, root string) map[string]string {
 			path := filepath.Join(root, "data", "part.parquet")
 			must(t, os.MkdirAll(filepath.Dir(path), 0o755))
-			f, err := os.Create(path)
-			must(t, err)
-			_, err = f.WriteString("rows")
-			must(t, err)
-			must(t, f.Sync())
-			must(t, f.Close())
+			crashfstest.WriteKilled(t, path, []byte("rows"))
 			return map[string]string{"data/part.parquet": "rows"}
 		}, false},
 		{"os.MkdirAll and durable.WriteFile (the directory's name is not durable)", func(t *testing.T, root string) map[string]string {

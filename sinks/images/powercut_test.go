@@ -2,7 +2,6 @@ package images_test
 
 import (
 	"encoding/base64"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -34,21 +33,7 @@ func TestFoundImageSurvivesAPowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	hash := ref[len(images.Prefix):]
-	tmp := filepath.Join(dir, ".killed.tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Rename(tmp, filepath.Join(dir, images.FileName(hash, "image/png"))); err != nil {
-		t.Fatal(err)
-	}
+	crashfstest.WriteKilled(t, filepath.Join(dir, images.FileName(hash, "image/png")), data)
 	// The resume.
 	got, err := images.New(dir).Put(url)
 	if err != nil || got != ref {

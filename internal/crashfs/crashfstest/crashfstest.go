@@ -6,6 +6,7 @@ package crashfstest
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/trajflow/trajflow/internal/crashfs"
@@ -32,4 +33,24 @@ func Mount(t testing.TB) *crashfs.FS {
 		}
 	})
 	return fsys
+}
+
+// WriteKilled leaves at path what a writer killed between a rename and
+// its directory's sync leaves: data written under a temporary name beside
+// path, synced, and renamed to path; no directory synced, so that the
+// content is durable and the name is not.
+func WriteKilled(t testing.TB, path string, data []byte) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".killed-"+filepath.Base(path))
+	f, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(data)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }

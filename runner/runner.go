@@ -379,15 +379,6 @@ func (r *run) provisionOutput(ctx context.Context) error {
 		}
 		r.closers.Check(unlock)
 	}
-	// A run killed between a rename and its directory's sync left parts
-	// (a key, a shard's directory) that this run would take as committed
-	// and a power cut would take back: they are made durable before this
-	// run builds on them (on object storage the bucket is the record).
-	if !storage.IsURL(r.root) {
-		if err := output.Sync(r.root, cfg.Output.Dir); err != nil {
-			return fmt.Errorf("output.dir: %w", err)
-		}
-	}
 	// What a crashed run left half-written goes before anything is read.
 	var err error
 	if r.commit, err = commit.Open(cfg, r.parquetOptions(), commit.Hooks{Committed: r.stats.Committed, Upload: r.remote.Upload()}); err != nil {

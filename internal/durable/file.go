@@ -34,10 +34,13 @@ func SyncDir(dir string) error {
 // calls it first, so that nothing it commits depends on a name that is
 // not durable. Files are not synced: trajflow's writers sync a file
 // before its name appears (File.Commit), and an appended file is synced
-// whole by its next writer's fsync. A directory removed meanwhile is
-// skipped.
+// whole by its next writer's fsync. A directory that is not there (dir
+// included) is skipped.
 func SyncTree(dir string) error {
 	dir = filepath.Clean(dir)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing there yet: its maker syncs what it makes
+	}
 	if err := SyncDir(filepath.Dir(dir)); err != nil {
 		return err
 	}

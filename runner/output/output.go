@@ -31,17 +31,26 @@ type Closers interface {
 	Check(close func() error)
 }
 
-// Root makes the run's root ready: its secret key, shared by every shard
-// of a run, and a sharded run's manifest (resume.Root, with opts). On
-// object storage the root's two files are read from the bucket into a
-// local directory, made there when missing, and created in the bucket
-// only if still absent (a conditional PUT), so that shards starting at
-// once agree on the ones written first.
+// Root makes the run's root ready: every name already in it durable
+// (Sync), its secret key, shared by every shard of a run, and a sharded
+// run's manifest (resume.Root, with opts). On object storage the root's
+// two files are read from the bucket into a local directory, made there
+// when missing, and created in the bucket only if still absent (a
+// conditional PUT), so that shards starting at once agree on the ones
+// written first.
 func Root(ctx context.Context, cfg *config.Config, opts resume.RootOptions, c Closers) error {
 	root := opts.Root
 	files := func(dir string) error { return resume.Root(cfg, dir, opts) }
 	if !storage.IsURL(root) {
 		if err := durable.MkdirAll(root, 0o755); err != nil {
+			return fmt.Errorf("output.dir: %w", err)
+		}
+		// A run killed between a rename and its directory's sync left
+		// parts (a key, a shard's directory) that this run would take as
+		// committed and a power cut would take back: made durable before
+		// this run builds on them (on object storage the bucket is the
+		// record).
+		if err := Sync(root, cfg.Output.Dir); err != nil {
 			return fmt.Errorf("output.dir: %w", err)
 		}
 		return files(root)

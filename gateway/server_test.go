@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -673,5 +674,26 @@ func TestNoSessionInPath(t *testing.T) {
 	status, body, _ := do(t, request{url: "http://" + srv.Addr() + "/v1/chat/completions", body: goodChat})
 	if status != 404 || !strings.Contains(string(body), "/s/") {
 		t.Errorf("%d %s", status, body)
+	}
+}
+
+// A connection an agent opened and never sent a request on (an HTTP
+// client's spare) holds no call: Close ends without waiting for it and
+// without an error. Shutdown alone counts it busy for 5 s, past this
+// test's 3 s.
+func TestCloseWithAnUnusedConnection(t *testing.T) {
+	srv := New(Options{})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
 	}
 }

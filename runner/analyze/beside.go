@@ -9,7 +9,6 @@ import (
 
 	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
-	shardset "github.com/trajflow/trajflow/schema/shards"
 )
 
 // besideDirs are the row directories an output directory commits beside
@@ -23,18 +22,15 @@ var besideDirs = []string{schema.FilteredDir, schema.SurplusDir, schema.ErrorsDi
 func besideFiles(paths []string) (map[string][]string, error) {
 	var roots []string
 	for _, p := range paths {
-		if st, err := os.Stat(p); err != nil || !st.IsDir() {
-			continue
-		}
 		if st, err := os.Stat(filepath.Join(p, schema.DataDir)); err == nil && st.IsDir() {
 			roots = append(roots, p)
 			continue
 		}
-		set, ok, err := shardset.Scan(p)
+		sets, err := Shards([]string{p})
 		if err != nil {
-			return nil, fmt.Errorf("analyze: %s: %w", p, err)
+			return nil, err
 		}
-		if ok {
+		for _, set := range sets {
 			for _, sh := range set.Shards {
 				roots = append(roots, sh.Dir)
 			}

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -48,18 +47,6 @@ func newPrometheus(snapshot func() Snapshot) *Prometheus {
 	}
 	m.reg.MustRegister(m.request, m.retries, m.envStep, m)
 	return m
-}
-
-// Attempt records one HTTP attempt (openai.HTTPOptions.OnAttempt).
-func (m *Prometheus) Attempt(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
-	outcome := "ok"
-	if err != nil {
-		outcome = err.Class
-	}
-	m.request.WithLabelValues(pipeline.RedactURLs(endpoint), outcome).Observe(took.Seconds())
-	if retrying {
-		m.retries.WithLabelValues(outcome).Inc()
-	}
 }
 
 var (

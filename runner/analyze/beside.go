@@ -62,7 +62,7 @@ func addBesideCost(ctx context.Context, paths []string, agg *metrics.Aggregator,
 	}
 	for _, d := range besideDirs {
 		c := metrics.Cost{}
-		var envs map[string]metrics.Cost
+		envs := map[string]metrics.Cost{}
 		if files := dirs[d]; len(files) > 0 {
 			sub, err := statsFiles(ctx, files, opts, false)
 			if err != nil {
@@ -74,9 +74,6 @@ func addBesideCost(ctx context.Context, paths []string, agg *metrics.Aggregator,
 			}
 			for name, e := range m.Envs {
 				if e.Cost != nil {
-					if envs == nil {
-						envs = map[string]metrics.Cost{}
-					}
 					envs[name] = *e.Cost
 				}
 			}

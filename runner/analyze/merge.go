@@ -505,7 +505,8 @@ func (c *rowCopier) setWriterOptions() error {
 		OnCommit:     c.committed,
 	}
 	if c.sc != nil {
-		c.wopts.BeforeRename = c.commitSteps
+		// A file's step rows are committed under its name before it.
+		c.wopts.BeforeRename = func(final string) error { return c.sc.commit(len(c.res.Files), filepath.Base(final)) }
 	}
 	if err := c.wopts.Validate(); err != nil {
 		return fmt.Errorf("analyze: merge: %w", err)
@@ -519,12 +520,6 @@ func (c *rowCopier) committed(path string, rows int) {
 	if c.opts.OnCommit != nil {
 		c.opts.OnCommit(path, rows)
 	}
-}
-
-// commitSteps commits the step rows of the output file about to be
-// renamed to final, under its name.
-func (c *rowCopier) commitSteps(final string) error {
-	return c.sc.commit(len(c.res.Files), filepath.Base(final))
 }
 
 // abort, after err, drops the open file and removes the files committed

@@ -474,10 +474,12 @@ func New() *Aggregator { return NewWithOptions(Options{}) }
 // NewWithOptions returns an Aggregator that judges correctness by opts.
 func NewWithOptions(opts Options) *Aggregator {
 	a := &Aggregator{
-		opts:   opts,
-		status: map[string]int64{},
-		runs:   map[string]int32{},
-
+		opts:        opts,
+		status:      map[string]int64{},
+		runs:        map[string]int32{},
+		turnUnknown: map[int32]int64{},
+		turnCount:   map[int32]int64{},
+		envs:        map[string]*Aggregator{},
 		reasonIndex: map[string]groupState{},
 	}
 	if !opts.Contiguous {
@@ -567,17 +569,11 @@ func (a *Aggregator) AddCounts(r *pipeline.Rollout, c Counts) {
 func (a *Aggregator) addTokens(r *pipeline.Rollout, c Counts) {
 	if c.Unknown {
 		a.seqUnknown++
-		if a.turnUnknown == nil {
-			a.turnUnknown = map[int32]int64{}
-		}
 		a.turnUnknown[int32(r.NumTurns)]++
 	} else {
 		a.genTok += c.GenTokens
 		a.totalTok += c.TotalTokens
 		a.env.add(int64(r.EnvTokens))
-	}
-	if a.turnCount == nil {
-		a.turnCount = map[int32]int64{}
 	}
 	a.turnCount[int32(r.NumTurns)]++
 	if n := len(c.TurnGenTokens); n > len(a.turnGen) {
@@ -788,9 +784,6 @@ func (a *Aggregator) envAgg(name string) *Aggregator {
 	if !ok {
 		env = NewWithOptions(a.opts)
 		env.sub = true
-		if a.envs == nil {
-			a.envs = map[string]*Aggregator{}
-		}
 		a.envs[strings.Clone(name)] = env
 	}
 	return env

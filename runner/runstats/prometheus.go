@@ -2,7 +2,6 @@ package runstats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -179,9 +178,7 @@ func (m *Prometheus) serve(ctx context.Context, addr string) (stop func(), err e
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the run goes on without its metrics endpoint
-		}
+		_ = srv.Serve(ln) // best effort: the run goes on without its metrics endpoint
 	}()
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

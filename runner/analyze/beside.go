@@ -9,7 +9,6 @@ import (
 
 	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
-	shardset "github.com/trajflow/trajflow/schema/shards"
 )
 
 // besideDirs are the row directories an output directory commits beside
@@ -23,18 +22,15 @@ var besideDirs = []string{schema.FilteredDir, schema.SurplusDir, schema.ErrorsDi
 func besideFiles(paths []string) (map[string][]string, error) {
 	var roots []string
 	for _, p := range paths {
-		if st, err := os.Stat(p); err != nil || !st.IsDir() {
-			continue
-		}
 		if st, err := os.Stat(filepath.Join(p, schema.DataDir)); err == nil && st.IsDir() {
 			roots = append(roots, p)
 			continue
 		}
-		set, ok, err := shardset.Scan(p)
+		sets, err := Shards([]string{p})
 		if err != nil {
-			return nil, fmt.Errorf("analyze: %s: %w", p, err)
+			return nil, err
 		}
-		if ok {
+		for _, set := range sets {
 			for _, sh := range set.Shards {
 				roots = append(roots, sh.Dir)
 			}
@@ -66,7 +62,7 @@ func addBesideCost(ctx context.Context, paths []string, agg *metrics.Aggregator,
 	}
 	for _, d := range besideDirs {
 		c := metrics.Cost{}
-		var envs map[string]metrics.Cost
+		envs := map[string]metrics.Cost{}
 		if files := dirs[d]; len(files) > 0 {
 			sub, err := statsFiles(ctx, files, opts, false)
 			if err != nil {
@@ -78,9 +74,6 @@ func addBesideCost(ctx context.Context, paths []string, agg *metrics.Aggregator,
 			}
 			for name, e := range m.Envs {
 				if e.Cost != nil {
-					if envs == nil {
-						envs = map[string]metrics.Cost{}
-					}
 					envs[name] = *e.Cost
 				}
 			}

@@ -136,8 +136,7 @@ func globEscape(p string) string {
 
 // pqFile is an open Parquet file in the output schema.
 type pqFile struct {
-	path string
-	f    *pqread.File
+	f *pqread.File
 	// meta is the file's key-value metadata.
 	meta map[string]string
 	// version is the file's schema version (schema.FileVersion): one of
@@ -155,7 +154,7 @@ func openFile(path string, alloc memory.Allocator, batchRows int) (*pqFile, erro
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %w", err)
 	}
-	f := &pqFile{path: path, f: pf, meta: pf.Metadata()}
+	f := &pqFile{f: pf, meta: pf.Metadata()}
 	s, err := pf.Schema()
 	if err != nil {
 		f.close()

@@ -434,14 +434,6 @@ func mergeMetadata(metas []map[string]string) map[string]string {
 	return out
 }
 
-// groupKey is the group of the last row written, for cuts between groups.
-type groupKey struct {
-	valid   bool
-	run     string
-	task    int64
-	attempt int32
-}
-
 // copyRows writes every row of files into outDir/data, cutting files
 // between groups once they hold opts.FileRows rows, and, when steps is
 // not nil (the files' steps files, in the same order), each file's step
@@ -495,7 +487,9 @@ type rowCopier struct {
 	w    *pqsink.Writer // the open file, or nil
 	cur  int            // rows in the open file
 	need int            // the rows the open file must hold before a cut
-	prev groupKey
+	// prev is the group of the last row written, for cuts between
+	// groups; nil before the first.
+	prev *pqsink.StepGroup
 }
 
 // setWriterOptions sets the options of the output files' writers: cuts
@@ -511,7 +505,8 @@ func (c *rowCopier) setWriterOptions() error {
 		OnCommit:     c.committed,
 	}
 	if c.sc != nil {
-		c.wopts.BeforeRename = c.commitSteps
+		// A file's step rows are committed under its name before it.
+		c.wopts.BeforeRename = func(final string) error { return c.sc.commit(len(c.res.Files), filepath.Base(final)) }
 	}
 	if err := c.wopts.Validate(); err != nil {
 		return fmt.Errorf("analyze: merge: %w", err)
@@ -525,12 +520,6 @@ func (c *rowCopier) committed(path string, rows int) {
 	if c.opts.OnCommit != nil {
 		c.opts.OnCommit(path, rows)
 	}
-}
-
-// commitSteps commits the step rows of the output file about to be
-// renamed to final, under its name.
-func (c *rowCopier) commitSteps(final string) error {
-	return c.sc.commit(len(c.res.Files), filepath.Base(final))
 }
 
 // abort, after err, drops the open file and removes the files committed
@@ -601,7 +590,9 @@ func (c *rowCopier) copyRecord(rec arrow.Record) error {
 	if err := c.write(rec, start, n); err != nil {
 		return err
 	}
-	c.prev = g.key(n - 1)
+	last := g.group(n - 1)
+	last.RunID = strings.Clone(last.RunID)
+	c.prev = &last
 	return nil
 }
 
@@ -665,16 +656,16 @@ func groupColumns(rec arrow.Record) groupCols {
 	}
 }
 
-// startsGroup says whether row i starts a group, prev being the group of
-// the last row written before the record.
-func (g groupCols) startsGroup(i int, prev groupKey) bool {
-	if i == 0 {
-		return !prev.valid || prev.run != g.runID.Value(0) || prev.task != g.task[0] || prev.attempt != g.attempt[0]
-	}
-	return g.task[i] != g.task[i-1] || g.attempt[i] != g.attempt[i-1] || g.runID.Value(i) != g.runID.Value(i-1)
+// group is the group of row i; its RunID points into the record.
+func (g groupCols) group(i int) pqsink.StepGroup {
+	return pqsink.StepGroup{RunID: g.runID.Value(i), TaskIndex: g.task[i], Attempt: g.attempt[i]}
 }
 
-// key is the group of row i, its run_id cloned out of the record.
-func (g groupCols) key(i int) groupKey {
-	return groupKey{valid: true, run: strings.Clone(g.runID.Value(i)), task: g.task[i], attempt: g.attempt[i]}
+// startsGroup says whether row i starts a group, prev being the group of
+// the last row written before the record (nil: none).
+func (g groupCols) startsGroup(i int, prev *pqsink.StepGroup) bool {
+	if i == 0 {
+		return prev == nil || *prev != g.group(0)
+	}
+	return g.group(i) != g.group(i-1)
 }

@@ -133,7 +133,7 @@ func (c *stepCopier) open(steps, data string) error {
 func (c *stepCopier) wrote(rec arrow.Record, file int) {
 	cols := groupColumns(rec)
 	for i := 0; i < int(rec.NumRows()); i++ {
-		g := pqsink.StepGroup{RunID: cols.runID.Value(i), TaskIndex: cols.task[i], Attempt: cols.attempt[i]}
+		g := cols.group(i)
 		if g == c.last {
 			continue
 		}

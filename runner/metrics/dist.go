@@ -73,9 +73,5 @@ func (d *dist) quantile(q float64) int64 {
 }
 
 func (d *dist) result() Dist {
-	out := Dist{Total: d.sum, Max: d.max, P95: d.quantile(0.95)}
-	if d.n > 0 {
-		out.Mean = float64(d.sum) / float64(d.n)
-	}
-	return out
+	return Dist{Total: d.sum, Mean: ratio(d.sum, d.n), Max: d.max, P95: d.quantile(0.95)}
 }

@@ -335,12 +335,25 @@ type groupKey struct {
 	attempt int32
 }
 
-// taskCount is a task's counts and the state of its first group (most
+// tally is a task's rows, scored rows and correct rows.
+type tally struct{ rows, scored, correct int32 }
+
+func (t *tally) add(scored, correct bool) {
+	t.rows++
+	if scored {
+		t.scored++
+	}
+	if correct {
+		t.correct++
+	}
+}
+
+// taskCount is a task's tally and the state of its first group (most
 // tasks have one).
 type taskCount struct {
-	rows, scored, correct int32
-	attempt               int32      // the first group's attempt
-	group                 groupState // the first group's state; 0: none yet
+	tally
+	attempt int32      // the first group's attempt
+	group   groupState // the first group's state; 0: none yet
 }
 
 // groupState is set (bit 0), kept (bit 1) and the drop reason's index in
@@ -361,9 +374,9 @@ type attemptState struct {
 
 // openTask is the task whose rows are being added (Options.Contiguous).
 type openTask struct {
-	key                   taskKey
-	rows, scored, correct int32
-	groups                []attemptState
+	tally
+	key    taskKey
+	groups []attemptState
 }
 
 // nc is a task's number of scored samples and of correct ones: the at-k
@@ -379,17 +392,17 @@ type totals struct {
 	droppedBy       [maxReason + 1]int64 // by reason index
 }
 
-func (t *totals) addTask(rows, scored, correct int32) {
+func (t *totals) addTask(c tally) {
 	t.tasks++
-	if rows == scored {
+	if c.rows == c.scored {
 		t.complete++
 	}
-	if scored > 0 {
+	if c.scored > 0 {
 		if t.counts == nil {
 			t.counts = map[nc]int64{}
 		}
-		t.counts[nc{int(scored), int(correct)}]++
-		t.maxN = max(t.maxN, int(scored))
+		t.counts[nc{int(c.scored), int(c.correct)}]++
+		t.maxN = max(t.maxN, int(c.scored))
 	}
 }
 
@@ -411,8 +424,7 @@ func (t *totals) clone() totals {
 // Aggregator accumulates metrics one rollout at a time. It is not safe for
 // concurrent use.
 type Aggregator struct {
-	opts   Options
-	metric string
+	opts Options
 
 	rows, scored         int64
 	status               map[string]int64
@@ -462,11 +474,12 @@ func New() *Aggregator { return NewWithOptions(Options{}) }
 // NewWithOptions returns an Aggregator that judges correctness by opts.
 func NewWithOptions(opts Options) *Aggregator {
 	a := &Aggregator{
-		opts:   opts,
-		metric: opts.metric(),
-		status: map[string]int64{},
-		runs:   map[string]int32{},
-
+		opts:        opts,
+		status:      map[string]int64{},
+		runs:        map[string]int32{},
+		turnUnknown: map[int32]int64{},
+		turnCount:   map[int32]int64{},
+		envs:        map[string]*Aggregator{},
 		reasonIndex: map[string]groupState{},
 	}
 	if !opts.Contiguous {
@@ -490,13 +503,11 @@ func (a *Aggregator) state(r *pipeline.Rollout) groupState {
 		reason = UnspecifiedReason
 	}
 	i, ok := a.reasonIndex[reason]
+	if !ok && len(a.reasons) == maxReason {
+		reason = "other"
+		i, ok = a.reasonIndex[reason]
+	}
 	if !ok {
-		if len(a.reasons) == maxReason {
-			reason = "other"
-			if i, ok = a.reasonIndex[reason]; ok {
-				return groupSet | i<<2
-			}
-		}
 		i = groupState(len(a.reasons))
 		a.reasons = append(a.reasons, strings.Clone(reason))
 		a.reasonIndex[a.reasons[i]] = i
@@ -558,17 +569,11 @@ func (a *Aggregator) AddCounts(r *pipeline.Rollout, c Counts) {
 func (a *Aggregator) addTokens(r *pipeline.Rollout, c Counts) {
 	if c.Unknown {
 		a.seqUnknown++
-		if a.turnUnknown == nil {
-			a.turnUnknown = map[int32]int64{}
-		}
 		a.turnUnknown[int32(r.NumTurns)]++
 	} else {
 		a.genTok += c.GenTokens
 		a.totalTok += c.TotalTokens
 		a.env.add(int64(r.EnvTokens))
-	}
-	if a.turnCount == nil {
-		a.turnCount = map[int32]int64{}
 	}
 	a.turnCount[int32(r.NumTurns)]++
 	if n := len(c.TurnGenTokens); n > len(a.turnGen) {
@@ -640,8 +645,13 @@ func (a *Aggregator) addScored(r *pipeline.Rollout) (scored, correct bool) {
 	}
 	a.scored++
 	a.addReward(r.Reward)
-	if a.isCorrect(r) {
-		correct = true
+	correct, byMetric := a.opts.judge(r)
+	if byMetric {
+		a.metricRows++
+	} else {
+		a.rewardRows++
+	}
+	if correct {
 		a.correct++
 	}
 	if r.Terminated && !r.Truncated {
@@ -660,7 +670,7 @@ func (a *Aggregator) addScored(r *pipeline.Rollout) (scored, correct bool) {
 // when the row opens the task's first group or a later attempt's.
 func (a *Aggregator) addTaskRow(tk taskKey, r *pipeline.Rollout, attempt int32, scored, correct bool) {
 	tc := a.tasks[tk]
-	tc.rows++
+	tc.add(scored, correct)
 	switch {
 	case tc.group == 0:
 		tc.attempt, tc.group = attempt, a.state(r)
@@ -669,12 +679,6 @@ func (a *Aggregator) addTaskRow(tk taskKey, r *pipeline.Rollout, attempt int32, 
 		if _, ok := a.groups[gk]; !ok {
 			a.groups[gk] = a.state(r)
 		}
-	}
-	if scored {
-		tc.scored++
-	}
-	if correct {
-		tc.correct++
 	}
 	a.tasks[tk] = tc
 }
@@ -694,15 +698,9 @@ func (a *Aggregator) addContiguous(tk taskKey, taskIndex int64, r *pipeline.Roll
 		a.haveOpen = true
 	}
 	t := &a.open
-	t.rows++
+	t.add(scored, correct)
 	if !slices.ContainsFunc(t.groups, func(g attemptState) bool { return g.attempt == attempt }) {
 		t.groups = append(t.groups, attemptState{attempt: attempt, state: a.state(r)})
-	}
-	if scored {
-		t.scored++
-	}
-	if correct {
-		t.correct++
 	}
 }
 
@@ -714,7 +712,7 @@ func (a *Aggregator) finish() {
 }
 
 func foldOpen(t *totals, o *openTask) {
-	t.addTask(o.rows, o.scored, o.correct)
+	t.addTask(o.tally)
 	for _, g := range o.groups {
 		t.addGroup(g.state)
 	}
@@ -741,16 +739,6 @@ func (a *Aggregator) addReward(v float64) {
 	d := v - a.rewardMean
 	a.rewardMean += d / float64(a.rewardN)
 	a.rewardM2 += d * (v - a.rewardMean)
-}
-
-func (a *Aggregator) isCorrect(r *pipeline.Rollout) bool {
-	correct, byMetric := a.opts.judge(r)
-	if byMetric {
-		a.metricRows++
-	} else {
-		a.rewardRows++
-	}
-	return correct
 }
 
 // IsCorrect reports whether a scored row is correct under o: the value of
@@ -796,9 +784,6 @@ func (a *Aggregator) envAgg(name string) *Aggregator {
 	if !ok {
 		env = NewWithOptions(a.opts)
 		env.sub = true
-		if a.envs == nil {
-			a.envs = map[string]*Aggregator{}
-		}
 		a.envs[strings.Clone(name)] = env
 	}
 	return env
@@ -817,7 +802,7 @@ func (a *Aggregator) Result() *Metrics {
 			Min: a.rewardMin, Max: a.rewardMax,
 		},
 		Correctness: Correctness{
-			Metric: a.metric, Threshold: a.opts.Threshold,
+			Metric: a.opts.metric(), Threshold: a.opts.Threshold,
 			MetricRows: a.metricRows, RewardRows: a.rewardRows,
 			Correct: a.correct, Accuracy: ratio(a.correct, a.scored),
 		},
@@ -844,9 +829,9 @@ func (a *Aggregator) Result() *Metrics {
 	if known := a.rows - a.seqUnknown; known > 0 {
 		env := a.env.result()
 		m.Tokens.Env = &env
-		m.MeanGenTokensPerSample = ptr(ratio(a.genTok, known))
-		m.MeanEnvTokensPerSample = ptr(ratio(a.env.sum, known))
-		m.MeanTotalTokensPerSample = ptr(ratio(a.totalTok, known))
+		m.MeanGenTokensPerSample = new(ratio(a.genTok, known))
+		m.MeanEnvTokensPerSample = new(ratio(a.env.sum, known))
+		m.MeanTotalTokensPerSample = new(ratio(a.totalTok, known))
 	}
 	if c := a.cost; c.PricedRows > 0 || a.besideCost.PricedRows > 0 {
 		if a.besideCost.Dirs != nil {
@@ -914,8 +899,6 @@ func (a *Aggregator) Result() *Metrics {
 	return m
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func ratio(a, b int64) float64 {
 	if b == 0 {
 		return 0
@@ -935,8 +918,7 @@ type TaskOutcome struct {
 // row are left out. Its length is the number of distinct pairs, not of
 // tasks.
 func (a *Aggregator) TaskOutcomes() []TaskOutcome {
-	t := a.totals()
-	return t.outcomes()
+	return a.totals().outcomes()
 }
 
 // totals returns the per-task and per-group sums of every row added.
@@ -950,7 +932,7 @@ func (a *Aggregator) totals() totals {
 	}
 	var tot totals
 	for _, t := range a.tasks {
-		tot.addTask(t.rows, t.scored, t.correct)
+		tot.addTask(t.tally)
 		tot.addGroup(t.group)
 	}
 	for _, g := range a.groups {
@@ -960,7 +942,7 @@ func (a *Aggregator) totals() totals {
 }
 
 // outcomes returns t's tasks by (n, c), sorted.
-func (t *totals) outcomes() []TaskOutcome {
+func (t totals) outcomes() []TaskOutcome {
 	out := make([]TaskOutcome, 0, len(t.counts))
 	for p, n := range t.counts {
 		out = append(out, TaskOutcome{N: p.n, C: p.c, Tasks: n})

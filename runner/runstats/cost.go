@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"sync/atomic"
 
-	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/runner/metrics"
 	"github.com/trajflow/trajflow/schema"
@@ -30,21 +29,19 @@ func (b *billed) load() metrics.Billed {
 
 // prices are the run's prices per million tokens (generate.price; the
 // Batch API's with generate.api: batch), nil without a price.
-func prices(g interface {
-	Resolved(batch bool) (float64, float64, float64)
-	Set() bool
-}, api inference.API) *metrics.Prices {
-	if !g.Set() {
+func (r *Tracker) prices() *metrics.Prices {
+	g := &r.cfg.Generate
+	if !g.Price.Set() {
 		return nil
 	}
-	in, cached, out := g.Resolved(api.Batch())
+	in, cached, out := g.Price.Resolved(g.API.Batch())
 	return &metrics.Prices{InputPerMTok: in, CachedInputPerMTok: cached, OutputPerMTok: out}
 }
 
 // PriceMetadata is the Parquet metadata of the run's prices
 // (schema.KeyPrice), nil without a price.
 func (r *Tracker) PriceMetadata() map[string]string {
-	p := prices(r.cfg.Generate.Price, r.cfg.Generate.API)
+	p := r.prices()
 	if p == nil {
 		return nil
 	}
@@ -56,7 +53,7 @@ func (r *Tracker) PriceMetadata() map[string]string {
 // from generate.cache: nothing was sent for them), what the cache's
 // answers would have cost, and whether the run has a price.
 func (r *Tracker) costNow() (cost, saved float64, ok bool) {
-	p := prices(r.cfg.Generate.Price, r.cfg.Generate.API)
+	p := r.prices()
 	if p == nil {
 		return 0, 0, false
 	}

@@ -2,7 +2,6 @@ package runstats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/trajflow/trajflow/envs"
-	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/pipeline"
 )
 
@@ -48,18 +46,6 @@ func newPrometheus(snapshot func() Snapshot) *Prometheus {
 	}
 	m.reg.MustRegister(m.request, m.retries, m.envStep, m)
 	return m
-}
-
-// Attempt records one HTTP attempt (openai.HTTPOptions.OnAttempt).
-func (m *Prometheus) Attempt(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
-	outcome := "ok"
-	if err != nil {
-		outcome = err.Class
-	}
-	m.request.WithLabelValues(pipeline.RedactURLs(endpoint), outcome).Observe(took.Seconds())
-	if retrying {
-		m.retries.WithLabelValues(outcome).Inc()
-	}
 }
 
 var (
@@ -192,9 +178,7 @@ func (m *Prometheus) serve(ctx context.Context, addr string) (stop func(), err e
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the run goes on without its metrics endpoint
-		}
+		_ = srv.Serve(ln) // best effort: the run goes on without its metrics endpoint
 	}()
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -15,6 +15,7 @@ import (
 	"github.com/trajflow/trajflow/gateway"
 	"github.com/trajflow/trajflow/inference"
 	"github.com/trajflow/trajflow/inference/openai"
+	"github.com/trajflow/trajflow/pipeline"
 	"github.com/trajflow/trajflow/sources"
 )
 
@@ -147,8 +148,16 @@ func (r *Tracker) ServeMetrics(ctx context.Context, addr string, extra prometheu
 // Attempt records one HTTP attempt in the Prometheus metrics, when
 // served (openai.HTTPOptions.OnAttempt).
 func (r *Tracker) Attempt(endpoint string, took time.Duration, err *inference.Error, retrying bool) {
-	if r.prom != nil {
-		r.prom.Attempt(endpoint, took, err, retrying)
+	if r.prom == nil {
+		return
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = err.Class
+	}
+	r.prom.request.WithLabelValues(pipeline.RedactURLs(endpoint), outcome).Observe(took.Seconds())
+	if retrying {
+		r.prom.retries.WithLabelValues(outcome).Inc()
 	}
 }
 

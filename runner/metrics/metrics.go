@@ -503,7 +503,7 @@ func (a *Aggregator) state(r *pipeline.Rollout) groupState {
 		reason = UnspecifiedReason
 	}
 	i, ok := a.reasonIndex[reason]
-	if !ok && len(a.reasons) == maxReason {
+	if !ok && len(a.reasons) >= maxReason {
 		reason = "other"
 		i, ok = a.reasonIndex[reason]
 	}

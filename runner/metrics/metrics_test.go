@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -283,6 +284,31 @@ func TestOrderIndependent(t *testing.T) {
 			b.Add(r)
 		}
 		checkMetrics(t, b.Result(), want)
+	}
+}
+
+// Past 63 distinct filter reasons the rest count under "other": every
+// dropped group is counted once, under its own reason or "other", never
+// under another reason (the 64th and later reasons overflowed the
+// reason's 6 bits and were counted under the first).
+func TestManyFilterReasons(t *testing.T) {
+	a := New()
+	const reasons = 100
+	for i := range reasons {
+		r := row(int64(i), 0, pipeline.StatusFiltered, 0, nil)
+		r.Kept, r.FilterReason = false, fmt.Sprintf("reason_%03d", i)
+		a.Add(r)
+	}
+	got := a.Result().Groups.DroppedBy
+	total := int64(0)
+	for reason, n := range got {
+		total += n
+		if reason != "other" && n != 1 {
+			t.Errorf("dropped_by[%s] = %d, want 1", reason, n)
+		}
+	}
+	if total != reasons || got["other"] != reasons-maxReason {
+		t.Fatalf("dropped_by: %d groups, %d under other; want %d, %d", total, got["other"], reasons, reasons-maxReason)
 	}
 }
 

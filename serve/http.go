@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -150,17 +149,15 @@ func limitBody(next http.HandlerFunc, limit int64) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, b))
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, b)))
 	}
 }
 
 // bodyKey is the context key of a request's body as limitBody read it.
 type bodyKey struct{}
 
-// bodyOf is r's body as limitBody read it, without reading it again (an
-// ack's may be tens of megabytes).
+// bodyOf is r's body as limitBody read it, within its route's bound (an
+// ack's may be tens of megabytes): handlers take it from here.
 func bodyOf(r *http.Request) []byte {
 	b, _ := r.Context().Value(bodyKey{}).([]byte)
 	return b
@@ -430,11 +427,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 const MaxBody = 64 << 10
 
 func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
-	b, ok := readBody(w, r, MaxBody)
-	if !ok {
-		return
-	}
-	v, perr := ParsePolicyBody(b)
+	v, perr := ParsePolicyBody(bodyOf(r))
 	if perr != nil {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
@@ -448,11 +441,7 @@ func (h *handler) setPolicy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
-	b, ok := readBody(w, r, MaxBody)
-	if !ok {
-		return
-	}
-	mode, perr := ParsePauseMode(r.URL.Query(), b, h.pauseMode)
+	mode, perr := ParsePauseMode(r.URL.Query(), bodyOf(r), h.pauseMode)
 	if perr != nil {
 		fail(w, http.StatusBadRequest, perr.Param, "%s", perr.Msg)
 		return
@@ -480,9 +469,6 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 const MaxBy = 200
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
-	if _, ok := readBody(w, r, MaxBody); !ok {
-		return
-	}
 	if err := h.s.led.resume(); err != nil {
 		h.failWith(w, err)
 		return

@@ -203,9 +203,7 @@ class ServeClient:
         # The raw body: every row's values as little-endian float32, one
         # row after the other; the service splits them by its rows.
         body = b"".join(struct.pack(f"<{len(row)}f", *row) for row in logprobs)
-        _, raw = self._retry(lambda: self._request("POST", path, body, timeout=self.timeout,
-                                                   content_type="application/octet-stream"))
-        return json.loads(raw) if raw else None
+        return self._json("POST", path, body, content_type="application/octet-stream")
 
     def set_policy(self, version):
         """Weights of this version are live on the fleet."""
@@ -225,6 +223,7 @@ class ServeClient:
         last_acked_step, paused, paused_by, ...)."""
         return self._json("GET", "/v1/status")
 
-    def _json(self, method, path, body=None):
-        _, raw = self._retry(lambda: self._request(method, path, body, timeout=self.timeout))
+    def _json(self, method, path, body=None, content_type="application/json"):
+        _, raw = self._retry(lambda: self._request(method, path, body, timeout=self.timeout,
+                                                   content_type=content_type))
         return json.loads(raw) if raw else None

@@ -611,9 +611,6 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	case nil:
 	case rawBody:
 		b, contentType = body.b, body.contentType
-		if b == nil {
-			b = []byte{}
-		}
 	default:
 		var err error
 		if b, err = json.Marshal(body); err != nil {
